@@ -1,0 +1,1 @@
+"""Package data: certificates files shipped with nbxcert, found through importlib.resources."""

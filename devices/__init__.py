@@ -1,0 +1,1 @@
+"""Package data: devices files shipped with nbxcert, found through importlib.resources."""

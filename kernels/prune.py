@@ -1,0 +1,52 @@
+"""Prune helpers shared by the kernel families: each refusal names the device-file fact that refuses the config.
+
+Only facts of the device file are used (never a guess). A fact stated as `null` is "not a limit on this backend"
+(Triton's interpreter has no shared memory or register limit), so it refuses nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from nbxcert.kernels.spec import Config, PruneResult
+
+
+def limit(profile, name: str) -> int | None:
+    """The fact's value; None when the device file states it is not a limit. A missing fact raises
+    `DeviceFactMissing` (from the profile), naming the file and the field."""
+    return profile.fact(name)
+
+
+def common_refusal(config: Config, profile) -> str | None:
+    """Refusals every kernel shares: stages over the pipeliner's maximum, threads over the block maximum."""
+    max_stages = limit(profile, "max_num_stages")
+    if max_stages is not None and config.num_stages > max_stages:
+        return f"num_stages={config.num_stages} > max_num_stages={max_stages}"
+    warp = limit(profile, "warp_size")
+    max_threads = limit(profile, "max_threads_per_block")
+    if warp is not None and max_threads is not None and config.num_warps * warp > max_threads:
+        return f"num_warps={config.num_warps} x warp_size={warp} > max_threads_per_block={max_threads}"
+    return None
+
+
+def shared_memory_refusal(needed_bytes: int, profile) -> str | None:
+    cap = limit(profile, "max_shared_memory_per_block_optin")
+    if cap is not None and needed_bytes > cap:
+        return f"needs {needed_bytes} B of shared memory > max_shared_memory_per_block_optin={cap}"
+    return None
+
+
+def prune_with(candidates: Iterable[Config], profile, *checks: Callable[[Config], str | None]) -> PruneResult:
+    """Keep the candidates that pass `common_refusal` and every check; record each refusal's reason."""
+    kept, pruned = [], []
+    for c in candidates:
+        reason = common_refusal(c, profile)
+        for check in checks:
+            if reason:
+                break
+            reason = check(c)
+        if reason:
+            pruned.append((c, reason))
+        else:
+            kept.append(c)
+    return PruneResult(tuple(kept), tuple(pruned))

@@ -1,0 +1,235 @@
+"""`nbxcert doctor`: the truth about this machine, with or without a GPU.
+
+Reads the PCI bus (`/sys/bus/pci/devices`) for GPUs of every vendor, tries each vendor's runtime library, asks the
+installed Triton which backends it has, and for a usable NVIDIA GPU reads its properties through libcuda and matches
+it to a device file. Nothing here launches a kernel or imports torch (torch is only looked up, never imported).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from nbxcert._version import __version__
+
+PCI_ROOT = Path("/sys/bus/pci/devices")
+VENDORS = {"0x10de": "NVIDIA", "0x1002": "AMD", "0x8086": "Intel"}
+RUNTIME_LIBS = {"NVIDIA": "libcuda.so.1", "AMD": "libamdhip64.so", "Intel": "libze_loader.so.1"}
+TRITON_BACKEND = {"NVIDIA": "nvidia", "AMD": "amd", "Intel": "intel"}
+INSTALL_STEPS = {
+    "NVIDIA": "install the NVIDIA driver for this GPU (https://docs.nvidia.com/datacenter/tesla/driver-installation-guide/)"
+    " so that libcuda.so.1 loads, then run `nbxcert doctor` again",
+    "AMD": "install ROCm (https://rocm.docs.amd.com/projects/install-on-linux/) so that libamdhip64.so loads;"
+    " nbxcert serves AMD profiles once a hip backend exists",
+    "Intel": "install the oneAPI Level Zero loader and intel-xpu-backend-for-triton; nbxcert has no Intel profiles yet",
+}
+
+
+@dataclass
+class PciGpu:
+    address: str
+    vendor: str
+    vendor_id: str
+    device_id: str
+    pci_class: str
+    runtime_library: str
+    runtime_loads: bool
+    runtime_error: str
+    triton_backend: bool
+
+
+@dataclass
+class CudaGpu:
+    index: int
+    name: str
+    compute_capability: str
+    total_memory_bytes: int
+    pci_bus_id: str
+    profile: str
+    profile_match: str
+    profile_notice: str
+    memory_class: str
+    certified_keys: int
+
+
+@dataclass
+class DoctorReport:
+    backend: str
+    backend_reason: str
+    backend_usable: bool
+    pci_gpus: list[PciGpu] = field(default_factory=list)
+    cuda_gpus: list[CudaGpu] = field(default_factory=list)
+    driver_version: str = ""
+    cuda_version: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    torch_importable: bool = False
+    problems: list[str] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def scan_pci(root: Path = PCI_ROOT) -> list[tuple[str, str, str, str]]:
+    """(address, vendor id, device id, class) of every display controller (PCI class 0x03xxxx) on the bus."""
+    found = []
+    if not root.is_dir():
+        return found
+    for dev in sorted(root.iterdir()):
+        pci_class = _read(dev / "class")
+        if pci_class.startswith("0x03"):
+            found.append((dev.name, _read(dev / "vendor"), _read(dev / "device"), pci_class))
+    return found
+
+
+def _try_load(lib: str) -> tuple[bool, str]:
+    try:
+        ctypes.CDLL(lib)
+        return True, ""
+    except OSError as e:
+        return False, str(e)
+
+
+def _triton_backends() -> set[str]:
+    try:
+        from triton.backends import backends
+
+        return set(backends)
+    except ImportError:
+        return set()
+
+
+def _certified_key_count(profile_key: str) -> int:
+    from importlib.resources import files
+
+    base = files("nbxcert.certificates")
+    count = 0
+    for part in profile_key.split("/"):
+        base = base / part
+    if not base.is_dir():
+        return 0
+    import json
+
+    for entry in base.iterdir():
+        if entry.name.endswith(".json"):
+            try:
+                count += len(json.loads(entry.read_text()).get("entries", {}))
+            except (ValueError, AttributeError):
+                continue  # an invalid certificate is `validate`'s to report; doctor only counts the good ones
+    return count
+
+
+def _version(module: str) -> str:
+    try:
+        from importlib.metadata import version
+
+        return version(module)
+    except Exception:  # noqa: BLE001 - a missing distribution is reported as such, not raised
+        return "not installed"
+
+
+def run_doctor(pci_root: Path = PCI_ROOT) -> DoctorReport:
+    from nbxcert.errors import NbxcertError
+    from nbxcert.kernels.backends import cuda, interpreter, peek
+
+    try:
+        choice = peek()
+        report = DoctorReport(choice.name, choice.reason, True)
+    except NbxcertError as e:
+        report = DoctorReport("none", str(e), False)
+    if report.backend == "interpreter":
+        problem = interpreter.numpy_problem()
+        if problem:
+            report.backend_usable = False
+            report.problems.append(problem)
+    report.versions = {
+        "nbxcert": __version__,
+        "triton": _version("triton"),
+        "numpy": _version("numpy"),
+        "python": platform.python_version(),
+    }
+    report.torch_importable = importlib.util.find_spec("torch") is not None
+    backends = _triton_backends()
+    for address, vendor_id, device_id, pci_class in scan_pci(pci_root):
+        vendor = VENDORS.get(vendor_id, f"unknown ({vendor_id})")
+        lib = RUNTIME_LIBS.get(vendor, "")
+        loads, err = _try_load(lib) if lib else (False, "no runtime library known for this vendor")
+        report.pci_gpus.append(
+            PciGpu(
+                address,
+                vendor,
+                vendor_id,
+                device_id,
+                pci_class,
+                lib,
+                loads,
+                err,
+                TRITON_BACKEND.get(vendor, "") in backends,
+            )
+        )
+    ok, why = cuda.available()
+    if ok:
+        _fill_cuda(report, cuda)
+    elif any(g.vendor == "NVIDIA" for g in report.pci_gpus):
+        report.problems.append(f"an NVIDIA GPU is on the PCI bus but CUDA is not usable: {why}")
+    for vendor in sorted({g.vendor for g in report.pci_gpus if not g.runtime_loads}):
+        if vendor in INSTALL_STEPS:
+            report.advice.append(f"{vendor}: {INSTALL_STEPS[vendor]}")
+    if os.environ.get("NBXCERT_BACKEND") == "interpreter" and ok:
+        report.advice.append("NBXCERT_BACKEND=interpreter is set: kernels run on the CPU although a GPU is usable")
+    return report
+
+
+def _nvidia_driver_version() -> str:
+    """The kernel module's version (e.g. 580.159.04), as the driver itself publishes it."""
+    text = _read(Path("/sys/module/nvidia/version"))
+    if text:
+        return text
+    line = _read(Path("/proc/driver/nvidia/version"))
+    words = line.split("Kernel Module")[-1].split() if "Kernel Module" in line else []
+    return words[0] if words else "unknown (neither /sys/module/nvidia/version nor /proc/driver/nvidia/version)"
+
+
+def _fill_cuda(report: DoctorReport, cuda) -> None:
+    from nbxcert.errors import ProfileNotFound
+    from nbxcert.profiles import match_nvidia
+
+    major, minor = cuda.driver_version()
+    report.cuda_version = f"{major}.{minor}"
+    report.driver_version = _nvidia_driver_version()
+    for index in range(cuda.device_count()):
+        info = cuda.device_info(index)
+        cc = f"{info.compute_capability[0]}.{info.compute_capability[1]}"
+        try:
+            profile, how = match_nvidia(info.compute_capability)
+            notice = ""
+            if how == "family":
+                notice = f"compute capability {cc} has no device file of its own; it runs on the family profile"
+            sku = profile.sku_for_memory(info.total_memory)
+            gpu = CudaGpu(
+                index,
+                info.name,
+                cc,
+                info.total_memory,
+                info.pci_bus_id,
+                profile.key,
+                how,
+                notice,
+                sku.memory_class if sku else "unknown",
+                _certified_key_count(profile.key),
+            )
+        except ProfileNotFound as e:
+            gpu = CudaGpu(index, info.name, cc, info.total_memory, info.pci_bus_id, "none", "none", str(e), "", 0)
+            report.problems.append(str(e))
+        report.cuda_gpus.append(gpu)

@@ -1,0 +1,140 @@
+"""Every error a user of nbxcert can meet, as typed exceptions.
+
+This module is a leaf: it imports nothing of nbxcert, so every layer (the kernel library, the oracles' tests, the
+engine, the CLI) can raise these without importing upward. The CLI keeps the one table that turns each of them into a
+single line on stderr with the next step to take (`nbxcert.cli.ERROR_TABLE`).
+
+Each exception's message says what failed and which file, key or value; `hint` says what to do next.
+"""
+
+from __future__ import annotations
+
+
+class NbxcertError(Exception):
+    """Base class: an error a user can meet. `str(e)` is one line; `e.hint` is the next step."""
+
+    default_hint = ""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = self.default_hint if hint is None else hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+# --- the tensor layer -------------------------------------------------------------------------------------------------
+class DTypeError(NbxcertError):
+    """An unknown dtype, or one the backend in force does not have."""
+
+    default_hint = "run `nbxcert doctor` to see the dtypes this backend supports"
+
+
+class ViewError(NbxcertError):
+    """A view (reshape/transpose/slice) the tensor's strides cannot express, or an out-of-range index."""
+
+    default_hint = "make the tensor contiguous first (`.contiguous()`) or choose another view"
+
+
+class ShapeMismatch(NbxcertError):
+    """Two tensors whose shapes (or dtypes) had to agree do not."""
+
+
+class DeviceNotFound(NbxcertError):
+    """A tensor or a launch named a device that does not exist."""
+
+    default_hint = "run `nbxcert doctor` to list the devices this machine has"
+
+
+# --- backends ---------------------------------------------------------------------------------------------------------
+class BackendUnavailable(NbxcertError):
+    """The backend asked for (NBXCERT_BACKEND or a device string) cannot be used on this machine."""
+
+    default_hint = "run `nbxcert doctor` for what this machine has; NBXCERT_BACKEND=interpreter runs on the CPU"
+
+
+class CudaError(NbxcertError):
+    """A CUDA driver call returned a status other than CUDA_SUCCESS. Names the call and the CUresult."""
+
+    default_hint = "run `nbxcert doctor`; an illegal address poisons the process's CUDA context (start a new process)"
+
+
+class LaunchError(NbxcertError):
+    """A kernel launch was refused before it reached the device (bad arguments, out-of-range ids)."""
+
+
+# --- device files and profiles ----------------------------------------------------------------------------------------
+class DeviceFileInvalid(NbxcertError):
+    """A device file breaks its schema: unknown field, wrong type, a value with no source. Names file and field."""
+
+    default_hint = "fix the device file; every value needs `value:` and `source:`"
+
+
+class DeviceFactMissing(NbxcertError):
+    """A fact was asked of a device file that does not state it. Names the file and the field."""
+
+    default_hint = "add the fact, with its source, to the device file named"
+
+
+class ProfileNotFound(NbxcertError):
+    """No device file has this profile name."""
+
+    default_hint = "run `nbxcert profiles` to list the shipped profiles"
+
+
+class ProfileMismatch(NbxcertError):
+    """The profile asked for is not the one the device in force matches."""
+
+    default_hint = "run `nbxcert doctor` to see which profile this machine matches"
+
+
+# --- kernels, keys, certification, serving ----------------------------------------------------------------------------
+class KernelSpecInvalid(NbxcertError):
+    """A KernelSpec that refuses itself on creation (empty candidates, a key argument not in the signature, ...)."""
+
+
+class KernelNotFound(NbxcertError):
+    """No registered kernel has this name."""
+
+    default_hint = "run `nbxcert kernels` to list the registered kernels"
+
+
+class PruneEmpty(NbxcertError):
+    """The prune of a kernel left no candidate for a key on a device."""
+
+
+class OracleMismatch(NbxcertError):
+    """A kernel's output disagrees with its float64 oracle beyond the tolerance. The message is the full report."""
+
+
+class KeyParseError(NbxcertError):
+    """A launch key's text does not parse."""
+
+    default_hint = "a key reads like `rmsnorm[n_cols=2048,n_rows=512;float16,float16]@v1`"
+
+
+class KeyNotCertified(NbxcertError):
+    """Certified-only mode met a launch key that no certificate covers."""
+
+    default_hint = "certify it: `nbxcert certify --profile PROFILE --key 'KEY'`"
+
+
+class WorkloadInvalid(NbxcertError):
+    """A workload file with an unknown kind or a missing field. Names the file and the field."""
+
+
+class CertificateInvalid(NbxcertError):
+    """A certificate file that breaks its schema. Names file, key, field and reason."""
+
+    default_hint = "run `nbxcert validate DIR` to list every problem"
+
+
+class IndexCorrupt(NbxcertError):
+    """A binary index whose magic, length or SHA-256 trailer does not hold. Names the file and the reason."""
+
+    default_hint = "run `nbxcert index build DIR` (it is rebuilt from the JSON certificates)"
+
+
+class UsageError(NbxcertError):
+    """A command-line request that cannot be carried out as given."""

@@ -1,0 +1,46 @@
+"""Test-wide setup: the backend is chosen before any kernel module is imported, and `gpu` tests skip cleanly.
+
+With no usable NVIDIA GPU the interpreter backend is chosen (CI); on a GPU machine the cuda backend is, and the
+`gpu`-marked tests run. Tests never import torch; `test_no_torch` checks the whole session stayed clean.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _gpu_available() -> bool:
+    from nbxcert.kernels.backends import cuda
+
+    return cuda.available()[0]
+
+
+GPU = _gpu_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if GPU:
+        return
+    skip = pytest.mark.skip(reason="no usable NVIDIA GPU on this machine (gpu tests run on the H200)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def backend():
+    from nbxcert.kernels.backends import select
+
+    return select()
+
+
+@pytest.fixture(scope="session")
+def profile(backend):
+    """The profile kernels are judged at: cpu/interpreter under the interpreter, the GPU's own profile on a GPU."""
+    from nbxcert.profiles import get_profile, match_nvidia
+
+    if backend.name == "interpreter":
+        return get_profile("cpu/interpreter")
+    from nbxcert.kernels.backends import cuda
+
+    return match_nvidia(cuda.device_info(0).compute_capability)[0]

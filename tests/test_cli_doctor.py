@@ -1,0 +1,83 @@
+"""`nbxcert doctor`, `--version` and `--help`, run as a user runs them (a subprocess), exit codes and lines asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from nbxcert import __version__
+
+
+def nbx(*args, env=None, timeout=300):
+    full_env = {k: v for k, v in os.environ.items() if k != "NBXCERT_BACKEND"}  # doctor's own choice is under test
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "nbxcert", *args], capture_output=True, text=True, timeout=timeout, env=full_env
+    )
+
+
+def test_version_and_help():
+    r = nbx("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"nbxcert {__version__}"
+    for cmd in ([], ["doctor"], ["kernels"], ["profiles"]):
+        r = nbx(*cmd, "--help")
+        assert r.returncode == 0, (cmd, r.stderr)
+        assert "Usage" in r.stdout
+
+
+def test_doctor_json_tells_the_truth_about_this_machine():
+    from nbxcert.kernels.backends import cuda
+
+    r = nbx("doctor", "--json")
+    report = json.loads(r.stdout)
+    has_gpu = cuda.available()[0]
+    assert report["backend"] == ("cuda" if has_gpu else "interpreter")
+    assert r.returncode == (0 if report["backend_usable"] else 1)
+    assert report["versions"]["nbxcert"] == __version__
+    assert isinstance(report["torch_importable"], bool)
+    if has_gpu:
+        assert report["cuda_gpus"] and report["cuda_gpus"][0]["profile"].startswith("nvidia/")
+    else:
+        assert report["cuda_gpus"] == []
+        assert "no usable NVIDIA GPU" in report["backend_reason"]
+
+
+@pytest.mark.skipif(os.path.exists("/dev/nvidia0"), reason="this case is the machine without a GPU")
+def test_doctor_table_without_gpu():
+    r = nbx("doctor")
+    assert r.returncode == 0, r.stderr
+    for line in ("backend", "interpreter", "no usable NVIDIA GPU", "triton", "numpy", "torch importable"):
+        assert line in r.stdout
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+@pytest.mark.gpu
+def test_doctor_on_a_gpu_names_card_profile_and_versions():
+    r = nbx("doctor")
+    assert r.returncode == 0, r.stderr
+    for line in ("backend", "cuda", "compute capability", "profile", "driver / CUDA", "certified keys"):
+        assert line in r.stdout
+    report = json.loads(nbx("doctor", "--json").stdout)
+    gpu = report["cuda_gpus"][0]
+    assert gpu["profile_match"] in ("exact", "family", "declared")
+    assert any(g["vendor"] == "NVIDIA" and g["runtime_loads"] for g in report["pci_gpus"])
+
+
+def test_doctor_with_forced_bad_backend_exits_1_with_one_line():
+    r = nbx("doctor", env={"NBXCERT_BACKEND": "tpu"})
+    assert r.returncode == 1
+    assert "NBXCERT_BACKEND=tpu is not a backend" in r.stdout
+    assert "Traceback" not in r.stderr
+
+
+def test_error_is_one_line_and_debug_shows_traceback():
+    r = nbx("kernels", env={"NBXCERT_BACKEND": "tpu"})
+    assert r.returncode == 1
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("nbxcert: backend unavailable: NBXCERT_BACKEND=tpu")
+    r = nbx("kernels", env={"NBXCERT_BACKEND": "tpu", "NBXCERT_DEBUG": "1"})
+    assert r.returncode != 0 and "Traceback" in r.stderr
