@@ -1,0 +1,355 @@
+"""A Triton driver for NVIDIA GPUs that imports no torch, built on nbxcert's libcuda layer (`cuda`).
+
+Triton's stock `CudaDriver` takes its device, stream and capability queries from torch (`GPUDriver.__init__` imports
+it; in Triton 3.6 unconditionally), says it is inactive without torch, and benchmarks and flushes L2 with torch tensors
+and events. `NbxcertCudaDriver` keeps everything of it that is torch-free (the compiled `CudaUtils` with `load_binary`
+and the device properties, the `CudaLauncher`, the target and type mapping) and answers the rest through `cuda`:
+
+    device / capability / current stream    cuda.current_device / cuda.compute_capability / this module's stream
+    benchmarker, L2 flush buffer            `do_bench_events` on cuda.Event; a cuda allocation zeroed by a memset
+    global scratch (TMA descriptors, ...)   `ScratchAllocator`, installed with `triton.set_allocator`
+    torch device / device interface         refused with `TorchDeviceUnavailable`: nbxcert has no torch device
+
+`install()` makes it Triton's active driver; it works with Triton 3.6 and 3.9 (their `runtime.driver.set_active`,
+`CudaUtils`, `CudaLauncher` and allocator hook are the same for this purpose; 3.9's launcher also asks the driver for
+`allocate_default_profile_scratch`, answered here without torch).
+
+Two things are per thread, as in CUDA and Triton themselves: the current context (handled by `cuda`) and Triton's
+allocator, which is a `ContextVar`. The driver sets both on the first launch a thread makes, so worker threads need no
+setup of their own; `install()` does it at once for the thread that calls it.
+
+Triton itself may still import torch when it is installed (Triton 3.6's argument specializer tries to); nbxcert does
+not, and its tests prove a launch with torch made unimportable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+import threading
+from typing import Callable, Iterator, Sequence
+
+import triton
+from triton.backends.nvidia.driver import CudaDriver, CudaLauncher, CudaUtils
+
+from nbxcert.errors import BackendUnavailable
+from nbxcert.kernels.backends import cuda
+
+# Triton's own flush size: larger than any L2 so far (H100/H200: 50 MB, B200: 126 MB); `flush_bytes_for` takes twice
+# the device's L2 when that is larger still.
+DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024
+# An upper bound on timed repetitions, so a kernel of a few microseconds cannot ask for hundreds of thousands of events.
+MAX_REPETITIONS = 10_000
+
+
+class TorchDeviceUnavailable(BackendUnavailable, NotImplementedError):
+    """Something asked nbxcert's Triton driver for a torch device or torch's device interface.
+
+    Raised by `get_active_torch_device` / `get_device_interface`, which only torch-based callers use (e.g.
+    `triton.testing.do_bench`); it is a NotImplementedError too, so code that probes for the feature keeps working.
+    """
+
+    default_hint = "use nbxcert's timer (`triton_cuda.do_bench_events`) instead of triton.testing.do_bench"
+
+
+# --- the stream Triton launches on ------------------------------------------------------------------------------------
+_tls = threading.local()  # .streams: {device: Stream | int}; .ready: driver set up on this thread
+
+
+def _streams() -> dict[int, cuda.Stream | int]:
+    streams = getattr(_tls, "streams", None)
+    if streams is None:
+        streams = _tls.streams = {}
+    return streams
+
+
+def current_stream(device: int | None = None) -> int:
+    """The CUstream handle Triton launches on for `device` on this thread: 0 (legacy default) unless set."""
+    device = cuda.current_device() if device is None else device
+    stream = _streams().get(device, 0)
+    return stream.handle if isinstance(stream, cuda.Stream) else int(stream)
+
+
+def set_stream(stream: cuda.Stream | int, device: int | None = None) -> None:
+    """Launch on `stream` (a cuda.Stream, kept alive while set, or a raw handle) for `device` on this thread."""
+    device = cuda.current_device() if device is None else device
+    _streams()[device] = stream
+
+
+@contextlib.contextmanager
+def using_stream(stream: cuda.Stream | int, device: int | None = None) -> Iterator[int]:
+    """Launch on `stream` inside the block (this thread), then go back to the stream used before. Yields its handle."""
+    device = cuda.current_device() if device is None else device
+    streams = _streams()
+    previous = streams.get(device, 0)
+    streams[device] = stream
+    try:
+        yield current_stream(device)
+    finally:
+        streams[device] = previous
+
+
+# --- global scratch ---------------------------------------------------------------------------------------------------
+def _align_up(value: int, alignment: int) -> int:
+    return value if alignment <= 1 else (value + alignment - 1) // alignment * alignment
+
+
+class ScratchBuffer:
+    """A piece of a scratch allocation handed to one launch; Triton reads only `data_ptr()`."""
+
+    def __init__(self, ptr: int, nbytes: int, allocation: cuda.DeviceAllocation):
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self._allocation = allocation  # keeps the memory alive for as long as Triton holds this
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+class ScratchAllocator:
+    """Triton's allocator (`fn(size, alignment, stream) -> object with data_ptr()`), backed by cuda.mem_alloc.
+
+    Kernels that need global scratch (device-side TMA descriptors on Hopper, some reductions) ask for it on every
+    launch. One buffer is kept per (device, stream) and reused: launches on one stream run in order, so a later
+    launch cannot overwrite scratch an earlier one is still using, and no launch waits on a cuMemFree (which may
+    synchronize the device). A buffer too small is replaced by one at least twice its size, and the old one is kept
+    (not freed): a launch queued on the stream, possibly from another thread, may still be using it. The doubling
+    bounds what is kept to the size of the current buffer. `zero=True` clears the memory for each launch (on the
+    stream), as profile scratch must be.
+    """
+
+    def __init__(self, zero: bool = False):
+        self.zero = zero
+        self._lock = threading.Lock()
+        self._buffers: dict[tuple[int, int], cuda.DeviceAllocation] = {}
+        self._outgrown: list[cuda.DeviceAllocation] = []
+
+    def __call__(self, size: int, alignment: int, stream: int | None) -> ScratchBuffer:
+        device = cuda.current_device()
+        handle = int(stream or 0)
+        alignment = max(int(alignment), 1)
+        # cuMemAlloc already aligns to ALLOCATION_ALIGNMENT; only a stricter alignment needs slack.
+        need = max(int(size), 1) + (alignment - 1 if alignment > cuda.ALLOCATION_ALIGNMENT else 0)
+        with self._lock:
+            allocation = self._buffers.get((device, handle))
+            if allocation is None or allocation.nbytes < need:
+                if allocation is not None:
+                    self._outgrown.append(allocation)
+                grown = need if allocation is None else max(need, 2 * allocation.nbytes)
+                allocation = cuda.mem_alloc(grown, device)
+                self._buffers[(device, handle)] = allocation
+        ptr = _align_up(allocation.ptr, alignment)
+        if self.zero and size:
+            cuda.memset_d8_async(ptr, 0, int(size), handle)
+        return ScratchBuffer(ptr, int(size), allocation)
+
+
+# --- benchmarking -----------------------------------------------------------------------------------------------------
+def flush_bytes_for(device: int) -> int:
+    """How many bytes to overwrite to evict a kernel's inputs from `device`'s L2: 256 MiB, or twice L2 if larger."""
+    l2 = cuda.device_info(device).attributes["l2_cache_size"]
+    return max(DEFAULT_FLUSH_BYTES, 2 * l2)
+
+
+class FlushBuffer:
+    """A device buffer whose `zero_()` overwrites it on the current stream, flushing L2 between timed runs.
+
+    This is what `get_empty_cache_for_benchmark` returns in place of Triton's torch tensor.
+    """
+
+    def __init__(self, nbytes: int, device: int | None = None):
+        self.device = cuda.current_device() if device is None else device
+        self.nbytes = _align_up(max(int(nbytes), 4), 4)
+        self.allocation = cuda.mem_alloc(self.nbytes, self.device)
+
+    def zero_(self) -> FlushBuffer:
+        # Queued, not waited for: the host must stay ahead of the GPU so a launch's host cost is not timed.
+        cuda.memset_d32_async(self.allocation.ptr, 0, self.nbytes // 4, current_stream(self.device))
+        return self
+
+    def data_ptr(self) -> int:
+        return self.allocation.ptr
+
+
+def do_bench_events(
+    fn: Callable[[], object],
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    flush_bytes: int | None = None,
+    *,
+    max_repetitions: int = MAX_REPETITIONS,
+) -> list[float]:
+    """Time `fn` (which launches work on the current stream) with CUDA events; return each repetition's ms.
+
+    Triton's `do_bench` scheme without torch: one call to compile and warm up, five to estimate the time per call,
+    then about `warmup_ms` of untimed calls and `rep_ms` of timed ones (at least one, at most `max_repetitions`),
+    each preceded by an L2 flush of `flush_bytes` (None: `flush_bytes_for(device)`; 0: no flush) queued before the
+    start event so it is not timed. Exceptions from `fn` propagate.
+    """
+    device = _thread_ready()
+    stream = current_stream(device)
+    flush = None
+    if flush_bytes is None or flush_bytes > 0:
+        flush = FlushBuffer(flush_bytes_for(device) if flush_bytes is None else flush_bytes, device)
+
+    fn()
+    cuda.stream_synchronize(stream)
+
+    start, end = cuda.Event(device), cuda.Event(device)
+    start.record(stream)
+    for _ in range(5):
+        if flush is not None:
+            flush.zero_()
+        fn()
+    end.record(stream)
+    end.synchronize()
+    # A floor of the event resolution (0.5 us), so an empty fn cannot divide by zero.
+    estimate_ms = max(cuda.Event.elapsed_ms(start, end) / 5, 0.0005)
+
+    n_warmup = max(1, int(warmup_ms / estimate_ms))
+    n_repeat = min(max(1, int(rep_ms / estimate_ms)), max(1, max_repetitions))
+    starts = [cuda.Event(device) for _ in range(n_repeat)]
+    ends = [cuda.Event(device) for _ in range(n_repeat)]
+    for _ in range(n_warmup):
+        fn()
+    for i in range(n_repeat):
+        if flush is not None:
+            flush.zero_()
+        starts[i].record(stream)
+        fn()
+        ends[i].record(stream)
+    cuda.stream_synchronize(stream)
+    return [cuda.Event.elapsed_ms(s, e) for s, e in zip(starts, ends)]
+
+
+def time_quantiles(times: Sequence[float], qs: Sequence[float]) -> list[float]:
+    """Linear-interpolated quantiles, as `triton.testing` computes them (no numpy needed)."""
+    if not times:
+        raise ValueError("no times to take quantiles of")
+    ordered = sorted(times)
+    out = []
+    for q in qs:
+        if not 0 <= q <= 1:
+            raise ValueError(f"quantile {q} is outside [0, 1]")
+        point = q * (len(ordered) - 1)
+        lower, upper = math.floor(point), math.ceil(point)
+        out.append(ordered[lower] + (point - lower) * (ordered[upper] - ordered[lower]))
+    return out
+
+
+_RETURN_MODES = {
+    "min": min,
+    "max": max,
+    "mean": statistics.mean,
+    "median": statistics.median,
+}
+
+
+def triton_benchmarker(
+    kernel_call: Callable[[], object],
+    *,
+    quantiles: Sequence[float] | None = None,
+    warmup: float = 25,
+    rep: float = 100,
+    return_mode: str = "mean",
+) -> float | list[float]:
+    """`do_bench_events` behind Triton's benchmarker interface (what `get_benchmarker` returns; Triton's autotuner
+    calls it with `quantiles=(0.5, 0.2, 0.8)`). Summarises like `triton.testing.do_bench`."""
+    if return_mode != "all" and return_mode not in _RETURN_MODES:
+        raise ValueError(f"return_mode {return_mode!r} is not one of all, {', '.join(_RETURN_MODES)}")
+    times = do_bench_events(kernel_call, warmup_ms=warmup, rep_ms=rep)
+    if quantiles is not None:
+        values = time_quantiles(times, quantiles)
+        return values[0] if len(values) == 1 else values
+    if return_mode == "all":
+        return times
+    return _RETURN_MODES[return_mode](times)
+
+
+# --- the driver -------------------------------------------------------------------------------------------------------
+_scratch_allocator = ScratchAllocator()
+
+
+def _thread_ready() -> int:
+    """Set this thread up on its first launch (context current, Triton's allocator set); return the current device."""
+    if not getattr(_tls, "ready", False):
+        cuda.use_device(cuda.current_device())
+        # Triton keeps its allocator in a ContextVar: a value set on another thread is not seen here.
+        triton.set_allocator(_scratch_allocator)
+        _tls.ready = True
+    return cuda.current_device()
+
+
+class NbxcertCudaDriver(CudaDriver):
+    """Triton's CUDA driver with every torch dependency answered by nbxcert's `cuda` module (see the module doc)."""
+
+    def __init__(self) -> None:
+        # Deliberately not CudaDriver.__init__: through GPUDriver.__init__ it imports torch (Triton 3.6 always, 3.9
+        # when torch is loaded) and binds torch's device/stream/capability queries over the methods below.
+        self.utils = CudaUtils()
+        self.launcher_cls = CudaLauncher
+        self.profile_scratch_allocator = ScratchAllocator(zero=True)
+
+    @staticmethod
+    def is_active() -> bool:
+        return cuda.available()[0]
+
+    def get_current_device(self) -> int:
+        return _thread_ready()
+
+    def set_current_device(self, device: int) -> None:
+        cuda.use_device(device)
+
+    def get_device_capability(self, device: int | None = None) -> tuple[int, int]:
+        return cuda.compute_capability(cuda.current_device() if device is None else device)
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        return current_stream(device)
+
+    def get_active_torch_device(self):
+        raise TorchDeviceUnavailable("nbxcert's driver has no torch device (get_active_torch_device)")
+
+    def get_device_interface(self):
+        raise TorchDeviceUnavailable("nbxcert's driver has no torch device (get_device_interface)")
+
+    def get_benchmarker(self):
+        return triton_benchmarker
+
+    def get_empty_cache_for_benchmark(self) -> FlushBuffer:
+        device = cuda.current_device()
+        return FlushBuffer(flush_bytes_for(device), device)
+
+    def clear_cache(self, cache: FlushBuffer) -> None:
+        cache.zero_()
+
+    def allocate_default_profile_scratch(self, size: int, alignment: int, stream: int | None) -> ScratchBuffer:
+        # Triton 3.9 asks the driver for zeroed profile scratch (torch.zeros in the stock driver).
+        return self.profile_scratch_allocator(size, alignment, stream)
+
+
+_install_lock = threading.Lock()
+_driver: NbxcertCudaDriver | None = None
+
+
+def install(device: int | None = None) -> NbxcertCudaDriver:
+    """Make `device` (default: cuda.current_device()) current and nbxcert's driver Triton's active one; return it.
+
+    Idempotent and thread-safe: the driver is made once; a repeat call re-asserts it (in case something reset
+    Triton's active driver) and sets the allocator for the calling thread.
+    """
+    global _driver
+    cuda.use_device(cuda.current_device() if device is None else device)
+    with _install_lock:
+        if _driver is None:
+            _driver = NbxcertCudaDriver()
+        triton.runtime.driver.set_active(_driver)
+        driver = _driver
+    triton.set_allocator(_scratch_allocator)
+    _tls.ready = True
+    return driver
+
+
+def installed() -> NbxcertCudaDriver | None:
+    """The driver `install()` made, or None."""
+    return _driver
