@@ -10,7 +10,8 @@ import functools
 import json
 import os
 import sys
-from typing import Annotated, Callable
+from pathlib import Path
+from typing import Annotated, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -198,6 +199,128 @@ def kernels(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON
     for r in rows:
         t.add_row(r["name"], r["family"], ", ".join(r["dtypes"]), ", ".join(r["key_fields"]), str(r["candidates"]))
     out.print(t)
+
+
+def _backend_line() -> None:
+    """The first line of every command that launches kernels: which backend, and why."""
+    from nbxcert.kernels.backends import select
+
+    print(select().line(), file=sys.stderr)
+
+
+@app.command()
+@handled
+def keys(
+    profile: Annotated[str, typer.Option(help="Device profile whose ladders bucket the sizes (e.g. hopper).")],
+    workload: Annotated[Optional[str], typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
+    keys_file: Annotated[Optional[Path], typer.Option("--keys", help="A keys file (JSON lines).")] = None,
+    key: Annotated[Optional[list[str]], typer.Option(help="A launch key text (repeatable).")] = None,
+    kernels: Annotated[Optional[str], typer.Option(help="Only these kernels (comma-separated).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print as JSON lines (a keys file).")] = False,
+):
+    """Print the launch keys of a workload (the launches a model makes), a keys file or key texts."""
+    from nbxcert.keyfile import gather_keys
+    from nbxcert.profiles import get_profile
+
+    prof = get_profile(profile)
+    wanted = kernels.split(",") if kernels else None
+    found = gather_keys(prof, key or (), keys_file, workload, wanted)
+    if json_out:
+        for k in found:
+            print(json.dumps({"key": k.text()}))
+        return
+    t = Table(title=f"{len(found)} launch keys ({prof.key})")
+    t.add_column("kernel")
+    t.add_column("key")
+    for k in found:
+        t.add_row(k.kernel, k.text())
+    out.print(t)
+
+
+@app.command()
+@handled
+def certify(
+    profile: Annotated[str, typer.Option(help="The profile to certify for; must match the device in force.")],
+    workload: Annotated[Optional[str], typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
+    keys_file: Annotated[Optional[Path], typer.Option("--keys", help="A keys file (JSON lines).")] = None,
+    key: Annotated[Optional[list[str]], typer.Option(help="A launch key text (repeatable).")] = None,
+    kernels: Annotated[Optional[str], typer.Option(help="Only these kernels (comma-separated).")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="Certificate directory (<out>/<vendor>/<profile>/).")] = Path(
+        "certificates"
+    ),
+    shard: Annotated[Optional[str], typer.Option(help="Certify a deterministic share i/n of the keys.")] = None,
+    force: Annotated[bool, typer.Option(help="Re-certify keys already certified for this card and versions.")] = False,
+    jobs: Annotated[Optional[int], typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
+    spec: Annotated[Optional[list[str]], typer.Option(help="Import a module registering your own KernelSpec.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON; no progress bar.")] = False,
+):
+    """Sweep every requested key on this device and write certificates (resumable; exit 0 only if all certified)."""
+    import importlib
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from nbxcert.certify import certify as run_certify
+    from nbxcert.certify import parse_shard, resolve_profile
+    from nbxcert.keyfile import gather_keys
+
+    _backend_line()
+    modules = [s.split(":")[0] for s in spec or ()]
+    for m in modules:
+        importlib.import_module(m)
+    prof, how = resolve_profile(profile)
+    if how != "exact":
+        print(f"[nbxcert] notice: this device runs on the {prof.key} profile by a {how} match", file=sys.stderr)
+    found = gather_keys(prof, key or (), keys_file, workload, kernels.split(",") if kernels else None)
+    if json_out:
+        report = run_certify(prof.key, found, out_dir, force, parse_shard(shard), jobs, modules=modules)
+    else:
+        columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}")]
+        with Progress(*columns, TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True) as bar:
+            overall = bar.add_task("keys", total=len(found))
+            current = bar.add_task("", total=None)
+
+            def progress(text: str) -> None:
+                bar.update(current, description=text[:110])
+
+            report = run_certify(
+                prof.key,
+                found,
+                out_dir,
+                force,
+                parse_shard(shard),
+                jobs,
+                modules=modules,
+                progress=progress,
+                on_key=lambda kr: bar.advance(overall),
+            )
+    totals = report.totals()
+    if json_out:
+        print(
+            json.dumps(
+                {
+                    "profile": report.profile,
+                    "out": report.out_dir,
+                    "totals": totals,
+                    "keys": [vars(k) for k in report.keys],
+                },
+                indent=2,
+            )
+        )
+    else:
+        t = Table(title=f"certify {report.profile} ({report.backend}) -> {out_dir}")
+        for col in ("key", "status", "winner", "x default", "refusals", "seconds"):
+            t.add_column(col)
+        for k in report.keys:
+            refused = ", ".join(f"{n} {v}" for n, v in k.counts.items() if v and n != "correct")
+            speed = f"{k.speedup_over_default:.2f}" if k.speedup_over_default else "-"
+            secs = f"{k.seconds.get('total', 0):.1f}" if k.seconds else "-"
+            t.add_row(k.key, k.status, k.winner or k.reason[:80], speed, refused, secs)
+        out.print(t)
+        out.print(
+            f"certified {totals['certified']}, skipped {totals['skipped']} (already certified), "
+            f"failed {totals['failed']}; files under {Path(out_dir) / report.profile}"
+        )
+    raise typer.Exit(0 if report.ok else 1)
 
 
 def main() -> None:

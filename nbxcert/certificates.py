@@ -1,0 +1,315 @@
+"""Certificates: the JSON files people review, one per kernel and output dtype, and their validated loading.
+
+    certificates/<vendor>/<profile>/<kernel>.<dtype>.json
+
+Each file holds `schema_version`, the profile, the kernel, the dtype and `entries`: one certification per launch key
+(winner, runner-up, margin, measured error and tolerance, refusal counts, reproducibility, memory class, seed, oracle,
+provenance). Files are written deterministically (sorted keys, two-space indent, trailing newline) so a pull request's
+diff reads well, and atomically (a temp file renamed over the old one) under an exclusive lock on the directory, so two
+certify runs into one directory lose nothing and a killed run leaves every file whole. Nothing read is executed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import math
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from nbxcert.errors import CertificateInvalid, KeyParseError
+from nbxcert.keys import parse_key
+
+SCHEMA_VERSION = 1
+MAX_FILE_BYTES = 64 * 2**20  # a certificate file larger than this is refused before it is read
+_FILE_NAME = re.compile(r"(?P<kernel>[a-z][a-z0-9_]*)\.(?P<dtype>[a-z][a-z0-9_]*)\.json\Z")
+OUTCOMES = ("pruned", "compile", "resources", "crash", "timeout", "mismatch", "correct")
+PROVENANCE_FIELDS = {
+    "gpu": str,
+    "gpu_memory_bytes": int,
+    "compute_capability": str,
+    "driver": str,
+    "cuda": str,
+    "triton": str,
+    "nbxcert": str,
+    "python": str,
+    "date": str,
+    "host_os": str,
+    "backend": str,
+}
+TIMING_KINDS = ("cuda_events", "interpreter_cpu")
+
+
+@dataclass(frozen=True)
+class CertFile:
+    """One loaded and validated certificate file."""
+
+    path: Path
+    kernel: str
+    dtype: str
+    profile: str
+    entries: dict[str, dict[str, Any]]
+
+
+def file_name(kernel: str, dtype: str) -> str:
+    return f"{kernel}.{dtype}.json"
+
+
+def profile_dir(root: Path, profile_key: str) -> Path:
+    return Path(root) / profile_key
+
+
+def dumps(doc: dict) -> str:
+    """The one serialisation of a certificate document (deterministic; NaN refused)."""
+    return json.dumps(doc, indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+
+# --- validation -------------------------------------------------------------------------------------------------------
+def _fail(path, key, field, reason) -> CertificateInvalid:
+    where = f"{path}" + (f": key {key}" if key else "") + (f": field '{field}'" if field else "")
+    return CertificateInvalid(f"{where}: {reason}")
+
+
+def _check_type(path, key, field, value, kind, allow_none=False):
+    if value is None and allow_none:
+        return
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise _fail(path, key, field, f"expected an integer, got {type(value).__name__}")
+    if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise _fail(path, key, field, f"expected a number, got {type(value).__name__}")
+    if kind is float and not math.isfinite(value):
+        raise _fail(path, key, field, "expected a finite number")
+    if kind in (str, bool, dict, list) and not isinstance(value, kind):
+        raise _fail(path, key, field, f"expected {kind.__name__}, got {type(value).__name__}")
+
+
+def _check_keys(path, key, field, obj: dict, required: dict, optional: dict | None = None):
+    optional = optional or {}
+    _check_type(path, key, field, obj, dict)
+    for name in obj:
+        if name not in required and name not in optional:
+            raise _fail(path, key, f"{field}.{name}" if field else name, "unknown field")
+    for name, kind in required.items():
+        if name not in obj:
+            raise _fail(path, key, f"{field}.{name}" if field else name, "missing")
+        if kind is not None:
+            _check_type(path, key, f"{field}.{name}" if field else name, obj[name], kind)
+    for name, kind in optional.items():
+        if name in obj and kind is not None:
+            _check_type(path, key, f"{field}.{name}" if field else name, obj[name], kind, allow_none=True)
+
+
+def check_config(path, key, field, cfg: Any, spec=None) -> None:
+    """A config as certificates store it: kwargs of ints/words, warps and stages in sane ranges. With the kernel's
+    spec, every kwarg must be one the kernel takes, with a value one of its candidates uses."""
+    _check_keys(path, key, field, cfg, {"kwargs": dict, "num_warps": int, "num_stages": int})
+    if cfg["num_warps"] not in (1, 2, 4, 8, 16, 32):
+        raise _fail(path, key, f"{field}.num_warps", f"{cfg['num_warps']} is not a power of two in 1..32")
+    if not 1 <= cfg["num_stages"] <= 16:
+        raise _fail(path, key, f"{field}.num_stages", f"{cfg['num_stages']} is out of range 1..16")
+    for name, value in cfg["kwargs"].items():
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise _fail(path, key, f"{field}.kwargs.{name}", "must be an integer or a word")
+        if isinstance(value, int) and not 0 <= value <= 2**16:
+            raise _fail(path, key, f"{field}.kwargs.{name}", f"{value} is out of range 0..65536")
+    if spec is not None:
+        from nbxcert.kernels.spec import Config
+
+        allowed: dict[str, set] = {}
+        for c in spec.candidates:
+            for n, v in c.kwargs:
+                allowed.setdefault(n, set()).add(v)
+        for name, value in cfg["kwargs"].items():
+            if name not in allowed:
+                raise _fail(path, key, f"{field}.kwargs.{name}", f"kernel {spec.name} takes no config field '{name}'")
+        if Config.from_dict(cfg) not in set(spec.candidates):
+            raise _fail(path, key, field, f"config is not one of kernel {spec.name}'s candidates")
+
+
+_TIMING = {"median_us": float, "min_us": float, "spread": float, "reps": int, "kind": str}
+_ENTRY_REQUIRED = {
+    "winner": dict,
+    "runner_up": None,
+    "margin": None,
+    "default": None,
+    "error": dict,
+    "counts": dict,
+    "reproducible": bool,
+    "memory_class": str,
+    "seed": int,
+    "oracle": str,
+    "provenance": dict,
+    "certified_problems": dict,
+    "refused": list,
+}
+
+
+def validate_entry(path, key_text: str, entry: Any, kernel: str, dtype: str, spec=None) -> None:
+    try:
+        key = parse_key(key_text)
+    except KeyParseError as e:
+        raise _fail(path, key_text, None, f"key does not parse: {e.message}") from None
+    if key.kernel != kernel:
+        raise _fail(path, key_text, None, f"key's kernel '{key.kernel}' is not the file's kernel '{kernel}'")
+    _check_keys(path, key_text, "", entry, _ENTRY_REQUIRED)
+    for role in ("winner", "default"):
+        if role == "default" and entry[role] is None:
+            continue  # the untuned default was refused on this device (its refusal is in the counts)
+        _check_keys(path, key_text, role, entry[role], {"config": dict, "timing": dict})
+        check_config(path, key_text, f"{role}.config", entry[role]["config"], spec)
+        _check_keys(path, key_text, f"{role}.timing", entry[role]["timing"], _TIMING)
+        if entry[role]["timing"]["kind"] not in TIMING_KINDS:
+            raise _fail(path, key_text, f"{role}.timing.kind", f"must be one of {TIMING_KINDS}")
+    if entry["runner_up"] is not None:
+        _check_keys(path, key_text, "runner_up", entry["runner_up"], {"config": dict, "timing": dict})
+        check_config(path, key_text, "runner_up.config", entry["runner_up"]["config"], spec)
+        _check_keys(path, key_text, "runner_up.timing", entry["runner_up"]["timing"], _TIMING)
+        _check_type(path, key_text, "margin", entry["margin"], float)
+    elif entry["margin"] is not None:
+        raise _fail(path, key_text, "margin", "must be null when there is no runner-up")
+    _check_keys(
+        path,
+        key_text,
+        "error",
+        entry["error"],
+        {"max_abs": float, "max_rel": float, "max_scaled": float, "tolerance": float},
+    )
+    _check_keys(path, key_text, "counts", entry["counts"], {o: int for o in OUTCOMES})
+    if any(v < 0 for v in entry["counts"].values()):
+        raise _fail(path, key_text, "counts", "counts must not be negative")
+    if entry["counts"]["correct"] < 1:
+        raise _fail(path, key_text, "counts.correct", "a certified key has at least one correct candidate")
+    _check_keys(path, key_text, "provenance", entry["provenance"], PROVENANCE_FIELDS)
+    for i, r in enumerate(entry["refused"]):
+        _check_keys(path, key_text, f"refused[{i}]", r, {"config": dict, "status": str, "reason": str})
+        check_config(path, key_text, f"refused[{i}].config", r["config"], spec)
+        if r["status"] not in OUTCOMES[:-1]:
+            raise _fail(path, key_text, f"refused[{i}].status", f"must be one of {OUTCOMES[:-1]}")
+    cp = entry["certified_problems"]
+    _check_type(path, key_text, "certified_problems", cp, dict)
+    if dtype not in key.dtypes:
+        raise _fail(path, key_text, None, f"file dtype '{dtype}' is not among the key's dtypes {list(key.dtypes)}")
+
+
+def validate_doc(path, doc: Any, spec_lookup=None) -> CertFile:
+    """Validate a parsed certificate document; `spec_lookup(name)` (optional) returns the kernel's spec or raises."""
+    path = Path(path)
+    m = _FILE_NAME.match(path.name)
+    if not m:
+        raise _fail(path, None, None, "file name must be <kernel>.<dtype>.json (lower-case, no path parts)")
+    _check_keys(
+        path, None, "", doc, {"schema_version": int, "kernel": str, "dtype": str, "profile": str, "entries": dict}
+    )
+    if doc["schema_version"] != SCHEMA_VERSION:
+        raise _fail(path, None, "schema_version", f"{doc['schema_version']} is not the supported {SCHEMA_VERSION}")
+    if doc["kernel"] != m.group("kernel") or doc["dtype"] != m.group("dtype"):
+        raise _fail(path, None, "kernel", "kernel/dtype do not match the file name")
+    spec = spec_lookup(doc["kernel"]) if spec_lookup else None
+    for key_text, entry in doc["entries"].items():
+        validate_entry(path, key_text, entry, doc["kernel"], doc["dtype"], spec)
+    return CertFile(path, doc["kernel"], doc["dtype"], doc["profile"], doc["entries"])
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not valid JSON here")
+
+
+def read_json(path: Path) -> Any:
+    """Read a certificate file's JSON: size-capped, NaN/Infinity refused, duplicate keys refused, depth-limited."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise _fail(path, None, None, f"cannot be read: {e.strerror}") from None
+    if size > MAX_FILE_BYTES:
+        raise _fail(path, None, None, f"is {size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+
+    def pairs(items):
+        d = {}
+        for k, v in items:
+            if k in d:
+                raise ValueError(f"duplicate field '{k}'")
+            d[k] = v
+        return d
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=pairs, parse_constant=_no_constant)
+    except (ValueError, RecursionError, UnicodeDecodeError) as e:
+        raise _fail(path, None, None, f"is not valid JSON: {str(e)[:200]}") from None
+
+
+def load_file(path: Path, spec_lookup=None) -> CertFile:
+    return validate_doc(path, read_json(path), spec_lookup)
+
+
+def iter_files(root: Path, profile_key: str | None = None) -> Iterator[Path]:
+    """Certificate files under `root` (or `root/<profile>`), sorted; symlinks leaving `root` and odd names refused."""
+    root = Path(root)
+    base = root / profile_key if profile_key else root
+    if not base.is_dir():
+        return
+    real_root = root.resolve()
+    for path in sorted(base.rglob("*.json")):
+        resolved = path.resolve()
+        if real_root not in resolved.parents:
+            raise _fail(path, None, None, "is a link that points outside the certificate directory")
+        yield path
+
+
+# --- writing ----------------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def locked(directory: Path):
+    """An exclusive lock on a certificate directory, held across a read-modify-write of its files."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = os.open(directory / ".lock", os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def add_entry(root: Path, profile_key: str, kernel: str, dtype: str, key_text: str, entry: dict) -> Path:
+    """Add (or replace) one key's certification in its file, under the directory lock, atomically."""
+    directory = profile_dir(root, profile_key)
+    path = directory / file_name(kernel, dtype)
+    with locked(directory):
+        if path.exists():
+            doc = read_json(path)
+            validate_doc(path, doc)
+        else:
+            doc = {"schema_version": SCHEMA_VERSION, "kernel": kernel, "dtype": dtype, "profile": profile_key}
+            doc["entries"] = {}
+        doc["entries"][key_text] = entry
+        validate_doc(path, doc)
+        atomic_write(path, dumps(doc))
+    return path
+
+
+def existing_entry(root: Path, profile_key: str, kernel: str, dtype: str, key_text: str) -> dict | None:
+    path = profile_dir(root, profile_key) / file_name(kernel, dtype)
+    if not path.exists():
+        return None
+    return load_file(path).entries.get(key_text)

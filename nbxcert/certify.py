@@ -1,0 +1,257 @@
+"""`nbxcert certify`: sweep every requested key on the device in force and write certificates.
+
+The profile asked for must be the one the device in force matches (a conformance run on the CPU uses the
+`cpu/interpreter` profile); keys already certified for the same card and versions are skipped (resumable) unless
+`force`; `shard=(i, n)` takes a deterministic 1/n of the keys. Each certified key is written to its file at once,
+atomically and under the directory lock, so a killed run loses at most the key in flight.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from nbxcert import certificates
+from nbxcert._version import __version__
+from nbxcert.errors import ProfileMismatch, UsageError
+from nbxcert.kernels.spec import get_spec
+from nbxcert.keys import LaunchKey
+from nbxcert.profiles import get_profile
+from nbxcert.sweep import SweepResult, sweep_key
+from nbxcert.worker import CompilePool, Worker
+
+DEFAULT_SEED = 20261129
+# Per-candidate limits: a candidate that takes longer than this to compile or to check and time is refused as
+# `timeout`. The interpreter runs kernels element by element in Python, hence its larger limit.
+TIMEOUT_S = {"cuda": 120.0, "interpreter": 300.0}
+
+
+@dataclass
+class KeyReport:
+    key: str
+    status: str  # certified | skipped | failed
+    winner: str = ""
+    speedup_over_default: float | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    reason: str = ""
+
+
+@dataclass
+class CertifyReport:
+    profile: str
+    backend: str
+    out_dir: str
+    keys: list[KeyReport] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(k.status in ("certified", "skipped") for k in self.keys)
+
+    def totals(self) -> dict[str, int]:
+        t = {"certified": 0, "skipped": 0, "failed": 0}
+        for k in self.keys:
+            t[k.status] += 1
+        return t
+
+
+def resolve_profile(name: str):
+    """The profile asked for, refused (`ProfileMismatch`) unless it is the one the device in force matches."""
+    from nbxcert.kernels.backends import cuda, select
+
+    profile = get_profile(name)
+    choice = select()
+    if choice.name == "interpreter":
+        if profile.backend != "interpreter":
+            raise ProfileMismatch(
+                f"--profile {name} is a {profile.backend} profile, but this process runs on Triton's interpreter "
+                f"({choice.reason}), which matches cpu/interpreter",
+                hint="run on a machine whose GPU matches it, or use `--profile interpreter` for a conformance run",
+            )
+        return profile, "exact"
+    from nbxcert.profiles import match_nvidia
+
+    info = cuda.device_info(0)
+    matched, how = match_nvidia(info.compute_capability)
+    if matched.key != profile.key:
+        cc = ".".join(map(str, info.compute_capability))
+        raise ProfileMismatch(
+            f"--profile {name} does not match this device: {info.name} (compute capability {cc}) matches "
+            f"{matched.key} ({how})",
+            hint=f"run `nbxcert certify --profile {matched.name} ...` (see `nbxcert doctor`)",
+        )
+    return profile, how
+
+
+def provenance() -> dict[str, Any]:
+    """Who made a certificate: card, driver, versions, date, OS."""
+    import triton
+
+    from nbxcert.kernels.backends import cuda, select
+
+    choice = select()
+    p = {
+        "backend": choice.name,
+        "triton": triton.__version__,
+        "nbxcert": __version__,
+        "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+        "host_os": f"{platform.system()} {platform.release()}",
+    }
+    if choice.name == "cuda":
+        from nbxcert.doctor import _nvidia_driver_version
+
+        info = cuda.device_info(0)
+        major, minor = cuda.driver_version()
+        p.update(
+            gpu=info.name,
+            gpu_memory_bytes=int(info.total_memory),
+            compute_capability=".".join(map(str, info.compute_capability)),
+            driver=_nvidia_driver_version(),
+            cuda=f"{major}.{minor}",
+        )
+    else:
+        p.update(gpu="none (Triton interpreter on the CPU)", gpu_memory_bytes=0, compute_capability="none")
+        p.update(driver="none", cuda="none")
+    return p
+
+
+def memory_class(profile, prov: dict[str, Any]) -> str:
+    if prov["gpu_memory_bytes"] == 0:
+        return "cpu"
+    sku = profile.sku_for_memory(prov["gpu_memory_bytes"])
+    return sku.memory_class if sku else f"{round(prov['gpu_memory_bytes'] / 1e9)}GB"
+
+
+def same_card(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether a stored certification was made on the same card with the same versions (then a rerun skips it)."""
+    fields = ("gpu", "gpu_memory_bytes", "compute_capability", "driver", "triton", "nbxcert", "backend")
+    return all(a.get(f) == b.get(f) for f in fields)
+
+
+def in_shard(key: LaunchKey, shard: tuple[int, int] | None) -> bool:
+    if shard is None:
+        return True
+    i, n = shard
+    digest = int.from_bytes(hashlib.sha256(key.text().encode()).digest()[:8], "big")
+    return digest % n == i
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    if not text:
+        return None
+    try:
+        i, n = (int(p) for p in text.split("/"))
+    except ValueError:
+        raise UsageError(f"--shard '{text}' is not i/n (e.g. 0/4)") from None
+    if n < 1 or not 0 <= i < n:
+        raise UsageError(f"--shard '{text}': need 0 <= i < n")
+    return (i, n)
+
+
+def entry_of(result: SweepResult, spec, profile, prov, seed: int) -> dict[str, Any]:
+    w, r, d = result.winner, result.runner_up, result.default
+
+    def role(o):
+        return {"config": o.config.as_dict(), "timing": o.timing} if o is not None and o.timing else None
+
+    return {
+        "winner": role(w),
+        "runner_up": role(r),
+        "margin": result.margin,
+        "default": role(d) if d is not None and d.status == "correct" else None,
+        "error": dict(w.error),
+        "counts": result.counts(),
+        "reproducible": bool(result.reproducible),
+        "memory_class": memory_class(profile, prov),
+        "seed": seed,
+        "oracle": spec.oracle_name,
+        "provenance": prov,
+        "certified_problems": result.problems,
+        "refused": [
+            {"config": o.config.as_dict(), "status": o.status, "reason": summarize_reason(o.reason)}
+            for o in result.outcomes
+            if o.status != "correct"
+        ],
+    }
+
+
+def summarize_reason(reason: str) -> str:
+    """One line of a refusal's reason for the certificate (a mismatch report's counts and worst error)."""
+    lines = [x.strip() for x in reason.splitlines() if x.strip()]
+    keep = [x for x in lines if x.startswith(("Mismatched", "Max scaled"))] or lines[:1]
+    return " ".join(keep)[:300]
+
+
+def certify(
+    profile_name: str,
+    keys: Sequence[LaunchKey],
+    out_dir: Path,
+    force: bool = False,
+    shard: tuple[int, int] | None = None,
+    jobs: int | None = None,
+    seed: int = DEFAULT_SEED,
+    modules: Sequence[str] = (),
+    progress: Callable[[str], None] | None = None,
+    on_key: Callable[[KeyReport], None] | None = None,
+) -> CertifyReport:
+    from nbxcert.kernels.backends import select
+
+    profile, _how = resolve_profile(profile_name)
+    choice = select()
+    prov = provenance()
+    report = CertifyReport(profile.key, choice.name, str(out_dir))
+    specs = {k.kernel: get_spec(k.kernel) for k in keys}
+    todo = [k for k in keys if in_shard(k, shard)]
+    env = {"NBXCERT_BACKEND": choice.name}
+    if choice.name == "interpreter":
+        env["TRITON_INTERPRET"] = "1"
+    runner = Worker(env, list(modules))
+    compiler = CompilePool(env, list(modules), jobs or os.cpu_count() or 1) if choice.name == "cuda" else None
+    timeout_s = TIMEOUT_S[choice.name]
+    try:
+        for key in todo:
+            spec = specs[key.kernel]
+            out_dtype = spec.output_dtypes(key.dtypes)[0]
+            old = certificates.existing_entry(out_dir, profile.key, key.kernel, out_dtype, key.text())
+            if old is not None and not force and same_card(old["provenance"], prov):
+                kr = KeyReport(key.text(), "skipped", reason="already certified for this card and versions")
+            else:
+                result = sweep_key(spec, key, profile, runner, compiler, seed, timeout_s, progress)
+                kr = _key_report(result)
+                if result.winner is not None:
+                    entry = entry_of(result, spec, profile, prov, seed)
+                    certificates.add_entry(out_dir, profile.key, key.kernel, out_dtype, key.text(), entry)
+            report.keys.append(kr)
+            if on_key:
+                on_key(kr)
+    finally:
+        runner.close()
+        if compiler is not None:
+            compiler.close()
+    return report
+
+
+def _key_report(result: SweepResult) -> KeyReport:
+    counts = result.counts()
+    if result.winner is None:
+        reasons = sorted({f"{o.status}: {o.reason.splitlines()[0][:160]}" for o in result.outcomes if o.reason})
+        return KeyReport(
+            result.key.text(), "failed", counts=counts, seconds=result.seconds, reason="; ".join(reasons[:3])
+        )
+    speedup = None
+    if result.default is not None and result.default.timing:
+        speedup = result.default.median / result.winner.median
+    return KeyReport(
+        result.key.text(),
+        "certified",
+        winner=result.winner.config.label(),
+        speedup_over_default=speedup,
+        counts=counts,
+        seconds=result.seconds,
+    )

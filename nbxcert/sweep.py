@@ -1,0 +1,158 @@
+"""The sweep of one launch key: every candidate the device file allows, compiled, checked against the oracle, timed.
+
+1. The spec's candidates are pruned by device-file facts; each pruned one keeps its reason.
+2. The rest are compiled ahead of timing, in parallel worker processes (Triton's compile is CPU-bound), so the sweep
+   takes the slowest compile plus the runs, not the sum of compiles.
+3. Each compiled candidate runs in the runner worker on seeded inputs at the bucket's smallest and largest member,
+   outputs poisoned first, and is compared with the oracle. Refusals keep their reason: compile, resources, crash (the
+   worker is replaced), timeout (the worker is killed and replaced), mismatch (with the numpy-style report).
+4. Each correct candidate is timed at the bucket's largest member (CUDA events, L2 flushed; or interpreter CPU time).
+5. Winner = fastest correct; a candidate within the winner's measured noise is preferred when it is the kernel's
+   untuned default, then when it is simpler, so certificates do not flip between runs. The winner runs three more
+   times on the same inputs: bit-identical outputs, or the certificate says it is not reproducible.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from nbxcert.kernels.spec import Config, KernelSpec
+from nbxcert.keys import LaunchKey, key_problems
+from nbxcert.worker import CompilePool, Worker, WorkerGone
+
+REFUSALS = ("pruned", "compile", "resources", "crash", "timeout", "mismatch")
+
+
+@dataclass
+class Outcome:
+    """What became of one candidate."""
+
+    config: Config
+    status: str  # one of REFUSALS or "correct"
+    reason: str = ""
+    error: dict[str, float] | None = None
+    timing: dict[str, Any] | None = None
+
+    @property
+    def median(self) -> float:
+        return self.timing["median_us"] if self.timing else float("inf")
+
+
+@dataclass
+class SweepResult:
+    key: LaunchKey
+    problems: dict[str, dict[str, Any]]
+    outcomes: list[Outcome]
+    winner: Outcome | None
+    runner_up: Outcome | None
+    default: Outcome | None
+    reproducible: bool | None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def counts(self) -> dict[str, int]:
+        c = {s: 0 for s in REFUSALS + ("correct",)}
+        for o in self.outcomes:
+            c[o.status] += 1
+        return c
+
+    @property
+    def margin(self) -> float | None:
+        if self.winner is None or self.runner_up is None:
+            return None
+        return self.runner_up.median / self.winner.median - 1.0
+
+
+def simplicity(config: Config) -> tuple:
+    """Smaller is simpler: fewer stages, fewer warps, then smaller tile sizes."""
+    ints = [v for _, v in config.kwargs if isinstance(v, int)]
+    return (config.num_stages, config.num_warps, sum(ints), config.label())
+
+
+def choose_winner(correct: list[Outcome], default: Config) -> tuple[Outcome | None, Outcome | None]:
+    """Fastest correct; within the fastest's measured noise (its (p80 - p20) / median), prefer the untuned default,
+    then the simplest. Returns (winner, runner-up)."""
+    if not correct:
+        return None, None
+    ranked = sorted(correct, key=lambda o: (o.median, simplicity(o.config)))
+    best = ranked[0]
+    noise = best.timing.get("spread", 0.0) if best.timing else 0.0
+    band = [o for o in ranked if o.median <= best.median * (1.0 + noise)]
+    winner = next((o for o in band if o.config == default), None) or min(band, key=lambda o: simplicity(o.config))
+    rest = [o for o in ranked if o is not winner]
+    return winner, (rest[0] if rest else None)
+
+
+def sweep_key(
+    spec: KernelSpec,
+    key: LaunchKey,
+    profile,
+    runner: Worker,
+    compiler: CompilePool | None,
+    seed: int,
+    timeout_s: float,
+    progress=None,
+) -> SweepResult:
+    """Sweep one key. `runner` is the worker that checks and times; `compiler` compiles ahead in parallel (None
+    under the interpreter, which compiles nothing)."""
+    t_start = time.perf_counter()
+    problems = key_problems(spec, key, profile)
+    dtypes = list(key.dtypes)
+    pruned = spec.prune(spec.candidates, problems["timing"], profile)
+    outcomes = [Outcome(c, "pruned", reason) for c, reason in pruned.pruned]
+    # a config pruned at the largest member may still be kept at the smallest: the key is certified at both ends, so
+    # a candidate must be allowed for both
+    kept_small = set(spec.prune(spec.candidates, problems["smallest"], profile).kept)
+    kept = []
+    for c in pruned.kept:
+        if c in kept_small:
+            kept.append(c)
+        else:
+            outcomes.append(Outcome(c, "pruned", "pruned at the bucket's smallest member"))
+    base = {"spec": spec.name, "problems": problems, "dtypes": dtypes, "seed": seed, "profile": profile.key}
+    if progress:
+        progress(f"{key.text()}: compiling {len(kept)} candidates ({len(outcomes)} pruned)")
+    if compiler is not None:
+        compiled = compiler.compile_all([{**base, "op": "compile", "config": c.as_dict()} for c in kept], timeout_s)
+    else:
+        compiled = [{"status": "compiled"} for _ in kept]
+    t_compiled = time.perf_counter()
+    runnable = []
+    for c, reply in zip(kept, compiled):
+        if reply["status"] == "compiled":
+            runnable.append(c)
+        else:
+            outcomes.append(Outcome(c, reply["status"], reply.get("reason", "")))
+    for i, c in enumerate(runnable):
+        if progress:
+            progress(f"{key.text()}: running candidate {i + 1}/{len(runnable)}")
+        try:
+            reply = runner.request({**base, "op": "check", "config": c.as_dict(), "time": True}, timeout_s)
+        except WorkerGone as gone:
+            outcomes.append(Outcome(c, gone.status, gone.detail))
+            continue
+        if reply["status"] == "correct":
+            outcomes.append(Outcome(c, "correct", "", reply["error"], reply["timing"]))
+        else:
+            outcomes.append(Outcome(c, reply["status"], reply.get("reason", "")))
+    t_run = time.perf_counter()
+    correct = [o for o in outcomes if o.status == "correct"]
+    winner, runner_up = choose_winner(correct, spec.default)
+    default = next((o for o in outcomes if o.config == spec.default), None)
+    reproducible = None
+    if winner is not None:
+        try:
+            reply = runner.request({**base, "op": "repro", "config": winner.config.as_dict()}, timeout_s)
+            reproducible = bool(reply.get("reproducible")) if reply.get("status") == "done" else False
+        except WorkerGone:
+            reproducible = False
+    # candidates keep the spec's order in the record, whatever order they finished in
+    order = {c: i for i, c in enumerate(spec.candidates)}
+    outcomes.sort(key=lambda o: order[o.config])
+    seconds = {
+        "compile": t_compiled - t_start,
+        "run": t_run - t_compiled,
+        "total": time.perf_counter() - t_start,
+    }
+    return SweepResult(key, problems, outcomes, winner, runner_up, default, reproducible, seconds)

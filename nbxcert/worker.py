@@ -1,0 +1,210 @@
+"""The worker processes a sweep runs candidates in, so that a crash or a hang costs one candidate, not the sweep.
+
+`Worker` is a child process (spawned, never forked: a CUDA context does not survive a fork) that imports the kernel
+registry once and then answers requests over a pipe. A request that kills the process (an illegal address poisons its
+CUDA context for good; a segfault) is answered `crash` and the worker is replaced; one that outlives its time limit is
+answered `timeout`, the process is killed and replaced. The sweep goes on either way.
+
+`compile_all` warms Triton's on-disk cache for many candidates at once in a pool of processes (Triton's compile is
+CPU-bound), so the runner then finds every kernel compiled.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+import traceback
+from typing import Any
+
+_CTX = multiprocessing.get_context("spawn")
+
+
+class WorkerGone(Exception):
+    """Internal: the worker process died (`crash`) or was killed for running too long (`timeout`)."""
+
+    def __init__(self, status: str, detail: str):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+def _classify(exc: BaseException) -> str:
+    """The refusal reason of an exception raised while compiling or running a candidate."""
+    name = type(exc).__name__
+    module = type(exc).__module__
+    from nbxcert.errors import CudaError
+
+    if name == "OutOfResources" or "OutOfResources" in name:
+        return "resources"
+    if isinstance(exc, CudaError):
+        return "crash"
+    if name in ("CompilationError", "CompileTimeAssertionFailure", "PTXASError") or module.startswith(
+        "triton.compiler"
+    ):
+        return "compile"
+    if isinstance(exc, RuntimeError) and "PassManager::run failed" in str(exc):
+        return "compile"
+    if name == "InterpreterError" and exc.__cause__ is not None:
+        # the interpreter's equivalent of a compile error: a static assertion or a front-end type/shape error,
+        # raised by Triton's language layer rather than by the kernel's run
+        import traceback as tb
+
+        frames = tb.extract_tb(exc.__cause__.__traceback__)
+        last = frames[-1] if frames else None
+        if last is not None and ("static_assert" in last.name or "/triton/language/" in last.filename):
+            return "compile"
+    return "crash"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    for line in text:  # Triton puts the useful line of a compile error last
+        if "error" in line.lower():
+            first = line.strip()
+    return f"{type(exc).__name__}: {first}"[:500]
+
+
+def _serve(conn, env: dict[str, str], modules: list[str]) -> None:
+    """The worker's loop: set the environment, load kernels, answer requests until the pipe closes."""
+    os.environ.update(env)
+    from nbxcert.kernels.backends import select
+    from nbxcert.kernels.spec import load_all
+
+    select()
+    load_all()
+    import importlib
+
+    for m in modules:
+        importlib.import_module(m)
+    from nbxcert import runner
+
+    while True:
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        try:
+            reply = runner.handle(request)
+        except BaseException as exc:  # noqa: BLE001 - every failure of a candidate is classified and reported
+            reply = {"status": _classify(exc), "reason": _one_line(exc), "traceback": traceback.format_exc()}
+            from nbxcert.errors import CudaError
+            from nbxcert.kernels.backends import cuda
+
+            if isinstance(exc, CudaError) and cuda.launch_error_poisons_context(exc):
+                conn.send(reply)
+                os._exit(3)  # the context is poisoned for good: the parent starts a fresh worker
+        conn.send(reply)
+
+
+class Worker:
+    """One child process answering requests; replaced when it dies or hangs."""
+
+    def __init__(self, env: dict[str, str] | None = None, modules: list[str] | None = None):
+        self.env = dict(env or {})
+        self.modules = list(modules or [])
+        self.process = None
+        self.conn = None
+        self.restarts = 0
+
+    def _start(self) -> None:
+        parent, child = _CTX.Pipe()
+        self.process = _CTX.Process(target=_serve, args=(child, self.env, self.modules), daemon=True)
+        self.process.start()
+        child.close()
+        self.conn = parent
+
+    def request(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        """Send one request; return the reply, or raise `WorkerGone` (crash/timeout) after replacing the worker."""
+        if self.process is None or not self.process.is_alive():
+            self._start()
+        self.conn.send(message)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._kill()
+                raise WorkerGone("timeout", f"no answer within {timeout_s:.0f} s (the worker was killed and replaced)")
+            if self.conn.poll(min(left, 0.5)):
+                try:
+                    return self.conn.recv()
+                except EOFError:
+                    break
+            if not self.process.is_alive():
+                if self.conn.poll(0):  # a reply sent just before the process exited on purpose
+                    try:
+                        reply = self.conn.recv()
+                        self._reap()
+                        return reply
+                    except EOFError:
+                        pass
+                break
+        code = self.process.exitcode
+        self._reap()
+        raise WorkerGone("crash", f"the worker process died (exit code {code}); a new one was started")
+
+    def _kill(self) -> None:
+        if self.process is not None and self.process.is_alive():
+            self.process.kill()
+        self._reap()
+
+    def _reap(self) -> None:
+        if self.process is not None:
+            self.process.join(timeout=10)
+        if self.conn is not None:
+            self.conn.close()
+        self.process, self.conn = None, None
+        self.restarts += 1
+
+    def close(self) -> None:
+        if self.process is not None and self.process.is_alive():
+            self.conn.close()
+            self.process.join(timeout=10)
+            if self.process.is_alive():
+                self.process.kill()
+        self.process = None
+
+
+class CompilePool:
+    """`jobs` worker processes that compile candidates at once, kept across keys (a worker's start costs seconds).
+
+    Each compile also fills Triton's on-disk cache, which the runner's process then reads instead of compiling."""
+
+    def __init__(self, env: dict[str, str], modules: list[str], jobs: int):
+        self.workers = [Worker(env, modules) for _ in range(max(1, jobs))]
+
+    def compile_all(self, requests: list[dict[str, Any]], timeout_s: float) -> list[dict]:
+        """One reply per request (`op: compile`), in order. A compile that crashes or hangs its worker is that
+        candidate's refusal, never the sweep's end."""
+        import queue
+        import threading
+
+        todo: queue.Queue = queue.Queue()
+        for i, r in enumerate(requests):
+            todo.put((i, r))
+        replies: list[dict | None] = [None] * len(requests)
+
+        def drive(w: Worker):
+            while True:
+                try:
+                    i, r = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    replies[i] = w.request(r, timeout_s)
+                except WorkerGone as gone:
+                    replies[i] = {"status": gone.status, "reason": gone.detail}
+
+        threads = [threading.Thread(target=drive, args=(w,), daemon=True) for w in self.workers[: len(requests)]]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return [
+            r if r is not None else {"status": "crash", "reason": "no reply from the compile worker"} for r in replies
+        ]
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.close()
