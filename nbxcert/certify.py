@@ -199,6 +199,7 @@ def certify(
     modules: Sequence[str] = (),
     progress: Callable[[str], None] | None = None,
     on_key: Callable[[KeyReport], None] | None = None,
+    timeout_s: float | None = None,
 ) -> CertifyReport:
     from nbxcert.kernels.backends import select
 
@@ -213,7 +214,7 @@ def certify(
         env["TRITON_INTERPRET"] = "1"
     runner = Worker(env, list(modules))
     compiler = CompilePool(env, list(modules), jobs or os.cpu_count() or 1) if choice.name == "cuda" else None
-    timeout_s = TIMEOUT_S[choice.name]
+    timeout_s = timeout_s or TIMEOUT_S[choice.name]
     try:
         for key in todo:
             spec = specs[key.kernel]

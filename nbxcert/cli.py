@@ -252,6 +252,9 @@ def certify(
     force: Annotated[bool, typer.Option(help="Re-certify keys already certified for this card and versions.")] = False,
     jobs: Annotated[Optional[int], typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
     spec: Annotated[Optional[list[str]], typer.Option(help="Import a module registering your own KernelSpec.")] = None,
+    timeout: Annotated[
+        Optional[float], typer.Option(help="Seconds one candidate may take to compile, or to check and time.")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON; no progress bar.")] = False,
 ):
     """Sweep every requested key on this device and write certificates (resumable; exit 0 only if all certified)."""
@@ -272,7 +275,9 @@ def certify(
         print(f"[nbxcert] notice: this device runs on the {prof.key} profile by a {how} match", file=sys.stderr)
     found = gather_keys(prof, key or (), keys_file, workload, kernels.split(",") if kernels else None)
     if json_out:
-        report = run_certify(prof.key, found, out_dir, force, parse_shard(shard), jobs, modules=modules)
+        report = run_certify(
+            prof.key, found, out_dir, force, parse_shard(shard), jobs, modules=modules, timeout_s=timeout
+        )
     else:
         columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}")]
         with Progress(*columns, TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True) as bar:
@@ -292,6 +297,7 @@ def certify(
                 modules=modules,
                 progress=progress,
                 on_key=lambda kr: bar.advance(overall),
+                timeout_s=timeout,
             )
     totals = report.totals()
     if json_out:
