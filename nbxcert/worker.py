@@ -93,6 +93,7 @@ def _serve(conn, env: dict[str, str], modules: list[str]) -> None:
             from nbxcert.kernels.backends import cuda
 
             if isinstance(exc, CudaError) and cuda.launch_error_poisons_context(exc):
+                reply["worker_exits"] = True
                 conn.send(reply)
                 os._exit(3)  # the context is poisoned for good: the parent starts a fresh worker
         conn.send(reply)
@@ -128,16 +129,19 @@ class Worker:
                 raise WorkerGone("timeout", f"no answer within {timeout_s:.0f} s (the worker was killed and replaced)")
             if self.conn.poll(min(left, 0.5)):
                 try:
-                    return self.conn.recv()
-                except EOFError:
+                    reply = self.conn.recv()
+                except (EOFError, OSError):  # the process died mid-reply (ConnectionResetError is an OSError)
                     break
+                if reply.get("worker_exits"):  # its CUDA context is poisoned: wait for it to go, start afresh next time
+                    self._reap()
+                return reply
             if not self.process.is_alive():
                 if self.conn.poll(0):  # a reply sent just before the process exited on purpose
                     try:
                         reply = self.conn.recv()
                         self._reap()
                         return reply
-                    except EOFError:
+                    except (EOFError, OSError):
                         pass
                 break
         code = self.process.exitcode

@@ -1,0 +1,84 @@
+"""The sweep meets every refusal kind and survives it: compile, mismatch, crash (worker replaced), timeout (worker
+killed and replaced); the fastest correct candidate wins; ties prefer the default, then the simplest."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from nbxcert.kernels.spec import Config
+from nbxcert.sweep import Outcome, choose_winner
+
+FIXTURES = str(Path(__file__).parent / "fixtures")
+
+
+@pytest.fixture(scope="module")
+def faulty(backend):
+    if backend.name != "interpreter":
+        pytest.skip("the interpreter equivalents of the faults; the GPU run is in test_sweep_gpu")
+    sys.path.insert(0, FIXTURES)  # spawned workers inherit sys.path
+    import faulty_kernels
+
+    return faulty_kernels
+
+
+def test_one_sweep_refuses_each_fault_with_its_reason_and_certifies_the_good_one(faulty):
+    from nbxcert.keys import LaunchKey
+    from nbxcert.profiles import get_profile
+    from nbxcert.sweep import sweep_key
+    from nbxcert.worker import Worker
+
+    profile = get_profile("cpu/interpreter")
+    key = LaunchKey("fault_probe", (("n", 300),), ("float32",))
+    runner = Worker({"NBXCERT_BACKEND": "interpreter", "TRITON_INTERPRET": "1"}, ["faulty_kernels"])
+    try:
+        result = sweep_key(faulty.SPEC, key, profile, runner, None, seed=7, timeout_s=10)
+    finally:
+        runner.close()
+    by_fault = {o.config["FAULT"]: o for o in result.outcomes}
+    assert by_fault[0].status == "correct"
+    assert by_fault[1].status == "correct"
+    assert by_fault[2].status == "mismatch" and "Mismatched elements: 300 / 300" in by_fault[2].reason
+    assert by_fault[3].status == "compile" and "deliberate compile failure" in by_fault[3].reason
+    assert by_fault[4].status == "crash"
+    assert by_fault[5].status == "timeout"
+    assert result.winner is not None and result.winner.config["FAULT"] in (0, 1)
+    assert result.reproducible is True
+    assert result.counts() == {
+        "pruned": 0,
+        "compile": 1,
+        "resources": 0,
+        "crash": 1,
+        "timeout": 1,
+        "mismatch": 1,
+        "correct": 2,
+    }
+    assert runner.restarts >= 2, "the crashed and the hung worker were both replaced"
+
+
+def _o(label_kwargs, median, spread=0.0, warps=4, stages=2):
+    return Outcome(
+        Config.make(num_warps=warps, num_stages=stages, **label_kwargs),
+        "correct",
+        timing={"median_us": median, "min_us": median, "spread": spread, "reps": 10, "kind": "cuda_events"},
+    )
+
+
+def test_winner_is_fastest_when_outside_noise():
+    fast, slow = _o({"B": 64}, 10.0, spread=0.01), _o({"B": 32}, 12.0)
+    winner, runner_up = choose_winner([slow, fast], default=slow.config)
+    assert winner is fast and runner_up is slow
+
+
+def test_within_noise_the_default_wins_then_the_simplest():
+    a, b, c = _o({"B": 128}, 10.0, spread=0.05), _o({"B": 64}, 10.3), _o({"B": 32}, 10.4)
+    winner, _ = choose_winner([a, b, c], default=b.config)
+    assert winner is b, "the untuned default within the noise band is preferred"
+    winner, _ = choose_winner([a, b, c], default=Config.make(B=999))
+    assert winner is c, "without the default in the band, the simplest (smallest tiles) wins"
+
+
+def test_no_correct_candidate_means_no_winner():
+    assert choose_winner([], default=Config.make(B=1)) == (None, None)
