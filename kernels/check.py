@@ -7,6 +7,7 @@ poisoned, the kernel runs, and each output is compared (`compare.compare`) at th
 
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping
 
 from nbxcert.kernels.compare import Verdict, compare, poison
@@ -26,8 +27,10 @@ def run_checked(
     seed: int,
     device: str,
     inputs: Inputs | None = None,
+    timings: list[float] | None = None,
 ) -> dict[str, Verdict]:
-    """Launch `config` on the problem and return a verdict per output (tolerances from `profile`)."""
+    """Launch `config` on the problem and return a verdict per output (tolerances from `profile`). With `timings`,
+    the launch's wall time in seconds is appended to it (the interpreter's timing is its CPU time)."""
     if inputs is None:
         inputs = spec.make_inputs(problem, tuple(dtypes), seed, device)
     refs = spec.oracle(inputs)
@@ -36,7 +39,10 @@ def run_checked(
         if name not in inplace:
             t = inputs.tensors[name]
             poison(t, t.dtype)
+    t0 = time.perf_counter()
     spec.launch(config, inputs)
+    if timings is not None:
+        timings.append(time.perf_counter() - t0)
     context = describe(spec, config, problem, dtypes)
     verdicts = {}
     for name, ref in refs.items():

@@ -28,6 +28,7 @@ class Verdict:
     max_rel: float
     max_scaled: float  # max of |out - ref| / (tol * scale + rounding): <= 1 passes
     report: str
+    tolerance: float = 0.0  # the tol this output was held to
 
     def as_dict(self) -> dict:
         return {"max_abs": self.max_abs, "max_rel": self.max_rel, "max_scaled": self.max_scaled}
@@ -52,7 +53,7 @@ def compare(
     scale = np.broadcast_to(np.asarray(scale, dtype=np.float64), ref.shape)
     if out.shape != ref.shape:
         report = f"{context}\nshape mismatch: kernel output {out.shape}, reference {ref.shape}"
-        return Verdict(False, ref.size, ref.size, float("inf"), float("inf"), float("inf"), report.strip())
+        return Verdict(False, ref.size, ref.size, float("inf"), float("inf"), float("inf"), report.strip(), tol)
     finite_ref = np.isfinite(ref)
     with np.errstate(invalid="ignore", over="ignore"):
         abs_err = np.abs(out - ref)
@@ -77,7 +78,7 @@ def compare(
         max_scaled = float("inf")
     n_bad = int(bad.sum())
     if n_bad == 0:
-        return Verdict(True, 0, ref.size, max_abs, max_rel, max_scaled, "")
+        return Verdict(True, 0, ref.size, max_abs, max_rel, max_scaled, "", tol)
     lines = [
         context.strip(),
         f"Not equal to tolerance tol={tol:g} x scale + rounding({dtype.name})",
@@ -92,7 +93,7 @@ def compare(
         f"Max relative difference among finite values: {max_rel:.6g}",
         f"Max scaled error (<= 1 passes): {max_scaled:.6g}",
     ]
-    return Verdict(False, n_bad, ref.size, max_abs, max_rel, max_scaled, "\n".join(x for x in lines if x))
+    return Verdict(False, n_bad, ref.size, max_abs, max_rel, max_scaled, "\n".join(x for x in lines if x), tol)
 
 
 def poison(t, dtype: DType) -> None:

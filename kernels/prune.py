@@ -50,3 +50,41 @@ def prune_with(candidates: Iterable[Config], profile, *checks: Callable[[Config]
         else:
             kept.append(c)
     return PruneResult(tuple(kept), tuple(pruned))
+
+
+def lanes_refusal(tile_elements: int, config: Config, profile, what: str = "tile") -> str | None:
+    """Refuse a block with a warp that has no element of its own: with a tile of at most (num_warps - 1) x warp_size
+    elements, Triton's layout replicates the tile across the surplus lanes, and whole warps load, compute and reduce
+    copies (no error, only warps that do no work). One warp is always allowed: fewer is not possible."""
+    warp = limit(profile, "warp_size")
+    if warp is None or config.num_warps == 1:
+        return None
+    if tile_elements <= (config.num_warps - 1) * warp:
+        return (
+            f"{what} of {tile_elements} elements leaves a warp with no element of its own "
+            f"(<= (num_warps={config.num_warps} - 1) x warp_size={warp})"
+        )
+    return None
+
+
+def registers_refusal(
+    tile_elements: int, regs_per_element: int, config: Config, profile, what: str, scalar_regs: int = 0
+) -> str | None:
+    """Refuse a config whose live tile-shaped values need more 32-bit registers per thread than a thread of a block
+    of this size can have: min(max_registers_per_thread, max_registers_per_block / threads). `regs_per_element` is
+    the kernel's count of 32-bit registers per tile element it keeps live at its peak (a float64 value takes 2);
+    `scalar_regs` what the kernel holds besides its tiles (addresses, indices, loop counters)."""
+    warp = limit(profile, "warp_size")
+    per_thread = limit(profile, "max_registers_per_thread")
+    per_block = limit(profile, "max_registers_per_block")
+    if warp is None or per_thread is None:
+        return None
+    threads = config.num_warps * warp
+    budget = per_thread if per_block is None else min(per_thread, per_block // threads)
+    need = -(-tile_elements // threads) * regs_per_element + scalar_regs
+    if need > budget:
+        return (
+            f"{what}: {need} registers per thread with num_warps={config.num_warps} > {budget} "
+            f"(min of max_registers_per_thread={per_thread}, max_registers_per_block={per_block} / {threads} threads)"
+        )
+    return None

@@ -254,3 +254,14 @@ def unregister(name: str) -> None:
     """Remove a spec (tests use this for specs they create)."""
     with _lock:
         _REGISTRY.pop(name, None)
+
+
+def choose_config(spec: KernelSpec, problem: Mapping[str, Any], dtypes, config: Config | None = None, **runtime):
+    """The one place a user-facing launch picks its config: the caller's `config` when given, else the certified one
+    served for `problem` and `dtypes` (`nbxcert.serve`). `runtime` (run=, outputs=, restore=) lets serving sweep the
+    launch's own arguments when no certificate covers it and certified-only mode is off."""
+    if config is not None:
+        return config
+    from nbxcert import serve
+
+    return serve.config_for(spec, problem, tuple(dtypes), serve.RuntimeLaunch(**runtime) if runtime else None)

@@ -72,7 +72,9 @@ def dumps(doc: dict) -> str:
 # --- validation -------------------------------------------------------------------------------------------------------
 def _fail(path, key, field, reason) -> CertificateInvalid:
     where = f"{path}" + (f": key {key}" if key else "") + (f": field '{field}'" if field else "")
-    return CertificateInvalid(f"{where}: {reason}")
+    e = CertificateInvalid(f"{where}: {reason}")
+    e.file, e.key, e.field, e.reason = str(path), key, field, reason  # the parts, for `nbxcert validate --json`
+    return e
 
 
 def _check_type(path, key, field, value, kind, allow_none=False):
@@ -192,6 +194,11 @@ def validate_entry(path, key_text: str, entry: Any, kernel: str, dtype: str, spe
             raise _fail(path, key_text, f"refused[{i}].status", f"must be one of {OUTCOMES[:-1]}")
     cp = entry["certified_problems"]
     _check_type(path, key_text, "certified_problems", cp, dict)
+    for role, problem in cp.items():  # {role: {field: int or word}}: nothing deeper is accepted, so nothing nests
+        _check_type(path, key_text, f"certified_problems.{role}", problem, dict)
+        for name, value in problem.items():
+            if isinstance(value, bool) or not isinstance(value, (int, str)):
+                raise _fail(path, key_text, f"certified_problems.{role}.{name}", "must be an integer or a word")
     if dtype not in key.dtypes:
         raise _fail(path, key_text, None, f"file dtype '{dtype}' is not among the key's dtypes {list(key.dtypes)}")
 

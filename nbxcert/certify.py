@@ -212,7 +212,9 @@ def certify(
     env = {"NBXCERT_BACKEND": choice.name}
     if choice.name == "interpreter":
         env["TRITON_INTERPRET"] = "1"
-    runner = Worker(env, list(modules))
+    # one runner on a GPU (timings must not overlap); one per core under the interpreter (CPU timings, recorded as such)
+    n_runners = 1 if choice.name == "cuda" else (jobs or os.cpu_count() or 1)
+    runners = [Worker(env, list(modules)) for _ in range(n_runners)]
     compiler = CompilePool(env, list(modules), jobs or os.cpu_count() or 1) if choice.name == "cuda" else None
     timeout_s = timeout_s or TIMEOUT_S[choice.name]
     try:
@@ -223,7 +225,7 @@ def certify(
             if old is not None and not force and same_card(old["provenance"], prov):
                 kr = KeyReport(key.text(), "skipped", reason="already certified for this card and versions")
             else:
-                result = sweep_key(spec, key, profile, runner, compiler, seed, timeout_s, progress)
+                result = sweep_key(spec, key, profile, runners, compiler, seed, timeout_s, progress)
                 kr = _key_report(result)
                 if result.winner is not None:
                     entry = entry_of(result, spec, profile, prov, seed)
@@ -232,7 +234,8 @@ def certify(
             if on_key:
                 on_key(kr)
     finally:
-        runner.close()
+        for r in runners:
+            r.close()
         if compiler is not None:
             compiler.close()
     return report

@@ -258,18 +258,16 @@ def certify(
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON; no progress bar.")] = False,
 ):
     """Sweep every requested key on this device and write certificates (resumable; exit 0 only if all certified)."""
-    import importlib
-
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from nbxcert.certify import certify as run_certify
     from nbxcert.certify import parse_shard, resolve_profile
+    from nbxcert.certtools import load_specs
     from nbxcert.keyfile import gather_keys
 
     _backend_line()
     modules = [s.split(":")[0] for s in spec or ()]
-    for m in modules:
-        importlib.import_module(m)
+    load_specs(modules)
     prof, how = resolve_profile(profile)
     if how != "exact":
         print(f"[nbxcert] notice: this device runs on the {prof.key} profile by a {how} match", file=sys.stderr)
@@ -327,6 +325,324 @@ def certify(
             f"failed {totals['failed']}; files under {Path(out_dir) / report.profile}"
         )
     raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command()
+@handled
+def verify(
+    profile: Annotated[str, typer.Option(help="The profile to verify; must match the device in force.")],
+    workload: Annotated[Optional[str], typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
+    keys_file: Annotated[Optional[Path], typer.Option("--keys", help="A keys file (JSON lines).")] = None,
+    key: Annotated[Optional[list[str]], typer.Option(help="A launch key text (repeatable).")] = None,
+    kernels: Annotated[Optional[str], typer.Option(help="Only these kernels (comma-separated).")] = None,
+    dirs: Annotated[Optional[list[Path]], typer.Option("--dir", help="Certificate directory (repeatable).")] = None,
+    certified_only: Annotated[
+        bool, typer.Option("--certified-only", help="A key with no certificate fails the run (never a sweep).")
+    ] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+):
+    """Launch every key through the serving path on fresh inputs and check each output against its oracle."""
+    from nbxcert.certify import resolve_profile
+    from nbxcert.keyfile import gather_keys
+    from nbxcert.verify import verify as run_verify
+
+    _backend_line()
+    prof, _how = resolve_profile(profile)
+    found = gather_keys(prof, key or (), keys_file, workload, kernels.split(",") if kernels else None)
+    report = run_verify(prof.key, found, dirs, certified_only)
+    if json_out:
+        print(
+            json.dumps(
+                {
+                    "profile": report.profile,
+                    "keys": report.keys,
+                    "served": report.served,
+                    "swept": report.swept,
+                    "missing": report.missing,
+                    "mismatched": [{"key": k, "config": c, "report": r} for k, c, r in report.mismatched],
+                },
+                indent=2,
+            )
+        )
+    else:
+        for k in report.missing:
+            print(f"missing: {k}", file=sys.stderr)
+        for k, c, r in report.mismatched:
+            print(f"mismatched: {k} with config {c}\n{r}", file=sys.stderr)
+        print(report.line())
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command()
+@handled
+def coverage(
+    profile: Annotated[str, typer.Option(help="The profile whose certificates are counted.")],
+    workload: Annotated[Optional[str], typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
+    keys_file: Annotated[Optional[Path], typer.Option("--keys", help="A keys file (JSON lines).")] = None,
+    dirs: Annotated[Optional[list[Path]], typer.Option("--dir", help="Certificate directory (repeatable).")] = None,
+    min_fraction: Annotated[float, typer.Option("--min", help="Fail (exit 1) below this covered fraction.")] = 1.0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    junit_xml: Annotated[Optional[Path], typer.Option("--junit-xml", help="Also write a JUnit XML report.")] = None,
+):
+    """How many of a workload's (or keys file's) keys are certified for a profile; the missing ones listed."""
+    from nbxcert.keyfile import gather_keys
+    from nbxcert.profiles import get_profile
+    from nbxcert.verify import coverage as run_coverage
+    from nbxcert.verify import junit_xml as to_junit
+
+    if not 0.0 <= min_fraction <= 1.0:
+        raise errors.UsageError(f"--min {min_fraction} is not a fraction in [0, 1]")
+    prof = get_profile(profile)
+    found = gather_keys(prof, (), keys_file, workload)
+    report = run_coverage(prof.key, found, dirs)
+    if junit_xml:
+        junit_xml.write_text(to_junit(report, min_fraction))
+    if json_out:
+        print(
+            json.dumps(
+                {
+                    "profile": report.profile,
+                    "keys": len(report.keys),
+                    "certified": len(report.certified),
+                    "fraction": report.fraction,
+                    "min": min_fraction,
+                    "missing": report.missing,
+                },
+                indent=2,
+            )
+        )
+    else:
+        for k in report.missing:
+            print(f"missing: {k}")
+        print(
+            f"[nbxcert] coverage {report.profile}: {len(report.certified)}/{len(report.keys)} keys certified "
+            f"({100 * report.fraction:.1f}%), minimum {100 * min_fraction:.1f}%"
+        )
+    raise typer.Exit(0 if report.fraction >= min_fraction else 1)
+
+
+# --- certificate directories: validate, show, diff, merge -------------------------------------------------------------
+def _cell(value):
+    """Certificate text as a table cell: never read as Rich markup, control characters escaped."""
+    from rich.text import Text
+
+    from nbxcert.certtools import printable
+
+    return Text(printable(value))
+
+
+def _timing_text(t: dict) -> str:
+    return (
+        f"median {t['median_us']:.4g} us, min {t['min_us']:.4g} us, spread {100 * t['spread']:.1f}%, "
+        f"{t['reps']} reps ({t['kind']})"
+    )
+
+
+@app.command()
+@handled
+def validate(
+    directory: Annotated[Path, typer.Argument(help="A certificate directory (<vendor>/<profile>/*.json).")],
+    spec: Annotated[Optional[list[str]], typer.Option(help="Import a module registering your own KernelSpec.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the problems as JSON objects.")] = False,
+):
+    """List every problem of every certificate file under DIRECTORY (exit 1 if there is any)."""
+    from nbxcert.certtools import validate as run_validate
+
+    scan = run_validate(directory, spec or ())
+    if json_out:
+        doc = {"dir": str(directory), "files": scan.files, "entries": scan.entries}
+        print(json.dumps({**doc, "problems": [p.as_dict() for p in scan.problems]}, indent=2))
+    else:
+        for p in scan.problems:
+            print(p.line())
+        print(scan.line())
+    raise typer.Exit(0 if scan.ok else 1)
+
+
+@app.command()
+@handled
+def show(
+    key: Annotated[str, typer.Argument(help="A launch key, as `nbxcert keys` prints it.")],
+    profile: Annotated[Optional[str], typer.Option(help="Only this profile (default: every profile).")] = None,
+    dirs: Annotated[
+        Optional[list[Path]],
+        typer.Option("--dir", help="Certificate directory (repeatable; default: the serving search path)."),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+):
+    """Show the certification of one key: winner, timings, runner-up, default, error, refusals, provenance."""
+    from nbxcert.certtools import config_label, summary
+    from nbxcert.certtools import show as run_show
+
+    shown = run_show(key, profile, dirs or ())
+    if json_out:
+        rows = [
+            {
+                "key": s.found.key,
+                "profile": s.found.profile,
+                "dir": str(s.found.root),
+                "file": str(s.found.path),
+                "shadowed": [str(d) for d in s.shadowed],
+                "summary": summary(s.found.entry),
+                "entry": s.found.entry,
+            }
+            for s in shown
+        ]
+        print(json.dumps(rows, indent=2, sort_keys=True))
+        return
+    for s in shown:
+        e, sm = s.found.entry, summary(s.found.entry)
+        t = Table(title=_cell(f"{s.found.key} on {s.found.profile}"), show_header=False)
+        t.add_column("what", style="bold")
+        t.add_column("value")
+        t.add_row("file", _cell(s.found.path))
+        for d in s.shadowed:
+            t.add_row("shadowed", _cell(f"also certified in {d} (the first directory wins)"))
+        t.add_row("winner", _cell(sm["winner"]))
+        t.add_row("winner timing", _cell(_timing_text(e["winner"]["timing"])))
+        if e["runner_up"]:
+            t.add_row("runner-up", _cell(f"{sm['runner_up']}: {_timing_text(e['runner_up']['timing'])}"))
+            t.add_row("margin", _cell(f"runner-up {100 * e['margin']:.1f}% slower"))
+        else:
+            t.add_row("runner-up", "none (one correct candidate)")
+        if e["default"]:
+            speed = f"{sm['speedup_over_default']:.2f}x" if sm["speedup_over_default"] else "-"
+            same = " (the default won)" if sm["default_is_winner"] else ""
+            t.add_row("default", _cell(f"{sm['default']}{same}: {_timing_text(e['default']['timing'])}"))
+            t.add_row("speed-up over default", speed)
+        else:
+            t.add_row("default", "refused on this device (see the refusals)")
+        err_ = e["error"]
+        t.add_row(
+            "error",
+            _cell(
+                f"max scaled {err_['max_scaled']:.3g} (<= 1 passes), max abs {err_['max_abs']:.3g}, "
+                f"max rel {err_['max_rel']:.3g}, tolerance {err_['tolerance']:.3g}"
+            ),
+        )
+        refused = ", ".join(f"{k} {v}" for k, v in sm["refused"].items()) or "none"
+        t.add_row("candidates", _cell(f"{sm['correct']} correct; refused: {refused}"))
+        for r in e["refused"]:
+            t.add_row(_cell(f"refused ({r['status']})"), _cell(f"{config_label(r['config'])}: {r['reason']}"))
+        t.add_row("reproducible", _yes(e["reproducible"]))
+        t.add_row("memory class", _cell(e["memory_class"]))
+        t.add_row("seed / oracle", _cell(f"{e['seed']} / {e['oracle']}"))
+        problems = "; ".join(
+            f"{role} " + ",".join(f"{n}={v}" for n, v in p.items()) for role, p in e["certified_problems"].items()
+        )
+        t.add_row("certified problems", _cell(problems))
+        for name, value in sorted(e["provenance"].items()):
+            t.add_row(f"provenance {name}", _cell(value))
+        out.print(t)
+
+
+@app.command()
+@handled
+def diff(
+    old: Annotated[Path, typer.Argument(help="The certificate directory before.")],
+    new: Annotated[Path, typer.Argument(help="The certificate directory after.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+):
+    """Keys added, removed, and whose winner changed (old and new config and median, new/old), per profile."""
+    from nbxcert.certtools import config_label, ratio
+    from nbxcert.certtools import diff as run_diff
+
+    report = run_diff(old, new)
+
+    def side(f):
+        w = f.entry["winner"]
+        return {"winner": config_label(w["config"]), "median_us": w["timing"]["median_us"], "kind": w["timing"]["kind"]}
+
+    if json_out:
+        doc = {
+            p: {
+                "added": [{"key": f.key, **side(f)} for f in pd.added],
+                "removed": [{"key": f.key, **side(f)} for f in pd.removed],
+                "changed": [
+                    {"key": a.key, "old": side(a), "new": side(b), "ratio": ratio(a.entry, b.entry)}
+                    for a, b in pd.changed
+                ],
+                "unchanged": pd.unchanged,
+            }
+            for p, pd in report.profiles.items()
+        }
+        print(json.dumps({"old": str(old), "new": str(new), "profiles": doc}, indent=2))
+        return
+    for p, pd in report.profiles.items():
+        if pd.added or pd.removed or pd.changed:
+            t = Table(title=_cell(f"{p}: {old} -> {new}"))
+            for col in ("change", "key", "old winner", "old us", "new winner", "new us", "new/old"):
+                t.add_column(col)
+            for f in pd.added:
+                s = side(f)
+                t.add_row("added", _cell(f.key), "", "", _cell(s["winner"]), f"{s['median_us']:.4g}", "")
+            for f in pd.removed:
+                s = side(f)
+                t.add_row("removed", _cell(f.key), _cell(s["winner"]), f"{s['median_us']:.4g}", "", "", "")
+            for a, b in pd.changed:
+                sa, sb, r = side(a), side(b), ratio(a.entry, b.entry)
+                t.add_row(
+                    "winner changed",
+                    _cell(a.key),
+                    _cell(sa["winner"]),
+                    f"{sa['median_us']:.4g}",
+                    _cell(sb["winner"]),
+                    f"{sb['median_us']:.4g}",
+                    f"{r:.3f}" if r is not None else "timing kinds differ",
+                )
+            out.print(t)
+        print(
+            f"{p}: {len(pd.added)} added, {len(pd.removed)} removed, {len(pd.changed)} winners changed, "
+            f"{pd.unchanged} unchanged"
+        )
+    if not report.profiles:
+        print("no certifications in either directory")
+
+
+@app.command()
+@handled
+def merge(
+    out_dir: Annotated[Path, typer.Argument(help="The certificate directory to merge into (created if missing).")],
+    dirs: Annotated[Optional[list[Path]], typer.Argument(help="Shard certificate directories (same layout).")] = None,
+    prefer: Annotated[
+        Optional[str],
+        typer.Option(help="Resolve a key certified on different cards or versions: 'newest' or 'fastest'."),
+    ] = None,
+    spec: Annotated[Optional[list[str]], typer.Option(help="Import a module registering your own KernelSpec.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+):
+    """Merge shard directories into OUT_DIR; a key certified on different cards or versions needs --prefer."""
+    from nbxcert.certtools import merge as run_merge
+
+    report = run_merge(out_dir, dirs or (), prefer, spec or ())
+    if json_out:
+        keys = [
+            {
+                "profile": k.profile,
+                "file": k.file,
+                "key": k.key,
+                "kind": k.kind,
+                "outcome": k.outcome,
+                "chosen": k.chosen.source if k.chosen else None,
+                "candidates": [c.source for c in k.candidates],
+                "note": k.note,
+            }
+            for k in report.keys
+        ]
+        summary_doc = {"out": str(out_dir), "prefer": prefer, "totals": report.totals()}
+        print(json.dumps({**summary_doc, "written": [str(p) for p in report.written], "keys": keys}, indent=2))
+    else:
+        notable = [k for k in report.keys if k.kind != "single" or k.outcome == "refused"]
+        if notable:
+            t = Table(title="merge decisions")
+            for col in ("profile", "key", "decision", "why"):
+                t.add_column(col)
+            for k in notable:
+                decision = "refused" if k.outcome == "refused" else f"{k.kind}: kept {k.chosen.source}"
+                t.add_row(_cell(k.profile), _cell(k.key), _cell(decision), _cell(k.note))
+            out.print(t)
+        print(report.line())
+    report.raise_if_refused()
 
 
 def main() -> None:

@@ -113,7 +113,7 @@ def _triton_backends() -> set[str]:
 def _certified_key_count(profile_key: str) -> int:
     from importlib.resources import files
 
-    base = files("nbxcert.certificates")
+    base = files("nbxcert.shipped_certificates")
     count = 0
     for part in profile_key.split("/"):
         base = base / part

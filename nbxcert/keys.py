@@ -91,7 +91,7 @@ def parse_key(text: str) -> LaunchKey:
             if "=" not in part:
                 raise KeyParseError(f"key '{text}': field '{part}' has no '='")
             n, v = part.split("=", 1)
-            if v.isdigit():
+            if re.fullmatch(r"[0-9]+", v):  # ASCII digits only: str.isdigit() accepts '²', which int() refuses
                 value: int | str = int(v)
                 if str(value) != v:
                     raise KeyParseError(f"key '{text}': value '{v}' of {n} has leading zeros (not canonical)")

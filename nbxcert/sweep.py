@@ -84,11 +84,46 @@ def choose_winner(correct: list[Outcome], default: Config) -> tuple[Outcome | No
     return winner, (rest[0] if rest else None)
 
 
+def _check_all(runners: list[Worker], base: dict, configs: list[Config], timeout_s: float, key, progress) -> list:
+    """Check (and time) each config; with several runners (the interpreter, whose timings are CPU times and never
+    compared with a GPU's) they run at once, one candidate per runner. A GPU sweep has one runner: timings must not
+    overlap."""
+    import queue
+    import threading
+
+    todo: queue.Queue = queue.Queue()
+    for i, c in enumerate(configs):
+        todo.put((i, c))
+    replies: list[dict | None] = [None] * len(configs)
+    done = [0]
+
+    def drive(w: Worker):
+        while True:
+            try:
+                i, c = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                replies[i] = w.request({**base, "op": "check", "config": c.as_dict(), "time": True}, timeout_s)
+            except WorkerGone as gone:
+                replies[i] = {"status": gone.status, "reason": gone.detail}
+            done[0] += 1
+            if progress:
+                progress(f"{key.text()}: checked {done[0]}/{len(configs)} candidates")
+
+    threads = [threading.Thread(target=drive, args=(w,), daemon=True) for w in runners[: max(1, len(configs))]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [r if r is not None else {"status": "crash", "reason": "no reply from the runner"} for r in replies]
+
+
 def sweep_key(
     spec: KernelSpec,
     key: LaunchKey,
     profile,
-    runner: Worker,
+    runner: Worker | list[Worker],
     compiler: CompilePool | None,
     seed: int,
     timeout_s: float,
@@ -124,18 +159,14 @@ def sweep_key(
             runnable.append(c)
         else:
             outcomes.append(Outcome(c, reply["status"], reply.get("reason", "")))
-    for i, c in enumerate(runnable):
-        if progress:
-            progress(f"{key.text()}: running candidate {i + 1}/{len(runnable)}")
-        try:
-            reply = runner.request({**base, "op": "check", "config": c.as_dict(), "time": True}, timeout_s)
-        except WorkerGone as gone:
-            outcomes.append(Outcome(c, gone.status, gone.detail))
-            continue
+    runners = runner if isinstance(runner, list) else [runner]
+    checked = _check_all(runners, base, runnable, timeout_s, key, progress)
+    for c, reply in zip(runnable, checked):
         if reply["status"] == "correct":
             outcomes.append(Outcome(c, "correct", "", reply["error"], reply["timing"]))
         else:
             outcomes.append(Outcome(c, reply["status"], reply.get("reason", "")))
+    runner = runners[0]
     t_run = time.perf_counter()
     correct = [o for o in outcomes if o.status == "correct"]
     winner, runner_up = choose_winner(correct, spec.default)

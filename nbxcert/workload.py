@@ -20,7 +20,7 @@ from nbxcert.errors import WorkloadInvalid
 
 SCHEMA_VERSION = 1
 NORMS = ("rmsnorm", "layernorm")
-ACTIVATIONS = ("silu", "gelu", "gelu_tanh")  # the gated MLP's activation (SwiGLU / GeGLU)
+ACTIVATIONS = ("silu",)  # the gated MLP's activation (SwiGLU); GeGLU needs a gelu_and_mul kernel first
 ROPE_LAYOUTS = ("neox", "gptj")
 MODEL_FIELDS = {
     "hidden": int,
@@ -174,32 +174,30 @@ def launches(w: Workload, profile) -> list[Launch]:
             out.append(Launch(kernel, problem, dt, where))
 
     def matmul(tokens, n, k, dt, where, bias=False):
-        problem = {"M": tokens, "N": n, "K": k, "trans_a": 0, "trans_b": 1}
+        # activations [tokens, k] row-major times a weight stored [n, k] (nn.Linear's layout): B = Wᵀ is
+        # column-major; model dimensions are multiples of 8, so operands are 16-byte aligned (TMA-legal)
+        problem = {"M": tokens, "N": n, "K": k, "trans_a": 0, "trans_b": 1, "aligned": 1}
         if bias:
-            add("addmm", {**problem, "activation": "none"}, (dt,), where)
+            add("addmm", {**problem, "activation": "none"}, (dt, dt, dt), where)
         else:
-            add("matmul", problem, (dt,), where)
+            add("matmul", problem, (dt, dt), where)
 
     def layer(tokens, dt, attention):
-        add("embedding", {"n_tokens": tokens, "vocab": vocab, "hidden": h}, (dt,), "embed")
-        add(norm, {"n_rows": tokens, "n_cols": h}, (dt,), "input norm")
+        add("embedding", {"n_tokens": tokens, "dim": h}, (dt, "int32"), "token embedding")
+        add(norm, {"n_rows": tokens, "n_cols": h}, (dt, dt), "input norm")
         matmul(tokens, qkv, h, dt, "qkv projection", bias=m["qkv_bias"])
-        add(
-            "rope",
-            {"n_tokens": tokens, "heads": nh, "kv_heads": nkv, "head_dim": d, "rotary_dim": d, "layout": m["rope"]},
-            (dt,),
-            "rotary embedding",
-        )
+        rope = {"n_tokens": tokens, "n_heads": nh, "n_kv_heads": nkv, "head_dim": d, "rot_dim": d, "style": m["rope"]}
+        add("rope", rope, (dt,), "rotary embedding")
         attention()
         matmul(tokens, h, nh * d, dt, "output projection")
-        add(f"add_{norm}", {"n_rows": tokens, "n_cols": h}, (dt,), "post-attention residual + norm")
+        add(f"add_{norm}", {"n_rows": tokens, "n_cols": h}, (dt, dt), "post-attention residual + norm")
         matmul(tokens, 2 * inter, h, dt, "gate/up projection")
         if m["activation"] == "silu":
             add("silu_and_mul", {"n_rows": tokens, "d": inter}, (dt,), "SwiGLU")
         else:
-            add("gelu_and_mul", {"n_rows": tokens, "d": inter, "approximate": m["activation"]}, (dt,), "GeGLU")
+            raise WorkloadInvalid(f"{w.path}: field 'model.activation': {m['activation']} (GeGLU) has no kernel yet")
         matmul(tokens, h, inter, dt, "down projection")
-        add(f"add_{norm}", {"n_rows": tokens, "n_cols": h}, (dt,), "residual + next norm")
+        add(f"add_{norm}", {"n_rows": tokens, "n_cols": h}, (dt, dt), "residual + next norm")
 
     for dt in w.dtypes:
         for t in sizes(w, "prefill_tokens", profile):

@@ -19,7 +19,7 @@ PROBE = (
     "import json, nbxcert, nbxcert.profiles as p, nbxcert.kernels.tensor, nbxcert.oracles;"
     "from importlib.resources import files;"
     "print(json.dumps({'file': nbxcert.__file__, 'profiles': [x.key for x in p.all_profiles()],"
-    "'devices': sorted(str(f.name) for f in files('nbxcert.devices').iterdir())}))"
+    "'devices': sorted(f.name for f in files('nbxcert.devices').iterdir() if not f.name.startswith('__'))}))"
 )
 
 

@@ -35,3 +35,29 @@ def activate() -> None:
     problem = numpy_problem()
     if problem:
         raise BackendUnavailable(problem, hint="pip install 'numpy<2.3' (or a newer triton), then run again")
+    _interpret_language_helpers()
+
+
+def _interpret_language_helpers() -> None:
+    """Re-make triton.language's own @jit helpers (tl.zeros, tl.sum, tl.cdiv, ...) as interpreted functions.
+
+    Triton decides when a function is decorated whether it is interpreted, and triton.language decorates its helpers
+    when it is first imported, which in nbxcert happens before the backend is chosen. Left alone they stay compiled-mode
+    JITFunctions, whose call inside an interpreted kernel raises "Cannot call @triton.jit'd outside of the scope of a
+    kernel". Each is wrapped once, and replaced wherever triton.language exposes it (the module namespaces and the
+    tensor class's member functions)."""
+    import sys
+
+    if "triton.language" not in sys.modules:
+        return  # imported later, triton.language decorates its helpers as interpreted functions itself
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    wrapped: dict[int, InterpretedFunction] = {}
+    for owner in (tl, tl.standard, tl.math, tl.core, tl.tensor):
+        for name, value in list(vars(owner).items()):
+            if isinstance(value, JITFunction):
+                if id(value) not in wrapped:
+                    wrapped[id(value)] = InterpretedFunction(value.fn)
+                setattr(owner, name, wrapped[id(value)])
