@@ -1,0 +1,110 @@
+"""Serving: certified configs are served with no sweep; certified-only mode refuses a missing key by name; the
+drop-in decorator serves a user's kernel; keys are recorded; the run-time sweep answers otherwise."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+FIXTURES = str(Path(__file__).parent / "fixtures")
+
+
+@pytest.fixture(scope="module")
+def user_kernel(backend):
+    if backend.name != "interpreter":
+        pytest.skip("certifies under the interpreter profile")
+    sys.path.insert(0, FIXTURES)
+    import user_kernel
+
+    return user_kernel
+
+
+@pytest.fixture(scope="module")
+def certified_dir(user_kernel, tmp_path_factory):
+    from nbxcert.certify import certify
+    from nbxcert.keys import parse_key
+
+    out = tmp_path_factory.mktemp("certs")
+    report = certify("interpreter", [parse_key("user_scale[n=1000;float32,float32]@v1")], out, modules=["user_kernel"])
+    assert report.ok, report.keys
+    return out
+
+
+@pytest.fixture
+def serving(monkeypatch, tmp_path):
+    from nbxcert import serve
+
+    monkeypatch.setenv("NBXCERT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("NBXCERT_CERTIFIED_ONLY", raising=False)
+    serve.reset()
+    yield serve
+    serve.reset()
+
+
+def _launch(user_kernel, n):
+    import triton
+
+    from nbxcert.kernels import tensor as T
+
+    x = T.from_numpy(np.random.default_rng(n).standard_normal(n), "float32")
+    out = T.full((n,), float("nan"), "float32")
+    user_kernel.user_scale[lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)](x, out, n)
+    return x, out
+
+
+def test_drop_in_serves_the_certificate_and_records_the_key(user_kernel, certified_dir, serving, monkeypatch, tmp_path):
+    record = tmp_path / "keys.jsonl"
+    monkeypatch.setenv("NBXCERT_CERTIFIED_DIR", str(certified_dir))
+    monkeypatch.setenv("NBXCERT_KEY_RECORD", str(record))
+    x, out = _launch(user_kernel, 1000)
+    assert np.array_equal(out.float64(), (3.0 * x.numpy()).astype(np.float32))
+    lines = [json.loads(x) for x in record.read_text().splitlines()]
+    assert lines == [lines[0]] and lines[0]["key"] == "user_scale[n=1000;float32,float32]@v1"
+    assert lines[0]["event"] == "served"
+
+
+def test_certified_only_refuses_a_missing_key_by_name(user_kernel, certified_dir, serving, monkeypatch):
+    from nbxcert.errors import KeyNotCertified
+
+    monkeypatch.setenv("NBXCERT_CERTIFIED_DIR", str(certified_dir))
+    monkeypatch.setenv("NBXCERT_CERTIFIED_ONLY", "1")
+    with pytest.raises(KeyNotCertified, match=r"user_scale\[n=999;float32,float32\]@v1 is not certified"):
+        _launch(user_kernel, 999)
+
+
+def test_without_certificate_the_key_is_swept_at_run_time(user_kernel, serving, monkeypatch, capfd, tmp_path):
+    monkeypatch.setenv("NBXCERT_CERTIFIED_DIR", str(tmp_path / "empty"))
+    x, out = _launch(user_kernel, 777)
+    assert np.array_equal(out.float64(), (3.0 * x.numpy()).astype(np.float32))
+    err = capfd.readouterr().err
+    assert "has no certificate" in err and "sweeping it at run time" in err
+    assert "nbxcert certify --profile interpreter --key 'user_scale[n=777;float32,float32]@v1'" in err
+
+
+def test_concurrent_key_recording_loses_no_line(tmp_path):
+    path = tmp_path / "keys.jsonl"
+    code = (
+        "import sys; from nbxcert.keyfile import append_record\n"
+        "for i in range(200): append_record(sys.argv[1], {'key': f'k{sys.argv[2]}_{i}'})\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(path), str(p)]) for p in range(4)]
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    lines = path.read_text().splitlines()
+    assert len(lines) == 800 and len({json.loads(x)["key"] for x in lines}) == 800
+
+
+def test_serving_imports_no_sweep_cli_or_oracle():
+    code = (
+        "import sys, os; os.environ['NBXCERT_BACKEND']='interpreter'; import nbxcert.serve;"
+        "bad=[m for m in ('nbxcert.sweep','nbxcert.cli','nbxcert.oracles','nbxcert.certify') if m in sys.modules];"
+        "assert not bad, bad"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "torch" not in os.environ.get("PYTHONPATH", "")
