@@ -645,6 +645,85 @@ def merge(
     report.raise_if_refused()
 
 
+index_app = typer.Typer(help="Build or check the binary indexes of a certificate directory.", no_args_is_help=True)
+app.add_typer(index_app, name="index")
+
+
+def _index_targets(directory: Path) -> list[tuple[str, str]]:
+    """(profile, memory class) of every certification in a directory."""
+    from nbxcert import certificates
+    from nbxcert.profiles import all_profiles
+
+    targets = set()
+    for p in all_profiles():
+        for path in certificates.iter_files(directory, p.key):
+            for entry in certificates.load_file(path).entries.values():
+                targets.add((p.key, entry["memory_class"]))
+    return sorted(targets)
+
+
+def _default_dir(directory: Optional[Path]) -> Path:
+    if directory is not None:
+        if not directory.is_dir():
+            raise errors.UsageError(f"certificate directory {directory} does not exist")
+        return directory
+    from nbxcert.serve import search_path
+
+    return search_path()[-1]
+
+
+@index_app.command("build")
+@handled
+def index_build(
+    directory: Annotated[
+        Optional[Path], typer.Argument(help="Certificate directory (default: the shipped one).")
+    ] = None,
+    cache: Annotated[Optional[Path], typer.Option(help="Where to write (default: NBXCERT_CACHE_DIR).")] = None,
+):
+    """Build the indexes of a directory ahead of time (for read-only installs and cold starts)."""
+    from nbxcert.index import load_index
+
+    directory = _default_dir(directory)
+    targets = _index_targets(directory)
+    for profile_key, memory_class in targets:
+        notices: list[str] = []
+        index = load_index([directory], profile_key, memory_class, cache, notices)
+        for n in notices:
+            print(f"[nbxcert] {n}", file=sys.stderr)
+        print(f"{profile_key} {memory_class}: {len(index)} keys -> {index.path}")
+    if not targets:
+        print(f"{directory}: no certificates, no index to build")
+
+
+@index_app.command("check")
+@handled
+def index_check(
+    directory: Annotated[
+        Optional[Path], typer.Argument(help="Certificate directory (default: the shipped one).")
+    ] = None,
+    cache: Annotated[Optional[Path], typer.Option(help="Where the indexes are (default: NBXCERT_CACHE_DIR).")] = None,
+):
+    """Check that every index of a directory is built, current (its name matches the JSON) and intact."""
+    from nbxcert.index import CertifiedIndex, cache_dir, fingerprint, index_path
+
+    directory = _default_dir(directory)
+    bad = 0
+    for profile_key, memory_class in _index_targets(directory):
+        path = index_path(cache or cache_dir(), profile_key, memory_class, fingerprint([directory], profile_key))
+        if not path.exists():
+            print(f"{profile_key} {memory_class}: not built (run `nbxcert index build {directory}`)", file=sys.stderr)
+            bad += 1
+            continue
+        try:
+            index = CertifiedIndex.open(path)
+            index.verify()
+            print(f"{profile_key} {memory_class}: {len(index)} keys, intact ({path})")
+        except errors.IndexCorrupt as e:
+            print(f"{profile_key} {memory_class}: {e}", file=sys.stderr)
+            bad += 1
+    raise typer.Exit(1 if bad else 0)
+
+
 def main() -> None:
     app()
 

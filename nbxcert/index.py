@@ -120,10 +120,12 @@ def _read_bytes(path: Path) -> bytes:
         return f.read()
 
 
-def fingerprint(dirs: list[Path], profile_key: str) -> str:
+def fingerprint(dirs: list[Path], profile_key: str, memo: "_DigestMemo | None" = None) -> str:
     """SHA-256 (hex) of everything an index build for `profile_key` reads: each certificate file's path (relative to
-    its directory) and bytes, in search-path order, with the schema and index format versions. Hashes bytes only;
-    nothing is parsed."""
+    its directory) and the SHA-256 of its bytes, in search-path order, with the schema and index format versions.
+    Hashes bytes only; nothing is parsed. A file's digest is taken from `memo` when its stat (device, inode, size,
+    mtime_ns, ctime_ns) is the one it was hashed at: any write moves ctime, so a changed file is always re-read."""
+    memo = memo if memo is not None else _DigestMemo.default()
     h = hashlib.sha256(
         f"nbxcert index {FORMAT_VERSION} schema {certificates.SCHEMA_VERSION} profile {profile_key}\n".encode()
     )
@@ -132,10 +134,53 @@ def fingerprint(dirs: list[Path], profile_key: str) -> str:
         h.update(f"dir {i}\n".encode())  # the order decides which certification wins; the location does not
         for path in certificates.iter_files(d, profile_key):
             rel = path.relative_to(d).as_posix().encode()
-            data = _read_bytes(path)
-            h.update(_U64.pack(len(rel)) + rel + _U64.pack(len(data)))
-            h.update(data)
+            h.update(_U64.pack(len(rel)) + rel + memo.digest(path))
+    memo.save()
     return h.hexdigest()
+
+
+class _DigestMemo:
+    """SHA-256 digests of certificate files by their stat, kept in `<cache>/digests.json` so that a process start
+    hashes only the files that changed (hashing all of 10,000 entries' JSON costs ~24 ms; a stat costs microseconds).
+    A missing, torn or unwritable memo only means files are hashed again."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.table: dict[str, list] = {}
+        self.dirty = False
+        if path is not None:
+            try:
+                loaded = json.loads(path.read_text())
+                if isinstance(loaded, dict):
+                    self.table = loaded
+            except (OSError, ValueError):
+                pass  # no memo yet, or a torn one: every file is hashed
+
+    @staticmethod
+    def default() -> "_DigestMemo":
+        return _DigestMemo(_default_cache_dir() / "digests.json")
+
+    def digest(self, path: Path) -> bytes:
+        st = os.stat(path)
+        stamp = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        key = str(Path(path).resolve())
+        hit = self.table.get(key)
+        if isinstance(hit, list) and len(hit) == 2 and hit[0] == stamp and time.time_ns() - st.st_ctime_ns > SETTLE_NS:
+            return bytes.fromhex(hit[1])
+        digest = hashlib.sha256(_read_bytes(path)).digest()
+        self.table[key] = [stamp, digest.hex()]
+        self.dirty = True
+        return digest
+
+    def save(self) -> None:
+        if not self.dirty or self.path is None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            certificates.atomic_write(self.path, json.dumps(self.table, sort_keys=True))
+            self.dirty = False
+        except OSError:
+            pass  # an unwritable cache costs a re-hash next time, nothing else
 
 
 def _collect(dirs: list[Path], profile_key: str, memory_class: str) -> dict[str, bytes]:

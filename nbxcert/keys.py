@@ -136,7 +136,10 @@ def make_key(spec, problem: Mapping[str, Any], dtypes: Sequence[str], profile) -
     fields = []
     for f in spec.key_fields:
         if f.name not in problem:
-            raise KeyParseError(f"kernel {spec.name}: problem {dict(problem)} lacks key field '{f.name}'")
+            raise KeyParseError(
+                f"kernel {spec.name}: problem {dict(problem)} lacks key field '{f.name}'",
+                hint=f"every launch of {spec.name} must give its key fields {[k.name for k in spec.key_fields]}",
+            )
         v = _value(problem[f.name])
         if f.ladder is not None:
             if not isinstance(v, int):

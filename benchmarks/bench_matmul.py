@@ -1,0 +1,260 @@
+"""Benchmark the matrix-product family on an NVIDIA GPU against cuBLAS (torch.matmul, in its own process).
+
+For each shape, every candidate the prune keeps for the GPU's profile is timed (CUDA events, L2 flushed before each
+repetition, median of many repetitions: `triton_cuda.do_bench_events`); the fastest one is checked against the
+float64 oracle and compared with cuBLAS timed the same way (events around each call, the same flush, the median) in a
+subprocess, since nbxcert never imports torch. A candidate that fails to compile or launch is recorded with its
+reason, never scored as infinitely slow.
+
+    python benchmarks/bench_matmul.py --out results.json [--dtype float16] [--shapes 4096x4096x4096,...]
+
+Shapes are MxNxK for matmul (and gemv where M <= 4, which competes as the same function) and BxMxNxK for bmm (the
+default bmm shape 32x512x128x512 is batch 32, M 512, N 128, K 512).
+
+Host launch cost: each repetition queues the L2 flush, the start event, the launch and the end event; when the
+GPU drains the flush before the host has queued the launch, the host's remaining launch work is timed too. For the
+products of a few tens of microseconds this is what separates candidates: nbxcert's launch path is kept lean for it,
+and the split-K candidates (two launches) and the TMA candidates (two descriptors encoded per launch) pay most.
+Targets (best candidate vs cuBLAS, throughput ratio = cuBLAS time / our time): >= 0.95 at 4096^3, >= 0.90 at
+512x5632x2048, 16x4096x4096 and 1x4096x4096; the bmm shape is reported without a target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+DEFAULT_SHAPES = ("4096x4096x4096", "512x5632x2048", "16x4096x4096", "1x4096x4096", "32x512x128x512")
+TARGETS = {"4096x4096x4096": 0.95, "512x5632x2048": 0.90, "16x4096x4096": 0.90, "1x4096x4096": 0.90}
+
+# The cuBLAS peer: torch in its own process, timed like do_bench_events (events around each call, a 256 MiB L2 flush
+# queued before the start event, warm-up then ~rep_ms of repetitions, median). Prints one JSON object.
+PEER_SCRIPT = r"""
+import json, statistics, sys
+import torch
+args = json.loads(sys.argv[1])
+dtype = getattr(torch, args["dtype"])
+flush = torch.empty(max(256 * 1024 * 1024, 2 * torch.cuda.get_device_properties(0).L2_cache_size) // 4,
+                    dtype=torch.int32, device="cuda")
+torch.backends.cuda.matmul.allow_tf32 = False  # IEEE float32 products, as nbxcert's matmul
+out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "results": {}}
+g = torch.Generator(device="cuda").manual_seed(0)
+for shape in args["shapes"]:
+    dims = [int(x) for x in shape.split("x")]
+    if len(dims) == 4:
+        b, m, n, k = dims
+        x = torch.randn(b, m, k, device="cuda", dtype=dtype, generator=g)
+        y = torch.randn(b, k, n, device="cuda", dtype=dtype, generator=g)
+        fn = lambda: torch.bmm(x, y)
+    else:
+        m, n, k = dims
+        x = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
+        y = torch.randn(k, n, device="cuda", dtype=dtype, generator=g)
+        fn = lambda: torch.matmul(x, y)
+    fn(); torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(5):
+        flush.zero_(); fn()
+    e.record(); e.synchronize()
+    est = max(s.elapsed_time(e) / 5, 0.0005)
+    n_warm, n_rep = max(1, int(args["warmup_ms"] / est)), min(max(1, int(args["rep_ms"] / est)), 10000)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    for _ in range(n_warm):
+        fn()
+    for i in range(n_rep):
+        flush.zero_(); starts[i].record(); fn(); ends[i].record()
+    torch.cuda.synchronize()
+    times = [a.elapsed_time(z) for a, z in zip(starts, ends)]
+    out["results"][shape] = {"median_ms": statistics.median(times), "reps": n_rep}
+print(json.dumps(out))
+"""
+
+
+def parse_shape(text: str) -> dict:
+    dims = [int(x) for x in text.lower().split("x")]
+    if len(dims) == 3:
+        m, n, k = dims
+        return {"M": m, "N": n, "K": k}
+    if len(dims) == 4:
+        b, m, n, k = dims
+        return {"batch": b, "M": m, "N": n, "K": k}
+    raise SystemExit(f"shape {text!r} is neither MxNxK nor BxMxNxK")
+
+
+def flops(shape: dict) -> float:
+    return 2.0 * shape.get("batch", 1) * shape["M"] * shape["N"] * shape["K"]
+
+
+def run_peer(shapes, dtype: str, warmup_ms: float, rep_ms: float) -> dict:
+    payload = json.dumps({"shapes": list(shapes), "dtype": dtype, "warmup_ms": warmup_ms, "rep_ms": rep_ms})
+    proc = subprocess.run([sys.executable, "-c", PEER_SCRIPT, payload], capture_output=True, text=True, timeout=900)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def bench_spec(spec, problem, dtypes, profile, device, warmup_ms, rep_ms, kinds, log):
+    """Time every kept candidate of `spec` on `problem`; return (rows, refused)."""
+    from nbxcert.kernels.backends import cuda, triton_cuda
+
+    inputs = spec.make_inputs(problem, dtypes, 0, device)
+    pruned = spec.pruned_for(problem, profile)
+    rows, refused = [], []
+    for config in pruned.kept:
+        if kinds and config["KIND"] not in kinds:
+            continue
+        t0 = time.time()
+        try:
+            times = triton_cuda.do_bench_events(lambda: spec.launch(config, inputs), warmup_ms=warmup_ms, rep_ms=rep_ms)
+        except Exception as e:  # noqa: BLE001 - recorded as a refusal with its reason, never scored
+            refused.append({"config": config.label(), "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
+            log(f"    refused {config.label()}: {refused[-1]['reason']}")
+            if cuda.context_poisoned() is not None:
+                raise
+            continue
+        rows.append(
+            {
+                "spec": spec.name,
+                "config": config.label(),
+                "kwargs": config.as_dict(),
+                "median_ms": statistics.median(times),
+                "reps": len(times),
+            }
+        )
+        log(f"    {rows[-1]['median_ms']:.4f} ms  {config.label()}  ({time.time() - t0:.1f}s)")
+    for config, reason in pruned.pruned:
+        refused.append({"config": config.label(), "reason": f"pruned: {reason}"})
+    return rows, refused, inputs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="where to write the JSON results")
+    ap.add_argument("--dtype", default="float16", choices=("float16", "bfloat16", "float32"))
+    ap.add_argument("--shapes", default=",".join(DEFAULT_SHAPES), help="comma-separated MxNxK or BxMxNxK")
+    ap.add_argument("--kinds", default="", help="only these config KINDs (comma-separated), e.g. tiled,tma_persistent")
+    ap.add_argument("--warmup-ms", type=float, default=25.0)
+    ap.add_argument("--rep-ms", type=float, default=100.0)
+    ap.add_argument("--no-peer", action="store_true", help="skip the cuBLAS peer")
+    ap.add_argument("--quiet", action="store_true")
+    args = ap.parse_args(argv)
+
+    from nbxcert.kernels.backends import cuda, select
+
+    choice = select()
+    print(choice.line())
+    if choice.name != "cuda":
+        raise SystemExit("bench_matmul needs the cuda backend (an NVIDIA GPU)")
+    from nbxcert.kernels import matmul as mm
+    from nbxcert.kernels.check import all_ok, first_report, run_checked
+    from nbxcert.profiles import match_nvidia
+
+    info = cuda.device_info(0)
+    profile, match = match_nvidia(info.compute_capability)
+    print(
+        f"device: {info.name} (cc {info.compute_capability[0]}.{info.compute_capability[1]}), "
+        f"profile {profile.key} ({match})"
+    )
+    log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    kinds = {k.strip() for k in args.kinds.split(",") if k.strip()}
+    dt = args.dtype
+
+    results = {"device": info.name, "profile": profile.key, "dtype": dt, "shapes": {}}
+    for text in shapes:
+        shape = parse_shape(text)
+        print(f"== {text} ({dt})", flush=True)
+        base = dict(shape, trans_a=0, trans_b=0, aligned=1)
+        if "batch" in shape:
+            plans = [(mm.BMM, dict(base, bcast_a=0, bcast_b=0), (dt, dt))]
+        else:
+            plans = [(mm.MATMUL, base, (dt, dt))]
+            if shape["M"] <= mm.GEMV_MAX_M:
+                plans.append((mm.GEMV, {"M": shape["M"], "N": shape["N"], "K": shape["K"], "trans_b": 0}, (dt, dt)))
+        rows, refused, best_inputs = [], [], {}
+        for spec, problem, dtypes in plans:
+            r, f, inputs = bench_spec(
+                spec,
+                problem,
+                dtypes,
+                profile,
+                choice.device,
+                args.warmup_ms,
+                args.rep_ms,
+                kinds if spec is not mm.GEMV else set(),
+                log,
+            )
+            rows += r
+            refused += f
+            best_inputs[spec.name] = (spec, problem, dtypes, inputs)
+        entry = {"flop": flops(shape), "candidates": rows, "refused": refused}
+        if rows:
+            best = min(rows, key=lambda r: r["median_ms"])
+            spec, problem, dtypes, inputs = best_inputs[best["spec"]]
+            from nbxcert.kernels.spec import Config
+
+            verdicts = run_checked(spec, Config.from_dict(best["kwargs"]), problem, dtypes, profile, 1, choice.device)
+            best = dict(best, tflops=flops(shape) / best["median_ms"] / 1e9, oracle_ok=all_ok(verdicts))
+            if not best["oracle_ok"]:
+                best["oracle_report"] = first_report(verdicts)
+            entry["best"] = best
+        results["shapes"][text] = entry
+        del best_inputs
+
+    if not args.no_peer:
+        print("== cuBLAS peer (torch, own process)", flush=True)
+        peer = run_peer(shapes, dt, args.warmup_ms, args.rep_ms)
+        results["peer"] = peer
+    else:
+        peer = {}
+
+    print()
+    header = f"{'shape':>18} {'best ms':>9} {'TFLOP/s':>8} {'cuBLAS ms':>10} {'ratio':>6} {'target':>6}  best config"
+    print(header)
+    print("-" * len(header))
+    all_met = True
+    for text in shapes:
+        entry = results["shapes"][text]
+        best = entry.get("best")
+        peer_ms = peer.get("results", {}).get(text, {}).get("median_ms")
+        target = TARGETS.get(text)
+        if best is None:
+            print(
+                f"{text:>18} {'-':>9} {'-':>8} {peer_ms or float('nan'):>10.4f} {'-':>6} {target or '-':>6}  "
+                "(no candidate ran)"
+            )
+            all_met = all_met and target is None
+            continue
+        ratio = peer_ms / best["median_ms"] if peer_ms else None
+        entry["cublas_ms"] = peer_ms
+        entry["ratio"] = ratio
+        entry["target"] = target
+        met = None if (target is None or ratio is None) else ratio >= target
+        entry["target_met"] = met
+        if met is False or not best["oracle_ok"]:
+            all_met = False
+        flag = "" if best["oracle_ok"] else "  ORACLE MISMATCH"
+        print(
+            f"{text:>18} {best['median_ms']:>9.4f} {best['tflops']:>8.1f} "
+            f"{(peer_ms if peer_ms else float('nan')):>10.4f} {(ratio if ratio else float('nan')):>6.3f} "
+            f"{(target if target else '-'):>6}  [{best['spec']}] {best['config']}{flag}"
+        )
+    if "error" in peer:
+        print(f"cuBLAS peer failed: {peer['error']}")
+    results["all_targets_met"] = all_met
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=1)
+    print(f"\nresults written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

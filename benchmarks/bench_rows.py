@@ -1,0 +1,247 @@
+"""Row kernels on the GPU: the best candidate's effective bandwidth next to torch's and next to the device's copy
+bandwidth, measured in the same run.
+
+    python benchmarks/bench_rows.py --out rows.json
+
+Cases (float16): rmsnorm, layernorm and softmax at 32768 x 5632; softmax at 4096 x 4096 and 1 x 256000. For each,
+every candidate the device profile's prune keeps is timed (nbxcert's event timer, `do_bench_events`: an L2 flush
+before each repetition, the median of the repetitions), the best is spot-checked against its float64 oracle on 256
+sampled rows, and its effective bandwidth is (bytes read + bytes written, each tensor once) / time.
+
+torch runs in its own process (`PEER_SCRIPT`, `subprocess.run([sys.executable, "-c", ...])`; nbxcert never imports
+torch) with the same scheme (`triton.testing.do_bench`: L2 flush, median). The copy bandwidth is cuMemcpyDtoD of a
+1 GiB buffer through `nbxcert.kernels.backends.cuda`, counted as bytes read + written, the median of 20 copies.
+
+Targets (reported as met or not, never enforced by the exit code): rmsnorm and layernorm >= 1.0x torch, softmax >=
+1.5x torch, and every row kernel >= 70% of the copy bandwidth on shapes of >= 64 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from typing import Any
+
+import numpy as np
+
+CASES = (
+    ("rmsnorm", 32768, 5632),
+    ("layernorm", 32768, 5632),
+    ("softmax", 32768, 5632),
+    ("softmax", 4096, 4096),
+    ("softmax", 1, 256000),
+)
+SPEEDUP_TARGET = {"rmsnorm": 1.0, "layernorm": 1.0, "softmax": 1.5}
+COPY_FRACTION_TARGET = 0.70
+COPY_TARGET_MIN_BYTES = 64 * 10**6
+COPY_BYTES = 2**30
+ELEMENT = 2  # float16
+
+PEER_SCRIPT = r"""
+import json, sys
+import torch
+import triton.testing
+
+cases = json.loads(sys.argv[1])
+warmup, rep = float(sys.argv[2]), float(sys.argv[3])
+torch.manual_seed(0)
+out = {}
+for name, rows, cols in cases:
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.float16)
+    w = torch.randn(cols, device="cuda", dtype=torch.float16)
+    b = torch.randn(cols, device="cuda", dtype=torch.float16)
+    if name == "rmsnorm":
+        fn = lambda: torch.nn.functional.rms_norm(x, (cols,), w, 1e-6)
+    elif name == "layernorm":
+        fn = lambda: torch.nn.functional.layer_norm(x, (cols,), w, b, 1e-5)
+    else:
+        fn = lambda: torch.softmax(x, dim=-1)
+    ms = triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+    out[f"{name}:{rows}x{cols}"] = ms
+print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "ms": out}))
+"""
+
+
+def torch_peer(warmup: float, rep: float) -> dict[str, Any]:
+    """torch's times, from its own process; {"error": ...} when that process fails (no torch there, ...)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PEER_SCRIPT, json.dumps(CASES), str(warmup), str(rep)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def copy_bandwidth(cuda) -> float:
+    """Device-to-device copy bandwidth in bytes/s (read + written) of a COPY_BYTES buffer, median of 20 copies."""
+    src, dst = cuda.mem_alloc(COPY_BYTES, 0), cuda.mem_alloc(COPY_BYTES, 0)
+    cuda.memset_d8(int(src.ptr), 1, COPY_BYTES)
+    times = []
+    for i in range(23):
+        start, end = cuda.Event(0), cuda.Event(0)
+        start.record(0)
+        cuda.memcpy_dtod(int(dst.ptr), int(src.ptr), COPY_BYTES)
+        end.record(0)
+        end.synchronize()
+        if i >= 3:
+            times.append(cuda.Event.elapsed_ms(start, end))
+    src.free()
+    dst.free()
+    return 2 * COPY_BYTES / (statistics.median(times) * 1e-3)
+
+
+def moved_bytes(name: str, rows: int, cols: int) -> int:
+    """Bytes read + written once each: the input and the output, plus the weight (and bias) of a norm."""
+    per_tensor = rows * cols * ELEMENT
+    extra = {"rmsnorm": 1, "layernorm": 2}.get(name, 0) * cols * ELEMENT
+    return 2 * per_tensor + extra
+
+
+def spot_check(spec, config, inputs, profile, n_rows: int) -> str | None:
+    """Launch `config` once on poisoned outputs and compare 256 sampled rows against the float64 oracle; None when
+    they match, else the mismatch report."""
+    from nbxcert.kernels.compare import compare, poison
+    from nbxcert.oracles import rows as oracle
+
+    out = inputs.tensors["y"]
+    poison(out, out.dtype)
+    spec.launch(config, inputs)
+    picked = np.unique(np.random.default_rng(0).integers(0, n_rows, 256))
+    x = inputs.tensors["x"].float64()[picked]
+    if spec.name == "softmax":
+        ref, err = oracle.softmax(x, float(np.float32(inputs.scalars["scale"])), "none")
+    elif spec.name == "rmsnorm":
+        ref, err = oracle.rmsnorm(x, inputs.tensors["weight"].float64(), float(np.float32(inputs.scalars["eps"])))
+    else:
+        t = inputs.tensors
+        ref, err = oracle.layernorm(
+            x, t["weight"].float64(), t["bias"].float64(), float(np.float32(inputs.scalars["eps"]))
+        )
+    verdict = compare(out.float64()[picked], ref, err, out.dtype, profile.tolerance("float16"), config.label())
+    return None if verdict.ok else verdict.report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="write the results as JSON to this path")
+    parser.add_argument("--warmup", type=float, default=25.0, help="warm-up ms per timing (default 25)")
+    parser.add_argument("--rep", type=float, default=100.0, help="timed ms per timing (default 100)")
+    parser.add_argument("--no-torch", action="store_true", help="skip the torch peer")
+    args = parser.parse_args()
+
+    from nbxcert.kernels.backends import cuda, select
+
+    choice = select()
+    if choice.name != "cuda":
+        print(f"bench_rows needs a GPU: {choice.line()}", file=sys.stderr)
+        return 2
+    from nbxcert.kernels import rows
+    from nbxcert.kernels.backends.triton_cuda import do_bench_events
+    from nbxcert.profiles import match_nvidia
+
+    info = cuda.device_info(0)
+    profile, how = match_nvidia(info.compute_capability)
+    copy_bw = copy_bandwidth(cuda)
+    peer = {"ms": {}} if args.no_torch else torch_peer(args.warmup, args.rep)
+    specs = {"rmsnorm": rows.RMSNORM, "layernorm": rows.LAYERNORM, "softmax": rows.SOFTMAX}
+
+    results = []
+    for name, n_rows, n_cols in CASES:
+        spec = specs[name]
+        problem = {"n_rows": n_rows, "n_cols": n_cols} | ({"mask": "none"} if name == "softmax" else {})
+        dtypes = ("float16",) if name == "softmax" else ("float16", "float16")
+        inputs = spec.make_inputs(problem, dtypes, 0, "cuda:0")
+        timings = []
+        for config in spec.pruned_for(problem, profile).kept:
+            launches = _launches(rows, spec, config, inputs)
+            times = do_bench_events(lambda: [launch() for launch in launches], args.warmup, args.rep)
+            timings.append((statistics.median(times), config))
+        timings.sort(key=lambda t: t[0])
+        best_ms, best = timings[0]
+        moved = moved_bytes(name, n_rows, n_cols)
+        eff = moved / (best_ms * 1e-3)
+        torch_ms = peer.get("ms", {}).get(f"{name}:{n_rows}x{n_cols}")
+        speedup = torch_ms / best_ms if torch_ms else None
+        big = moved / 2 >= COPY_TARGET_MIN_BYTES
+        results.append(
+            {
+                "kernel": name,
+                "shape": [n_rows, n_cols],
+                "dtype": "float16",
+                "bytes_moved": moved,
+                "best_config": best.as_dict(),
+                "best_label": best.label(),
+                "best_ms": best_ms,
+                "effective_GBps": eff / 1e9,
+                "fraction_of_copy": eff / copy_bw,
+                "torch_ms": torch_ms,
+                "torch_GBps": moved / (torch_ms * 1e-3) / 1e9 if torch_ms else None,
+                "speedup_vs_torch": speedup,
+                "speedup_target": SPEEDUP_TARGET[name],
+                "meets_speedup_target": None if speedup is None else speedup >= SPEEDUP_TARGET[name],
+                "copy_target_applies": big,
+                "meets_copy_target": (eff / copy_bw >= COPY_FRACTION_TARGET) if big else None,
+                "spot_check": spot_check(spec, best, inputs, profile, n_rows) or "ok",
+                "candidates": [{"config": c.label(), "ms": ms} for ms, c in timings],
+            }
+        )
+        print(
+            f"{name} {n_rows}x{n_cols}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us",
+            flush=True,
+        )
+
+    print()
+    print(f"device: {info.name} ({profile.key}, {how} match); copy bandwidth {copy_bw / 1e9:.0f} GB/s (cuMemcpyDtoD)")
+    if "error" in peer:
+        print(f"torch peer failed: {peer['error']}")
+    header = f"{'kernel':10s} {'shape':>13s} {'best us':>9s} {'GB/s':>7s} {'of copy':>8s} {'torch us':>9s} "
+    header += f"{'x torch':>8s}  best config"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        shape = f"{r['shape'][0]}x{r['shape'][1]}"
+        t_us = f"{r['torch_ms'] * 1e3:9.1f}" if r["torch_ms"] else f"{'-':>9s}"
+        sp = f"{r['speedup_vs_torch']:7.2f}x" if r["speedup_vs_torch"] else f"{'-':>8s}"
+        flag = "" if r["meets_speedup_target"] in (True, None) else " (below target)"
+        copy = f"{100 * r['fraction_of_copy']:7.1f}%" + ("" if r["meets_copy_target"] in (True, None) else "!")
+        print(
+            f"{r['kernel']:10s} {shape:>13s} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} {copy:>8s} "
+            f"{t_us} {sp}  {r['best_label']}{flag}"
+        )
+        if r["spot_check"] != "ok":
+            print(f"  SPOT CHECK FAILED: {r['spot_check'].splitlines()[0]}")
+    doc = {
+        "device": info.name,
+        "profile": profile.key,
+        "profile_match": how,
+        "copy_bandwidth_GBps": copy_bw / 1e9,
+        "torch": {k: v for k, v in peer.items() if k != "ms"},
+        "targets": {
+            "speedup_vs_torch": SPEEDUP_TARGET,
+            "fraction_of_copy": COPY_FRACTION_TARGET,
+            "fraction_of_copy_applies_from_bytes": COPY_TARGET_MIN_BYTES,
+        },
+        "cases": results,
+    }
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=2)
+    return 0
+
+
+def _launches(rows, spec, config, inputs):
+    """The kernel launches of one config, built once, so the timing holds the launches and nothing else."""
+    t, s = inputs.tensors, inputs.scalars
+    if spec.name == "softmax":
+        return rows.softmax_launches(config, t["x"], t["y"], s["scale"], s["mask"], s["q_len"], None, t["workspace"])
+    return rows.norm_launches(config, t["x"], None, t["weight"], t.get("bias"), t["y"], None, s["eps"], s["rms"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

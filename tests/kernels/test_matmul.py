@@ -1,0 +1,548 @@
+"""Tests of the matrix-product family (kernels/matmul.py): matmul, addmm, bmm, baddbmm, gemv, addmv.
+
+Under the interpreter (CI): every candidate the prune keeps for cpu/interpreter runs once on a small awkward problem
+and matches the float64 oracle; one candidate of each kernel kind (and the default) runs every example problem in
+every dtype; the no-bit claim (GROUP_M) is checked bit for bit; the user-facing functions, the keys derived from
+strides, the prune's refusals and the oracle check's power to fail are tested. Cross-compilation for sm_90 and sm_80
+on the CPU (a subprocess with a stand-in driver that compiles without launching) checks that candidates compile for
+Hopper and that the shared-memory estimate bounds the compiler's own figure (`compiled.metadata.shared`).
+
+GPU tests (`gpu`): every candidate kept for the GPU's profile at the real shapes, one launch each, judged against
+an oracle computed once per shape.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from nbxcert.errors import LaunchError, ShapeMismatch
+from nbxcert.kernels import matmul as mm
+from nbxcert.kernels.check import all_ok, first_report, run_checked
+from nbxcert.kernels.compare import compare, poison
+from nbxcert.kernels.dtypes import finfo, get_dtype, rounding_bound
+from nbxcert.kernels.spec import Config
+from nbxcert.kernels.tensor import from_numpy
+from nbxcert.oracles import matmul as oracle
+from nbxcert.profiles import get_profile
+
+SPECS = {s.name: s for s in mm.SPECS}
+
+
+def _interpreter_only(backend):
+    if backend.name != "interpreter":
+        pytest.skip("interpreter-sized test; the GPU runs the gpu-marked tests at real shapes")
+
+
+def _representatives(spec, kept):
+    """The default, then the first kept candidate of each kernel kind."""
+    reps = [spec.default] if spec.default in kept else []
+    for c in kept:
+        if c["KIND"] not in {r["KIND"] for r in reps}:
+            reps.append(c)
+    return reps
+
+
+# --- every kept candidate, once ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", list(SPECS))
+def test_every_kept_candidate_matches_oracle(name, profile, backend):
+    _interpreter_only(backend)
+    spec = SPECS[name]
+    problem = spec.example_problems[0]
+    kept = spec.pruned_for(problem, profile).kept
+    assert len(kept) == len(spec.candidates)  # the interpreter states no limit, and it emulates TMA
+    failures = []
+    for i, config in enumerate(kept):
+        dtypes = spec.dtypes[i % len(spec.dtypes)]  # every candidate once, the dtypes in turn
+        verdicts = run_checked(spec, config, problem, dtypes, profile, seed=i, device="cpu")
+        if not all_ok(verdicts):
+            failures.append(first_report(verdicts))
+    assert not failures, f"{len(failures)} of {len(kept)} candidates mismatch:\n" + "\n\n".join(failures[:3])
+
+
+# --- one candidate per kind, every example problem and dtype ---------------------------------------------------------
+@pytest.mark.parametrize("name", list(SPECS))
+def test_representatives_on_every_example_and_dtype(name, profile, backend):
+    _interpreter_only(backend)
+    spec = SPECS[name]
+    failures, runs = [], 0
+    for p_index, problem in enumerate(spec.example_problems):
+        kept = spec.pruned_for(problem, profile).kept
+        for config in _representatives(spec, kept):
+            for dtypes in spec.dtypes:
+                verdicts = run_checked(spec, config, problem, dtypes, profile, seed=100 + p_index, device="cpu")
+                runs += 1
+                if not all_ok(verdicts):
+                    failures.append(first_report(verdicts))
+    assert runs >= len(spec.example_problems) * len(spec.dtypes)
+    assert not failures, f"{len(failures)} of {runs} runs mismatch:\n" + "\n\n".join(failures[:3])
+
+
+def test_bfloat16_runs_under_the_interpreter_by_upcasting(backend):
+    """The interpreter's tl.dot reads bfloat16 storage as raw integers; the kernels upcast there (UPCAST), so
+    bfloat16 is certified on the interpreter rather than skipped. This pins that the path is really taken."""
+    _interpreter_only(backend)
+    assert mm._interpreting()
+    assert ("bfloat16", "bfloat16") in mm.MATMUL.dtypes
+
+
+# --- the no-bit claim -------------------------------------------------------------------------------------------------
+def _with(config: Config, **changes) -> Config:
+    kwargs = dict(config.kwargs)
+    kwargs.update(changes)
+    return Config.make(num_warps=config.num_warps, num_stages=config.num_stages, **kwargs)
+
+
+def _output_bits(spec, config, problem, dtypes, seed, device):
+    inputs = spec.make_inputs(problem, dtypes, seed, device)
+    poison(inputs.tensors["out"], inputs.tensors["out"].dtype)
+    spec.launch(config, inputs)
+    return inputs.tensors["out"].numpy().copy()
+
+
+@pytest.mark.parametrize("kind", ["tiled", "split_k", "tma_persistent"])
+def test_group_m_changes_no_bit(kind, profile, backend):
+    _interpreter_only(backend)
+    assert mm.MATMUL.no_bit_fields == ("GROUP_M",)
+    # many tiles in both directions, so the grouped order really permutes them
+    problem = {"M": 150, "N": 200, "K": 40, "trans_a": 0, "trans_b": 1, "aligned": 1}
+    kept = mm.MATMUL.pruned_for(problem, profile).kept
+    base = min((c for c in kept if c["KIND"] == kind), key=lambda c: c["BLOCK_M"] * c["BLOCK_N"])
+    reference = _output_bits(mm.MATMUL, base, problem, ("float16", "float16"), 5, "cpu")
+    assert not np.isnan(reference.view(np.float16)).any()
+    for group_m in (1, 2, 3, 16):
+        got = _output_bits(mm.MATMUL, _with(base, GROUP_M=group_m), problem, ("float16", "float16"), 5, "cpu")
+        assert np.array_equal(got, reference), f"GROUP_M={group_m} changed output bits of {base.label()}"
+
+
+def test_split_k_is_deterministic(profile, backend):
+    _interpreter_only(backend)
+    problem = {"M": 20, "N": 70, "K": 300, "trans_a": 0, "trans_b": 0, "aligned": 1}
+    config = next(c for c in mm.MATMUL.candidates if c["KIND"] == "split_k" and c["SPLIT_K"] == 16)
+    first = _output_bits(mm.MATMUL, config, problem, ("float32", "float32"), 9, "cpu")
+    second = _output_bits(mm.MATMUL, config, problem, ("float32", "float32"), 9, "cpu")
+    assert np.array_equal(first, second)
+
+
+# --- the check can fail -----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_oracle_check_catches_a_missing_k_step(dtype, profile, backend):
+    """A kernel that drops the last K step (a classic tail bug) must be refused at the profile's tolerance."""
+    _interpreter_only(backend)
+    problem = {"M": 33, "N": 47, "K": 29, "trans_a": 0, "trans_b": 0, "aligned": 1}
+    inputs = mm.MATMUL.make_inputs(problem, (dtype, dtype), 3, "cpu")
+    ref = mm.MATMUL.oracle(inputs)["out"]
+    a, b, out = inputs.tensors["a"], inputs.tensors["b"], inputs.tensors["out"]
+    mm.matmul(a[:, :-1], b[:-1, :], out=out)  # the product without its last K term
+    tol = profile.tolerance(dtype)
+    verdict = compare(out.float64(), ref.value, ref.scale, out.dtype, tol, "dropped K step")
+    assert not verdict.ok and verdict.n_mismatched > out.numel // 4, verdict
+    assert "Mismatched elements" in verdict.report
+    mm.matmul(a, b, out=out)  # and the full product passes
+    assert compare(out.float64(), ref.value, ref.scale, out.dtype, tol).ok
+
+
+# --- keys from strides; inputs in the problem's layout ----------------------------------------------------------------
+def _problem_from_inputs(spec, inputs):
+    t, s = inputs.tensors, inputs.scalars
+    if spec.name in ("matmul", "bmm", "gemv"):
+        args = (t["a"], t["b"]) if "a" in t else (t["x"], t["w"])
+        return spec.problem_of(*args)
+    args = (t["bias"], t["a"], t["b"]) if "a" in t else (t["bias"], t["x"], t["w"])
+    return spec.problem_of(*args, activation=s["activation"])
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_problem_of_reads_back_every_example(name, backend):
+    spec = SPECS[name]
+    for problem in spec.example_problems:
+        inputs = spec.make_inputs(problem, spec.dtypes[0], 0, "cpu")
+        assert _problem_from_inputs(spec, inputs) == problem
+        assert set(problem) == set(spec.problem_args)
+
+
+def test_layout_flags_come_from_strides():
+    a = from_numpy(np.ones((8, 16)), "float16")
+    b = from_numpy(np.ones((16, 24)), "float16")
+    assert mm.MATMUL.problem_of(a, b) == {"M": 8, "N": 24, "K": 16, "trans_a": 0, "trans_b": 0, "aligned": 1}
+    at = from_numpy(np.ones((16, 8)), "float16").T  # (8, 16), column-major
+    bt = from_numpy(np.ones((24, 16)), "float16").T  # (16, 24), nn.Linear's weight.T
+    p = mm.MATMUL.problem_of(at, bt)
+    assert (p["trans_a"], p["trans_b"], p["aligned"]) == (1, 1, 1)
+    odd = from_numpy(np.ones((8, 15)), "float16")  # a row of 30 bytes: not a TMA stride
+    assert mm.MATMUL.problem_of(odd, from_numpy(np.ones((15, 24)), "float16"))["aligned"] == 0
+    shifted = from_numpy(np.ones(8 * 16 + 1), "float16")[1:].view(8, 16)  # base 2 bytes past alignment
+    assert mm.MATMUL.problem_of(shifted, b)["aligned"] == 0
+
+
+def test_bmm_broadcast_flags():
+    a = from_numpy(np.ones((1, 8, 16)), "float32").expand(4, 8, 16)
+    b = from_numpy(np.ones((4, 16, 8)), "float32")
+    p = mm.BMM.problem_of(a, b)
+    assert (p["batch"], p["bcast_a"], p["bcast_b"]) == (4, 1, 0)
+
+
+# --- the user-facing functions ----------------------------------------------------------------------------------------
+def _judge(out, value, scale, profile):
+    verdict = compare(out.float64(), value, scale, out.dtype, profile.tolerance(out.dtype.name), "user-facing call")
+    assert verdict.ok, verdict.report
+
+
+def _eps(dtype):
+    return finfo(get_dtype(dtype))["eps"]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_user_functions_match_oracle(dtype, profile, backend):
+    _interpreter_only(backend)
+    rng = np.random.default_rng(11)
+    kw = dict(acc_eps=mm.ACC_EPS, out_eps=_eps(dtype))
+    a = from_numpy(rng.standard_normal((19, 33)), dtype)
+    b = from_numpy(rng.standard_normal((40, 33)), dtype).T  # (33, 40) column-major
+    _judge(mm.matmul(a, b), *oracle.matmul(a.float64(), b.float64(), **kw), profile)
+
+    bias_row = from_numpy(rng.standard_normal(40), dtype)
+    bias_full = from_numpy(rng.standard_normal((19, 40)), dtype)
+    for bias in (bias_row, bias_full):
+        for act in mm.ACTIVATIONS:
+            out = mm.addmm(bias, a, b, beta=0.5, alpha=-1.25, activation=act)
+            ref = oracle.addmm(
+                a.float64(), b.float64(), bias.float64(), alpha=-1.25, beta=0.5, activation_name=act, **kw
+            )
+            _judge(out, *ref, profile)
+
+    a3 = from_numpy(rng.standard_normal((1, 9, 20)), dtype).expand(3, 9, 20)  # broadcast over the batch
+    b3 = from_numpy(rng.standard_normal((3, 20, 14)), dtype)
+    _judge(mm.bmm(a3, b3), *oracle.matmul(a3.float64(), b3.float64(), **kw), profile)
+    bias3 = from_numpy(rng.standard_normal(14), dtype)
+    out = mm.baddbmm(bias3, a3, b3, alpha=2.0, activation="silu")
+    _judge(out, *oracle.addmm(a3.float64(), b3.float64(), bias3.float64(), alpha=2.0, activation_name="silu", **kw),
+           profile)  # fmt: skip
+
+    x = from_numpy(rng.standard_normal(50), dtype)  # a vector: the result is (N,)
+    w = from_numpy(rng.standard_normal((30, 50)), dtype).T  # nn.Linear's weight.T
+    out = mm.gemv(x, w)
+    assert out.shape == (30,)
+    value, scale = oracle.matmul(x.float64()[None, :], w.float64(), **kw)
+    _judge(out, value[0], scale[0], profile)
+    x2 = from_numpy(rng.standard_normal((3, 50)), dtype)
+    bias_v = from_numpy(rng.standard_normal(30), dtype)
+    out = mm.addmv(bias_v, x2, w, beta=-1.0, activation="gelu_tanh")
+    ref = oracle.addmm(x2.float64(), w.float64(), bias_v.float64(), beta=-1.0, activation_name="gelu_tanh", **kw)
+    _judge(out, *ref, profile)
+
+
+def test_every_config_kind_through_the_user_function(profile, backend):
+    _interpreter_only(backend)
+    rng = np.random.default_rng(2)
+    a = from_numpy(rng.standard_normal((21, 64)), "float16")
+    b = from_numpy(rng.standard_normal((64, 72)), "float16")
+    ref = oracle.matmul(a.float64(), b.float64(), acc_eps=mm.ACC_EPS, out_eps=_eps("float16"))
+    problem = mm.MATMUL.problem_of(a, b)
+    for config in _representatives(mm.MATMUL, mm.MATMUL.pruned_for(problem, profile).kept):
+        _judge(mm.matmul(a, b, config=config), *ref, profile)
+
+
+def test_empty_and_degenerate_sizes(profile, backend):
+    _interpreter_only(backend)
+    rng = np.random.default_rng(4)
+    a0 = from_numpy(rng.standard_normal((0, 8)), "float32")
+    b = from_numpy(rng.standard_normal((8, 5)), "float32")
+    assert mm.matmul(a0, b).shape == (0, 5)
+    # K = 0: the product is all zeros, plus the bias for addmm
+    ak = from_numpy(np.zeros((4, 0)), "float32")
+    bk = from_numpy(np.zeros((0, 6)), "float32")
+    bias = from_numpy(rng.standard_normal(6), "float32")
+    for config in (mm.DEFAULT_MM, next(c for c in mm.MATMUL.candidates if c["KIND"] == "split_k")):
+        assert np.array_equal(mm.matmul(ak, bk, config=config).float64(), np.zeros((4, 6)))
+        got = mm.addmm(bias, ak, bk, config=config).float64()
+        assert np.array_equal(got, np.broadcast_to(bias.float64(), (4, 6)))
+
+
+def test_refusals_by_name():
+    a = from_numpy(np.ones((4, 8)), "float16")
+    with pytest.raises(ShapeMismatch, match="share one dtype"):
+        mm.matmul(a, from_numpy(np.ones((8, 4)), "float32"))
+    with pytest.raises(ShapeMismatch, match="inner dimensions differ"):
+        mm.matmul(a, from_numpy(np.ones((7, 4)), "float16"))
+    with pytest.raises(LaunchError, match="M <= 4"):
+        mm.gemv(from_numpy(np.ones((5, 8)), "float16"), from_numpy(np.ones((8, 4)), "float16"))
+    with pytest.raises(LaunchError, match="unknown activation"):
+        mm.addmm(from_numpy(np.ones(4), "float16"), a, from_numpy(np.ones((8, 4)), "float16"), activation="tanh")
+    tma = next(c for c in mm.MATMUL.candidates if c["KIND"] == "tma_persistent")
+    shifted = from_numpy(np.ones(4 * 8 + 1), "float16")[1:].view(4, 8)
+    with pytest.raises(LaunchError, match="TMA"):
+        mm.matmul(shifted, from_numpy(np.ones((8, 16)), "float16"), config=tma)
+
+
+# --- prune ------------------------------------------------------------------------------------------------------------
+BIG = {"M": 4096, "N": 4096, "K": 4096, "trans_a": 0, "trans_b": 0, "aligned": 1}
+
+
+def test_prune_tma_by_device_and_problem():
+    hopper, ampere, interp = (get_profile(p) for p in ("nvidia/hopper", "nvidia/ampere", "cpu/interpreter"))
+    tma = [c for c in mm.MATMUL.candidates if c["KIND"] == "tma_persistent"]
+    assert any(c in mm.MATMUL.pruned_for(BIG, hopper).kept for c in tma)
+    assert all(c in mm.MATMUL.pruned_for(BIG, interp).kept for c in tma)  # the interpreter emulates descriptors
+    refused = dict(mm.MATMUL.pruned_for(BIG, ampere).pruned)
+    assert all("compute capability >= 9.0" in refused[c] for c in tma)
+    refused = dict(mm.MATMUL.pruned_for(dict(BIG, aligned=0), hopper).pruned)
+    assert all("aligned=1" in refused[c] for c in tma)
+
+
+def test_prune_shared_memory_and_limits():
+    for key in ("nvidia/hopper", "nvidia/ampere", "nvidia/ada", "nvidia/turing", "cpu/interpreter"):
+        profile = get_profile(key)
+        cap = profile.fact("max_shared_memory_per_block_optin")
+        result = mm.MATMUL.pruned_for(BIG, profile)
+        stages = profile.fact("max_num_stages")
+        assert (mm.DEFAULT_MM in result.kept) == (stages is None or stages >= mm.DEFAULT_MM.num_stages), key
+        assert any(c["KIND"] == "tiled" for c in result.kept), key
+        for c in result.kept:
+            assert cap is None or mm.smem_estimate(c) <= cap
+            assert profile.fact("max_num_stages") is None or c.num_stages <= profile.fact("max_num_stages")
+        for c, reason in result.pruned:
+            assert reason, c
+    ampere = get_profile("nvidia/ampere")
+    big_tile = mm._tile("tiled", 128, 256, 128, 8, 4)
+    assert big_tile in mm.MATMUL.candidates
+    reason = dict(mm.MATMUL.pruned_for(BIG, ampere).pruned)[big_tile]
+    assert "shared memory" in reason and "166912" in reason
+
+
+def test_smem_estimate_formula():
+    """(BLOCK_M + BLOCK_N) · K_BYTES · stages is (BLOCK_M·BLOCK_K + BLOCK_K·BLOCK_N) · itemsize · stages for every
+    itemsize: the estimate does not depend on the dtype, which the prune does not see."""
+    c = mm._tile("tiled", 128, 256, 128, 8, 3)
+    for itemsize in (2, 4):
+        block_k = 128 // itemsize
+        assert (128 * block_k + block_k * 256) * itemsize * 3 == (128 + 256) * 128 * 3
+    assert mm.smem_estimate(c) == max((128 + 256) * 128 * 3, 128 * 256 * 4)
+
+
+def test_gemv_register_prune():
+    hopper = get_profile("nvidia/hopper")
+    problem = {"M": 4, "N": 4096, "K": 4096, "trans_b": 1}
+    result = mm.GEMV.pruned_for(problem, hopper)
+    refused = dict(result.pruned)
+    wide = mm._gemv(16, 512, 4, 1)  # 4 x 512 x 16 partial sums over 128 threads: 256 > 255 registers
+    assert "registers per thread" in refused[wide] and "gemv partial sum" in refused[wide]
+    assert wide in mm.GEMV.pruned_for(dict(problem, M=1), hopper).kept
+    assert mm.DEFAULT_GEMV in result.kept
+
+
+def test_candidate_counts_and_default():
+    assert mm.DEFAULT_MM == Config.make(
+        num_warps=4, num_stages=3, KIND="tiled", BLOCK_M=128, BLOCK_N=128, K_BYTES=64, GROUP_M=8
+    )
+    kinds = [c["KIND"] for c in mm.MATMUL.candidates]
+    tiled = mm.classic_configs() + mm.small_m_configs() + mm.unpipelined_configs()
+    assert kinds.count("tiled") == len(tiled)
+    assert kinds.count("split_k") == len(mm.split_k_configs())
+    assert kinds.count("tma_persistent") == len(mm.tma_persistent_configs())
+    assert all(s.candidates == mm.MATMUL.candidates for s in (mm.ADDMM, mm.BMM, mm.BADDBMM))
+
+
+# --- cross-compilation on the CPU: compiles for Hopper; shared memory estimate bounds the compiler -------------------
+# A subprocess, because kernels must be plain JITFunctions there (this process runs them interpreted): it installs a
+# stand-in Triton driver that names the target, and replaces each kernel's `run` with its warmup, which compiles for
+# the target without launching; the real launch code of the spec runs unchanged, so the specialization compiled is
+# exactly the one a GPU launch would compile.
+_CROSS_SCRIPT = textwrap.dedent(
+    r"""
+    import json, sys
+    from nbxcert.kernels import backends
+    backends._choice = backends.BackendChoice("cuda", "cross-compilation on the CPU, nothing launched", "cpu")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+    from nbxcert.kernels import matmul as mm
+    from nbxcert.kernels.spec import Config
+
+    class CrossDriver:
+        def __init__(self, arch):
+            self.target = GPUTarget("cuda", arch, 32)
+        def get_current_target(self): return self.target
+        def get_current_device(self): return 0
+        def get_current_stream(self, device=None): return 0
+
+    job = json.loads(sys.argv[1])
+    driver.set_active(CrossDriver(job["arch"]))
+    mm._programs = lambda index: 132  # the grid size compiles nothing
+    compiled = []
+    for spec in mm.SPECS:
+        for k in spec.kernels:
+            if getattr(k, "_cross", False):
+                continue
+            orig = k.run
+            def run(*args, grid, warmup, _orig=orig, **kw):
+                compiled.append(_orig(*args, grid=grid, warmup=True, **kw))
+            k.run, k._cross = run, True
+    for item in job["items"]:
+        spec = {s.name: s for s in mm.SPECS}[item["spec"]]
+        config = Config.from_dict(item["config"])
+        inputs = spec.make_inputs(item["problem"], tuple(item["dtypes"]), 0, "cpu")
+        compiled.clear()
+        try:
+            spec.launch(config, inputs)
+            main = compiled[0]
+            print(json.dumps(dict(item, ok=True, shared=main.metadata.shared, estimate=mm.smem_estimate(config),
+                                  wgmma="wgmma" in main.asm["ptx"], tma="cp.async.bulk.tensor" in main.asm["ptx"])))
+        except Exception as e:
+            print(json.dumps(dict(item, ok=False, error=f"{type(e).__name__}: {e}"[:2000])))
+        sys.stdout.flush()
+    """
+)
+
+
+def _cross_compile(arch: int, items: list[dict], timeout: int) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NBXCERT_BACKEND")}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 1 is its (and 3.6's) default
+    job = json.dumps({"arch": arch, "items": items})
+    proc = subprocess.run(
+        [sys.executable, "-c", _CROSS_SCRIPT, job], capture_output=True, text=True, timeout=timeout, env=env
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def _item(spec, config, problem, dtype):
+    return {"spec": spec.name, "config": config.as_dict(), "problem": problem, "dtypes": [dtype] * len(spec.dtypes[0])}
+
+
+def _check_cross(results, expected):
+    assert len(results) == expected, f"{expected - len(results)} compile jobs printed nothing"
+    failed = [r for r in results if not r["ok"]]
+    assert not failed, "\n".join(f"{r['spec']} {r['config']} {r['dtypes']}: {r['error']}" for r in failed[:5])
+    over = [r for r in results if r["shared"] > r["estimate"]]
+    assert not over, "estimate below the compiler's figure:\n" + "\n".join(
+        f"{r['spec']} {Config.from_dict(r['config']).label()} {r['dtypes'][0]}: shared {r['shared']} > "
+        f"estimate {r['estimate']}" for r in over
+    )  # fmt: skip
+
+
+SMALL = {"M": 256, "N": 256, "K": 256, "trans_a": 0, "trans_b": 0, "aligned": 1}
+
+
+def test_representatives_compile_for_hopper():
+    """One candidate of each kind (and the default) cross-compiles for sm_90; 16-bit tiles use wgmma, TMA kernels
+    the bulk tensor copy; the estimate bounds the compiler's shared memory."""
+    hopper = get_profile("nvidia/hopper")
+    reps = _representatives(mm.MATMUL, mm.MATMUL.pruned_for(BIG, hopper).kept)
+    items = [_item(mm.MATMUL, c, SMALL, "float16") for c in reps]
+    gemv_problem = {"M": 1, "N": 256, "K": 256, "trans_b": 1}
+    items.append(_item(mm.GEMV, mm.DEFAULT_GEMV, gemv_problem, "float16"))
+    results = _cross_compile(90, items, timeout=600)
+    _check_cross(results, len(items))
+    by_kind = {Config.from_dict(r["config"])["KIND"]: r for r in results}
+    assert by_kind["tiled"]["wgmma"] and by_kind["tma_persistent"]["wgmma"] and by_kind["tma_persistent"]["tma"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch,profile_key", [(90, "nvidia/hopper"), (80, "nvidia/ampere")])
+def test_smem_estimate_bounds_compiler(arch, profile_key):
+    """The census: every candidate kept for the profile, float16 and float32 (bfloat16 lays out as float16), plus
+    transposed and batched launches, cross-compiles, and its shared memory is at most the prune's estimate."""
+    profile = get_profile(profile_key)
+    items = []
+    for dtype in ("float16", "float32"):
+        for c in mm.MATMUL.pruned_for(BIG, profile).kept:
+            items.append(_item(mm.MATMUL, c, SMALL, dtype))
+        for c in mm.GEMV.pruned_for({"M": 4, "N": 4096, "K": 4096, "trans_b": 1}, profile).kept:
+            items.append(_item(mm.GEMV, c, {"M": 4, "N": 256, "K": 256, "trans_b": 1}, dtype))
+    layouts = [dict(SMALL, trans_a=1), dict(SMALL, trans_b=1), dict(SMALL, trans_a=1, trans_b=1)]
+    bmm_problem = dict(SMALL, batch=4, bcast_a=0, bcast_b=1)
+    for c in _representatives(mm.MATMUL, mm.MATMUL.pruned_for(BIG, profile).kept):
+        items += [_item(mm.MATMUL, c, p, "float16") for p in layouts]
+        items.append(_item(mm.BMM, c, bmm_problem, "bfloat16"))
+        items.append(_item(mm.ADDMM, c, dict(SMALL, activation="gelu_tanh"), "float16"))
+    started = time.time()
+    results = _cross_compile(arch, items, timeout=3000)
+    _check_cross(results, len(items))
+    print(f"\n{len(results)} compiles for sm_{arch} in {time.time() - started:.0f}s")
+    for r in results:
+        print(f"  {r['spec']:7s} {r['dtypes'][0]:9s} shared {r['shared']:7d} <= {r['estimate']:7d}  "
+              f"{Config.from_dict(r['config']).label()}")  # fmt: skip
+
+
+# --- GPU: every kept candidate at the real shapes ---------------------------------------------------------------------
+GPU_SHAPES = {
+    "4096x4096x4096": ("matmul", {"M": 4096, "N": 4096, "K": 4096}),
+    "512x5632x2048": ("matmul", {"M": 512, "N": 5632, "K": 2048}),
+    "16x4096x4096": ("matmul", {"M": 16, "N": 4096, "K": 4096}),
+    "1x4096x4096": ("matmul", {"M": 1, "N": 4096, "K": 4096}),
+    "bmm 32x512x128x512": ("bmm", {"batch": 32, "M": 512, "N": 128, "K": 512, "bcast_a": 0, "bcast_b": 0}),
+}
+
+
+class _Judge:
+    """The oracle of one (problem, dtype), computed once, and a fast per-candidate check that falls back to
+    `compare` (the numpy-style report) only on a mismatch."""
+
+    def __init__(self, spec, problem, dtypes, profile, device):
+        self.spec, self.problem, self.dtypes = spec, problem, dtypes
+        self.inputs = spec.make_inputs(problem, dtypes, 0, device)
+        ref = spec.oracle(self.inputs)["out"]
+        self.ref, self.scale = ref.value, ref.scale
+        self.dtype = self.inputs.tensors["out"].dtype
+        self.tol = profile.tolerance(self.dtype.name)
+        self.allowed = self.tol * np.abs(self.scale) + rounding_bound(self.ref, self.dtype)
+
+    def check(self, config) -> str | None:
+        out = self.inputs.tensors["out"]
+        poison(out, self.dtype)
+        self.spec.launch(config, self.inputs)
+        got = out.float64()
+        with np.errstate(invalid="ignore"):
+            good = np.isfinite(got) & (np.abs(got - self.ref) <= self.allowed)
+        if good.all():
+            return None
+        context = f"kernel {self.spec.name}, config {config.label()}, problem {self.problem}, dtypes {self.dtypes}"
+        return compare(got, self.ref, self.scale, self.dtype, self.tol, context).report
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", list(GPU_SHAPES))
+def test_gpu_every_kept_candidate_at_real_shapes(shape, profile, backend):
+    """float16: every candidate kept for the GPU's profile; bfloat16 and float32: the default and one per kind.
+    The gemv spec joins at M = 1."""
+    spec_name, dims = GPU_SHAPES[shape]
+    plans = [(SPECS[spec_name], dict(dims, trans_a=0, trans_b=0, aligned=1))]
+    if dims["M"] <= mm.GEMV_MAX_M and spec_name == "matmul":
+        plans.append((mm.GEMV, {"M": dims["M"], "N": dims["N"], "K": dims["K"], "trans_b": 0}))
+    failures, runs = [], 0
+    for spec, problem in plans:
+        kept = spec.pruned_for(problem, profile).kept
+        for dtype in ("float16", "bfloat16", "float32"):
+            judge = _Judge(spec, problem, (dtype, dtype), profile, backend.device)
+            for config in kept if dtype == "float16" else _representatives(spec, kept):
+                runs += 1
+                report = judge.check(config)
+                if report:
+                    failures.append(report)
+    assert not failures, f"{len(failures)} of {runs} runs mismatch:\n" + "\n\n".join(failures[:3])
+
+
+@pytest.mark.gpu
+def test_gpu_group_m_and_split_k_bits(profile, backend):
+    """On the GPU: GROUP_M changes no output bit; split-K gives the same bits run after run."""
+    problem = {"M": 512, "N": 5632, "K": 2048, "trans_a": 0, "trans_b": 0, "aligned": 1}
+    kept = mm.MATMUL.pruned_for(problem, profile).kept
+    for base in _representatives(mm.MATMUL, kept):
+        ref = _output_bits(mm.MATMUL, base, problem, ("float16", "float16"), 1, backend.device)
+        for group_m in (1, 4):
+            got = _output_bits(mm.MATMUL, _with(base, GROUP_M=group_m), problem, ("float16", "float16"), 1,
+                               backend.device)  # fmt: skip
+            assert np.array_equal(got, ref), f"GROUP_M={group_m} changed bits of {base.label()}"
+    split = [c for c in kept if c["KIND"] == "split_k"]
+    for config in split[:3]:
+        first = _output_bits(mm.MATMUL, config, problem, ("float32", "float32"), 2, backend.device)
+        again = _output_bits(mm.MATMUL, config, problem, ("float32", "float32"), 2, backend.device)
+        assert np.array_equal(first, again), f"split-K {config.label()} is not deterministic"
