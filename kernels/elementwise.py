@@ -41,7 +41,7 @@ from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.rows import KernelLaunch, as_rows, both, compute_type, narrow, upcast
-from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, register
+from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import elementwise as _oracle
 
@@ -365,12 +365,6 @@ def prune_embedding(candidates: Sequence[Config], problem: Mapping[str, Any], pr
 
 
 # --- launches ---------------------------------------------------------------------------------------------------------
-def _config_for(spec: KernelSpec, problem: Mapping[str, Any], dtypes: tuple[str, ...], config: Config | None) -> Config:
-    """The one place a user-facing launch picks its config: the caller's, else the spec's untuned default (serving
-    replaces this with the certified lookup for `problem` and `dtypes`)."""
-    return spec.default if config is None else config
-
-
 def _warps(config: Config) -> dict[str, int]:
     return {"num_warps": config.num_warps, "num_stages": config.num_stages}
 
@@ -545,8 +539,12 @@ def silu_and_mul(x: Tensor, out: Tensor | None = None, config: Config | None = N
         raise ShapeMismatch(f"silu_and_mul: the last dimension {x.shape[-1]} is not even")
     d = x.shape[-1] // 2
     y = _contiguous_out(out, x.shape[:-1] + (d,), x.dtype, x.device, "silu_and_mul")
-    config = _config_for(SILU_AND_MUL, silu_and_mul_problem(x), (x.dtype.name,), config)
-    _run(silu_and_mul_launches(config, as_rows(x, "silu_and_mul: x"), as_rows(y, "silu_and_mul: out")))
+    rows_x, rows_y = as_rows(x, "silu_and_mul: x"), as_rows(y, "silu_and_mul: out")
+
+    def run(c: Config) -> None:
+        _run(silu_and_mul_launches(c, rows_x, rows_y))
+
+    run(choose_config(SILU_AND_MUL, silu_and_mul_problem(x), (x.dtype.name,), config, run=run, outputs=(y,)))
     return y
 
 
@@ -563,8 +561,11 @@ def gelu(x: Tensor, approximate: str = "none", out: Tensor | None = None, config
     if not x.is_contiguous():
         raise LaunchError(f"gelu: x (strides {x.strides}) must be contiguous; call .contiguous() first")
     y = _contiguous_out(out, x.shape, x.dtype, x.device, "gelu")
-    config = _config_for(GELU, gelu_problem(x, approximate), (x.dtype.name,), config)
-    _run(gelu_launches(config, x, y, approximate))
+
+    def run(c: Config) -> None:
+        _run(gelu_launches(c, x, y, approximate))
+
+    run(choose_config(GELU, gelu_problem(x, approximate), (x.dtype.name,), config, run=run, outputs=(y,)))
     return y
 
 
@@ -602,8 +603,12 @@ def _add_mul(a: Tensor, b: Tensor, op: str, out: Tensor | None, config: Config |
         raise ShapeMismatch(f"{op}: a is {a.dtype.name} but b is {b.dtype.name}; cast one first")
     shape = broadcast_shape(a.shape, b.shape)
     y = _contiguous_out(out, shape, a.dtype, a.device, op)
-    config = _config_for(ADD_MUL, add_mul_problem(a, b, op), (a.dtype.name, b.dtype.name), config)
-    _run(add_mul_launches(config, a, b, y, op))
+
+    def run(c: Config) -> None:
+        _run(add_mul_launches(c, a, b, y, op))
+
+    dtypes = (a.dtype.name, b.dtype.name)
+    run(choose_config(ADD_MUL, add_mul_problem(a, b, op), dtypes, config, run=run, outputs=(y,)))
     return y
 
 
@@ -631,8 +636,11 @@ def cast(x: Tensor, dtype, out: Tensor | None = None, config: Config | None = No
     if not x.is_contiguous():
         raise LaunchError(f"cast: x (strides {x.strides}) must be contiguous; call .contiguous() first")
     y = _contiguous_out(out, x.shape, target, x.device, "cast")
-    config = _config_for(CAST, cast_problem(x), (x.dtype.name, target.name), config)
-    _run(cast_launches(config, x, y))
+
+    def run(c: Config) -> None:
+        _run(cast_launches(c, x, y))
+
+    run(choose_config(CAST, cast_problem(x), (x.dtype.name, target.name), config, run=run, outputs=(y,)))
     return y
 
 
@@ -679,8 +687,12 @@ def rope(
     if positions.dtype.name not in ("int32", "int64"):
         raise ShapeMismatch(f"rope: positions must be int32 or int64, got {positions.dtype.name}")
     check_ids(positions, cos_sin_cache.shape[0], "rope", "position")
-    config = _config_for(ROPE, problem, (q.dtype.name,), config)
-    _run(rope_launches(config, q, k, positions, cos_sin_cache, rot, style))
+
+    def run(c: Config) -> None:
+        _run(rope_launches(c, q, k, positions, cos_sin_cache, rot, style))
+
+    # in place: a run-time sweep restores q and k before each candidate
+    run(choose_config(ROPE, problem, (q.dtype.name,), config, run=run, outputs=(q, k), restore=(q, k)))
     return q, k
 
 
@@ -699,8 +711,13 @@ def embedding(table: Tensor, ids: Tensor, out: Tensor | None = None, config: Con
     check_ids(ids, table.shape[0])
     flat_ids = ids.contiguous().view(-1)
     y = _contiguous_out(out, ids.shape + (table.shape[1],), table.dtype, table.device, "embedding")
-    config = _config_for(EMBEDDING, embedding_problem(table, ids), (table.dtype.name, ids.dtype.name), config)
-    _run(embedding_launches(config, table, flat_ids, y.view(-1, table.shape[1])))
+    rows_y = y.view(-1, table.shape[1])
+
+    def run(c: Config) -> None:
+        _run(embedding_launches(c, table, flat_ids, rows_y))
+
+    dtypes = (table.dtype.name, ids.dtype.name)
+    run(choose_config(EMBEDDING, embedding_problem(table, ids), dtypes, config, run=run, outputs=(y,)))
     return y
 
 

@@ -78,7 +78,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.prune import prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, register
+from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty
 from nbxcert.oracles import matmul as _oracle
 
@@ -1198,12 +1198,6 @@ SPECS = (MATMUL, ADDMM, BMM, BADDBMM, GEMV, ADDMV)
 # ======================================================================================================================
 # User-facing functions
 # ======================================================================================================================
-def _config_for(spec: KernelSpec, problem: Mapping[str, Any], dtypes: tuple[str, ...], config: Config | None) -> Config:
-    """THE one place a launch's config is chosen: the caller's, else the spec's untuned default. (Serving replaces
-    this with a certified lookup of the key made from `problem` and `dtypes`.)"""
-    return spec.default if config is None else config
-
-
 def _out(out: Tensor | None, shape: tuple[int, ...], like: Tensor) -> Tensor:
     if out is None:
         return empty(shape, like.dtype, like.device)
@@ -1234,7 +1228,14 @@ def matmul(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | Non
     _check_dtypes(a, b, out)
     problem = _problem_matmul(a, b, out)
     out = _out(out, (problem["M"], problem["N"]), a)
-    cfg = _config_for(MATMUL, problem, (a.dtype.name, b.dtype.name), config)
+    cfg = choose_config(
+        MATMUL,
+        problem,
+        (a.dtype.name, b.dtype.name),
+        config,
+        run=lambda c: _run_mm(c, a, b, out, None, 1, 1.0, 1.0, "none"),
+        outputs=(out,),
+    )
     return _run_mm(cfg, a, b, out, None, 1, 1.0, 1.0, "none")
 
 
@@ -1254,7 +1255,14 @@ def addmm(
     _check_dtypes(bias, a, b, out)
     problem = _problem_addmm(bias, a, b, activation=activation)
     out = _out(out, (problem["M"], problem["N"]), a)
-    cfg = _config_for(ADDMM, problem, (a.dtype.name, b.dtype.name, bias.dtype.name), config)
+    cfg = choose_config(
+        ADDMM,
+        problem,
+        (a.dtype.name, b.dtype.name, bias.dtype.name),
+        config,
+        run=lambda c: _run_mm(c, a, b, out, bias, 1, alpha, beta, activation),
+        outputs=(out,),
+    )
     return _run_mm(cfg, a, b, out, bias, 1, alpha, beta, activation)
 
 
@@ -1263,7 +1271,14 @@ def bmm(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | None =
     _check_dtypes(a, b, out)
     problem = _problem_bmm(a, b)
     out = _out(out, (problem["batch"], problem["M"], problem["N"]), a)
-    cfg = _config_for(BMM, problem, (a.dtype.name, b.dtype.name), config)
+    cfg = choose_config(
+        BMM,
+        problem,
+        (a.dtype.name, b.dtype.name),
+        config,
+        run=lambda c: _run_mm(c, a, b, out, None, problem["batch"], 1.0, 1.0, "none"),
+        outputs=(out,),
+    )
     return _run_mm(cfg, a, b, out, None, problem["batch"], 1.0, 1.0, "none")
 
 
@@ -1282,7 +1297,14 @@ def baddbmm(
     _check_dtypes(bias, a, b, out)
     problem = _problem_baddbmm(bias, a, b, activation=activation)
     out = _out(out, (problem["batch"], problem["M"], problem["N"]), a)
-    cfg = _config_for(BADDBMM, problem, (a.dtype.name, b.dtype.name, bias.dtype.name), config)
+    cfg = choose_config(
+        BADDBMM,
+        problem,
+        (a.dtype.name, b.dtype.name, bias.dtype.name),
+        config,
+        run=lambda c: _run_mm(c, a, b, out, bias, problem["batch"], alpha, beta, activation),
+        outputs=(out,),
+    )
     return _run_mm(cfg, a, b, out, bias, problem["batch"], alpha, beta, activation)
 
 
@@ -1292,7 +1314,14 @@ def gemv(x: Tensor, w: Tensor, out: Tensor | None = None, config: Config | None 
     _check_dtypes(x, w, out)
     problem = _problem_gemv(x, w)
     out = _out(out, (problem["N"],) if x.ndim == 1 else (problem["M"], problem["N"]), x)
-    cfg = _config_for(GEMV, problem, (x.dtype.name, w.dtype.name), config)
+    cfg = choose_config(
+        GEMV,
+        problem,
+        (x.dtype.name, w.dtype.name),
+        config,
+        run=lambda c: _run_gemv(c, x, w, out, None, 1.0, 1.0, "none"),
+        outputs=(out,),
+    )
     return _run_gemv(cfg, x, w, out, None, 1.0, 1.0, "none")
 
 
@@ -1311,7 +1340,14 @@ def addmv(
     _check_dtypes(bias, x, w, out)
     problem = _problem_addmv(bias, x, w, activation=activation)
     out = _out(out, (problem["N"],) if x.ndim == 1 else (problem["M"], problem["N"]), x)
-    cfg = _config_for(ADDMV, problem, (x.dtype.name, w.dtype.name, bias.dtype.name), config)
+    cfg = choose_config(
+        ADDMV,
+        problem,
+        (x.dtype.name, w.dtype.name, bias.dtype.name),
+        config,
+        run=lambda c: _run_gemv(c, x, w, out, bias, alpha, beta, activation),
+        outputs=(out,),
+    )
     return _run_gemv(cfg, x, w, out, bias, alpha, beta, activation)
 
 

@@ -57,7 +57,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, register
+from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import rows as _oracle
 
@@ -516,12 +516,6 @@ def compute_type(dtype_name: str):
     return tl.float64 if dtype_name in ("float32", "float64") else tl.float32
 
 
-def _config_for(spec: KernelSpec, problem: Mapping[str, Any], dtypes: tuple[str, ...], config: Config | None) -> Config:
-    """The one place a user-facing launch picks its config: the caller's, else the spec's untuned default (serving
-    replaces this with the certified lookup for `problem` and `dtypes`)."""
-    return spec.default if config is None else config
-
-
 def _run(launches: Sequence[KernelLaunch]) -> None:
     for launch in launches:
         launch()
@@ -702,10 +696,14 @@ def softmax(
     else:
         raise LaunchError(f"softmax: mask must be None, 'causal' or a Tensor, got {mask!r}")
     problem = softmax_problem(x, scale, mask)
-    config = _config_for(SOFTMAX, problem, (x.dtype.name,), config)
-    if config["VARIANT"] == "split" and workspace is None:
-        workspace = split_workspace(rows_x.shape[0], rows_x.shape[1], x.dtype.name, x.device, config["BLOCK_N"])
-    _run(softmax_launches(config, rows_x, rows_y, scale, kind, q_len, additive, workspace))
+
+    def run(c: Config) -> None:
+        ws = workspace
+        if c["VARIANT"] == "split" and ws is None:
+            ws = split_workspace(rows_x.shape[0], rows_x.shape[1], x.dtype.name, x.device, c["BLOCK_N"])
+        _run(softmax_launches(c, rows_x, rows_y, scale, kind, q_len, additive, ws))
+
+    run(choose_config(SOFTMAX, problem, (x.dtype.name,), config, run=run, outputs=(rows_y,)))
     return y
 
 
@@ -728,20 +726,24 @@ def _norm(spec, x, residual, weight, bias, eps, out, out_sum, config, rms):
     y = _out_like(out, x, name)
     s = _out_like(out_sum, x, name) if residual is not None else None
     problem = norm_problem(x)
-    config = _config_for(spec, problem, (x.dtype.name, weight.dtype.name), config)
-    _run(
-        norm_launches(
-            config,
-            as_rows(x, f"{name}: x"),
-            None if residual is None else as_rows(residual, f"{name}: residual"),
-            weight,
-            bias,
-            as_rows(y, f"{name}: out"),
-            None if s is None else as_rows(s, f"{name}: out_sum"),
-            eps,
-            rms,
+
+    def run(c: Config) -> None:
+        _run(
+            norm_launches(
+                c,
+                as_rows(x, f"{name}: x"),
+                None if residual is None else as_rows(residual, f"{name}: residual"),
+                weight,
+                bias,
+                as_rows(y, f"{name}: out"),
+                None if s is None else as_rows(s, f"{name}: out_sum"),
+                eps,
+                rms,
+            )
         )
-    )
+
+    outputs = (y,) if s is None else (y, s)
+    run(choose_config(spec, problem, (x.dtype.name, weight.dtype.name), config, run=run, outputs=outputs))
     return y if s is None else (s, y)
 
 
@@ -786,8 +788,12 @@ def row_reduce(x: Tensor, op: str, correction: int = 0, out: Tensor | None = Non
     elif out.shape != shape or out.dtype is not x.dtype or not out.is_contiguous():
         raise ShapeMismatch(f"row_reduce: out must be a contiguous {x.dtype.name}{list(shape)}")
     problem = row_reduce_problem(x, op, correction)
-    config = _config_for(ROW_REDUCE, problem, (x.dtype.name,), config)
-    _run(row_reduce_launches(config, rows_x, out.view(-1) if out.ndim != 1 else out, op, problem["correction"]))
+    flat = out.view(-1) if out.ndim != 1 else out
+
+    def run(c: Config) -> None:
+        _run(row_reduce_launches(c, rows_x, flat, op, problem["correction"]))
+
+    run(choose_config(ROW_REDUCE, problem, (x.dtype.name,), config, run=run, outputs=(flat,)))
     return out
 
 

@@ -7,7 +7,8 @@ profile in force and the directories read are printed once per process. A key wi
   and the directories searched: never a sweep;
 - otherwise is swept at run time on the launch's own arguments (candidates whose output disagrees with the others'
   consensus beyond the dtype tolerance are rejected), said once per process, and kept in a local cache file (under
-  the user's cache directory, never a certificate directory).
+  the user's cache directory, never a certificate directory); with `NBXCERT_UNCERTIFIED=default` it runs the
+  kernel's untuned default instead (said once per process).
 `NBXCERT_KEY_RECORD=PATH` appends every key formed (served, swept or refused) to a keys file.
 
 This module imports no sweep, no CLI and no oracle; the warm path is one dict lookup.
@@ -38,6 +39,7 @@ class _State:
     dirs: list[Path]
     index: Any
     certified_only: bool
+    uncertified: str  # what a key with no certificate gets: "sweep" (default) or "default"
     record: str | None
     runtime_cache: dict[str, dict]
     runtime_cache_path: Path
@@ -127,6 +129,7 @@ def state() -> _State:
                 dirs,
                 index,
                 _override.get("certified_only", os.environ.get("NBXCERT_CERTIFIED_ONLY", "") == "1"),
+                _uncertified_mode(),
                 os.environ.get("NBXCERT_KEY_RECORD") or None,
                 runtime,
                 rt_path,
@@ -141,6 +144,20 @@ def reset() -> None:
         _state = None
         _fast.clear()
         _said.clear()
+
+
+UNCERTIFIED_MODES = ("sweep", "default")
+
+
+def _uncertified_mode() -> str:
+    """NBXCERT_UNCERTIFIED: what a key with no certificate gets outside certified-only mode: `sweep` (the default; a
+    run-time sweep on the launch's own arguments) or `default` (the kernel's untuned default, said once)."""
+    from nbxcert.errors import UsageError
+
+    mode = os.environ.get("NBXCERT_UNCERTIFIED", "sweep").strip() or "sweep"
+    if mode not in UNCERTIFIED_MODES:
+        raise UsageError(f"NBXCERT_UNCERTIFIED={mode} is not one of {', '.join(UNCERTIFIED_MODES)}")
+    return mode
 
 
 def _record(st: _State, key_text: str, event: str) -> None:
@@ -195,6 +212,13 @@ def config_for(spec, problem: Mapping[str, Any], dtypes: Sequence[str], runtime:
                 f"searched: {searched}",
                 hint=f"certify it: nbxcert certify --profile {st.profile.name} --key '{text}'",
             )
+        elif st.uncertified == "default":
+            _say(
+                f"[nbxcert] {spec.name}: key {text} has no certificate for {st.profile.key}; running the kernel's "
+                "untuned default (NBXCERT_UNCERTIFIED=default)"
+            )
+            cfg = spec.default
+            _record(st, text, "default")
         else:
             _say(
                 f"[nbxcert] {spec.name}: key {text} has no certificate for {st.profile.key}; sweeping it at run time "
@@ -230,8 +254,9 @@ def _save_runtime_cache(st: _State) -> None:
 
 def runtime_sweep(spec, problem: Mapping[str, Any], profile, runtime: RuntimeLaunch | None):
     """Sweep a key on the launch's own arguments: every pruned-in candidate runs; those that fail, or whose output
-    disagrees with the candidates' consensus (the element-wise median) beyond the dtype tolerance, are rejected; the
-    fastest of the rest wins (the untuned default or the simplest within the noise)."""
+    disagrees with the candidates' consensus (the element-wise median) beyond the dtype tolerance times the output's
+    largest magnitude, are rejected; the fastest of the rest wins (the untuned default or the simplest within the
+    noise)."""
     import numpy as np
 
     from nbxcert.errors import LaunchError
@@ -267,7 +292,10 @@ def runtime_sweep(spec, problem: Mapping[str, Any], profile, runtime: RuntimeLau
         for i, out in enumerate(outs):
             stack = np.stack([r[1][i] for r in results])
             consensus = np.median(stack, axis=0)
-            scale = np.median(np.abs(stack), axis=0)
+            # no oracle here, so no per-element error scale: agreement is judged norm-wise, against the largest
+            # magnitude of the output (candidates that sum in another order legitimately differ where values cancel)
+            finite = np.abs(consensus[np.isfinite(consensus)])
+            scale = np.full(consensus.shape, finite.max() if finite.size else 0.0)
             tol = profile.tolerance(runtime.outputs[i].dtype.name)
             ok = ok and compare(out, consensus, scale, runtime.outputs[i].dtype, tol).ok
         if ok:

@@ -42,6 +42,7 @@ def serving(monkeypatch, tmp_path):
 
     monkeypatch.setenv("NBXCERT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("NBXCERT_CERTIFIED_ONLY", raising=False)
+    monkeypatch.setenv("NBXCERT_UNCERTIFIED", "sweep")
     serve.reset()
     yield serve
     serve.reset()
@@ -85,6 +86,26 @@ def test_without_certificate_the_key_is_swept_at_run_time(user_kernel, serving, 
     err = capfd.readouterr().err
     assert "has no certificate" in err and "sweeping it at run time" in err
     assert "nbxcert certify --profile interpreter --key 'user_scale[n=777;float32,float32]@v1'" in err
+
+
+def test_uncertified_default_mode_runs_the_untuned_default_and_says_so(
+    user_kernel, serving, monkeypatch, capfd, tmp_path
+):
+    monkeypatch.setenv("NBXCERT_CERTIFIED_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("NBXCERT_UNCERTIFIED", "default")
+    monkeypatch.setenv("NBXCERT_KEY_RECORD", str(tmp_path / "k.jsonl"))
+    x, out = _launch(user_kernel, 555)
+    assert np.array_equal(out.float64(), (3.0 * x.numpy()).astype(np.float32))
+    assert "running the kernel's untuned default (NBXCERT_UNCERTIFIED=default)" in capfd.readouterr().err
+    assert json.loads((tmp_path / "k.jsonl").read_text())["event"] == "default"
+
+
+def test_unknown_uncertified_mode_is_refused_by_name(user_kernel, serving, monkeypatch):
+    from nbxcert.errors import UsageError
+
+    monkeypatch.setenv("NBXCERT_UNCERTIFIED", "guess")
+    with pytest.raises(UsageError, match="NBXCERT_UNCERTIFIED=guess is not one of sweep, default"):
+        _launch(user_kernel, 10)
 
 
 def test_concurrent_key_recording_loses_no_line(tmp_path):
