@@ -73,7 +73,13 @@ def load_workload(name_or_path: str) -> Workload:
     if p.suffix in (".yml", ".yaml") or p.exists():
         if not p.is_file():
             raise WorkloadInvalid(f"workload file {p} does not exist")
-        return parse_workload(p.read_text(encoding="utf-8"), str(p))
+        try:
+            text = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:  # was a traceback (bug found by tests/test_fuzz.py::test_workload)
+            raise WorkloadInvalid(f"{p}: not UTF-8 text (byte {e.start})") from None
+        except OSError as e:
+            raise WorkloadInvalid(f"{p}: cannot be read: {e.strerror}") from None
+        return parse_workload(text, str(p))
     res = resources.files("nbxcert").joinpath("workloads", f"{name_or_path}.yml")
     if not res.is_file():
         raise WorkloadInvalid(
@@ -87,6 +93,10 @@ def parse_workload(text: str, path: str) -> Workload:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise WorkloadInvalid(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
+    except RecursionError:  # PyYAML's composer recurses per level (bug found by tests/test_fuzz.py::test_workload)
+        raise WorkloadInvalid(f"{path}: not valid YAML: nested too deeply") from None
+    except ValueError as e:  # an integer of more than 4300 digits (same bug hunt): int() refuses it inside PyYAML
+        raise WorkloadInvalid(f"{path}: not valid YAML: {str(e)[:200]}") from None
     if not isinstance(doc, dict):
         raise WorkloadInvalid(f"{path}: a workload is a mapping, got {type(doc).__name__}")
     known = {"schema_version", "name", "source", "model", "dtypes", "phases"}
@@ -146,6 +156,16 @@ def _check_sizes(path: str, field: str, v: Any) -> None:
     if isinstance(v, dict):
         if set(v) - {"ladder", "max", "min"} or "ladder" not in v or "max" not in v:
             raise _fail(path, field, "a ladder range is {ladder: NAME, max: N} (optional min)")
+        # checked here, not when the ladder is read: `max: x` raised TypeError from `sizes()`, and an unknown ladder
+        # name was refused naming the device file instead of this one (bugs found by tests/test_fuzz.py)
+        from nbxcert.profiles import LADDER_NAMES
+
+        if v["ladder"] not in LADDER_NAMES:
+            raise _fail(path, f"{field}.ladder", f"{v['ladder']!r} is not a ladder ({', '.join(LADDER_NAMES)})")
+        for bound in ("max", "min"):
+            b = v.get(bound, 1)
+            if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
+                raise _fail(path, f"{field}.{bound}", f"must be a positive integer, got {b!r}")
         return
     raise _fail(path, field, "must be a list of sizes or {ladder: NAME, max: N}")
 
@@ -202,6 +222,7 @@ def launches(w: Workload, profile) -> list[Launch]:
     for dt in w.dtypes:
         for t in sizes(w, "prefill_tokens", profile):
             attn = {"batch": 1, "heads": nh, "kv_heads": nkv, "q_len": t, "kv_len": t, "head_dim": d, "causal": 1}
+            attn["aligned"] = 1  # q/k/v rows of head_dim elements: 16-byte aligned for every shipped head dim
             layer(t, dt, lambda attn=attn: add("flash_attention", attn, (dt,), "prefill attention"))
             matmul(1, vocab, h, dt, "LM head (last token)")
             add("softmax", {"n_rows": 1, "n_cols": vocab, "mask": "none"}, (dt,), "logits softmax")

@@ -1,0 +1,118 @@
+"""Float64 references for the attention kernels: softmax(Q Kᵀ · scale + mask) V, one (batch, head) at a time.
+
+Pure numpy, written from the definition and sharing nothing with the kernels it judges: scores in float64, masked
+positions set to -inf, the row maximum subtracted before `exp`, normalised by the row sum, multiplied by V. Grouped-
+query attention repeats each KV head for the `heads // kv_heads` query heads that share it (query head `h` reads KV
+head `h // (heads // kv_heads)`).
+
+Masks:
+- causal, bottom-right aligned (a prefill continuing a KV cache): query row `i` of `q_len` may see key `j` of
+  `kv_len` iff `j <= i + (kv_len - q_len)`; with `q_len == kv_len` this is the usual lower triangle;
+- per-sequence KV lengths (decode): key `j` of sequence `b` is visible iff `j < lengths[b]`.
+
+A row that sees no key at all (causal with `q_len > kv_len` for rows `i < q_len - kv_len`, `kv_len == 0`, or a decode
+sequence of length 0) is DEFINED as zeros, with a zero error scale (the kernel must write exactly 0).
+
+Error scale of an output element (b, h, i, d): `Σ_j p_ij · |v_jd|` from the reference probabilities, in float64 —
+the size of the weighted sum the kernel rounds its way through, so an output that cancels to near zero is not judged
+against its own near-zero value.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def _one_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray, scale: float):
+    """q [M, D], k and v [N, D], visible [M, N] bool -> (out [M, D], error scale [M, D])."""
+    scores = (q @ k.T) * scale
+    scores = np.where(visible, scores, -np.inf)
+    seen = visible.any(axis=1)
+    row_max = np.where(seen, scores.max(axis=1, initial=-np.inf), 0.0)
+    e = np.where(visible, np.exp(scores - row_max[:, None]), 0.0)
+    total = e.sum(axis=1)
+    p = e / np.where(seen, total, 1.0)[:, None]
+    return p @ v, p @ np.abs(v)
+
+
+def attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    scale: float,
+    causal: bool,
+    kv_lengths: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Reference attention and its error scale.
+
+    q: [batch, heads, q_len, head_dim]; k, v: [batch, kv_heads, kv_len, head_dim] (any float values; computed in
+    float64). `scale` multiplies Q Kᵀ. `causal`: bottom-right aligned mask (module docstring). `kv_lengths` [batch]:
+    keys at or past a sequence's length are masked (None: every key is visible). Returns (out, error scale), both
+    float64 [batch, heads, q_len, head_dim]."""
+    q = np.asarray(q, dtype=np.float64)
+    k = np.asarray(k, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    batch, heads, q_len, head_dim = q.shape
+    kv_heads, kv_len = k.shape[1], k.shape[2]
+    if heads % kv_heads:
+        raise ValueError(f"heads={heads} is not a multiple of kv_heads={kv_heads}")
+    group = heads // kv_heads
+    rows = np.arange(q_len)[:, None]
+    cols = np.arange(kv_len)[None, :]
+    base = np.ones((q_len, kv_len), dtype=bool)
+    if causal:
+        base = base & (cols <= rows + (kv_len - q_len))
+    if causal and kv_lengths is not None:
+        raise ValueError("causal masks with per-sequence KV lengths are not defined here")
+    out = np.zeros((batch, heads, q_len, head_dim))
+    err = np.zeros_like(out)
+    for b in range(batch):
+        # positions at or past a sequence's length are not part of it (their contents may be anything, NaN too)
+        n = kv_len if kv_lengths is None else int(kv_lengths[b])
+        for h in range(heads):
+            kh = h // group  # the KV head this query head shares
+            out[b, h], err[b, h] = _one_head(q[b, h], k[b, kh, :n], v[b, kh, :n], base[:, :n], scale)
+    return out, err
+
+
+def decode_attention(
+    q: np.ndarray, k_cache: np.ndarray, v_cache: np.ndarray, lengths: np.ndarray, scale: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """One query token per sequence against a contiguous KV cache.
+
+    q: [batch, heads, head_dim]; k_cache, v_cache: [batch, kv_heads, capacity, head_dim]; lengths: [batch], the
+    number of valid cache positions of each sequence. Returns (out, error scale), float64 [batch, heads, head_dim]."""
+    out, err = attention(np.asarray(q)[:, :, None, :], k_cache, v_cache, scale, False, kv_lengths=lengths)
+    return out[:, :, 0, :], err[:, :, 0, :]
+
+
+def paged_decode_attention(
+    q: np.ndarray,
+    k_pool: np.ndarray,
+    v_pool: np.ndarray,
+    block_table: np.ndarray,
+    lengths: np.ndarray,
+    scale: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One query token per sequence against a paged KV cache.
+
+    q: [batch, heads, head_dim]; k_pool, v_pool: [num_blocks, block_size, kv_heads, head_dim]; block_table:
+    [batch, max_blocks] physical block ids, position `t` of sequence `b` living at
+    `pool[block_table[b, t // block_size], t % block_size]`; lengths: [batch]. Entries of the table past a sequence's
+    last block are never read. Returns (out, error scale), float64 [batch, heads, head_dim]."""
+    k_pool = np.asarray(k_pool, dtype=np.float64)
+    v_pool = np.asarray(v_pool, dtype=np.float64)
+    table = np.asarray(block_table).astype(np.int64)
+    lengths = np.asarray(lengths).astype(np.int64)
+    batch = table.shape[0]
+    block_size, kv_heads, head_dim = k_pool.shape[1:]
+    longest = int(lengths.max()) if batch else 0
+    # gather each sequence's cache into a contiguous [batch, kv_heads, longest, head_dim] array
+    k = np.zeros((batch, kv_heads, longest, head_dim))
+    v = np.zeros_like(k)
+    for b in range(batch):
+        t = np.arange(int(lengths[b]))
+        block = table[b, t // block_size]
+        k[b, :, : t.size] = k_pool[block, t % block_size].transpose(1, 0, 2)
+        v[b, :, : t.size] = v_pool[block, t % block_size].transpose(1, 0, 2)
+    return decode_attention(q, k, v, lengths, scale)

@@ -1,0 +1,139 @@
+"""The whole product on the CPU, through the real CLI: certify the demo workload, verify it in certified-only mode,
+gate on coverage, and see both fail by name when one key's certificate is removed. Also every certify/verify/coverage
+error path a user can meet (one line, exit code 1, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+
+def nbx(*args, env=None, timeout=900):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("NBXCERT_")}
+    full.update({"NBXCERT_BACKEND": "interpreter"}, **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "nbxcert", *args], capture_output=True, text=True, timeout=timeout, env=full
+    )
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, backend):
+    if backend.name != "interpreter":
+        pytest.skip("the CPU conformance flow (the interpreter profile)")
+    root = tmp_path_factory.mktemp("demo")
+    out = root / "certs"
+    r = nbx(
+        "certify",
+        "--profile",
+        "interpreter",
+        "--workload",
+        "demo",
+        "--out",
+        str(out),
+        "--json",
+        env={"NBXCERT_CACHE_DIR": str(root / "cache")},
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    summary = json.loads(r.stdout)
+    assert summary["totals"]["failed"] == 0 and summary["totals"]["certified"] > 10
+    return root, out, summary
+
+
+def test_certify_writes_valid_certificates_and_a_rerun_skips_them(demo):
+    root, out, summary = demo
+    r = nbx("validate", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = nbx("certify", "--profile", "interpreter", "--workload", "demo", "--out", str(out), "--json")
+    again = json.loads(r.stdout)
+    assert r.returncode == 0 and again["totals"]["skipped"] == summary["totals"]["certified"]
+
+
+def test_verify_certified_only_serves_every_key_then_fails_naming_a_removed_one(demo, tmp_path):
+    root, out, summary = demo
+    env = {"NBXCERT_CACHE_DIR": str(tmp_path / "cache")}
+    r = nbx("verify", "--profile", "interpreter", "--workload", "demo", "--dir", str(out), "--certified-only", env=env)
+    n = summary["totals"]["certified"]
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"[nbxcert] verify: {n} keys, {n} served, 0 swept at run time, 0 missing, 0 mismatched" in r.stdout
+    # remove one key's certification: the same command now fails, naming it
+    cut = tmp_path / "cut"
+    shutil.copytree(out, cut)
+    path = cut / "cpu" / "interpreter" / "softmax.float16.json"
+    doc = json.loads(path.read_text())
+    removed = sorted(doc["entries"])[0]
+    del doc["entries"][removed]
+    path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    r = nbx("verify", "--profile", "interpreter", "--workload", "demo", "--dir", str(cut), "--certified-only", env=env)
+    assert r.returncode == 1
+    assert f"missing: {removed}" in r.stderr and "1 missing" in r.stdout
+    assert "Traceback" not in r.stderr
+    # coverage gates the same way, on the full directory and on the cut one
+    r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", str(out), "--min", "1.0")
+    assert r.returncode == 0 and f"{n}/{n} keys certified" in r.stdout
+    junit = tmp_path / "cov.xml"
+    r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", str(cut), "--junit-xml", str(junit))
+    assert r.returncode == 1 and f"missing: {removed}" in r.stdout
+    assert junit.read_text().count("<failure") == 1
+    r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", str(cut), "--min", "0.5", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["missing"] == [removed]
+
+
+def test_index_build_and_check_then_a_corrupt_index_is_refused_and_rebuilt(demo, tmp_path):
+    root, out, summary = demo
+    cache = tmp_path / "cache"
+    r = nbx("index", "build", str(out), "--cache", str(cache))
+    assert r.returncode == 0 and "cpu/interpreter cpu:" in r.stdout
+    r = nbx("index", "check", str(out), "--cache", str(cache))
+    assert r.returncode == 0 and "intact" in r.stdout
+    (index,) = cache.glob("*.nbxidx")
+    data = bytearray(index.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    index.write_bytes(bytes(data))
+    r = nbx("index", "check", str(out), "--cache", str(cache))
+    assert r.returncode == 1 and str(index) in r.stderr
+    env = {"NBXCERT_CACHE_DIR": str(cache)}
+    r = nbx(
+        "verify",
+        "--profile",
+        "interpreter",
+        "--workload",
+        "demo",
+        "--kernels",
+        "softmax",
+        "--dir",
+        str(out),
+        "--certified-only",
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr.count("rebuilt") + r.stderr.count("rebuild") == 1, r.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["certify", "--profile", "hopper", "--workload", "demo"], "wrong profile for this device: --profile hopper"),
+        (["certify", "--profile", "volta", "--workload", "demo"], "wrong profile for this device: --profile volta"),
+        (["certify", "--profile", "nosuch", "--workload", "demo"], "unknown profile"),
+        (["certify", "--profile", "interpreter"], "no keys asked for"),
+        (["certify", "--profile", "interpreter", "--workload", "nosuch"], "no workload named 'nosuch'"),
+        (["certify", "--profile", "interpreter", "--key", "matmul[M=1"], "is not a launch key"),
+        (["certify", "--profile", "interpreter", "--workload", "demo", "--shard", "3/2"], "--shard '3/2'"),
+        (["certify", "--profile", "interpreter", "--key", "nosuch[n=1;float16]@v1"], "no kernel named 'nosuch'"),
+        (["verify", "--profile", "hopper", "--workload", "demo"], "wrong profile for this device"),
+        (["coverage", "--profile", "interpreter", "--workload", "demo", "--min", "2"], "--min 2.0 is not a fraction"),
+        (["coverage", "--profile", "interpreter", "--keys", "/nonexistent.jsonl"], "does not exist"),
+        (["index", "build", "/nonexistent-dir"], "does not exist"),
+    ],
+)
+def test_error_paths_are_one_line_with_exit_code_1(args, message):
+    r = nbx(*args, timeout=300)
+    assert r.returncode == 1, (args, r.stdout, r.stderr)
+    lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith("[nbxcert] backend:")]
+    assert len(lines) == 1 and message in lines[0], lines
+    assert "Traceback" not in r.stderr
