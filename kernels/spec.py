@@ -264,4 +264,4 @@ def choose_config(spec: KernelSpec, problem: Mapping[str, Any], dtypes, config: 
         return config
     from nbxcert import serve
 
-    return serve.config_for(spec, problem, tuple(dtypes), serve.RuntimeLaunch(**runtime) if runtime else None)
+    return serve.config_for(spec, problem, dtypes, runtime or None)

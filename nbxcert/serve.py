@@ -177,12 +177,15 @@ class RuntimeLaunch:
     restore: Sequence[Any] = ()
 
 
-def config_for(spec, problem: Mapping[str, Any], dtypes: Sequence[str], runtime: RuntimeLaunch | None = None):
-    """The config a launch of `spec` runs with: certified, else swept at run time (or refused, certified-only)."""
+def config_for(spec, problem: Mapping[str, Any], dtypes: Sequence[str], runtime: RuntimeLaunch | dict | None = None):
+    """The config a launch of `spec` runs with: certified, else swept at run time (or refused, certified-only).
+    `runtime` is a `RuntimeLaunch` or the keyword arguments of one (built only when a sweep needs it)."""
     fast_key = (spec.name, tuple(problem.items()), tuple(dtypes))
     cfg = _fast.get(fast_key)
     if cfg is not None:
         return cfg
+    if isinstance(runtime, dict):
+        runtime = RuntimeLaunch(**runtime)
     with _lock:
         st = state()
         try:

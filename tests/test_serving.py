@@ -79,6 +79,20 @@ def test_certified_only_refuses_a_missing_key_by_name(user_kernel, certified_dir
         _launch(user_kernel, 999)
 
 
+def test_certified_only_refuses_a_key_that_cannot_be_formed(user_kernel, certified_dir, serving, monkeypatch):
+    """A launch whose key text cannot be formed (here n is a float) is the same refusal in certified-only mode."""
+    import triton
+
+    from nbxcert.errors import KeyNotCertified
+    from nbxcert.kernels import tensor as T
+
+    monkeypatch.setenv("NBXCERT_CERTIFIED_DIR", str(certified_dir))
+    monkeypatch.setenv("NBXCERT_CERTIFIED_ONLY", "1")
+    x, out = T.from_numpy(np.ones(8), "float32"), T.empty((8,), "float32")
+    with pytest.raises(KeyNotCertified, match="no launch key can be formed"):
+        user_kernel.user_scale[lambda meta: (triton.cdiv(int(meta["n"]), meta["BLOCK"]),)](x, out, 8.0)
+
+
 def test_without_certificate_the_key_is_swept_at_run_time(user_kernel, serving, monkeypatch, capfd, tmp_path):
     monkeypatch.setenv("NBXCERT_CERTIFIED_DIR", str(tmp_path / "empty"))
     x, out = _launch(user_kernel, 777)
