@@ -17,6 +17,7 @@ import json
 import math
 import os
 import re
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,10 +85,19 @@ def _check_type(path, key, field, value, kind, allow_none=False):
         raise _fail(path, key, field, f"expected an integer, got {type(value).__name__}")
     if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
         raise _fail(path, key, field, f"expected a number, got {type(value).__name__}")
-    if kind is float and not math.isfinite(value):
+    if kind is float and not _finite(value):
         raise _fail(path, key, field, "expected a finite number")
     if kind in (str, bool, dict, list) and not isinstance(value, kind):
         raise _fail(path, key, field, f"expected {kind.__name__}, got {type(value).__name__}")
+
+
+def _finite(value) -> bool:
+    """A finite float, or an int a float can hold: math.isfinite(10**400) raises OverflowError, which reached the
+    loader's caller as a traceback (bug found by tests/test_fuzz.py::test_certificates)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _check_keys(path, key, field, obj: dict, required: dict, optional: dict | None = None):
@@ -227,14 +237,29 @@ def _no_constant(name):
 
 
 def read_json(path: Path) -> Any:
-    """Read a certificate file's JSON: size-capped, NaN/Infinity refused, duplicate keys refused, depth-limited."""
+    """Read a certificate file's JSON: size-capped, NaN/Infinity refused, duplicate keys refused, depth-limited.
+
+    Only a regular file is read, and no more of it than its size: a directory or a FIFO named `*.json` raised
+    IsADirectoryError or blocked for ever on the read (bugs found by tests/test_fuzz.py and test_reliability.py),
+    so the file is opened without blocking and checked (fstat) before a byte is read."""
     path = Path(path)
     try:
-        size = path.stat().st_size
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise _fail(path, None, None, f"cannot be read: {e.strerror}") from None
-    if size > MAX_FILE_BYTES:
-        raise _fail(path, None, None, f"is {size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise _fail(path, None, None, "is not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        if st.st_size > MAX_FILE_BYTES:
+            raise _fail(path, None, None, f"is {st.st_size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+        try:
+            data = f.read(st.st_size + 1)  # one byte more tells a file that grew since the fstat
+        except OSError as e:
+            raise _fail(path, None, None, f"cannot be read: {e.strerror}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise _fail(path, None, None, f"grew over the {MAX_FILE_BYTES}-byte limit while it was read")
 
     def pairs(items):
         d = {}
@@ -245,8 +270,8 @@ def read_json(path: Path) -> Any:
         return d
 
     try:
-        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=pairs, parse_constant=_no_constant)
-    except (ValueError, RecursionError, UnicodeDecodeError) as e:
+        return json.loads(data.decode("utf-8"), object_pairs_hook=pairs, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
         raise _fail(path, None, None, f"is not valid JSON: {str(e)[:200]}") from None
 
 
@@ -265,6 +290,10 @@ def iter_files(root: Path, profile_key: str | None = None) -> Iterator[Path]:
         resolved = path.resolve()
         if real_root not in resolved.parents:
             raise _fail(path, None, None, "is a link that points outside the certificate directory")
+        if resolved.is_dir():
+            # a directory named `*.json` holds no certificate (`validate` walks into it); reading it as one failed
+            # the whole index build (found by tests/test_reliability.py::test_hostile_certificate_is_refused_...)
+            continue
         yield path
 
 
@@ -299,11 +328,32 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
+def _inside(root: Path, path: Path) -> Path:
+    """`path`, refused when it (or a directory on its way) is a link leading out of `root`: certify read a file
+    through such a link and wrote through a linked profile directory, outside the directory it was asked to write
+    (bug found by tests/test_reliability.py::test_certify_writes_only_under_out)."""
+    real_root, target = Path(root).resolve(), Path(path).resolve()
+    if target != real_root and real_root not in target.parents:
+        raise _fail(path, None, None, f"is a link that points outside the certificate directory {root}")
+    return path
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Remove the temp files a writer of `path` killed mid-write left (SIGKILL skips atomic_write's cleanup). Called
+    under the directory lock, which every writer of a certificate file holds, so none of them is live (found by
+    tests/test_reliability.py::test_a_writer_killed_mid_write_leaves_no_temp_file_behind)."""
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+
+
 def add_entry(root: Path, profile_key: str, kernel: str, dtype: str, key_text: str, entry: dict) -> Path:
     """Add (or replace) one key's certification in its file, under the directory lock, atomically."""
-    directory = profile_dir(root, profile_key)
+    directory = _inside(root, profile_dir(root, profile_key))
     path = directory / file_name(kernel, dtype)
     with locked(directory):
+        _inside(root, path)
+        _remove_stale_temps(path)
         if path.exists():
             doc = read_json(path)
             validate_doc(path, doc)
@@ -317,7 +367,7 @@ def add_entry(root: Path, profile_key: str, kernel: str, dtype: str, key_text: s
 
 
 def existing_entry(root: Path, profile_key: str, kernel: str, dtype: str, key_text: str) -> dict | None:
-    path = profile_dir(root, profile_key) / file_name(kernel, dtype)
+    path = _inside(root, profile_dir(root, profile_key) / file_name(kernel, dtype))
     if not path.exists():
         return None
     return load_file(path).entries.get(key_text)

@@ -53,6 +53,7 @@ ERROR_TABLE: dict[type[errors.NbxcertError], str] = {
     errors.WorkloadInvalid: "invalid workload",
     errors.CertificateInvalid: "invalid certificate",
     errors.IndexCorrupt: "corrupt index",
+    errors.ProvenanceMismatch: "provenance mismatch",
     errors.UsageError: "usage",
 }
 
@@ -138,12 +139,39 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="Print the repo
     for name, version in report.versions.items():
         t.add_row(name, version)
     t.add_row("torch importable", f"{'yes' if report.torch_importable else 'no'} (information only: never imported)")
+    _certificate_rows(t, report.certificates)
     for p in report.problems:
         t.add_row("[red]problem[/red]", p)
     for a in report.advice:
         t.add_row("[yellow]next step[/yellow]", a)
     out.print(t)
     raise typer.Exit(code)
+
+
+def _certificate_rows(t: Table, certs: dict) -> None:
+    """`nbxcert doctor`'s rows for the certificates that apply to this machine and the ones it rejects."""
+    if not certs:
+        return
+    m = certs["machine"]
+    applies = sum(row["apply"] for row in certs["profiles"].values())
+    rejected = sum(row["rejected"] for row in certs["profiles"].values())
+    t.add_row(
+        "certificates",
+        _cell(
+            f"{applies} apply to this machine ({m['profile']}, {m['memory_class']} class, Triton {m['triton_major']}, "
+            f"driver {m['driver_major']}); {rejected} rejected; {certs['invalid_count']} problems; "
+            f"read from {', '.join(certs['dirs']) or 'no directory'}"
+        ),
+    )
+    for profile, row in sorted(certs["profiles"].items()):
+        reasons = "; ".join(f"{reason} ({n})" for reason, n in sorted(row["reasons"].items()))
+        line = f"{row['apply']} apply, {row['rejected']} rejected" + (f": {reasons}" if reasons else "")
+        t.add_row(_cell(f"certificates {profile}"), _cell(line))
+    if certs["rejected"]:
+        mode = "refused: NBXCERT_STRICT_PROVENANCE=1" if certs["strict"] else "served with a notice"
+        t.add_row("made elsewhere", _cell(f"{len(certs['rejected'])} of this machine's profile ({mode})"))
+    for problem in certs["invalid"][:5]:
+        t.add_row("[red]invalid certificate[/red]", _cell(f"{problem['file']}: {problem['reason']}"))
 
 
 @app.command()
@@ -722,6 +750,94 @@ def index_check(
             print(f"{profile_key} {memory_class}: {e}", file=sys.stderr)
             bad += 1
     raise typer.Exit(1 if bad else 0)
+
+
+# --- census: every candidate compiled for a GPU class, without the GPU ------------------------------------------------
+_CENSUS_ROWS = 30  # rows of each findings table on the terminal; --json lists every case
+
+
+@app.command()
+@handled
+def census(
+    profile: Annotated[str, typer.Option(help="The GPU profile to compile for (e.g. hopper); no GPU needed.")],
+    kernels: Annotated[Optional[str], typer.Option(help="Only these kernels (comma-separated).")] = None,
+    keys_file: Annotated[Optional[Path], typer.Option("--keys", help="A keys file (JSON lines).")] = None,
+    workload: Annotated[Optional[str], typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
+    key: Annotated[Optional[list[str]], typer.Option(help="A launch key text (repeatable).")] = None,
+    jobs: Annotated[Optional[int], typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
+    strict: Annotated[bool, typer.Option("--strict", help="Over-prunes fail the run too.")] = False,
+    spec: Annotated[Optional[list[str]], typer.Option(help="Import a module registering your own KernelSpec.")] = None,
+    timeout: Annotated[Optional[float], typer.Option(help="Seconds one candidate may take to compile.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON; no progress bar.")] = False,
+):
+    """Compile every candidate for PROFILE's GPU on this machine and hold the compiler's figures to the device file:
+    a kept candidate over a limit is a prune defect, a dropped one that fits an over-prune (exit 1 on a defect or a
+    compile failure; on an over-prune too with --strict). Without keys: each kernel's example problems."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.text import Text
+
+    from nbxcert.census import load_census_specs, run_census
+    from nbxcert.keyfile import gather_keys
+    from nbxcert.profiles import get_profile
+
+    prof = get_profile(profile)
+    modules = [m.split(":")[0] for m in spec or ()]
+    wanted = kernels.split(",") if kernels else None
+    load_census_specs(prof, modules)  # before the keys: a key of the user's own kernel parses against its spec
+    found = gather_keys(prof, key or (), keys_file, workload, wanted) if key or keys_file or workload else None
+    if json_out:
+        report = run_census(prof, wanted, found, jobs, strict, modules, timeout)
+        print(json.dumps(report.as_dict(), indent=2))
+        raise typer.Exit(0 if report.ok else 1)
+    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}")]
+    with Progress(*columns, TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True) as bar:
+        task = bar.add_task(f"compiling for {prof.key}", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        report = run_census(prof, wanted, found, jobs, strict, modules, timeout, progress)
+    t = Table(title=f"census {report.profile} ({report.target.text()}, Triton {report.triton_version})")
+    t.add_column("kernel")
+    for col in ("candidates", "kept", "compiled", "prune defects", "over-prunes", "compile failures"):
+        t.add_column(col, justify="right")
+    t.add_column("kept spilling", justify="right")
+    t.add_column("compile s", justify="right")
+    for k in report.summaries():
+        t.add_row(
+            _cell(k.kernel), str(k.cases), str(k.kept), str(k.compiled),
+            f"[red]{k.defects}[/red]" if k.defects else "0", str(k.over_prunes),
+            f"[red]{k.failures}[/red]" if k.failures else "0", str(k.spilling), f"{k.seconds:.1f}",
+        )  # fmt: skip
+    out.print(t)
+    for title, cases in (
+        ("prune defects: {} (kept, over a device limit)", report.defects),
+        ("compile failures: {} (kept; the first line of each error)", report.failures),
+    ):
+        if cases:
+            ft = Table(title=title.format(len(cases)))
+            for col in ("kernel", "config", "problem / key", "why"):
+                ft.add_column(col)
+            for c in cases[:_CENSUS_ROWS]:
+                ft.add_row(_cell(c.kernel), _cell(c.config.label()), _cell(c.where()), _cell(c.reason))
+            out.print(ft)
+            if len(cases) > _CENSUS_ROWS:
+                out.print(f"... {len(cases) - _CENSUS_ROWS} more (--json lists every one)")
+    groups = report.over_prune_groups()
+    if groups:
+        ot = Table(title=f"over-prunes: {len(report.over_prunes)} (dropped, yet compiled within the limits)")
+        for col in ("kernel", "config", "cases", "the prune said", "the compiler says"):
+            ot.add_column(col)
+        for c, n in groups[:_CENSUS_ROWS]:
+            said = (
+                Text("refuted: ", style="yellow") + _cell(c.prune_reason) if c.refutes_claim else _cell(c.prune_reason)
+            )
+            ot.add_row(_cell(c.kernel), _cell(c.config.label()), str(n), said, _cell(c.figures()))
+        out.print(ot)
+        if len(groups) > _CENSUS_ROWS:
+            out.print(f"... {len(groups) - _CENSUS_ROWS} more configs (--json lists every one)")
+    print(report.line())
+    raise typer.Exit(0 if report.ok else 1)
 
 
 def main() -> None:

@@ -3,6 +3,11 @@
 Reads the PCI bus (`/sys/bus/pci/devices`) for GPUs of every vendor, tries each vendor's runtime library, asks the
 installed Triton which backends it has, and for a usable NVIDIA GPU reads its properties through libcuda and matches
 it to a device file. Nothing here launches a kernel or imports torch (torch is only looked up, never imported).
+
+It also reads every certificate directory serving would search (`NBXCERT_CERTIFIED_DIR`, then the shipped ones) and
+counts, per profile, the certifications that apply to this machine and the ones it rejects, with the reason: another
+profile or memory class, or a provenance serving would not take silently (another Triton major, driver major or
+device profile: `serve.provenance_differences`).
 """
 
 from __future__ import annotations
@@ -69,6 +74,7 @@ class DoctorReport:
     torch_importable: bool = False
     problems: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
+    certificates: dict = field(default_factory=dict)  # `check_certificates`: which apply here, which are rejected
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -188,7 +194,62 @@ def run_doctor(pci_root: Path = PCI_ROOT) -> DoctorReport:
             report.advice.append(f"{vendor}: {INSTALL_STEPS[vendor]}")
     if os.environ.get("NBXCERT_BACKEND") == "interpreter" and ok:
         report.advice.append("NBXCERT_BACKEND=interpreter is set: kernels run on the CPU although a GPU is usable")
+    if report.backend_usable:
+        report.certificates = check_certificates(report)
     return report
+
+
+MAX_LISTED = 50  # rejected certifications and invalid files listed one by one (all are counted)
+
+
+def check_certificates(report: DoctorReport, dirs: list[Path] | None = None) -> dict:
+    """Every certification in the serving search path (or `dirs`): per profile, how many apply to this machine and
+    how many it rejects, with the reasons counted; the rejected ones of this machine's profile and the invalid files
+    listed. Reads JSON only; never raises on what the files hold."""
+    from nbxcert.certtools import scan_dir
+    from nbxcert.serve import Machine, _major, provenance_differences, search_path
+
+    if report.backend == "cuda" and report.cuda_gpus:
+        gpu = report.cuda_gpus[0]
+        profile, memory_class, driver = gpu.profile, gpu.memory_class, _major(report.driver_version)
+    elif report.backend == "interpreter":
+        profile, memory_class, driver = "cpu/interpreter", "cpu", "none"
+    else:
+        return {}
+    machine = Machine(profile, _major(report.versions.get("triton", "")), driver)
+    out: dict = {
+        "machine": {**vars(machine), "memory_class": memory_class},
+        "strict": os.environ.get("NBXCERT_STRICT_PROVENANCE", "") == "1",
+        "dirs": [],
+        "profiles": {},
+        "rejected": [],
+        "invalid": [],
+        "invalid_count": 0,
+    }
+    for d in dirs if dirs is not None else search_path():
+        if not Path(d).is_dir():
+            continue
+        out["dirs"].append(str(d))
+        scan = scan_dir(Path(d))
+        out["invalid_count"] += len(scan.problems)
+        out["invalid"] += [p.as_dict() for p in scan.problems][: MAX_LISTED - len(out["invalid"])]
+        for found in scan.found.values():
+            row = out["profiles"].setdefault(found.profile, {"apply": 0, "rejected": 0, "reasons": {}})
+            if found.profile != machine.profile:
+                reasons = [f"for {found.profile}, not this machine's profile {machine.profile}"]
+            elif found.entry["memory_class"] != memory_class:
+                reasons = [f"memory class {found.entry['memory_class']}, this machine's is {memory_class}"]
+            else:
+                reasons = provenance_differences(found.entry["provenance"], machine)
+            if not reasons:
+                row["apply"] += 1
+                continue
+            row["rejected"] += 1
+            for r in reasons:
+                row["reasons"][r] = row["reasons"].get(r, 0) + 1
+            if found.profile == machine.profile and len(out["rejected"]) < MAX_LISTED:
+                out["rejected"].append({"file": str(found.path), "key": found.key, "reasons": reasons})
+    return out
 
 
 def _nvidia_driver_version() -> str:

@@ -130,6 +130,16 @@ class CertificateInvalid(NbxcertError):
     default_hint = "run `nbxcert validate DIR` to list every problem"
 
 
+class ProvenanceMismatch(NbxcertError):
+    """A certification made with another Triton major version, another driver major or on a device of another
+    profile, refused by serving under NBXCERT_STRICT_PROVENANCE=1. Names the key and what differs."""
+
+    default_hint = (
+        "re-certify it on this machine (`nbxcert certify ... --force`), or unset NBXCERT_STRICT_PROVENANCE to serve "
+        "it with a notice; `nbxcert doctor` lists the certificates this machine rejects"
+    )
+
+
 class IndexCorrupt(NbxcertError):
     """A binary index whose magic, length or SHA-256 trailer does not hold. Names the file and the reason."""
 

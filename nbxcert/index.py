@@ -51,6 +51,7 @@ import json
 import mmap
 import os
 import re
+import stat
 import struct
 import tempfile
 import time
@@ -111,13 +112,23 @@ def index_path(cache: Path, profile_key: str, memory_class: str, fingerprint_hex
 
 # --- fingerprint and compilation --------------------------------------------------------------------------------------
 def _read_bytes(path: Path) -> bytes:
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size > certificates.MAX_FILE_BYTES:
+    # opened without blocking and checked before reading: a FIFO named `*.json` in a certificate directory blocked
+    # the fingerprint (and so every process that serves) for ever (found by tests/test_reliability.py, the hostile
+    # `fifo` case)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise certificates._fail(path, None, None, f"cannot be read: {e.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise certificates._fail(path, None, None, "is not a regular file")
+    with os.fdopen(fd, "rb") as f:
+        if st.st_size > certificates.MAX_FILE_BYTES:
             raise certificates._fail(
-                path, None, None, f"is {size} bytes, over the {certificates.MAX_FILE_BYTES}-byte limit"
+                path, None, None, f"is {st.st_size} bytes, over the {certificates.MAX_FILE_BYTES}-byte limit"
             )
-        return f.read()
+        return f.read(st.st_size + 1)
 
 
 def fingerprint(dirs: list[Path], profile_key: str, memo: "_DigestMemo | None" = None) -> str:
@@ -394,16 +405,31 @@ class CertifiedIndex:
         return CertifiedIndex.open(out_path)
 
     def verify(self) -> None:
-        """Check everything now: the whole-file trailer, the spine and every certification's digest."""
+        """Check everything now: the whole-file trailer, the spine, the keys' order and every certification's
+        digest."""
         self._check_trailer()
         self._check_spine()
+        previous = None
         for i in range(self._count):
+            key = bytes(self._key_at(i))
+            # lookups binary-search the keys: out of order (a forged spine), a listed key would not be found, so a
+            # verified index could not serve every key it lists (found by tests/test_fuzz.py::test_index)
+            if previous is not None and key <= previous:
+                raise self._corrupt(f"keys out of order at key {i}")
+            previous = key
             self._certification(i)
 
     # --- lookups ---
     def _key_at(self, i: int) -> bytes:
         ko = _U64.unpack_from(self._buf, self._table_off + _ROW.size * i)[0]
+        # Bounds are checked even though the spine digest vouches for the offsets: a forged spine (anyone who can
+        # write the cache can recompute it) must end in IndexCorrupt, never in struct.error or a read of the wrong
+        # section (bug found by tests/test_fuzz.py::test_index: an offset past the end raised struct.error).
+        if not self._keys_off <= ko <= self._table_off - _U32.size:
+            raise self._corrupt(f"key {i} lies outside the keys")
         (n,) = _U32.unpack_from(self._buf, ko)
+        if ko + _U32.size + n > self._table_off:
+            raise self._corrupt(f"key {i} runs past the end of the keys")
         return self._buf[ko + 4 : ko + 4 + n]
 
     def _find(self, key: bytes) -> int:
@@ -469,7 +495,10 @@ class CertifiedIndex:
     def keys(self) -> Iterator[str]:
         """Every key, in sorted order (of their UTF-8 bytes)."""
         for i in range(self._count):
-            yield self._key_at(i).decode()
+            try:
+                yield self._key_at(i).decode()
+            except UnicodeDecodeError:  # a forged spine again (tests/test_fuzz.py::test_index found it)
+                raise self._corrupt(f"key {i} is not UTF-8") from None
 
     def close(self) -> None:
         if isinstance(self._buf, mmap.mmap):

@@ -25,15 +25,26 @@ def read_keys(path: str | Path) -> list[LaunchKey]:
     if not path.is_file():
         raise UsageError(f"keys file {path} does not exist")
     keys, seen = [], set()
-    with path.open("r", encoding="utf-8", errors="strict") as f:
-        for n, line in enumerate(f, 1):
+    try:
+        f = path.open("rb")
+    except OSError as e:
+        raise UsageError(f"keys file {path} cannot be read: {e.strerror}") from None
+    with f:
+        # Read in bytes, one bounded line at a time, and decode each line: a text-mode read raised
+        # UnicodeDecodeError on a non-UTF-8 byte and read a line of any length whole before measuring it, and a
+        # deeply nested line raised RecursionError (bugs found by tests/test_fuzz.py::test_keys_file).
+        for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
+            if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
+                raise KeyParseError(f"{path}:{n}: line is longer than {MAX_LINE} bytes")
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise KeyParseError(f"{path}:{n}: not UTF-8 text (byte {e.start})") from None
             if not line.strip():
                 continue
-            if len(line) > MAX_LINE:
-                raise KeyParseError(f"{path}:{n}: line of {len(line)} characters is longer than {MAX_LINE}")
             try:
                 record = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise KeyParseError(f"{path}:{n}: not a JSON object") from None
             if not isinstance(record, dict) or not isinstance(record.get("key"), str):
                 raise KeyParseError(f"{path}:{n}: a keys-file line is a JSON object with a 'key' string")

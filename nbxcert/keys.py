@@ -78,7 +78,7 @@ def parse_key(text: str) -> LaunchKey:
     m = _KEY.match(text)
     if not m:
         raise KeyParseError(f"{text!r} is not a launch key (expected name[field=value,...;dtype,...]@vN)")
-    version = int(m.group("version"))
+    version = _digits(text, "the version", m.group("version"))
     if version != KEY_VERSION:
         age = "older" if version < KEY_VERSION else "newer"
         raise KeyParseError(
@@ -92,7 +92,7 @@ def parse_key(text: str) -> LaunchKey:
                 raise KeyParseError(f"key '{text}': field '{part}' has no '='")
             n, v = part.split("=", 1)
             if re.fullmatch(r"[0-9]+", v):  # ASCII digits only: str.isdigit() accepts '²', which int() refuses
-                value: int | str = int(v)
+                value: int | str = _digits(text, f"value '{v[:20]}' of {n}", v)
                 if str(value) != v:
                     raise KeyParseError(f"key '{text}': value '{v}' of {n} has leading zeros (not canonical)")
             else:
@@ -103,6 +103,18 @@ def parse_key(text: str) -> LaunchKey:
     if key.text() != text:
         raise KeyParseError(f"key '{text}' is not canonical; its canonical form is '{key.text()}'")
     return key
+
+
+MAX_DIGITS = 40  # far above any size a launch has (2**64 has 20 digits)
+
+
+def _digits(text: str, what: str, digits: str) -> int:
+    """The integer of a run of ASCII digits in a key. Refused when longer than MAX_DIGITS: int() refuses more than
+    4300 digits with a ValueError, which reached the caller as a traceback (bug found by
+    tests/test_fuzz.py::test_key_text)."""
+    if len(digits) > MAX_DIGITS:
+        raise KeyParseError(f"key {text[:200]!r}: {what} has {len(digits)} digits, more than {MAX_DIGITS}")
+    return int(digits)
 
 
 def bucket(value: int, ladder: Sequence[int]) -> int:

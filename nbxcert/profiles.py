@@ -334,7 +334,10 @@ def load_profile_file(path_or_text_source: Any, name_for_messages: str) -> Profi
     it, and the file's `vendor` and `profile` must equal its folder and stem.
     """
     file = name_for_messages
-    text = path_or_text_source if isinstance(path_or_text_source, str) else path_or_text_source.read_text("utf-8")
+    try:
+        text = path_or_text_source if isinstance(path_or_text_source, str) else path_or_text_source.read_text("utf-8")
+    except UnicodeDecodeError as exc:  # was a traceback (bug found by tests/test_fuzz.py::test_device_file)
+        raise DeviceFileInvalid(f"{file}: field '(document)': not UTF-8 text (byte {exc.start})") from None
     try:
         doc = yaml.load(text, Loader=_StrictSafeLoader)  # SafeLoader: plain data only, never Python objects
     except yaml.YAMLError as exc:
@@ -342,6 +345,10 @@ def load_profile_file(path_or_text_source: Any, name_for_messages: str) -> Profi
         where = f"line {mark.line + 1}: " if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise DeviceFileInvalid(f"{file}: field '(document)': not valid YAML ({where}{problem})") from None
+    except RecursionError:  # PyYAML's composer recurses per nesting level (same bug hunt)
+        raise DeviceFileInvalid(f"{file}: field '(document)': not valid YAML (nested too deeply)") from None
+    except ValueError as exc:  # an integer of more than 4300 digits: int() refuses it inside PyYAML (same bug hunt)
+        raise DeviceFileInvalid(f"{file}: field '(document)': not valid YAML ({str(exc)[:200]})") from None
     c = _Checker(file)
     stem_path = PurePosixPath(file)
 

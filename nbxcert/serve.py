@@ -11,6 +11,12 @@ profile in force and the directories read are printed once per process. A key wi
   kernel's untuned default instead (said once per process).
 `NBXCERT_KEY_RECORD=PATH` appends every key formed (served, swept or refused) to a keys file.
 
+Provenance is checked where a certified entry is found: a certification made with another Triton major version,
+another NVIDIA driver major, or on a device of another profile than the index's (its provenance's compute
+capability, or the interpreter) is served with one notice per difference and process, saying what differs; under
+`NBXCERT_STRICT_PROVENANCE=1` it is refused (`ProvenanceMismatch`, naming the key and the difference).
+`nbxcert doctor` counts the certificates that apply to this machine and the ones it rejects (`provenance_differences`).
+
 This module imports no sweep, no CLI and no oracle; the warm path is one dict lookup.
 """
 
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -26,7 +33,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from nbxcert.errors import KeyNotCertified, KeyParseError, NbxcertError
+from nbxcert.errors import KeyNotCertified, KeyParseError, NbxcertError, ProvenanceMismatch
 from nbxcert.keys import make_key
 
 _lock = threading.RLock()
@@ -43,6 +50,8 @@ class _State:
     record: str | None
     runtime_cache: dict[str, dict]
     runtime_cache_path: Path
+    machine: Any = None  # `Machine`: what a certification's provenance is compared with
+    strict_provenance: bool = False  # NBXCERT_STRICT_PROVENANCE=1: a certification made elsewhere is refused
 
 
 _state: _State | None = None
@@ -133,6 +142,8 @@ def state() -> _State:
                 os.environ.get("NBXCERT_KEY_RECORD") or None,
                 runtime,
                 rt_path,
+                machine=this_machine(profile.key),
+                strict_provenance=os.environ.get("NBXCERT_STRICT_PROVENANCE", "") == "1",
             )
         return _state
 
@@ -200,6 +211,7 @@ def config_for(spec, problem: Mapping[str, Any], dtypes: Sequence[str], runtime:
         text = key.text()
         entry = st.index.get(text)
         if entry is not None:
+            _check_provenance(st, spec, entry, text)
             cfg = _certified_config(spec, entry, text)
             _record(st, text, "served")
         elif text in st.runtime_cache:
@@ -233,6 +245,92 @@ def config_for(spec, problem: Mapping[str, Any], dtypes: Sequence[str], runtime:
             _record(st, text, "swept")
         _fast[fast_key] = cfg
         return cfg
+
+
+# --- provenance -------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Machine:
+    """What serving compares a certification's provenance with: the profile in force, the running Triton's major
+    version and the NVIDIA driver's major ("none" under the interpreter)."""
+
+    profile: str
+    triton_major: str
+    driver_major: str
+
+
+def _major(version: Any) -> str:
+    """The leading number of a version text ("3.6.0" -> "3", "580.159.04" -> "580"); "none" stays "none"."""
+    text = str(version).strip()
+    m = re.match(r"\d+", text)
+    return m.group(0) if m else (text or "unknown")
+
+
+def this_machine(profile_key: str) -> Machine:
+    import triton
+
+    from nbxcert.kernels.backends import select
+
+    driver = "none"
+    if select().name == "cuda":
+        from nbxcert.doctor import _nvidia_driver_version
+
+        driver = _major(_nvidia_driver_version())
+    return Machine(profile_key, _major(triton.__version__), driver)
+
+
+def provenance_profile(provenance: Mapping[str, Any]) -> str:
+    """The profile of the device a certification was made on, from its provenance."""
+    if provenance.get("backend") == "interpreter":
+        return "cpu/interpreter"
+    cc = str(provenance.get("compute_capability", ""))
+    m = re.fullmatch(r"(\d{1,3})\.(\d{1,3})", cc)
+    if m:
+        from nbxcert.profiles import match_nvidia
+
+        try:
+            return match_nvidia((int(m.group(1)), int(m.group(2))))[0].key
+        except NbxcertError:
+            pass
+    return f"an unknown profile (compute capability {cc or 'none'})"
+
+
+def provenance_differences(provenance: Mapping[str, Any], here: Machine) -> list[str]:
+    """What differs between where a certification was made and this machine, in words (empty: nothing that
+    matters). Compared: the device's profile, Triton's major version, the NVIDIA driver's major."""
+    differences = []
+    made_on = provenance_profile(provenance)
+    if made_on != here.profile:
+        differences.append(f"made on a {made_on} device, this machine runs {here.profile}")
+    triton = _major(provenance.get("triton", ""))
+    if triton != here.triton_major:
+        differences.append(f"made with Triton {triton}.x, this machine has Triton {here.triton_major}.x")
+    driver = _major(provenance.get("driver", ""))
+    if driver != here.driver_major:
+        differences.append(f"made with driver {driver}, this machine's driver is {here.driver_major}")
+    return differences
+
+
+def _check_provenance(st: _State, spec, entry: Mapping[str, Any], key_text: str) -> None:
+    """Refuse (strict) or say once per difference (default) a certification made elsewhere; nothing when it was
+    made here."""
+    if st.machine is None:
+        return
+    differences = provenance_differences(entry.get("provenance") or {}, st.machine)
+    if not differences:
+        return
+    what = "; ".join(differences)
+    if st.strict_provenance:
+        _record(st, key_text, "refused")
+        raise ProvenanceMismatch(
+            f"kernel {spec.name}: the certification of {key_text} for {st.profile.key} was {what}; "
+            "NBXCERT_STRICT_PROVENANCE=1 refuses it",
+            hint=f"re-certify it here: nbxcert certify --profile {st.profile.name} --key '{key_text}' --force "
+            "(or unset NBXCERT_STRICT_PROVENANCE to serve it with a notice)",
+        )
+    _say(
+        f"[nbxcert] notice: serving {st.profile.key} certifications {what} (NBXCERT_STRICT_PROVENANCE=1 refuses "
+        "them; `nbxcert doctor` lists them)"
+    )
 
 
 def _certified_config(spec, entry: dict, key_text: str):
