@@ -20,6 +20,7 @@ writes each reader's case count and time to NBXCERT_FUZZ_REPORT (tests/FUZZ.md h
 
 from __future__ import annotations
 
+import atexit
 import copy
 import hashlib
 import json
@@ -48,6 +49,7 @@ import faulty_kernels  # noqa: E402, F401  (registers fault_probe: certificates 
 CI_EXAMPLES = int(os.environ.get("NBXCERT_FUZZ_CI_EXAMPLES", "200"))
 FUZZ_EXAMPLES = int(os.environ.get("NBXCERT_FUZZ_EXAMPLES", "10000"))
 WORK = Path(tempfile.mkdtemp(prefix="nbxcert-fuzz-"))
+atexit.register(shutil.rmtree, WORK, True)  # also when the module is collected but none of its tests runs
 _COUNTS: dict[str, list] = {}  # reader -> [cases, first call time, last call time]
 
 

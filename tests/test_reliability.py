@@ -283,14 +283,17 @@ def _kill_and_resume(tmp_path: Path, kills: int, seed: int, delay: tuple[float, 
     out, log = tmp_path / "certs", tmp_path / "certify.log"
     rnd = random.Random(seed)
     killed = runs = completed = orphans = mid_sweep = 0
+    lo, hi = delay
+    at_kills: list[int] = []  # keys certified when each kill landed: the kill points spread over the whole sweep
     t0 = time.perf_counter()
     while killed < kills:
         assert runs < 4 * kills + 10, "the runs keep finishing before the kill"
         before = len(_entries(out)) if out.exists() else 0
         p = _certify(out, log, *args)
         runs += 1
+        wait = rnd.uniform(lo, hi)
         try:
-            p.wait(timeout=rnd.uniform(*delay))
+            p.wait(timeout=wait)
             completed += 1
             assert p.returncode == 0, log.read_text()[-3000:]
         except subprocess.TimeoutExpired:
@@ -299,7 +302,11 @@ def _kill_and_resume(tmp_path: Path, kills: int, seed: int, delay: tuple[float, 
             killed += 1
             mid_sweep += before < len(want)
         orphans += _reap(p.pid)
-        _entries(out) if out.exists() else None  # every file whole and valid after every kill
+        now = len(_entries(out)) if out.exists() else 0  # every file whole and valid after every kill
+        at_kills.append(now)
+        # a run killed before it certified anything (a slow key in flight) makes the next one wait longer, so the
+        # kills move along the sweep instead of landing in the same key every time
+        lo, hi = (wait, hi * 1.5) if now == before else delay
     certified_before_resume = len(_entries(out)) if out.exists() else 0
     final = _certify(out, log, *args)
     assert final.wait(timeout=600) == 0, log.read_text()[-3000:]
@@ -325,6 +332,7 @@ def _kill_and_resume(tmp_path: Path, kills: int, seed: int, delay: tuple[float, 
         "resumes": runs,
         "keys": len(want),
         "keys_certified_before_the_last_resume": certified_before_resume,
+        "keys_certified_at_each_kill": at_kills,
         "keys_lost": len(want - set(found)),
         "keys_certified_twice": 0,  # asserted by _entries: no key is in two files (and a file holds a key once)
         "orphan_workers": orphans,
