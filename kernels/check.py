@@ -8,9 +8,12 @@ poisoned, the kernel runs, and each output is compared (`compare.compare`) at th
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Mapping
 
-from nbxcert.kernels.compare import Verdict, compare, poison
+import numpy as np
+
+from nbxcert.kernels.compare import Judge, Verdict, compare, poison
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec
 
 
@@ -50,6 +53,68 @@ def run_checked(
         tol = profile.tolerance(t.dtype.name)
         verdicts[name] = compare(t.float64(), ref.value, ref.scale, t.dtype, tol, f"{context}, output '{name}'")
     return verdicts
+
+
+@dataclass
+class Prepared:
+    """One problem of a key made ready for checking many candidates: the seeded inputs (on the device), a host copy
+    of every storage they live in (so each candidate starts from the same bytes, even after an in-place kernel or a
+    candidate that wrote where it must not), and a `Judge` per output built from the oracle's answer once."""
+
+    spec: KernelSpec
+    problem: dict[str, Any]
+    dtypes: tuple[str, ...]
+    inputs: Inputs
+    snapshot: list[tuple[Any, np.ndarray]]  # (storage, its bytes)
+    judges: dict[str, Judge]
+    oracle_seconds: float
+
+    def restore(self) -> Inputs:
+        """Every storage back to the bytes it had before the oracle ran, then the outputs not in place poisoned."""
+        for storage, data in self.snapshot:
+            storage.write_bytes(data)
+        inplace = set(getattr(self.inputs, "inplace", ()) or ())
+        for name in self.inputs.outputs:
+            if name not in inplace:
+                t = self.inputs.tensors[name]
+                poison(t, t.dtype)
+        return self.inputs
+
+
+def prepare(
+    spec: KernelSpec, problem: Mapping[str, Any], dtypes: tuple[str, ...], profile, seed: int, device: str
+) -> Prepared:
+    """Make the inputs of `problem` from `seed`, ask the oracle once, and keep what every candidate is judged by."""
+    inputs = spec.make_inputs(problem, tuple(dtypes), seed, device)
+    storages = {id(t.untyped_storage()): t.untyped_storage() for t in inputs.tensors.values()}
+    snapshot = [(st, st.host_bytes().copy()) for st in storages.values()]
+    t0 = time.perf_counter()
+    refs = spec.oracle(inputs)
+    judges = {}
+    for name, ref in refs.items():
+        dt = inputs.tensors[name].dtype
+        judges[name] = Judge(ref.value, ref.scale, dt, profile.tolerance(dt.name))
+    return Prepared(spec, dict(problem), tuple(dtypes), inputs, snapshot, judges, time.perf_counter() - t0)
+
+
+def run_prepared(
+    prepared: Prepared, config: Config, timings: list[float] | None = None, sync=None
+) -> dict[str, Verdict]:
+    """`run_checked` on prepared inputs: restore them, launch `config`, judge every output. With `timings`, the
+    launch's wall time in seconds is appended (`sync` is called before the clock stops when given)."""
+    spec = prepared.spec
+    inputs = prepared.restore()
+    t0 = time.perf_counter()
+    spec.launch(config, inputs)
+    if sync is not None:
+        sync()
+    if timings is not None:
+        timings.append(time.perf_counter() - t0)
+    context = describe(spec, config, prepared.problem, prepared.dtypes)
+    return {
+        name: judge.verdict(inputs.tensors[name].float64(), f"{context}, output '{name}'")
+        for name, judge in prepared.judges.items()
+    }
 
 
 def all_ok(verdicts: Mapping[str, Verdict]) -> bool:

@@ -10,6 +10,8 @@ exactly (same infinity, or NaN). Integer outputs must be equal.
 
 from __future__ import annotations
 
+import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,6 +41,129 @@ def _finite_max(a: np.ndarray) -> float:
     return float(a.max()) if a.size else 0.0
 
 
+# Outputs of more than CHUNK elements are judged in chunks on a thread pool (numpy releases the GIL in its loops): a
+# sweep judges every candidate of a key against the same reference, and a 4096 x 11264 output is 46M elements.
+CHUNK = 1 << 20
+_pool = None
+_pool_lock = threading.Lock()
+
+
+def _threads():
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _pool = ThreadPoolExecutor(max_workers=max(1, min(16, os.cpu_count() or 1)), thread_name_prefix="judge")
+        return _pool
+
+
+class Judge:
+    """The part of a comparison that depends only on the reference: built once per (reference, dtype, tolerance) and
+    reused for every candidate a sweep checks against it. `Judge(...).verdict(out)` is `compare(out, ...)`."""
+
+    def __init__(self, ref: np.ndarray, scale: np.ndarray, dtype: DType, tol: float):
+        self.ref = np.asarray(ref, dtype=np.float64)
+        self.dtype, self.tol = dtype, tol
+        scale = np.broadcast_to(np.asarray(scale, dtype=np.float64), self.ref.shape)
+        with np.errstate(invalid="ignore", over="ignore"):
+            if dtype.is_float:
+                self.allowed = tol * np.abs(scale) + rounding_bound(self.ref, dtype)
+            else:
+                self.allowed = np.zeros(self.ref.shape)
+        self.finite_ref = np.isfinite(self.ref)
+        self.all_finite = bool(self.finite_ref.all())
+        self.any_zero_allowed = bool(np.any(self.allowed == 0))
+
+    def _chunk(self, out: np.ndarray, lo: int, hi: int) -> tuple[int, float, float, float, bool]:
+        """(mismatched, max abs, max rel, max scaled, a non-finite output where the reference is finite) of the flat
+        elements [lo, hi)."""
+        o = out[lo:hi]
+        r, al = self.ref.reshape(-1)[lo:hi], self.allowed.reshape(-1)[lo:hi]
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            err = np.abs(o - r)
+            fo = np.isfinite(o)
+            if self.all_finite and fo.all():
+                n_bad = int(np.count_nonzero(err > al))
+                max_abs = float(err.max()) if err.size else 0.0
+                rel = err / np.abs(r)  # ref 0: inf or nan, excluded below
+                rel = rel[(r != 0)]
+                max_rel = float(rel.max()) if rel.size else 0.0
+                if self.any_zero_allowed:
+                    scaled = np.where(al > 0, err / np.where(al > 0, al, 1.0), np.where(err > 0, np.inf, 0.0))
+                else:
+                    scaled = err / al
+                max_scaled = float(scaled.max()) if scaled.size else 0.0
+                return n_bad, max_abs, max_rel, max_scaled, False
+            fr = self.finite_ref.reshape(-1)[lo:hi]
+            bad = (fr & ~fo) | (fr & fo & (err > al))
+            same_nonfinite = (np.isnan(r) & np.isnan(o)) | (np.isinf(r) & (o == r))
+            bad |= ~fr & ~same_nonfinite
+            fin = fr & fo
+            max_abs = _finite_max(np.where(fin, err, np.nan))
+            rel = np.where(fin & (r != 0), err / np.abs(np.where(r == 0, 1, r)), np.nan)
+            scaled = np.where(fin, err / np.where(al > 0, al, np.inf), np.nan)
+            scaled = np.where(fin & (al == 0) & (err > 0), np.inf, scaled)
+            max_scaled = float(np.nanmax(scaled)) if np.any(fin) else 0.0
+            return int(bad.sum()), max_abs, _finite_max(rel), max_scaled, bool(np.any(bad & ~fin))
+
+    def verdict(self, out: np.ndarray, context: str = "") -> Verdict:
+        """Judge `out` (float64 values of the kernel's output) against the reference."""
+        out = np.asarray(out, dtype=np.float64)
+        ref, tol = self.ref, self.tol
+        if out.shape != ref.shape:
+            report = f"{context}\nshape mismatch: kernel output {out.shape}, reference {ref.shape}"
+            return Verdict(False, ref.size, ref.size, float("inf"), float("inf"), float("inf"), report.strip(), tol)
+        flat = out.reshape(-1)
+        bounds = [(lo, min(lo + CHUNK, flat.size)) for lo in range(0, flat.size, CHUNK)] or [(0, 0)]
+        if len(bounds) > 1:
+            parts = list(_threads().map(lambda b: self._chunk(flat, *b), bounds))
+        else:
+            parts = [self._chunk(flat, *bounds[0])]
+        n_bad = sum(p[0] for p in parts)
+        max_abs = max(p[1] for p in parts)
+        max_rel = max(p[2] for p in parts)
+        max_scaled = max(p[3] for p in parts)
+        if any(p[4] for p in parts):
+            max_scaled = float("inf")
+        if n_bad == 0:
+            return Verdict(True, 0, ref.size, max_abs, max_rel, max_scaled, "", tol)
+        return Verdict(
+            False,
+            n_bad,
+            ref.size,
+            max_abs,
+            max_rel,
+            max_scaled,
+            self._report(out, context, n_bad, max_abs, max_rel, max_scaled),
+            tol,
+        )
+
+    def _report(self, out, context, n_bad, max_abs, max_rel, max_scaled) -> str:
+        ref, allowed = self.ref, self.allowed
+        with np.errstate(invalid="ignore", over="ignore"):
+            err = np.abs(out - ref)
+            fo = np.isfinite(out)
+            bad = (self.finite_ref & ~fo) | (self.finite_ref & fo & (err > allowed))
+            same_nonfinite = (np.isnan(ref) & np.isnan(out)) | (np.isinf(ref) & (out == ref))
+            bad |= ~self.finite_ref & ~same_nonfinite
+        lines = [
+            context.strip(),
+            f"Not equal to tolerance tol={self.tol:g} x scale + rounding({self.dtype.name})",
+            f"Mismatched elements: {n_bad} / {ref.size} ({100.0 * n_bad / max(ref.size, 1):.3g}%)",
+            "First mismatches (index, got, expected, allowed):",
+        ]
+        for idx in np.argwhere(bad)[:5]:
+            i = tuple(int(v) for v in idx)
+            lines.append(f"  {i}: {out[i]!r}, {ref[i]!r}, {allowed[i]:.3g}")
+        lines += [
+            f"Max absolute difference among finite values: {max_abs:.6g}",
+            f"Max relative difference among finite values: {max_rel:.6g}",
+            f"Max scaled error (<= 1 passes): {max_scaled:.6g}",
+        ]
+        return "\n".join(x for x in lines if x)
+
+
 def compare(
     out: np.ndarray,
     ref: np.ndarray,
@@ -48,52 +173,7 @@ def compare(
     context: str = "",
 ) -> Verdict:
     """Judge `out` (float64 values of the kernel's output, dtype `dtype`) against the oracle's `ref` and `scale`."""
-    out = np.asarray(out, dtype=np.float64)
-    ref = np.asarray(ref, dtype=np.float64)
-    scale = np.broadcast_to(np.asarray(scale, dtype=np.float64), ref.shape)
-    if out.shape != ref.shape:
-        report = f"{context}\nshape mismatch: kernel output {out.shape}, reference {ref.shape}"
-        return Verdict(False, ref.size, ref.size, float("inf"), float("inf"), float("inf"), report.strip(), tol)
-    finite_ref = np.isfinite(ref)
-    with np.errstate(invalid="ignore", over="ignore"):
-        abs_err = np.abs(out - ref)
-        if dtype.is_float:
-            allowed = tol * np.abs(scale) + rounding_bound(ref, dtype)
-        else:
-            allowed = np.zeros(ref.shape)
-        bad = np.zeros(ref.shape, dtype=bool)
-        bad |= finite_ref & ~np.isfinite(out)
-        bad |= finite_ref & np.isfinite(out) & (abs_err > allowed)
-        # a non-finite reference is matched exactly: the same infinity, or a NaN
-        same_nonfinite = (np.isnan(ref) & np.isnan(out)) | (np.isinf(ref) & (out == ref))
-        bad |= ~finite_ref & ~same_nonfinite
-        fin = finite_ref & np.isfinite(out)
-        max_abs = _finite_max(np.where(fin, abs_err, np.nan))
-        rel = np.where(fin & (ref != 0), abs_err / np.abs(np.where(ref == 0, 1, ref)), np.nan)
-        max_rel = _finite_max(rel)
-        scaled = np.where(fin, abs_err / np.where(allowed > 0, allowed, np.inf), np.nan)
-        scaled = np.where(fin & (allowed == 0) & (abs_err > 0), np.inf, scaled)
-    max_scaled = float(np.nanmax(scaled)) if np.any(fin) else 0.0
-    if np.any(bad & ~fin):
-        max_scaled = float("inf")
-    n_bad = int(bad.sum())
-    if n_bad == 0:
-        return Verdict(True, 0, ref.size, max_abs, max_rel, max_scaled, "", tol)
-    lines = [
-        context.strip(),
-        f"Not equal to tolerance tol={tol:g} x scale + rounding({dtype.name})",
-        f"Mismatched elements: {n_bad} / {ref.size} ({100.0 * n_bad / max(ref.size, 1):.3g}%)",
-        "First mismatches (index, got, expected, allowed):",
-    ]
-    for idx in np.argwhere(bad)[:5]:
-        i = tuple(int(v) for v in idx)
-        lines.append(f"  {i}: {out[i]!r}, {ref[i]!r}, {allowed[i]:.3g}")
-    lines += [
-        f"Max absolute difference among finite values: {max_abs:.6g}",
-        f"Max relative difference among finite values: {max_rel:.6g}",
-        f"Max scaled error (<= 1 passes): {max_scaled:.6g}",
-    ]
-    return Verdict(False, n_bad, ref.size, max_abs, max_rel, max_scaled, "\n".join(x for x in lines if x), tol)
+    return Judge(ref, scale, dtype, tol).verdict(out, context)
 
 
 def poison(t, dtype: DType) -> None:

@@ -224,7 +224,7 @@ def register(spec: KernelSpec) -> KernelSpec:
     return spec
 
 
-FAMILY_MODULES = ("matmul", "rows", "elementwise", "attention")
+FAMILY_MODULES = ("matmul", "rows", "elementwise", "attention", "moe", "quant", "sampling", "vision")
 
 
 def load_all() -> dict[str, KernelSpec]:

@@ -1,15 +1,19 @@
 """The sweep of one launch key: every candidate the device file allows, compiled, checked against the oracle, timed.
 
 1. The spec's candidates are pruned by device-file facts; each pruned one keeps its reason.
-2. The rest are compiled ahead of timing, in parallel worker processes (Triton's compile is CPU-bound), so the sweep
-   takes the slowest compile plus the runs, not the sum of compiles.
+2. The rest are compiled ahead of timing, in parallel worker processes (Triton's compile is CPU-bound), for every
+   specialisation the checks launch, so the sweep takes the slowest compile plus the runs, not the sum of compiles.
 3. Each compiled candidate runs in the runner worker on seeded inputs at the bucket's smallest and largest member,
-   outputs poisoned first, and is compared with the oracle. Refusals keep their reason: compile, resources, crash (the
-   worker is replaced), timeout (the worker is killed and replaced), mismatch (with the numpy-style report).
-4. Each correct candidate is timed at the bucket's largest member (CUDA events, L2 flushed; or interpreter CPU time).
-5. Winner = fastest correct; a candidate within the winner's measured noise is preferred when it is the kernel's
-   untuned default, then when it is simpler, so certificates do not flip between runs. The winner runs three more
-   times on the same inputs: bit-identical outputs, or the certificate says it is not reproducible.
+   outputs poisoned first, and is compared with the oracle. The inputs, the oracle's answer and what each output is
+   judged by are made once per problem and reused for every candidate (each starts from the same bytes). Refusals
+   keep their reason: compile, resources, crash (the worker is replaced), timeout (the worker is killed and replaced),
+   mismatch (with the numpy-style report).
+4. Each correct candidate is screened at the bucket's largest member with a brief budget (CUDA events, L2 flushed);
+   the fastest few and the untuned default are timed again at the full budget (`runner.SCREEN_MS`, `FULL_MS`). Under
+   the interpreter the checked launch's CPU time is the timing.
+5. Winner = fastest of the fully timed; a candidate within the winner's measured noise is preferred when it is the
+   kernel's untuned default, then when it is simpler, so certificates do not flip between runs. The winner runs three
+   more times on the same inputs: bit-identical outputs, or the certificate says it is not reproducible.
 """
 
 from __future__ import annotations
@@ -84,10 +88,36 @@ def choose_winner(correct: list[Outcome], default: Config) -> tuple[Outcome | No
     return winner, (rest[0] if rest else None)
 
 
-def _check_all(runners: list[Worker], base: dict, configs: list[Config], timeout_s: float, key, progress) -> list:
-    """Check (and time) each config; with several runners (the interpreter, whose timings are CPU times and never
-    compared with a GPU's) they run at once, one candidate per runner. A GPU sweep has one runner: timings must not
-    overlap."""
+# How many correct candidates (besides the untuned default) get the full timing after the screen, and how close to the
+# screen's fastest one must be to be among them (a screen median within this fraction of the fastest's).
+FINALISTS = 4
+FINAL_BAND = 0.15
+
+
+def finalists(correct: list[Outcome], default: Config) -> list[Outcome]:
+    """The correct candidates timed again at the full budget: the fastest screened (at least two, so a runner-up is
+    measured alike), those within FINAL_BAND of it (at most FINALISTS), and the untuned default."""
+    ranked = sorted(correct, key=lambda o: (o.median, simplicity(o.config)))
+    if not ranked:
+        return []
+    best = ranked[0].median
+    chosen = [o for i, o in enumerate(ranked[:FINALISTS]) if i < 2 or o.median <= best * (1.0 + FINAL_BAND)]
+    chosen += [o for o in ranked if o.config == default and o not in chosen]
+    return chosen
+
+
+def _add_seconds(total: dict[str, float], reply: dict) -> None:
+    for k, v in (reply.get("seconds") or {}).items():
+        total[k] = total.get(k, 0.0) + float(v)
+
+
+def _check_all(
+    runners: list[Worker], base: dict, configs: list[Config], timeout_s: float, key, progress, op: dict | None = None
+) -> list:
+    """Check and screen-time each config (or, with `op`, send that request instead); with several runners (the
+    interpreter, whose timings are CPU times and never compared with a GPU's) they run at once, one candidate per
+    runner. A GPU sweep has one runner: timings must not overlap."""
+    op = op or {"op": "check", "time": "screen"}
     import queue
     import threading
 
@@ -104,12 +134,13 @@ def _check_all(runners: list[Worker], base: dict, configs: list[Config], timeout
             except queue.Empty:
                 return
             try:
-                replies[i] = w.request({**base, "op": "check", "config": c.as_dict(), "time": True}, timeout_s)
+                replies[i] = w.request({**base, **op, "config": c.as_dict()}, timeout_s)
             except WorkerGone as gone:
                 replies[i] = {"status": gone.status, "reason": gone.detail}
             done[0] += 1
             if progress:
-                progress(f"{key.text()}: checked {done[0]}/{len(configs)} candidates")
+                what = "checked" if op["op"] == "check" else "timed"
+                progress(f"{key.text()}: {what} {done[0]}/{len(configs)} candidates")
 
     threads = [threading.Thread(target=drive, args=(w,), daemon=True) for w in runners[: max(1, len(configs))]]
     for t in threads:
@@ -160,16 +191,30 @@ def sweep_key(
         else:
             outcomes.append(Outcome(c, reply["status"], reply.get("reason", "")))
     runners = runner if isinstance(runner, list) else [runner]
+    inner: dict[str, float] = {}
     checked = _check_all(runners, base, runnable, timeout_s, key, progress)
     for c, reply in zip(runnable, checked):
+        _add_seconds(inner, reply)
         if reply["status"] == "correct":
             outcomes.append(Outcome(c, "correct", "", reply["error"], reply["timing"]))
         else:
             outcomes.append(Outcome(c, reply["status"], reply.get("reason", "")))
     runner = runners[0]
-    t_run = time.perf_counter()
     correct = [o for o in outcomes if o.status == "correct"]
-    winner, runner_up = choose_winner(correct, spec.default)
+    final = finalists(correct, spec.default)
+    screened = [o for o in final if o.timing.get("phase") == "screen"]
+    if screened:
+        # the full timing, one candidate at a time on the one GPU runner
+        timed = _check_all([runner], base, [o.config for o in screened], timeout_s, key, progress, {"op": "time"})
+        for o, reply in zip(screened, timed):
+            _add_seconds(inner, reply)
+            if reply["status"] == "timed":
+                o.timing = reply["timing"]
+            else:  # it ran correctly once and then failed: it is refused, never a silent `inf`
+                o.status, o.reason, o.timing = reply["status"], "while timed: " + reply.get("reason", ""), None
+        final = [o for o in final if o.status == "correct"]
+    t_run = time.perf_counter()
+    winner, runner_up = choose_winner(final, spec.default)
     default = next((o for o in outcomes if o.config == spec.default), None)
     reproducible = None
     if winner is not None:
@@ -185,5 +230,7 @@ def sweep_key(
         "compile": t_compiled - t_start,
         "run": t_run - t_compiled,
         "total": time.perf_counter() - t_start,
+        # inside the runner: inputs + oracle + judges made once per problem, checked launches + judging, timing
+        **{f"runner_{k}": v for k, v in sorted(inner.items())},
     }
     return SweepResult(key, problems, outcomes, winner, runner_up, default, reproducible, seconds)

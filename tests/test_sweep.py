@@ -82,3 +82,40 @@ def test_within_noise_the_default_wins_then_the_simplest():
 
 def test_no_correct_candidate_means_no_winner():
     assert choose_winner([], default=Config.make(B=1)) == (None, None)
+
+
+def test_finalists_are_the_fastest_screened_within_the_band_and_the_default():
+    from nbxcert.sweep import FINALISTS, finalists
+
+    screened = [_o({"B": b}, m) for b, m in ((1, 10.0), (2, 10.5), (3, 11.0), (4, 30.0), (5, 40.0), (6, 10.2))]
+    chosen = finalists(screened, default=screened[4].config)
+    labels = [o.config["B"] for o in chosen]
+    assert labels[:3] == [1, 6, 2] and 3 in labels, "every candidate within the band, fastest first"
+    assert 4 not in labels, "a candidate 3x slower on the screen is not timed again"
+    assert labels[-1] == 5, "the untuned default is always timed in full (its speed-up is reported)"
+    many = [_o({"B": b}, 10.0 + b * 0.01) for b in range(20)]
+    assert len(finalists(many, default=Config.make(B=999))) == FINALISTS
+    far = [_o({"B": 1}, 10.0), _o({"B": 2}, 50.0)]
+    assert [o.config["B"] for o in finalists(far, default=Config.make(B=999))] == [1, 2], "a runner-up is timed alike"
+
+
+def test_a_runner_makes_the_oracle_once_per_problem(monkeypatch):
+    """A sweep checks every candidate of a key against one reference: the inputs, the oracle's answer and the judges
+    are made by the first check and reused (each candidate still starting from the same input bytes)."""
+    monkeypatch.setenv("NBXCERT_BACKEND", "interpreter")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    from nbxcert import runner
+    from nbxcert.kernels.spec import get_spec
+    from nbxcert.keys import key_problems, parse_key
+    from nbxcert.profiles import get_profile
+
+    spec = get_spec("rope")  # in place: a candidate that did not start from the original bytes would mismatch
+    profile = get_profile("interpreter")
+    key = parse_key("rope[head_dim=32,n_heads=2,n_kv_heads=1,n_tokens=4,rot_dim=32,style=neox;float16]@v1")
+    base = {"spec": "rope", "problems": key_problems(spec, key, profile), "dtypes": ["float16"], "seed": 5}
+    base["profile"] = profile.key
+    runner._prepared.clear()
+    replies = [runner.handle({**base, "op": "check", "config": c.as_dict()}) for c in spec.candidates[:3]]
+    assert [r["status"] for r in replies] == ["correct"] * 3, replies
+    assert replies[0]["seconds"]["oracle"] > 0
+    assert [r["seconds"]["oracle"] for r in replies[1:]] == [0.0, 0.0]
