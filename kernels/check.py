@@ -11,8 +11,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import numpy as np
-
 from nbxcert.kernels.compare import Judge, Verdict, compare, poison
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec
 
@@ -57,27 +55,23 @@ def run_checked(
 
 @dataclass
 class Prepared:
-    """One problem of a key made ready for checking many candidates: the seeded inputs (on the device), a host copy
-    of every storage they live in (so each candidate starts from the same bytes, even after an in-place kernel or a
-    candidate that wrote where it must not), and a `Judge` per output built from the oracle's answer once."""
+    """One problem of a key made ready for checking many candidates: the seeded inputs (on the device), a pristine
+    copy of every storage they live in, on the same device, taken after the outputs were poisoned (so each candidate
+    starts from the same bytes, even after an in-place kernel or a candidate that wrote where it must not, at the cost
+    of a device-to-device copy), and a `Judge` per output built from the oracle's answer once."""
 
     spec: KernelSpec
     problem: dict[str, Any]
     dtypes: tuple[str, ...]
     inputs: Inputs
-    snapshot: list[tuple[Any, np.ndarray]]  # (storage, its bytes)
+    pristine: list[tuple[Any, Any]]  # (storage, a copy of it)
     judges: dict[str, Judge]
     oracle_seconds: float
 
     def restore(self) -> Inputs:
-        """Every storage back to the bytes it had before the oracle ran, then the outputs not in place poisoned."""
-        for storage, data in self.snapshot:
-            storage.write_bytes(data)
-        inplace = set(getattr(self.inputs, "inplace", ()) or ())
-        for name in self.inputs.outputs:
-            if name not in inplace:
-                t = self.inputs.tensors[name]
-                poison(t, t.dtype)
+        """Every storage back to its pristine bytes: the inputs as made, the outputs not in place poisoned."""
+        for storage, clean in self.pristine:
+            storage.copy_(clean)
         return self.inputs
 
 
@@ -86,15 +80,24 @@ def prepare(
 ) -> Prepared:
     """Make the inputs of `problem` from `seed`, ask the oracle once, and keep what every candidate is judged by."""
     inputs = spec.make_inputs(problem, tuple(dtypes), seed, device)
-    storages = {id(t.untyped_storage()): t.untyped_storage() for t in inputs.tensors.values()}
-    snapshot = [(st, st.host_bytes().copy()) for st in storages.values()]
     t0 = time.perf_counter()
-    refs = spec.oracle(inputs)
+    refs = spec.oracle(inputs)  # before poisoning: the oracle reads the inputs (in-place outputs included)
     judges = {}
     for name, ref in refs.items():
         dt = inputs.tensors[name].dtype
         judges[name] = Judge(ref.value, ref.scale, dt, profile.tolerance(dt.name))
-    return Prepared(spec, dict(problem), tuple(dtypes), inputs, snapshot, judges, time.perf_counter() - t0)
+    oracle_seconds = time.perf_counter() - t0
+    inplace = set(getattr(inputs, "inplace", ()) or ())
+    for name in inputs.outputs:
+        if name not in inplace:
+            t = inputs.tensors[name]
+            poison(t, t.dtype)
+    storages = {id(t.untyped_storage()): t.untyped_storage() for t in inputs.tensors.values()}
+    pristine = []
+    for st in storages.values():
+        clean = type(st)(st.nbytes, st.device)
+        pristine.append((st, clean.copy_(st)))
+    return Prepared(spec, dict(problem), tuple(dtypes), inputs, pristine, judges, oracle_seconds)
 
 
 def run_prepared(
@@ -112,7 +115,7 @@ def run_prepared(
         timings.append(time.perf_counter() - t0)
     context = describe(spec, config, prepared.problem, prepared.dtypes)
     return {
-        name: judge.verdict(inputs.tensors[name].float64(), f"{context}, output '{name}'")
+        name: judge.verdict_of(inputs.tensors[name], f"{context}, output '{name}'")
         for name, judge in prepared.judges.items()
     }
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nbxcert.kernels.dtypes import DType, rounding_bound
+from nbxcert.kernels.dtypes import DType, decode, rounding_bound
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,10 @@ def _threads():
         return _pool
 
 
+def _chunks(n: int) -> list[tuple[int, int]]:
+    return [(lo, min(lo + CHUNK, n)) for lo in range(0, n, CHUNK)] or [(0, 0)]
+
+
 class Judge:
     """The part of a comparison that depends only on the reference: built once per (reference, dtype, tolerance) and
     reused for every candidate a sweep checks against it. `Judge(...).verdict(out)` is `compare(out, ...)`."""
@@ -66,11 +70,19 @@ class Judge:
         self.ref = np.asarray(ref, dtype=np.float64)
         self.dtype, self.tol = dtype, tol
         scale = np.broadcast_to(np.asarray(scale, dtype=np.float64), self.ref.shape)
-        with np.errstate(invalid="ignore", over="ignore"):
-            if dtype.is_float:
-                self.allowed = tol * np.abs(scale) + rounding_bound(self.ref, dtype)
-            else:
-                self.allowed = np.zeros(self.ref.shape)
+        if dtype.is_float:
+            flat_ref, flat_scale = self.ref.reshape(-1), scale.reshape(-1)
+            allowed = np.empty(flat_ref.size)
+
+            def fill(bounds):
+                lo, hi = bounds
+                with np.errstate(invalid="ignore", over="ignore"):
+                    allowed[lo:hi] = tol * np.abs(flat_scale[lo:hi]) + rounding_bound(flat_ref[lo:hi], dtype)
+
+            list(_threads().map(fill, _chunks(flat_ref.size)))
+            self.allowed = allowed.reshape(self.ref.shape)
+        else:
+            self.allowed = np.zeros(self.ref.shape)
         self.finite_ref = np.isfinite(self.ref)
         self.all_finite = bool(self.finite_ref.all())
         self.any_zero_allowed = bool(np.any(self.allowed == 0))
@@ -107,6 +119,20 @@ class Judge:
             max_scaled = float(np.nanmax(scaled)) if np.any(fin) else 0.0
             return int(bad.sum()), max_abs, _finite_max(rel), max_scaled, bool(np.any(bad & ~fin))
 
+    def verdict_of(self, tensor, context: str = "") -> Verdict:
+        """Judge a kernel's output tensor: its storage values copied to the host once, widened to float64 in chunks
+        on the thread pool (a sweep judges every candidate; a single-threaded widening of a large output costs more
+        than the judging)."""
+        raw = np.ascontiguousarray(tensor.numpy()).reshape(-1)
+        wide = np.empty(raw.size)
+
+        def widen(bounds):
+            lo, hi = bounds
+            wide[lo:hi] = decode(raw[lo:hi], tensor.dtype)
+
+        list(_threads().map(widen, _chunks(raw.size)))
+        return self.verdict(wide.reshape(tensor.shape), context)
+
     def verdict(self, out: np.ndarray, context: str = "") -> Verdict:
         """Judge `out` (float64 values of the kernel's output) against the reference."""
         out = np.asarray(out, dtype=np.float64)
@@ -115,7 +141,7 @@ class Judge:
             report = f"{context}\nshape mismatch: kernel output {out.shape}, reference {ref.shape}"
             return Verdict(False, ref.size, ref.size, float("inf"), float("inf"), float("inf"), report.strip(), tol)
         flat = out.reshape(-1)
-        bounds = [(lo, min(lo + CHUNK, flat.size)) for lo in range(0, flat.size, CHUNK)] or [(0, 0)]
+        bounds = _chunks(flat.size)
         if len(bounds) > 1:
             parts = list(_threads().map(lambda b: self._chunk(flat, *b), bounds))
         else:

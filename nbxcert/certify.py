@@ -236,6 +236,13 @@ def certify(
             report.keys.append(kr)
             if on_key:
                 on_key(kr)
+    except BaseException:
+        # interrupted (or failed): workers may be mid-candidate; stop them now rather than wait for each to finish
+        for r in runners:
+            r.kill()
+        if compiler is not None:
+            compiler.kill()
+        raise
     finally:
         for r in runners:
             r.close()

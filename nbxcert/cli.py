@@ -78,8 +78,35 @@ def handled(fn: Callable) -> Callable:
                 raise
             print(error_line(e), file=sys.stderr)
             raise typer.Exit(1) from None
+        except KeyboardInterrupt:
+            if os.environ.get("NBXCERT_DEBUG") == "1":
+                raise
+            print(
+                "nbxcert: interrupted; every certificate entry written so far is kept (a rerun of the same command "
+                "resumes where this one stopped)",
+                file=sys.stderr,
+            )
+            raise typer.Exit(130) from None
 
     return wrapper
+
+
+def _key_line(kr, bar, task) -> str:
+    """One line per key as it finishes (a log reader sees progress and where the time goes)."""
+    done = int(bar.tasks[task].completed)
+    total = int(bar.tasks[task].total or 0)
+    s = kr.seconds or {}
+    line = f"[nbxcert] {done}/{total} {kr.status} {kr.key}"
+    if s:
+        parts = [("compile", s.get("compile")), ("oracle", s.get("runner_oracle")), ("checks", s.get("runner_check"))]
+        parts.append(("timing", s.get("runner_time")))
+        line += f" in {s.get('total', 0.0):.1f} s (" + ", ".join(f"{n} {v:.1f}" for n, v in parts if v is not None)
+        line += ")"
+    if kr.winner:
+        line += f": {kr.winner}"
+    if kr.reason:
+        line += f": {kr.reason}"
+    return line
 
 
 def _version_callback(value: bool):
@@ -322,7 +349,7 @@ def certify(
                 jobs,
                 modules=modules,
                 progress=progress,
-                on_key=lambda kr: bar.advance(overall),
+                on_key=lambda kr: (bar.advance(overall), bar.console.print(_key_line(kr, bar, overall), markup=False)),
                 timeout_s=timeout,
             )
     totals = report.totals()

@@ -24,7 +24,7 @@ from typing import Any
 
 from nbxcert.kernels.spec import Config, KernelSpec
 from nbxcert.keys import LaunchKey, key_problems
-from nbxcert.worker import CompilePool, Worker, WorkerGone
+from nbxcert.worker import CompilePool, Worker, WorkerGone, drive_all
 
 REFUSALS = ("pruned", "compile", "resources", "crash", "timeout", "mismatch")
 
@@ -118,35 +118,14 @@ def _check_all(
     interpreter, whose timings are CPU times and never compared with a GPU's) they run at once, one candidate per
     runner. A GPU sweep has one runner: timings must not overlap."""
     op = op or {"op": "check", "time": "screen"}
-    import queue
-    import threading
+    what = "checked" if op["op"] == "check" else "timed"
 
-    todo: queue.Queue = queue.Queue()
-    for i, c in enumerate(configs):
-        todo.put((i, c))
-    replies: list[dict | None] = [None] * len(configs)
-    done = [0]
+    def on_reply(count: int) -> None:
+        if progress:
+            progress(f"{key.text()}: {what} {count}/{len(configs)} candidates")
 
-    def drive(w: Worker):
-        while True:
-            try:
-                i, c = todo.get_nowait()
-            except queue.Empty:
-                return
-            try:
-                replies[i] = w.request({**base, **op, "config": c.as_dict()}, timeout_s)
-            except WorkerGone as gone:
-                replies[i] = {"status": gone.status, "reason": gone.detail}
-            done[0] += 1
-            if progress:
-                what = "checked" if op["op"] == "check" else "timed"
-                progress(f"{key.text()}: {what} {done[0]}/{len(configs)} candidates")
-
-    threads = [threading.Thread(target=drive, args=(w,), daemon=True) for w in runners[: max(1, len(configs))]]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    requests = [{**base, **op, "config": c.as_dict()} for c in configs]
+    replies = drive_all(runners, requests, timeout_s, on_reply)
     return [r if r is not None else {"status": "crash", "reason": "no reply from the runner"} for r in replies]
 
 

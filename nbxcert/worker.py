@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import time
 import traceback
 from typing import Any
@@ -58,8 +59,18 @@ def _classify(exc: BaseException) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    # A Triton compile error's text is the kernel's source up to the failing line, then the message (seen with 3.6 on
+    # an H200: a static assertion's refusal read "CompileTimeAssertionFailure: at 3:4:", its message lost): say the
+    # message, and where.
+    message = getattr(exc, "error_message", None)
+    if isinstance(message, str) and message.strip():
+        node = getattr(exc, "node", None)
+        where = f" (at {node.lineno}:{node.col_offset})" if hasattr(node, "lineno") else ""
+        return f"{type(exc).__name__}: {message.strip().splitlines()[0]}{where}"[:500]
+    text = [x for x in str(exc).strip().splitlines() if x.strip()]
     first = text[0] if text else ""
+    if first.startswith("at ") and len(text) > 1:
+        first = text[-1].strip()
     for line in text:  # Triton puts the useful line of a compile error last
         if "error" in line.lower():
             first = line.strip()
@@ -68,6 +79,9 @@ def _one_line(exc: BaseException) -> str:
 
 def _serve(conn, env: dict[str, str], modules: list[str]) -> None:
     """The worker's loop: set the environment, load kernels, answer requests until the pipe closes."""
+    # Ctrl-C (or `timeout -s INT`) reaches the whole process group: the parent stops the sweep and closes its workers,
+    # so a worker must not die on its own with a traceback of its own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.update(env)
     from nbxcert.kernels.backends import select
     from nbxcert.kernels.spec import load_all
@@ -112,7 +126,15 @@ class Worker:
     def _start(self) -> None:
         parent, child = _CTX.Pipe()
         self.process = _CTX.Process(target=_serve, args=(child, self.env, self.modules), daemon=True)
-        self.process.start()
+        # SIGINT blocked while the child is spawned: the child inherits the mask (it ignores Ctrl-C from birth, before
+        # `_serve` says so), and a Ctrl-C meant for the parent waits until the handshake is over instead of cutting it
+        # (the child then died on a half-read pipe, with a traceback)
+        # (the mask is per thread: compile workers are started from the pool's threads, each blocking only itself)
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
         child.close()
         self.conn = parent
 
@@ -161,13 +183,77 @@ class Worker:
         self.process, self.conn = None, None
         self.restarts += 1
 
+    def kill(self) -> None:
+        """Stop the process at once, whatever it is doing (the sweep was interrupted); `close` tidies up after. Only
+        the process is touched: a thread may still be inside `request` on this worker."""
+        process = self.process
+        if process is not None and process.is_alive():
+            process.kill()
+
     def close(self) -> None:
-        if self.process is not None and self.process.is_alive():
-            self.conn.close()
-            self.process.join(timeout=10)
-            if self.process.is_alive():
-                self.process.kill()
+        process, conn = self.process, self.conn
+        if process is not None and process.is_alive() and conn is not None:
+            conn.close()
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
         self.process = None
+
+
+def drive_all(
+    workers: list["Worker"], requests: list[dict[str, Any]], timeout_s: float, on_reply=None
+) -> list[dict | None]:
+    """Send every request to the first free worker (one thread per worker, one request at a time each); the replies
+    in request order. A request that crashes or hangs its worker gets that refusal as its reply (the worker is
+    replaced). `on_reply(count)` is called after each reply. When the caller is interrupted (Ctrl-C) the threads stop
+    taking requests, and one whose worker is killed under it by the caller's cleanup leaves without a word."""
+    import queue
+    import threading
+
+    todo: queue.Queue = queue.Queue()
+    for i, r in enumerate(requests):
+        todo.put((i, r))
+    replies: list[dict | None] = [None] * len(requests)
+    stop = threading.Event()
+    done = [0]
+    lock = threading.Lock()
+
+    def drive(w: Worker):
+        while not stop.is_set():
+            try:
+                i, r = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                replies[i] = w.request(r, timeout_s)
+            except WorkerGone as gone:
+                replies[i] = {"status": gone.status, "reason": gone.detail}
+            except Exception:
+                if stop.is_set():  # the sweep was interrupted and this worker killed: the interrupt is the news
+                    return
+                raise
+            with lock:
+                done[0] += 1
+                count = done[0]
+            if on_reply is not None:
+                on_reply(count)
+
+    threads = [threading.Thread(target=drive, args=(w,), daemon=True) for w in workers[: max(1, len(requests))]]
+    for t in threads:
+        t.start()
+    try:
+        for t in threads:
+            t.join()
+    except BaseException:
+        # interrupted: no new requests, the workers stopped now (a candidate may run for minutes), and the threads
+        # let go before the caller tidies the workers up
+        stop.set()
+        for w in workers:
+            w.kill()
+        for t in threads:
+            t.join(timeout=10)
+        raise
+    return replies
 
 
 class CompilePool:
@@ -181,30 +267,7 @@ class CompilePool:
     def compile_all(self, requests: list[dict[str, Any]], timeout_s: float) -> list[dict]:
         """One reply per request (`op: compile`), in order. A compile that crashes or hangs its worker is that
         candidate's refusal, never the sweep's end."""
-        import queue
-        import threading
-
-        todo: queue.Queue = queue.Queue()
-        for i, r in enumerate(requests):
-            todo.put((i, r))
-        replies: list[dict | None] = [None] * len(requests)
-
-        def drive(w: Worker):
-            while True:
-                try:
-                    i, r = todo.get_nowait()
-                except queue.Empty:
-                    return
-                try:
-                    replies[i] = w.request(r, timeout_s)
-                except WorkerGone as gone:
-                    replies[i] = {"status": gone.status, "reason": gone.detail}
-
-        threads = [threading.Thread(target=drive, args=(w,), daemon=True) for w in self.workers[: len(requests)]]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        replies = drive_all(self.workers, requests, timeout_s)
         return [
             r if r is not None else {"status": "crash", "reason": "no reply from the compile worker"} for r in replies
         ]
@@ -212,3 +275,7 @@ class CompilePool:
     def close(self) -> None:
         for w in self.workers:
             w.close()
+
+    def kill(self) -> None:
+        for w in self.workers:
+            w.kill()

@@ -84,3 +84,22 @@ def test_a_judge_is_reused_across_outputs():
     v = judge.verdict(wrong, "kernel k")
     assert not v.ok and v.n_mismatched == 1 and "(4321,)" in v.report
     assert judge.verdict(ref.copy()).ok  # the judge kept no state from the failed verdict
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "int32"])
+def test_judging_a_tensor_widens_it_exactly_as_float64_does(dtype):
+    from nbxcert.kernels.tensor import from_numpy
+
+    gen = np.random.default_rng(3)
+    values = np.round(gen.standard_normal((37, 29)) * 40)
+    values[3, 4], values[5, 6] = np.inf, np.nan
+    if dtype == "int32":
+        values = np.nan_to_num(values, posinf=7.0)
+    t = from_numpy(values, get_dtype(dtype))
+    original = cmp.CHUNK
+    cmp.CHUNK = 64
+    try:
+        judge = cmp.Judge(t.float64() + 0.5, np.ones(values.shape), get_dtype(dtype), 1e-3)
+        assert judge.verdict_of(t, "c") == judge.verdict(t.float64(), "c")
+    finally:
+        cmp.CHUNK = original

@@ -274,6 +274,35 @@ def _entries(out: Path) -> dict[str, Path]:
     return found
 
 
+def test_ctrl_c_stops_certify_in_one_line_and_a_rerun_resumes(tmp_path):
+    """SIGINT (Ctrl-C, or `timeout -s INT` as a GPU job uses) reaches the whole process group. Bug seen on an H200:
+    every sweep worker died with a KeyboardInterrupt traceback of its own. Now the workers ignore it, the parent stops
+    them, says one line and exits 130; what was written stays, and the same command resumes."""
+    out, log = tmp_path / "certs", tmp_path / "certify.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NBXCERT_")}
+    env.update(INTERPRETER_ENV)
+    cmd = [sys.executable, "-m", "nbxcert", "certify", "--profile", "interpreter", "--out", str(out)]
+    cmd += ["--workload", "demo", "--kernels", "rmsnorm,embedding", "--jobs", "1"]
+    with open(log, "wb") as f:
+        p = subprocess.Popen(cmd, env={**env, "COLUMNS": "250"}, stdout=f, stderr=f, start_new_session=True)
+    deadline = time.monotonic() + 240
+    while "[nbxcert] 1/" not in log.read_text() and time.monotonic() < deadline:
+        assert p.poll() is None, log.read_text()
+        time.sleep(0.2)
+    os.killpg(p.pid, signal.SIGINT)
+    assert p.wait(timeout=60) == 130, log.read_text()
+    text = log.read_text()
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    assert "nbxcert: interrupted; every certificate entry written so far is kept" in text
+    assert _reap(p.pid, 30) == 0, "every worker left with the parent"
+    done = set(_entries(out))
+    assert done, "the first key's entry was kept"
+    r = nbx("certify", "--profile", "interpreter", "--out", out, "--workload", "demo", "--kernels", "rmsnorm,embedding")
+    check(r, 0)
+    assert set(_entries(out)) == _demo_keys("rmsnorm,embedding")
+    assert r.stdout.count("skipped") >= len(done), r.stdout
+
+
 def _kill_and_resume(tmp_path: Path, kills: int, seed: int, delay: tuple[float, float], kernels: str | None) -> dict:
     """Start `certify --workload demo [--kernels ...]`, SIGKILL it after a random delay (seeded), check every file
     is whole, and again until `kills` runs were killed (a run that finishes first is a completed run); then resume
@@ -884,6 +913,16 @@ def test_strict_provenance_on_the_command_line_is_one_line_naming_key_and_differ
     assert len([line for line in r.stderr.splitlines() if line.startswith("nbxcert:")]) == 1
 
 
+def _shipped_entries(profile: str) -> int:
+    """How many entries the shipped certificates hold for `profile` (read here from the JSON files themselves)."""
+    from importlib import resources
+
+    root = resources.files("nbxcert.shipped_certificates").joinpath(*profile.split("/"))
+    if not root.is_dir():
+        return 0
+    return sum(len(json.loads(f.read_text())["entries"]) for f in root.iterdir() if f.name.endswith(".json"))
+
+
 def test_doctor_lists_the_certificates_that_apply_here_and_the_ones_it_rejects(certs, tmp_path):
     mine = tmp_path / "mine"
     _probe_dir(
@@ -903,11 +942,13 @@ def test_doctor_lists_the_certificates_that_apply_here_and_the_ones_it_rejects(c
     triton_here = _triton_version().split(".")[0]
     assert here["reasons"] == {f"{ELSEWHERE['triton'][1]} {triton_here}.x": 1, ELSEWHERE["driver"][1]: 1}
     assert sorted(r["key"] for r in doc["rejected"]) == [certs.probe_key(301), certs.probe_key(302)]
+    # the fixture's entry plus the shipped Hopper certificates: none applies on this machine
+    n = 1 + _shipped_entries("nvidia/hopper")
     hopper = doc["profiles"]["nvidia/hopper"]
     assert hopper == {
         "apply": 0,
-        "rejected": 1,
-        "reasons": {"for nvidia/hopper, not this machine's profile cpu/interpreter": 1},
+        "rejected": n,
+        "reasons": {"for nvidia/hopper, not this machine's profile cpu/interpreter": n},
     }
     r = nbx("doctor", env={**env, "COLUMNS": "250"})
     check(
@@ -915,7 +956,7 @@ def test_doctor_lists_the_certificates_that_apply_here_and_the_ones_it_rejects(c
         0,
         must=[
             "certificates nvidia/hopper",
-            "0 apply, 1 rejected: for nvidia/hopper, not this machine's profile cpu/interpreter (1)",
+            f"0 apply, {n} rejected: for nvidia/hopper, not this machine's profile cpu/interpreter ({n})",
             "certificates cpu/interpreter",
             "made with driver 570, this machine's driver is none (1)",
             "2 of this machine's profile (served with a notice)",

@@ -119,3 +119,21 @@ def test_a_runner_makes_the_oracle_once_per_problem(monkeypatch):
     assert [r["status"] for r in replies] == ["correct"] * 3, replies
     assert replies[0]["seconds"]["oracle"] > 0
     assert [r["seconds"]["oracle"] for r in replies[1:]] == [0.0, 0.0]
+
+
+def test_a_compile_refusal_says_the_compilers_message_not_the_source_location():
+    """Bug seen on an H200: a static assertion's refusal read `CompileTimeAssertionFailure: at 3:4:` (the first line of
+    Triton's text, which quotes the source) and lost the assertion's message."""
+    import ast
+
+    from triton.compiler.errors import CompileTimeAssertionFailure
+
+    from nbxcert.worker import _one_line
+
+    src = "def k(x):\n    y = x\n    tl.static_assert(False, 'FAULT=3 is a deliberate compile failure')\n"
+    node = ast.parse(src).body[0].body[1]
+    exc = CompileTimeAssertionFailure(src, node, "FAULT=3 is a deliberate compile failure")
+    assert str(exc).startswith("at 3:4:")
+    line = _one_line(exc)
+    assert line == "CompileTimeAssertionFailure: FAULT=3 is a deliberate compile failure (at 3:4)"
+    assert _one_line(RuntimeError("at 1:2:\nsource line\n    ^\nthe message")) == "RuntimeError: the message"
