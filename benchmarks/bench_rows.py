@@ -18,13 +18,11 @@ Targets (reported as met or not, never enforced by the exit code): rmsnorm and l
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import subprocess
 import sys
-from typing import Any
 
+import common
 import numpy as np
 
 CASES = (
@@ -63,19 +61,6 @@ for name, rows, cols in cases:
     out[f"{name}:{rows}x{cols}"] = ms
 print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "ms": out}))
 """
-
-
-def torch_peer(warmup: float, rep: float) -> dict[str, Any]:
-    """torch's times, from its own process; {"error": ...} when that process fails (no torch there, ...)."""
-    proc = subprocess.run(
-        [sys.executable, "-c", PEER_SCRIPT, json.dumps(CASES), str(warmup), str(rep)],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-    )
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def copy_bandwidth(cuda) -> float:
@@ -128,27 +113,18 @@ def spot_check(spec, config, inputs, profile, n_rows: int) -> str | None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", help="write the results as JSON to this path")
-    parser.add_argument("--warmup", type=float, default=25.0, help="warm-up ms per timing (default 25)")
-    parser.add_argument("--rep", type=float, default=100.0, help="timed ms per timing (default 100)")
-    parser.add_argument("--no-torch", action="store_true", help="skip the torch peer")
-    args = parser.parse_args()
+    args = common.parse_args(__doc__)
 
-    from nbxcert.kernels.backends import cuda, select
-
-    choice = select()
-    if choice.name != "cuda":
-        print(f"bench_rows needs a GPU: {choice.line()}", file=sys.stderr)
+    found = common.gpu_profile("bench_rows")
+    if found is None:
         return 2
+    cuda, profile, how = found
     from nbxcert.kernels import rows
     from nbxcert.kernels.backends.triton_cuda import do_bench_events
-    from nbxcert.profiles import match_nvidia
 
     info = cuda.device_info(0)
-    profile, how = match_nvidia(info.compute_capability)
     copy_bw = copy_bandwidth(cuda)
-    peer = {"ms": {}} if args.no_torch else torch_peer(args.warmup, args.rep)
+    peer = {"ms": {}} if args.no_torch else common.torch_peer(PEER_SCRIPT, CASES, args.warmup, args.rep)
     specs = {"rmsnorm": rows.RMSNORM, "layernorm": rows.LAYERNORM, "softmax": rows.SOFTMAX}
 
     results = []

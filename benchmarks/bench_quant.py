@@ -1,0 +1,151 @@
+"""Quantized-weight products on the GPU: the best kept candidate against torch's float16 matmul on the dequantised
+weights (the reference speed an int4 kernel has to beat to be worth serving), measured in the same run.
+
+    python benchmarks/bench_quant.py --out quant.json
+
+Cases (float16 activations; Llama-3-8B's 4096 x 4096 and 4096 x 14336 projections, both ways): dequant_gemv at M = 1
+and 4, dequant_matmul at M = 16 and 512, int4 (GPTQ, group 128) and int8 (per channel). For each, every candidate the
+device profile's prune keeps is timed (nbxcert's event timer, `do_bench_events`: an L2 flush before each repetition,
+the median), the best is checked against the float64 oracle (`nbxcert.oracles.quant`) on the whole output, and its
+effective bandwidth is (quantized weight + scales + zeros + X + out bytes) / time.
+
+torch runs in its own process (`PEER_SCRIPT`; nbxcert never imports torch): `x @ w` with w the float16 [K, N]
+weight (the dequantised one's size and layout), timed with `triton.testing.do_bench` (L2 flush, median).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import common
+
+CASES = (
+    ("dequant_gemv", "int4", 1, 4096, 4096),
+    ("dequant_gemv", "int4", 1, 14336, 4096),
+    ("dequant_gemv", "int4", 1, 4096, 14336),
+    ("dequant_gemv", "int4", 4, 14336, 4096),
+    ("dequant_gemv", "int8", 1, 14336, 4096),
+    ("dequant_matmul", "int4", 16, 4096, 4096),
+    ("dequant_matmul", "int4", 16, 14336, 4096),
+    ("dequant_matmul", "int4", 512, 14336, 4096),
+    ("dequant_matmul", "int4", 512, 4096, 14336),
+    ("dequant_matmul", "int8", 512, 14336, 4096),
+)  # (kernel, format, M, N, K)
+
+PEER_SCRIPT = r"""
+import json, sys
+import torch
+import triton.testing
+
+cases = json.loads(sys.argv[1])
+warmup, rep = float(sys.argv[2]), float(sys.argv[3])
+torch.manual_seed(0)
+out = {}
+for name, fmt, m, n, k in cases:
+    key = f"{m}x{n}x{k}"
+    if key in out:
+        continue
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    w = torch.randn(k, n, device="cuda", dtype=torch.float16) * 0.05
+    out[key] = triton.testing.do_bench(lambda: x @ w, warmup=warmup, rep=rep, return_mode="median")
+print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "ms": out}))
+"""
+
+
+def moved_bytes(inputs) -> int:
+    """Bytes read + written once each: every tensor of the launch (weights, scales, zeros, X and out)."""
+    return sum(t.nbytes for t in inputs.tensors.values())
+
+
+def main() -> int:
+    args = common.parse_args(__doc__)
+
+    found = common.gpu_profile("bench_quant")
+    if found is None:
+        return 2
+    cuda, profile, how = found
+    from nbxcert.kernels import quant
+    from nbxcert.kernels.backends.triton_cuda import do_bench_events
+    from nbxcert.kernels.compare import compare, poison
+
+    info = cuda.device_info(0)
+    peer = {"ms": {}} if args.no_torch else common.torch_peer(PEER_SCRIPT, CASES, args.warmup, args.rep)
+    specs = {s.name: s for s in quant.SPECS}
+
+    results = []
+    for name, fmt, m, n, k in CASES:
+        spec = specs[name]
+        problem = {"M": m, "N": n, "K": k, "format": fmt}
+        inputs = spec.make_inputs(problem, ("float16",), 0, "cuda:0")
+        t = inputs.tensors
+        timings = []
+        for config in spec.pruned_for(problem, profile).kept:
+            launches = quant.quant_launches(
+                config, name == "dequant_gemv", fmt, t["x"], t["qweight"], t["scales"], t.get("qzeros"), t["out"]
+            )
+            times = do_bench_events(lambda: [launch() for launch in launches], args.warmup, args.rep)
+            timings.append((statistics.median(times), config))
+        timings.sort(key=lambda x: x[0])
+        best_ms, best = timings[0]
+        ref = spec.oracle(inputs)["out"]
+        poison(t["out"], t["out"].dtype)
+        spec.launch(best, inputs)
+        verdict = compare(t["out"].float64(), ref.value, ref.scale, t["out"].dtype, profile.tolerance("float16"), "")
+        moved = moved_bytes(inputs)
+        torch_ms = peer.get("ms", {}).get(f"{m}x{n}x{k}")
+        results.append(
+            {
+                "kernel": name,
+                "format": fmt,
+                "shape": {"M": m, "N": n, "K": k},
+                "dtype": "float16",
+                "bytes_moved": moved,
+                "best_config": best.as_dict(),
+                "best_label": best.label(),
+                "best_ms": best_ms,
+                "effective_GBps": moved / (best_ms * 1e-3) / 1e9,
+                "TFLOPs": 2 * m * n * k / (best_ms * 1e-3) / 1e12,
+                "torch_fp16_matmul_ms": torch_ms,
+                "speedup_vs_fp16_matmul": torch_ms / best_ms if torch_ms else None,
+                "check": "ok" if verdict.ok else verdict.report,
+                "candidates": [{"config": c.label(), "ms": ms} for ms, c in timings],
+            }
+        )
+        print(f"{name} {fmt} {m}x{n}x{k}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us")
+
+    print()
+    print(f"device: {info.name} ({profile.key}, {how} match)")
+    if "error" in peer:
+        print(f"torch peer failed: {peer['error']}")
+    header = f"{'kernel':15s} {'fmt':4s} {'M x N x K':>17s} {'best us':>9s} {'GB/s':>7s} {'fp16 us':>9s} {'x fp16':>7s}"
+    header += "  best"
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        s = r["shape"]
+        shape = f"{s['M']}x{s['N']}x{s['K']}"
+        t_us = f"{r['torch_fp16_matmul_ms'] * 1e3:9.1f}" if r["torch_fp16_matmul_ms"] else f"{'-':>9s}"
+        sp = f"{r['speedup_vs_fp16_matmul']:6.2f}x" if r["speedup_vs_fp16_matmul"] else f"{'-':>7s}"
+        print(
+            f"{r['kernel']:15s} {r['format']:4s} {shape:>17s} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} "
+            f"{t_us} {sp}  {r['best_label']}"
+        )
+        if r["check"] != "ok":
+            print(f"  CHECK FAILED: {r['check'].splitlines()[0]}")
+    doc = {
+        "device": info.name,
+        "profile": profile.key,
+        "profile_match": how,
+        "torch": {k: v for k, v in peer.items() if k != "ms"},
+        "cases": results,
+    }
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,207 @@
+"""Sampling kernels on the GPU: the best candidate of every kept one against torch, measured in the same run.
+
+    python benchmarks/bench_sampling.py --out sampling.json
+
+Cases (float16, vocabulary rows of Llama 3's 128256 and Gemma's 256000 logits): argmax, topk (k 50 and 64),
+log_softmax and cross_entropy at decode batches (1, 64 rows) and a training-sized cross_entropy (4096 rows). For each,
+every candidate the device profile's prune keeps is timed (nbxcert's event timer, `do_bench_events`: an L2 flush
+before each repetition, the median of the repetitions), the best is spot-checked against its float64 oracle on up to
+64 sampled rows, and its effective bandwidth is (bytes read + bytes written, each tensor once) / time.
+
+torch runs in its own process (`PEER_SCRIPT`, `subprocess.run([sys.executable, "-c", ...])`; nbxcert never imports
+torch) with the same scheme (`triton.testing.do_bench`: L2 flush, median): torch.argmax, torch.topk,
+torch.log_softmax and torch.nn.functional.cross_entropy(reduction="none"), each over the last dimension.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import common
+import numpy as np
+
+CASES = (
+    ("argmax", 1, 128256, 0),
+    ("argmax", 64, 128256, 0),
+    ("argmax", 1, 256000, 0),
+    ("topk", 1, 128256, 50),
+    ("topk", 64, 128256, 50),
+    ("topk", 1, 256000, 64),
+    ("log_softmax", 1, 256000, 0),
+    ("log_softmax", 64, 128256, 0),
+    ("cross_entropy", 64, 128256, 0),
+    ("cross_entropy", 4096, 128256, 0),
+)
+ELEMENT = 2  # float16
+SPOT_ROWS = 64
+
+PEER_SCRIPT = r"""
+import json, sys
+import torch
+import triton.testing
+
+cases = json.loads(sys.argv[1])
+warmup, rep = float(sys.argv[2]), float(sys.argv[3])
+torch.manual_seed(0)
+out = {}
+for name, rows, cols, k in cases:
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.float16) * 3
+    t = torch.randint(0, cols, (rows,), device="cuda")
+    if name == "argmax":
+        fn = lambda: torch.argmax(x, dim=-1)
+    elif name == "topk":
+        fn = lambda: torch.topk(x, k, dim=-1)
+    elif name == "log_softmax":
+        fn = lambda: torch.log_softmax(x, dim=-1)
+    else:
+        fn = lambda: torch.nn.functional.cross_entropy(x, t, reduction="none")
+    out[f"{name}:{rows}x{cols}:{k}"] = triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "ms": out}))
+"""
+
+
+def moved_bytes(name: str, rows: int, cols: int, k: int) -> int:
+    """Bytes read + written once each: the logits, plus each kernel's outputs (int64 indices, values, targets)."""
+    read = rows * cols * ELEMENT
+    written = {
+        "argmax": rows * 8,
+        "topk": rows * k * (8 + ELEMENT),
+        "log_softmax": rows * cols * ELEMENT,
+        "cross_entropy": rows * (8 + ELEMENT),
+    }[name]
+    return read + written
+
+
+def spot_check(spec, config, inputs, profile) -> str | None:
+    """Launch `config` once on poisoned outputs and compare up to SPOT_ROWS sampled rows of every output against the
+    float64 oracle of those rows; None when they match, else the first mismatch report."""
+    from nbxcert.kernels.compare import compare, poison
+    from nbxcert.oracles import sampling as oracle
+
+    t = inputs.tensors
+    for name in inputs.outputs:
+        poison(t[name], t[name].dtype)
+    spec.launch(config, inputs)
+    x = t["x"].float64()
+    picked = np.unique(np.random.default_rng(0).integers(0, x.shape[0], SPOT_ROWS))
+    x = x[picked]
+    if spec.name == "argmax":
+        refs = {"out": oracle.argmax(x)}
+    elif spec.name == "topk":
+        refs = oracle.topk(x, inputs.scalars["k"])
+    elif spec.name == "log_softmax":
+        refs = {"y": oracle.log_softmax(x)}
+    else:
+        target = t["target"].numpy()[picked]
+        refs = {"loss": oracle.cross_entropy(x, target, inputs.scalars["ignore_index"])}
+    for name, (ref, err) in refs.items():
+        out = t[name]
+        verdict = compare(out.float64()[picked], ref, err, out.dtype, profile.tolerance(out.dtype.name), config.label())
+        if not verdict.ok:
+            return verdict.report
+    return None
+
+
+def main() -> int:
+    args = common.parse_args(__doc__)
+
+    found = common.gpu_profile("bench_sampling")
+    if found is None:
+        return 2
+    cuda, profile, how = found
+    from nbxcert.kernels import sampling
+    from nbxcert.kernels.backends.triton_cuda import do_bench_events
+
+    info = cuda.device_info(0)
+    peer = {"ms": {}} if args.no_torch else common.torch_peer(PEER_SCRIPT, CASES, args.warmup, args.rep)
+    specs = {s.name: s for s in sampling.SPECS}
+
+    results = []
+    for name, n_rows, n_cols, k in CASES:
+        spec = specs[name]
+        problem = {"n_rows": n_rows, "n_cols": n_cols} | ({"k": k} if name == "topk" else {})
+        inputs = spec.make_inputs(problem, spec.dtypes[0], 0, "cuda:0")  # float16 (argmax: + its int64 index)
+        timings = []
+        for config in spec.pruned_for(problem, profile).kept:
+            launches = _launches(sampling, spec, config, inputs)
+            times = do_bench_events(lambda: [launch() for launch in launches], args.warmup, args.rep)
+            timings.append((statistics.median(times), config))
+        timings.sort(key=lambda t: t[0])
+        best_ms, best = timings[0]
+        moved = moved_bytes(name, n_rows, n_cols, k)
+        torch_ms = peer.get("ms", {}).get(f"{name}:{n_rows}x{n_cols}:{k}")
+        results.append(
+            {
+                "kernel": name,
+                "shape": [n_rows, n_cols],
+                "k": k or None,
+                "dtype": "float16",
+                "bytes_moved": moved,
+                "best_config": best.as_dict(),
+                "best_label": best.label(),
+                "best_ms": best_ms,
+                "effective_GBps": moved / (best_ms * 1e-3) / 1e9,
+                "torch_ms": torch_ms,
+                "speedup_vs_torch": torch_ms / best_ms if torch_ms else None,
+                "spot_check": spot_check(spec, best, inputs, profile) or "ok",
+                "candidates": [{"config": c.label(), "ms": ms} for ms, c in timings],
+            }
+        )
+        print(f"{name} {n_rows}x{n_cols} k={k}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us")
+
+    print()
+    print(f"device: {info.name} ({profile.key}, {how} match)")
+    if "error" in peer:
+        print(f"torch peer failed: {peer['error']}")
+    header = (
+        f"{'kernel':14s} {'shape':>13s} {'k':>3s} {'best us':>9s} {'GB/s':>7s} {'torch us':>9s} {'x torch':>8s}  best"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        shape = f"{r['shape'][0]}x{r['shape'][1]}"
+        t_us = f"{r['torch_ms'] * 1e3:9.1f}" if r["torch_ms"] else f"{'-':>9s}"
+        sp = f"{r['speedup_vs_torch']:7.2f}x" if r["speedup_vs_torch"] else f"{'-':>8s}"
+        print(
+            f"{r['kernel']:14s} {shape:>13s} {r['k'] or '-':>3} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} "
+            f"{t_us} {sp}  {r['best_label']}"
+        )
+        if r["spot_check"] != "ok":
+            print(f"  SPOT CHECK FAILED: {r['spot_check'].splitlines()[0]}")
+    doc = {
+        "device": info.name,
+        "profile": profile.key,
+        "profile_match": how,
+        "torch": {k: v for k, v in peer.items() if k != "ms"},
+        "cases": results,
+    }
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=2)
+    return 0
+
+
+def _launches(sampling, spec, config, inputs):
+    """The kernel launches of one config, built once, so the timing holds the launches and nothing else."""
+    t, s = inputs.tensors, inputs.scalars
+    if spec.name == "argmax":
+        return sampling.argmax_launches(config, t["x"], t["out"], _workspace(sampling, config, t["x"], 1))
+    if spec.name == "topk":
+        ws = _workspace(sampling, config, t["x"], s["k"])
+        return sampling.topk_launches(config, t["x"], s["k"], t["values"], t["indices"], ws)
+    if spec.name == "log_softmax":
+        return sampling.log_softmax_launches(config, t["x"], t["y"])
+    return sampling.cross_entropy_launches(config, t["x"], t["target"], t["loss"], s["ignore_index"])
+
+
+def _workspace(sampling, config, x, k: int):
+    """The split variant's workspace for this config's chunk (None for the loop variant)."""
+    if config["VARIANT"] != "split":
+        return None
+    return sampling.split_workspace(x.shape[0], x.shape[1], k, x.device, config["CHUNK"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

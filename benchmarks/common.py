@@ -1,0 +1,49 @@
+"""What the row-style benchmarks share: their command line, the GPU they need, and the torch peer in its own process.
+
+Imported by the scripts next to it (`python3 benchmarks/bench_X.py` puts this folder first on `sys.path`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from typing import Any
+
+
+def parse_args(doc: str, argv=None) -> argparse.Namespace:
+    """--out, --warmup, --rep, --no-torch: the options every row-style benchmark takes."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--out", help="write the results as JSON to this path")
+    parser.add_argument("--warmup", type=float, default=25.0, help="warm-up ms per timing (default 25)")
+    parser.add_argument("--rep", type=float, default=100.0, help="timed ms per timing (default 100)")
+    parser.add_argument("--no-torch", action="store_true", help="skip the torch peer")
+    return parser.parse_args(argv)
+
+
+def gpu_profile(script: str):
+    """(cuda module, device profile, how it matched) of GPU 0, or None after one line saying why `script` cannot run
+    (no GPU: the benchmark measures a GPU and nothing else)."""
+    from nbxcert.kernels.backends import cuda, select
+    from nbxcert.profiles import match_nvidia
+
+    choice = select()
+    if choice.name != "cuda":
+        print(f"{script} needs a GPU: {choice.line()}", file=sys.stderr)
+        return None
+    profile, how = match_nvidia(cuda.device_info(0).compute_capability)
+    return cuda, profile, how
+
+
+def torch_peer(script: str, cases, warmup: float, rep: float) -> dict[str, Any]:
+    """torch's times from `script` (Python source reading argv: cases JSON, warm-up ms, rep ms; printing one JSON line)
+    run in its own process (nbxcert never imports torch); {"error": ...} when that process fails (no torch, ...)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(cases), str(warmup), str(rep)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])

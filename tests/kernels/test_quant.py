@@ -1,0 +1,160 @@
+"""Quantized-weight products (dequant_gemv, dequant_matmul; int4 GPTQ and int8 per channel) against their float64
+oracle.
+
+Under the interpreter (CI): every candidate the interpreter prune keeps runs once at a small shape (K = 256, N not a
+multiple of any tile, M <= 16), rotating format and dtype; the defaults run every example problem in every dtype; the
+int4 packing is checked against a hand-made weight; bad operands are refused by name; the prunes against the device
+files. GPU tests run every hopper-kept candidate at the issue's shapes (4096 x 4096 and 4096 x 14336, int4 and int8).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nbxcert.errors import LaunchError, ShapeMismatch
+from nbxcert.kernels import quant
+from nbxcert.kernels.check import all_ok, first_report, run_checked
+from nbxcert.kernels.compare import compare, poison
+from nbxcert.kernels.tensor import from_numpy
+from nbxcert.oracles import quant as oracle
+from nbxcert.profiles import get_profile
+
+SPECS = {s.name: s for s in quant.SPECS}
+SMALL_M = {"dequant_gemv": (1, 3, 4), "dequant_matmul": (16, 5, 9)}
+
+
+def check(spec, config, prob, dtypes, profile, device, seed=0):
+    verdicts = run_checked(spec, config, prob, dtypes, profile, seed, device)
+    assert all_ok(verdicts), first_report(verdicts)
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_every_kept_candidate_matches_at_a_small_shape(name, profile, backend):
+    spec = SPECS[name]
+    for i, fmt in enumerate(quant.FORMATS):
+        prob = {"M": SMALL_M[name][i], "N": 72, "K": 256, "format": fmt}
+        kept = spec.pruned_for(prob, profile).kept
+        assert kept
+        for j, config in enumerate(kept):
+            check(spec, config, prob, spec.dtypes[(i + j) % 2], profile, backend.device, seed=j)
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_default_on_every_example_problem_and_dtype(name, profile, backend):
+    spec = SPECS[name]
+    for p, prob in enumerate(spec.example_problems):
+        for dtypes in spec.dtypes:
+            check(spec, spec.default, prob, dtypes, profile, backend.device, seed=p)
+
+
+def test_int4_packing_against_a_hand_made_weight(backend):
+    """The GPTQ layout: row k of W in bits 4 (k mod 8) of qweight[k // 8]; zero of column n in bits 4 (n mod 8) of
+    qzeros[g, n // 8]. A weight with a known pattern comes out as its dequantised values, through both kernels."""
+    dev = backend.device
+    k, n = 128, 16
+    q = (np.arange(k)[:, None] + 3 * np.arange(n)[None, :]) % 16
+    z = (np.arange(n) * 5 % 16)[None, :]
+    s = np.full((1, n), 0.25)
+    assert np.array_equal(oracle.unpack_int4_rows(quant.pack_int4_rows(q)), q)
+    assert np.array_equal(oracle.unpack_int4_cols(quant.pack_int4_cols(z)), z)
+    qw = from_numpy(quant.pack_int4_rows(q), "int32", dev)
+    qz = from_numpy(quant.pack_int4_cols(z), "int32", dev)
+    scales = from_numpy(s, "float16", dev)
+    eye = from_numpy(np.eye(k)[:4], "float16", dev)  # rows 0..3 of W, exactly
+    want = (q[:4] - z) * 0.25
+    assert np.array_equal(quant.dequant_gemv(eye, qw, scales, qz, "int4").float64(), want)
+    assert np.array_equal(quant.dequant_matmul(eye, qw, scales, qz, "int4").float64(), want)
+
+
+def test_user_facing_functions_match_the_oracle(profile, backend):
+    dev = backend.device
+    for fmt in quant.FORMATS:
+        inputs = quant.quant_inputs({"M": 3, "N": 48, "K": 256, "format": fmt}, ("bfloat16",), 4, dev)
+        t = inputs.tensors
+        ref = quant._quant_oracle(inputs)["out"]
+        for fn in (quant.dequant_gemv, quant.dequant_matmul):
+            out = fn(t["x"], t["qweight"], t["scales"], t.get("qzeros"), fmt)
+            v = compare(out.float64(), ref.value, ref.scale, out.dtype, profile.tolerance("bfloat16"), fn.__name__)
+            assert v.ok, v.report
+        assert quant.quant_problem(t["x"], t["qweight"], t["scales"], t.get("qzeros"), fmt) == {
+            "M": 3,
+            "N": 48,
+            "K": 256,
+            "format": fmt,
+        }
+
+
+def test_bad_operands_are_refused_by_name(backend):
+    dev = backend.device
+    t = quant.quant_inputs({"M": 8, "N": 48, "K": 256, "format": "int4"}, ("float16",), 0, dev).tensors
+    with pytest.raises(LaunchError, match="M <= 4"):
+        quant.dequant_gemv(t["x"], t["qweight"], t["scales"], t["qzeros"], "int4")
+    with pytest.raises(ShapeMismatch, match="qzeros"):
+        quant.dequant_matmul(t["x"], t["qweight"], t["scales"], None, "int4")
+    with pytest.raises(ShapeMismatch, match="int8 qweight"):
+        quant.dequant_matmul(t["x"], t["qweight"], t["scales"], None, "int8")
+    with pytest.raises(LaunchError, match="format"):
+        quant.dequant_matmul(t["x"], t["qweight"], t["scales"], t["qzeros"], "int3")
+    x = from_numpy(np.ones((2, 200)), "float16", dev)
+    with pytest.raises(LaunchError, match="multiple of 128"):
+        quant.dequant_matmul(x, t["qweight"], t["scales"], t["qzeros"], "int4")
+
+
+# --- prunes against the device files ----------------------------------------------------------------------------------
+REAL = ((4096, 4096), (4096, 14336), (14336, 4096))
+
+
+def test_interpreter_prune_keeps_every_candidate():
+    interp = get_profile("cpu/interpreter")
+    for spec in SPECS.values():
+        prob = {"M": 4, "N": 14336, "K": 4096, "format": "int4"}
+        assert spec.pruned_for(prob, interp).kept == spec.candidates
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("profile_key", ["nvidia/hopper", "nvidia/ampere", "nvidia/volta"])
+def test_device_prunes_keep_the_default_or_name_a_fact(name, profile_key):
+    spec, prof = SPECS[name], get_profile(profile_key)
+    for k, n in REAL:
+        result = spec.pruned_for({"M": 4, "N": n, "K": k, "format": "int4"}, prof)
+        facts = ("max_registers_per_thread", "max_registers_per_block", "max_num_stages", "max_shared_memory")
+        for config, reason in result.pruned:
+            assert any(f in reason for f in facts), (config.label(), reason)
+        if profile_key != "nvidia/volta":
+            assert spec.default in result.kept
+
+
+# --- GPU: every hopper-kept candidate at the issue's shapes -----------------------------------------------------------
+GPU_CASES = (
+    ("dequant_gemv", 1, 4096, 4096),
+    ("dequant_gemv", 4, 14336, 4096),
+    ("dequant_gemv", 1, 4096, 14336),
+    ("dequant_matmul", 16, 4096, 4096),
+    ("dequant_matmul", 512, 14336, 4096),
+    ("dequant_matmul", 256, 4096, 14336),
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,m,n,k", GPU_CASES)
+@pytest.mark.parametrize("fmt", quant.FORMATS)
+def test_gpu_every_kept_candidate_at_real_shapes(name, m, n, k, fmt, profile, backend):
+    """float16 (and bfloat16 for int4) at the real shapes: each candidate the device's prune keeps matches the
+    oracle, computed once per case."""
+    spec = SPECS[name]
+    prob = {"M": m, "N": n, "K": k, "format": fmt}
+    failures = []
+    for dtypes in spec.dtypes if fmt == "int4" else spec.dtypes[:1]:
+        inputs = spec.make_inputs(prob, dtypes, 7, backend.device)
+        ref = spec.oracle(inputs)["out"]
+        out = inputs.tensors["out"]
+        for config in spec.pruned_for(prob, profile).kept:
+            poison(out, out.dtype)
+            spec.launch(config, inputs)
+            v = compare(
+                out.float64(), ref.value, ref.scale, out.dtype, profile.tolerance(out.dtype.name), config.label()
+            )
+            if not v.ok:
+                failures.append(v.report)
+    assert not failures, "\n\n".join(failures[:3])

@@ -1,0 +1,314 @@
+"""Sampling kernels (argmax, topk, log_softmax, cross_entropy) against their float64 oracles.
+
+Under the interpreter (CI): every candidate the interpreter prune keeps runs once on an awkward shape (rows not a
+multiple of ROWS, columns past one split chunk and a multiple of no tile), rotating dtypes (and k for topk); the
+default and a split config run every example problem in every dtype; tie-breaking by the lowest index (rows full of
+equal values, hand-made rows with ties and NaNs, generated rows with deliberate ties); +-inf and NaN; cross_entropy's
+ignore_index and out-of-range targets; the no-bit claims (for argmax and topk: every field); the prunes against the
+device files; the user-facing functions. GPU tests run every hopper-kept candidate at vocabulary sizes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from nbxcert.errors import LaunchError, ShapeMismatch
+from nbxcert.kernels import sampling
+from nbxcert.kernels.check import all_ok, first_report, run_checked
+from nbxcert.kernels.compare import compare, poison
+from nbxcert.kernels.tensor import from_numpy
+from nbxcert.profiles import get_profile
+
+SPECS = {s.name: s for s in sampling.SPECS}
+AWKWARD = (5, 4500)  # 5 rows: not a multiple of ROWS=4; 4500 columns: two 4096-column chunks, a multiple of no tile
+AWKWARD_K = (64, 5, 1, 33)
+
+
+def problem(spec, n_rows: int, n_cols: int, i: int = 0) -> dict:
+    extra = {"k": min(AWKWARD_K[i % len(AWKWARD_K)], n_cols)} if spec is sampling.TOPK else {}
+    return {"n_rows": n_rows, "n_cols": n_cols, **extra}
+
+
+def check(spec, config, prob, dtypes, profile, device, seed=0, inputs=None):
+    verdicts = run_checked(spec, config, prob, dtypes, profile, seed, device, inputs=inputs)
+    assert all_ok(verdicts), first_report(verdicts)
+
+
+def representatives(spec) -> list:
+    """The default and the first candidate of each other variant."""
+    picked = [spec.default]
+    for c in spec.candidates:
+        if c["VARIANT"] not in {p["VARIANT"] for p in picked}:
+            picked.append(c)
+    return picked
+
+
+# --- every kept candidate, once ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_every_kept_candidate_matches_on_an_awkward_shape(name, profile, backend):
+    spec = SPECS[name]
+    kept = spec.pruned_for(problem(spec, *AWKWARD), profile).kept
+    assert kept
+    for i, config in enumerate(kept):
+        dtypes = spec.dtypes[i % len(spec.dtypes)]
+        check(spec, config, problem(spec, *AWKWARD, i), dtypes, profile, backend.device, seed=i)
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_representatives_on_every_example_problem_and_dtype(name, profile, backend):
+    spec = SPECS[name]
+    for config in representatives(spec):
+        for p, prob in enumerate(spec.example_problems + ({"n_rows": 1, "n_cols": 1, "k": 1},)):
+            prob = {k: v for k, v in prob.items() if k in spec.problem_args}
+            for dtypes in spec.dtypes:
+                check(spec, config, prob, dtypes, profile, backend.device, seed=p)
+
+
+# --- order: ties by the lowest index, NaN first -----------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", sampling.FLOAT_DTYPES)
+def test_rows_full_of_equal_values_pick_the_lowest_indices(dtype, profile, backend):
+    """Every element tied: argmax is 0 and topk's indices are 0..k-1, for every variant, checked against the oracle
+    too (for a row past the first split chunk)."""
+    dev = backend.device
+    for config in representatives(sampling.ARGMAX):
+        prob = {"n_rows": 3, "n_cols": 4500}
+        inputs = sampling.argmax_inputs(prob, (dtype, "int64"), 1, dev, values="equal")
+        check(sampling.ARGMAX, config, prob, (dtype, "int64"), profile, dev, inputs=inputs)
+        assert np.all(inputs.tensors["out"].numpy() == 0), config.label()
+    for config in representatives(sampling.TOPK):
+        prob = {"n_rows": 2, "n_cols": 4500, "k": 20}
+        inputs = sampling.topk_inputs(prob, (dtype,), 2, dev, values="equal")
+        check(sampling.TOPK, config, prob, (dtype,), profile, dev, inputs=inputs)
+        assert np.all(inputs.tensors["indices"].numpy() == np.arange(20)), config.label()
+        x = inputs.tensors["x"].float64()
+        assert np.all(inputs.tensors["values"].float64() == x[:, :1]), config.label()
+
+
+def test_hand_made_ties_and_nans(backend):
+    """Ties resolve to the lowest index and come out in index order; NaN ranks first, +inf next; -0.0 ties 0.0."""
+    dev = backend.device
+    rows = np.array(
+        [
+            [1.0, 3.0, 3.0, 2.0, 3.0, -1.0],
+            [1.0, np.nan, 3.0, np.nan, np.inf, 3.0],
+            [-0.0, 0.0, -2.0, -0.0, -np.inf, -1.0],
+            [-np.inf] * 6,
+        ]
+    )
+    want_argmax = [1, 1, 0, 0]
+    want_top3 = [[1, 2, 4], [1, 3, 4], [0, 1, 3], [0, 1, 2]]
+    for dtype in sampling.FLOAT_DTYPES:
+        x = from_numpy(rows, dtype, dev)
+        for config in representatives(sampling.ARGMAX):
+            assert sampling.argmax(x, config=config).numpy().tolist() == want_argmax, config.label()
+        for config in representatives(sampling.TOPK):
+            values, indices = sampling.topk(x, 3, config=config)
+            assert indices.numpy().tolist() == want_top3, config.label()
+            got = values.float64()
+            expect = np.take_along_axis(rows, np.array(want_top3), axis=1)
+            assert np.array_equal(got, expect, equal_nan=True), config.label()
+
+
+@pytest.mark.parametrize("name", ["argmax", "topk"])
+def test_infinities_and_nans(name, profile, backend):
+    spec = SPECS[name]
+    for config in representatives(spec):
+        for d, dtypes in enumerate(spec.dtypes):
+            prob = problem(spec, 4, 2100, d + 1)  # topk: k = 5, 1, 33
+            inputs = spec.make_inputs(prob, dtypes, 20 + d, backend.device, values="special")
+            assert np.isnan(inputs.tensors["x"].float64()).any()
+            check(spec, config, prob, dtypes, profile, backend.device, inputs=inputs)
+
+
+def test_generated_rows_hold_deliberate_ties(backend):
+    """The made inputs tie each row's maximum (so argmax's answer is a tie-break) and repeat top values."""
+    inputs = sampling.topk_inputs({"n_rows": 4, "n_cols": 1000, "k": 16}, ("float32",), 0, backend.device)
+    x = inputs.tensors["x"].float64()
+    assert np.all((x == x.max(axis=1, keepdims=True)).sum(axis=1) >= 2)
+    assert not np.any(x == 0.0)
+
+
+# --- log_softmax and cross_entropy ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["log_softmax", "cross_entropy"])
+def test_rows_of_equal_values(name, profile, backend):
+    spec = SPECS[name]
+    for config in representatives(spec):
+        for dtypes in spec.dtypes:
+            prob = {"n_rows": 5, "n_cols": 1500}
+            inputs = spec.make_inputs(prob, dtypes, 4, backend.device, values="equal")
+            check(spec, config, prob, dtypes, profile, backend.device, inputs=inputs)
+
+
+def test_cross_entropy_ignore_index_and_out_of_range_targets(profile, backend):
+    """ignore_index gives exactly 0; a target outside [0, n_cols) gives NaN (the row is not read there)."""
+    dev = backend.device
+    for config in (sampling.LSE_DEFAULT, sampling.lse_candidates()[-1]):
+        for dtype in sampling.FLOAT_DTYPES:
+            prob = {"n_rows": 6, "n_cols": 700}
+            inputs = sampling.cross_entropy_inputs(prob, (dtype,), 3, dev)
+            inputs.tensors["target"] = from_numpy(np.array([0, 699, -100, 700, -1, 5], dtype=np.int64), "int64", dev)
+            check(sampling.CROSS_ENTROPY, config, prob, (dtype,), profile, dev, inputs=inputs)
+            loss = inputs.tensors["loss"].float64()
+            assert loss[2] == 0.0 and np.isnan(loss[3]) and np.isnan(loss[4]), config.label()
+            assert np.all(np.isfinite(loss[[0, 1, 5]]) & (loss[[0, 1, 5]] > 0))
+
+
+# --- the no-bit claims ------------------------------------------------------------------------------------------------
+def _bits(t) -> bytes:
+    return np.ascontiguousarray(t.numpy()).tobytes()
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_no_bit_fields_change_no_bit(name, profile, backend):
+    """argmax and topk claim every field (the order is total); log_softmax and cross_entropy claim ROWS. Configs
+    equal but for the claimed fields give identical bits on the same inputs."""
+    spec = SPECS[name]
+    fields = {k for c in spec.candidates for k, _ in c.kwargs} | {"num_warps"}
+    if spec in (sampling.ARGMAX, sampling.TOPK):
+        assert set(spec.no_bit_fields) == fields
+    else:
+        assert spec.no_bit_fields == ("ROWS",)
+    prob = problem(spec, *AWKWARD, 1)  # topk: k = 5 (k = 64 is every kept candidate's first case above)
+    kept = spec.pruned_for(prob, profile).kept
+    inputs = spec.make_inputs(prob, spec.dtypes[0], 3, backend.device)
+    groups = defaultdict(list)
+    for c in kept:
+        warps = None if "num_warps" in spec.no_bit_fields else c.num_warps
+        groups[(c.without(spec.no_bit_fields), warps)].append(c)
+    compared = 0
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        outputs = []
+        for c in members:
+            for n in inputs.outputs:
+                poison(inputs.tensors[n], inputs.tensors[n].dtype)
+            spec.launch(c, inputs)
+            outputs.append({n: _bits(inputs.tensors[n]) for n in inputs.outputs})
+        for c, out in zip(members[1:], outputs[1:]):
+            assert out == outputs[0], f"{spec.name}: {c.label()} and {members[0].label()} differ in bits"
+        compared += len(members) - 1
+    assert compared > 0
+
+
+# --- user-facing functions --------------------------------------------------------------------------------------------
+def test_user_facing_functions_on_3d_tensors(profile, backend):
+    from nbxcert.oracles import sampling as oracle
+
+    dev = backend.device
+    gen = np.random.default_rng(5)
+    x = from_numpy(gen.standard_normal((2, 3, 300)), "float16", dev)
+    xs = x.float64().reshape(6, 300)
+    tol = profile.tolerance("float16")
+
+    idx = sampling.argmax(x)
+    assert idx.shape == (2, 3) and idx.dtype.name == "int64"
+    assert np.array_equal(idx.numpy().reshape(6), oracle.argmax(xs)[0])
+    values, indices = sampling.topk(x, 10)
+    assert values.shape == (2, 3, 10) and indices.shape == (2, 3, 10)
+    ref = oracle.topk(xs, 10)
+    assert np.array_equal(indices.numpy().reshape(6, 10), ref["indices"][0])
+    assert np.array_equal(values.float64().reshape(6, 10), ref["values"][0])
+    y = sampling.log_softmax(x)
+    v = compare(y.float64().reshape(6, 300), *oracle.log_softmax(xs), y.dtype, tol, "log_softmax")
+    assert v.ok, v.report
+    target = from_numpy(gen.integers(0, 300, (2, 3)).astype(np.int64), "int64", dev)
+    loss = sampling.cross_entropy(x, target)
+    assert loss.shape == (2, 3)
+    ref_loss = oracle.cross_entropy(xs, target.numpy().reshape(6))
+    v = compare(loss.float64().reshape(6), *ref_loss, loss.dtype, tol, "cross_entropy")
+    assert v.ok, v.report
+    assert sampling.topk_problem(x, 10) == {"n_rows": 6, "n_cols": 300, "k": 10}
+
+
+def test_bad_arguments_are_refused_by_name(backend):
+    dev = backend.device
+    x = from_numpy(np.random.default_rng(0).standard_normal((2, 40)), "float16", dev)
+    with pytest.raises(LaunchError, match="k=65"):
+        sampling.topk(x, 65)
+    with pytest.raises(LaunchError, match="k=41"):
+        sampling.topk(x, 41)
+    with pytest.raises(ShapeMismatch, match="int64"):
+        sampling.cross_entropy(x, from_numpy(np.zeros(2, dtype=np.int32) + 1, "int32", dev))
+    with pytest.raises(ShapeMismatch, match="dtype int32"):
+        sampling.argmax(from_numpy(np.ones((2, 3), dtype=np.int32), "int32", dev))
+    with pytest.raises(LaunchError, match="0 columns"):
+        sampling.argmax(from_numpy(np.ones((2, 0)), "float16", dev))
+
+
+# --- prunes against the device files ----------------------------------------------------------------------------------
+HOPPER = "nvidia/hopper"
+VOCAB_SHAPES = ((1, 128256), (64, 128256), (1, 256000), (256, 256000))
+
+
+def test_interpreter_prune_keeps_every_candidate():
+    interp = get_profile("cpu/interpreter")
+    for spec in SPECS.values():
+        assert spec.pruned_for(problem(spec, 4, 256000), interp).kept == spec.candidates
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("shape", VOCAB_SHAPES)
+def test_hopper_prune_keeps_the_default_and_names_a_fact_for_each_refusal(name, shape):
+    spec, hopper = SPECS[name], get_profile(HOPPER)
+    result = spec.pruned_for(problem(spec, *shape), hopper)
+    assert spec.default in result.kept
+    facts = ("max_registers_per_thread", "max_registers_per_block", "warp_size", "max_shared_memory_per_block_optin")
+    for config, reason in result.pruned:
+        assert any(f in reason for f in facts), (config.label(), reason)
+
+
+def test_hopper_prune_refuses_what_a_block_cannot_hold():
+    hopper = get_profile(HOPPER)
+    # one warp holds topk's 64x64 rank comparison (128 registers of it per thread: the census compiled it, no spill)
+    kept = sampling.TOPK.pruned_for({"n_rows": 1, "n_cols": 128256, "k": 64}, hopper).kept
+    assert any(c.num_warps == 1 for c in kept)
+    # every argmax tile fits a hopper block (the census compiled each: no spill, 128 bytes of shared memory or less)
+    assert sampling.ARGMAX.pruned_for({"n_rows": 1, "n_cols": 128256}, hopper).kept == sampling.ARGMAX.candidates
+
+
+# --- GPU: every hopper-kept candidate at vocabulary sizes -------------------------------------------------------------
+GPU_CASES = (
+    ("argmax", {"n_rows": 1, "n_cols": 128256}),
+    ("argmax", {"n_rows": 64, "n_cols": 256000}),
+    ("topk", {"n_rows": 1, "n_cols": 256000, "k": 64}),
+    ("topk", {"n_rows": 32, "n_cols": 128256, "k": 50}),
+    ("topk", {"n_rows": 8, "n_cols": 128256, "k": 1}),
+    ("log_softmax", {"n_rows": 1, "n_cols": 256000}),
+    ("log_softmax", {"n_rows": 64, "n_cols": 128256}),
+    ("cross_entropy", {"n_rows": 256, "n_cols": 128256}),
+    ("cross_entropy", {"n_rows": 4, "n_cols": 256000}),
+)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,prob", GPU_CASES)
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_gpu_every_kept_candidate_at_vocabulary_sizes(name, prob, dtype, profile, backend):
+    """Each candidate the device's prune keeps matches the oracle (computed once per case), and candidates equal but
+    for no-bit fields agree to the bit."""
+    spec = SPECS[name]
+    inputs = spec.make_inputs(prob, (dtype,), 7, backend.device)
+    refs = spec.oracle(inputs)
+    first_bits: dict = {}
+    failures = []
+    for config in spec.pruned_for(prob, profile).kept:
+        for out in inputs.outputs:
+            poison(inputs.tensors[out], inputs.tensors[out].dtype)
+        spec.launch(config, inputs)
+        bits = {}
+        for out, ref in refs.items():
+            t = inputs.tensors[out]
+            v = compare(t.float64(), ref.value, ref.scale, t.dtype, profile.tolerance(t.dtype.name), config.label())
+            if not v.ok:
+                failures.append(v.report)
+            bits[out] = _bits(t)
+        warps = None if "num_warps" in spec.no_bit_fields else config.num_warps
+        group = (config.without(spec.no_bit_fields), warps)
+        if group in first_bits and first_bits[group][1] != bits:
+            failures.append(f"{config.label()} differs in bits from {first_bits[group][0].label()} (no-bit claim)")
+        first_bits.setdefault(group, (config, bits))
+    assert not failures, "\n\n".join(failures[:3])
