@@ -106,6 +106,29 @@ def finalists(correct: list[Outcome], default: Config) -> list[Outcome]:
     return chosen
 
 
+class _Background:
+    """One request to a worker on a thread of its own (the worker must have no other request meanwhile)."""
+
+    def __init__(self, worker: Worker, request: dict, timeout_s: float):
+        import threading
+
+        self.reply: dict = {}
+        self.thread = threading.Thread(target=self._run, args=(worker, request, timeout_s), daemon=True)
+        self.thread.start()
+
+    def _run(self, worker: Worker, request: dict, timeout_s: float) -> None:
+        try:
+            self.reply = worker.request(request, timeout_s)
+        except WorkerGone as gone:  # the checks that follow meet the same fault, each refused with it
+            self.reply = {"status": gone.status, "reason": gone.detail}
+        except Exception as exc:  # the worker was killed under this thread: the sweep was interrupted
+            self.reply = {"status": "crash", "reason": f"{type(exc).__name__}: {exc}"}
+
+    def join(self, timeout: float | None = None) -> dict:
+        self.thread.join(timeout)
+        return self.reply
+
+
 def _add_seconds(total: dict[str, float], reply: dict) -> None:
     for k, v in (reply.get("seconds") or {}).items():
         total[k] = total.get(k, 0.0) + float(v)
@@ -158,8 +181,19 @@ def sweep_key(
     base = {"spec": spec.name, "problems": problems, "dtypes": dtypes, "seed": seed, "profile": profile.key}
     if progress:
         progress(f"{key.text()}: compiling {len(kept)} candidates ({len(outcomes)} pruned)")
+    runners = runner if isinstance(runner, list) else [runner]
+    inner: dict[str, float] = {}
     if compiler is not None:
-        compiled = compiler.compile_all([{**base, "op": "compile", "config": c.as_dict()} for c in kept], timeout_s)
+        # the runner is idle while the pool compiles: it makes the inputs, the oracle's answers and the judges now
+        prep = _Background(runners[0], {**base, "op": "prepare", "config": spec.default.as_dict()}, timeout_s)
+        try:
+            compiled = compiler.compile_all([{**base, "op": "compile", "config": c.as_dict()} for c in kept], timeout_s)
+        except BaseException:
+            for r in runners:
+                r.kill()
+            prep.join(10.0)
+            raise
+        _add_seconds(inner, prep.join())
     else:
         compiled = [{"status": "compiled"} for _ in kept]
     t_compiled = time.perf_counter()
@@ -169,8 +203,6 @@ def sweep_key(
             runnable.append(c)
         else:
             outcomes.append(Outcome(c, reply["status"], reply.get("reason", "")))
-    runners = runner if isinstance(runner, list) else [runner]
-    inner: dict[str, float] = {}
     checked = _check_all(runners, base, runnable, timeout_s, key, progress)
     for c, reply in zip(runnable, checked):
         _add_seconds(inner, reply)

@@ -137,3 +137,28 @@ def test_a_compile_refusal_says_the_compilers_message_not_the_source_location():
     line = _one_line(exc)
     assert line == "CompileTimeAssertionFailure: FAULT=3 is a deliberate compile failure (at 3:4)"
     assert _one_line(RuntimeError("at 1:2:\nsource line\n    ^\nthe message")) == "RuntimeError: the message"
+
+
+def test_the_runner_prepares_a_key_while_the_pool_compiles(backend):
+    """On a GPU the compile pool works first and the runner waits: it is sent the key's `prepare` (inputs, oracle,
+    judges) on a thread of its own meanwhile, so the checks that follow find everything made."""
+    if backend.name != "interpreter":
+        pytest.skip("runs the runner under the interpreter")
+    from nbxcert.kernels.spec import get_spec
+    from nbxcert.keys import key_problems, parse_key
+    from nbxcert.profiles import get_profile
+    from nbxcert.sweep import _Background
+    from nbxcert.worker import Worker
+
+    spec, profile = get_spec("rmsnorm"), get_profile("interpreter")
+    key = parse_key("rmsnorm[n_cols=64,n_rows=8;float16,float16]@v1")
+    base = {"spec": "rmsnorm", "problems": key_problems(spec, key, profile), "dtypes": ["float16", "float16"]}
+    base.update(seed=3, profile=profile.key, config=spec.default.as_dict())
+    runner = Worker({"NBXCERT_BACKEND": "interpreter", "TRITON_INTERPRET": "1"}, [])
+    try:
+        prepared = _Background(runner, {**base, "op": "prepare"}, 120).join()
+        assert prepared["status"] == "prepared" and prepared["seconds"]["oracle"] > 0, prepared
+        checked = runner.request({**base, "op": "check"}, 120)
+        assert checked["status"] == "correct" and checked["seconds"]["oracle"] == 0.0, checked
+    finally:
+        runner.close()
