@@ -126,3 +126,44 @@ def all_ok(verdicts: Mapping[str, Verdict]) -> bool:
 
 def first_report(verdicts: Mapping[str, Verdict]) -> str:
     return next((v.report for v in verdicts.values() if not v.ok), "")
+
+
+def no_bit_group(spec: KernelSpec, config: Config) -> tuple:
+    """What is left of `config` once the spec's no-bit fields are dropped (num_warps and num_stages included when the
+    spec names them): configs in one group must agree to the bit."""
+    nb = set(spec.no_bit_fields)
+    return (
+        tuple((k, v) for k, v in config.kwargs if k not in nb),
+        None if "num_warps" in nb else config.num_warps,
+        None if "num_stages" in nb else config.num_stages,
+    )
+
+
+def check_configs(
+    spec: KernelSpec,
+    problem: Mapping[str, Any],
+    dtypes: tuple[str, ...],
+    profile,
+    seed: int,
+    device: str,
+    configs=None,
+) -> list[str]:
+    """Check every config (by default those the profile's prune keeps for `problem`) against the oracle, made once,
+    each from the same input bytes; configs equal but for no-bit fields must agree to the bit. Returns the failures'
+    reports (empty: every config is correct and every no-bit claim holds)."""
+    prepared = prepare(spec, problem, tuple(dtypes), profile, seed, device)
+    if configs is None:
+        configs = spec.pruned_for(problem, profile).kept
+    failures: list[str] = []
+    first: dict[tuple, tuple[Config, dict[str, bytes]]] = {}
+    for config in configs:
+        verdicts = run_prepared(prepared, config)
+        failures += [v.report for v in verdicts.values() if not v.ok]
+        outs = prepared.inputs.tensors
+        bits = {name: outs[name].contiguous().numpy().tobytes() for name in prepared.inputs.outputs}
+        group = no_bit_group(spec, config)
+        if group in first and first[group][1] != bits:
+            failures.append(f"{describe(spec, config, problem, dtypes)}: differs in bits from {first[group][0].label()}"
+                            " (a no-bit claim)")  # fmt: skip
+        first.setdefault(group, (config, bits))
+    return failures

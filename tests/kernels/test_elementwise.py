@@ -18,7 +18,7 @@ import pytest
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import dtypes as D
 from nbxcert.kernels import elementwise as ew
-from nbxcert.kernels.check import all_ok, first_report, run_checked
+from nbxcert.kernels.check import all_ok, check_configs, first_report, run_checked
 from nbxcert.kernels.compare import compare, poison
 from nbxcert.kernels.tensor import from_numpy
 from nbxcert.oracles import elementwise as oracle
@@ -273,27 +273,7 @@ def test_gpu_every_kept_candidate_at_real_shapes(name, prob, profile, backend):
     spec = SPECS[name]
     failures = []
     for dtypes in spec.dtypes:
-        inputs = spec.make_inputs(prob, dtypes, 9, backend.device)
-        refs = spec.oracle(inputs)
-        first = None
-        for config in spec.pruned_for(prob, profile).kept:
-            if inputs.inplace:
-                inputs = spec.make_inputs(prob, dtypes, 9, backend.device)
-            for out in inputs.outputs:
-                if out not in inputs.inplace:
-                    poison(inputs.tensors[out], inputs.tensors[out].dtype)
-            spec.launch(config, inputs)
-            bits = {}
-            for out, ref in refs.items():
-                t = inputs.tensors[out]
-                v = compare(t.float64(), ref.value, ref.scale, t.dtype, profile.tolerance(t.dtype.name), config.label())
-                if not v.ok:
-                    failures.append(f"{dtypes}: {v.report}")
-                bits[out] = _bits(t)
-            if first is None:
-                first = (config, bits)
-            elif bits != first[1]:
-                failures.append(f"{dtypes}: {config.label()} differs in bits from {first[0].label()} (no-bit claim)")
+        failures += [f"{dtypes}: {f}" for f in check_configs(spec, prob, dtypes, profile, 9, backend.device)]
     assert not failures, "\n\n".join(failures[:3])
 
 

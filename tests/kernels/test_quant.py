@@ -14,8 +14,8 @@ import pytest
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import quant
-from nbxcert.kernels.check import all_ok, first_report, run_checked
-from nbxcert.kernels.compare import compare, poison
+from nbxcert.kernels.check import all_ok, check_configs, first_report, run_checked
+from nbxcert.kernels.compare import compare
 from nbxcert.kernels.tensor import from_numpy
 from nbxcert.oracles import quant as oracle
 from nbxcert.profiles import get_profile
@@ -146,15 +146,5 @@ def test_gpu_every_kept_candidate_at_real_shapes(name, m, n, k, fmt, profile, ba
     prob = {"M": m, "N": n, "K": k, "format": fmt}
     failures = []
     for dtypes in spec.dtypes if fmt == "int4" else spec.dtypes[:1]:
-        inputs = spec.make_inputs(prob, dtypes, 7, backend.device)
-        ref = spec.oracle(inputs)["out"]
-        out = inputs.tensors["out"]
-        for config in spec.pruned_for(prob, profile).kept:
-            poison(out, out.dtype)
-            spec.launch(config, inputs)
-            v = compare(
-                out.float64(), ref.value, ref.scale, out.dtype, profile.tolerance(out.dtype.name), config.label()
-            )
-            if not v.ok:
-                failures.append(v.report)
+        failures += check_configs(spec, prob, dtypes, profile, 7, backend.device)
     assert not failures, "\n\n".join(failures[:3])

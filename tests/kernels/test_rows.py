@@ -23,7 +23,7 @@ import pytest
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import rows
-from nbxcert.kernels.check import all_ok, first_report, run_checked
+from nbxcert.kernels.check import all_ok, check_configs, first_report, no_bit_group, run_checked
 from nbxcert.kernels.compare import compare, poison
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.tensor import from_numpy
@@ -168,7 +168,7 @@ def assert_no_bit_claims(spec, prob, dtypes, configs, device, seed=3):
     """Configs differing only in the spec's no_bit_fields give identical output bits on the same inputs."""
     groups = defaultdict(list)
     for c in configs:
-        groups[c.without(spec.no_bit_fields)].append(c)
+        groups[no_bit_group(spec, c)].append(c)
     inputs = spec.make_inputs(prob, dtypes, seed, device)
     compared = 0
     for members in groups.values():
@@ -430,24 +430,5 @@ def test_gpu_every_kept_candidate_at_real_shapes(name, shape, extra, profile, ba
     shape), and candidates that differ only in no-bit fields agree to the bit."""
     spec = SPECS[name]
     prob = {"n_rows": shape[0], "n_cols": shape[1], **extra}
-    dtypes = spec.dtypes[0]
-    inputs = spec.make_inputs(prob, dtypes, 7, backend.device)
-    refs = spec.oracle(inputs)
-    first_bits: dict = {}
-    failures = []
-    for config in spec.pruned_for(prob, profile).kept:
-        for out in inputs.outputs:
-            poison(inputs.tensors[out], inputs.tensors[out].dtype)
-        spec.launch(config, inputs)
-        bits = {}
-        for out, ref in refs.items():
-            t = inputs.tensors[out]
-            v = compare(t.float64(), ref.value, ref.scale, t.dtype, profile.tolerance(t.dtype.name), config.label())
-            if not v.ok:
-                failures.append(v.report)
-            bits[out] = _bits(t)
-        group = config.without(spec.no_bit_fields)
-        if group in first_bits and first_bits[group][1] != bits:
-            failures.append(f"{config.label()} differs in bits from {first_bits[group][0].label()} (no-bit claim)")
-        first_bits.setdefault(group, (config, bits))
+    failures = check_configs(spec, prob, spec.dtypes[0], profile, 7, backend.device)
     assert not failures, "\n\n".join(failures[:3])

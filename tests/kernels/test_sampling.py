@@ -17,7 +17,7 @@ import pytest
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import sampling
-from nbxcert.kernels.check import all_ok, first_report, run_checked
+from nbxcert.kernels.check import all_ok, check_configs, first_report, no_bit_group, run_checked
 from nbxcert.kernels.compare import compare, poison
 from nbxcert.kernels.tensor import from_numpy
 from nbxcert.profiles import get_profile
@@ -176,8 +176,7 @@ def test_no_bit_fields_change_no_bit(name, profile, backend):
     inputs = spec.make_inputs(prob, spec.dtypes[0], 3, backend.device)
     groups = defaultdict(list)
     for c in kept:
-        warps = None if "num_warps" in spec.no_bit_fields else c.num_warps
-        groups[(c.without(spec.no_bit_fields), warps)].append(c)
+        groups[no_bit_group(spec, c)].append(c)
     compared = 0
     for members in groups.values():
         if len(members) < 2:
@@ -291,24 +290,5 @@ def test_gpu_every_kept_candidate_at_vocabulary_sizes(name, prob, dtype, profile
     """Each candidate the device's prune keeps matches the oracle (computed once per case), and candidates equal but
     for no-bit fields agree to the bit."""
     spec = SPECS[name]
-    inputs = spec.make_inputs(prob, (dtype,), 7, backend.device)
-    refs = spec.oracle(inputs)
-    first_bits: dict = {}
-    failures = []
-    for config in spec.pruned_for(prob, profile).kept:
-        for out in inputs.outputs:
-            poison(inputs.tensors[out], inputs.tensors[out].dtype)
-        spec.launch(config, inputs)
-        bits = {}
-        for out, ref in refs.items():
-            t = inputs.tensors[out]
-            v = compare(t.float64(), ref.value, ref.scale, t.dtype, profile.tolerance(t.dtype.name), config.label())
-            if not v.ok:
-                failures.append(v.report)
-            bits[out] = _bits(t)
-        warps = None if "num_warps" in spec.no_bit_fields else config.num_warps
-        group = (config.without(spec.no_bit_fields), warps)
-        if group in first_bits and first_bits[group][1] != bits:
-            failures.append(f"{config.label()} differs in bits from {first_bits[group][0].label()} (no-bit claim)")
-        first_bits.setdefault(group, (config, bits))
+    failures = check_configs(spec, prob, (dtype,), profile, 7, backend.device)
     assert not failures, "\n\n".join(failures[:3])
