@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # One device call of the Hopper certification (issues #6/#8): install from the working tree, then
-# `nbxcert certify --profile hopper --workload $WORKLOAD` into certificates/nvidia/hopper (resumable: a later call
-# continues where this one stopped), with torch made unimportable in every process (a sitecustomize whose meta_path
-# finder refuses it), for at most $CERTIFY_S seconds. Certificates and the log come back packed under $OUT.
+# `nbxcert certify --profile hopper` over the keys of $WORKLOADS into certificates/nvidia/hopper, for at most
+# $CERTIFY_S seconds (resumable: a later call continues where this one stopped), with torch made unimportable in every
+# process (a sitecustomize whose meta_path finder refuses it).
+# With several GPUs the keys are split into one `--shard i/N` per GPU (CUDA_VISIBLE_DEVICES=i), run at once, each
+# with its share of the CPU cores for compiling; they write into the same directory (writes are atomic and locked).
+# Logs (one line per key, and each shard's JSON summary when it finishes) and the certificates come back packed in
+# $OUT/hopper_certs.tgz; $OUT/coverage_*.txt says what is covered.
 set -u
 export PYTHONUNBUFFERED=1
-WORKLOAD=${WORKLOAD:-tinyllama-1.1b}
+WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
 CERTIFY_S=${CERTIFY_S:-300}
+SHARDS=${SHARDS:-$(nvidia-smi -L | wc -l)}
+JOBS=$(( $(nproc) / SHARDS )); [ "$JOBS" -ge 1 ] || JOBS=1
 python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | tail -2
-mkdir -p /tmp/notorch
+mkdir -p /tmp/notorch /tmp/certify-logs
 cat > /tmp/notorch/sitecustomize.py <<'PY'
 import sys
 class _NoTorch:
@@ -18,11 +24,23 @@ class _NoTorch:
         return None
 sys.meta_path.insert(0, _NoTorch())
 PY
+: > /tmp/certify-logs/keys.jsonl
+for w in $WORKLOADS; do
+  python3 -m nbxcert keys --profile hopper --workload "$w" --json >> /tmp/certify-logs/keys.jsonl
+done
+echo "$(wc -l < /tmp/certify-logs/keys.jsonl) keys of $WORKLOADS over $SHARDS shard(s), $JOBS compile jobs each"
 mkdir -p certificates/nvidia/hopper
 start=$(date +%s)
-PYTHONPATH=/tmp/notorch timeout -s INT "$CERTIFY_S" python3 -m nbxcert certify --profile hopper \
-  --workload "$WORKLOAD" --out certificates > "$OUT/certify_$WORKLOAD.log" 2>&1
-echo "certify exit $? after $(( $(date +%s) - start )) s" | tee -a "$OUT/certify_$WORKLOAD.log"
-PYTHONPATH=/tmp/notorch python3 -m nbxcert coverage --profile hopper --workload "$WORKLOAD" --dir certificates \
-  2>&1 | tail -25 | tee "$OUT/coverage_$WORKLOAD.txt"
-tar czf "$OUT/hopper_certs.tgz" certificates/nvidia/hopper
+for i in $(seq 0 $(( SHARDS - 1 ))); do
+  CUDA_VISIBLE_DEVICES=$i PYTHONPATH=/tmp/notorch timeout -s INT "$CERTIFY_S" python3 -m nbxcert certify \
+    --profile hopper --keys /tmp/certify-logs/keys.jsonl --out certificates --shard "$i/$SHARDS" --jobs "$JOBS" \
+    > "/tmp/certify-logs/shard$i.log" 2>&1 &
+done
+wait
+echo "certify: $SHARDS shard(s) ended after $(( $(date +%s) - start )) s"
+for w in $WORKLOADS; do
+  PYTHONPATH=/tmp/notorch python3 -m nbxcert coverage --profile hopper --workload "$w" --dir certificates \
+    2>&1 | tail -1 | tee "$OUT/coverage_$w.txt"
+done
+rm -f certificates/nvidia/hopper/.lock
+tar czf "$OUT/hopper_certs.tgz" certificates/nvidia/hopper /tmp/certify-logs 2>/dev/null
