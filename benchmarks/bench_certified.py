@@ -1,0 +1,410 @@
+"""The four measurements of shipped certificates (issue #8), each a ratio measured side by side in one run.
+
+    python3 benchmarks/bench_certified.py quality --workload tinyllama-1.1b --dir certificates --out quality.json
+    python3 benchmarks/bench_certified.py coldstart --workload tinyllama-1.1b --dir certificates --out cold.json
+    python3 benchmarks/bench_certified.py serving --out serving.json
+    python3 benchmarks/bench_certified.py throughput LOG [LOG ...] --workload tinyllama-1.1b --out throughput.json
+
+quality     For every key of the workload certified in --dir for this device's profile, at the key's timing problem
+            (its bucket's largest member): the certified winner's time against (a) the kernel's untuned default
+            config, (b) the best of a fresh exhaustive re-sweep of every candidate the certificate found correct (one
+            key in --resweep-every; 0: none), and (c) for matmul and attention keys the peer (cuBLAS through
+            torch.matmul, SDPA) in its own process. All our timings use the sweep's own full budget
+            (`nbxcert.runner.time_launch`: CUDA events, L2 flushed). Ratios are other / winner (above 1: the winner
+            is faster); reported as median, the worst 5% and the worst keys by name.
+coldstart   A fresh process runs the workload's launch sequence once (every launch at its real shape, through the
+            serving path `nbxcert.serve.config_for`), from process start to the last result: with the certificates
+            of --dir, then with an empty certificate directory (a run-time sweep of every key), each with an empty
+            Triton cache of its own. The sweep is given --sweep-limit seconds; a run cut there reports a lower bound.
+serving     The per-launch host cost of the served path (the user-facing `rmsnorm` on a decode-sized row, its key
+            certified) against launching the same config directly (`spec.launch`), averaged over --calls launches.
+throughput  From `nbxcert certify` logs (one line per key): keys certified per minute and the share of time in
+            compile, oracle (inputs + float64 reference + judges), checks and timing.
+
+nbxcert never imports torch; the peer runs in a subprocess that does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+# --- shared ---------------------------------------------------------------------------------------------------------
+def _device():
+    """(backend choice, profile) of this process."""
+    from nbxcert.certify import resolve_profile
+    from nbxcert.kernels.backends import select
+
+    choice = select()
+    profile, _how = resolve_profile("interpreter" if choice.name == "interpreter" else _profile_name())
+    return choice, profile
+
+
+def _profile_name() -> str:
+    from nbxcert.kernels.backends import cuda
+    from nbxcert.profiles import match_nvidia
+
+    profile, _how = match_nvidia(cuda.device_info(0).compute_capability)
+    return profile.name
+
+
+def _time_us(spec, config, inputs, profile, interpreted: bool) -> float:
+    """Median µs of a launch: the sweep's full-budget event timing on a GPU; one launch's CPU time under the
+    interpreter (that mode only exercises this script; its figures are not GPU figures)."""
+    if interpreted:
+        t0 = time.perf_counter()
+        spec.launch(config, inputs)
+        return (time.perf_counter() - t0) * 1e6
+    from nbxcert.runner import time_launch
+
+    return time_launch(spec, config, inputs, profile)["median_us"]
+
+
+def distribution(rows: list[dict], field: str, worst: int = 5) -> dict:
+    """Median, the 5th percentile (the worst 5%: ratios below it) and the worst keys of `field` over `rows`."""
+    values = sorted((r[field], r["key"]) for r in rows if r.get(field) is not None)
+    if not values:
+        return {"n": 0}
+    xs = [v for v, _ in values]
+    p5 = xs[max(0, int(round(0.05 * (len(xs) - 1))))]
+    return {
+        "n": len(xs),
+        "median": statistics.median(xs),
+        "p5": p5,
+        "min": xs[0],
+        "worst": [{"key": k, "ratio": v} for v, k in values[:worst]],
+    }
+
+
+def _workload_keys(workload: str, profile):
+    from nbxcert.workload import load_workload, workload_keys
+
+    return workload_keys(load_workload(workload), profile)
+
+
+def _entries(directory: Path, profile_key: str) -> dict[str, dict]:
+    from nbxcert import certificates
+
+    found: dict[str, dict] = {}
+    for path in certificates.iter_files(directory, profile_key):
+        found.update(certificates.load_file(path).entries)
+    return found
+
+
+# --- quality ----------------------------------------------------------------------------------------------------------
+PEER_SCRIPT = r"""
+import json, sys
+import torch, triton
+cases = json.loads(sys.argv[1])
+out = {}
+for c in cases:
+    dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[c["dtype"]]
+    if c["kind"] == "matmul":
+        a = torch.randn(c["M"], c["K"], device="cuda", dtype=dt)
+        w = torch.randn(c["N"], c["K"], device="cuda", dtype=dt)
+        fn = lambda: torch.matmul(a, w.t())
+    else:
+        b, h, hk, d = c["batch"], c["heads"], c["kv_heads"], c["head_dim"]
+        q = torch.randn(b, h, c["q_len"], d, device="cuda", dtype=dt)
+        k = torch.randn(b, h, c["kv_len"], d, device="cuda", dtype=dt)  # kv heads repeated before timing (GQA)
+        v = torch.randn(b, h, c["kv_len"], d, device="cuda", dtype=dt)
+        causal = bool(c["causal"])
+        fn = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    out[c["key"]] = triton.testing.do_bench(fn, warmup=5, rep=30, return_mode="median") * 1e3
+print(json.dumps({"torch": torch.__version__, "us": out}))
+"""
+
+
+def _peer_case(key, problem: dict) -> dict | None:
+    """The peer's shape for a matmul or attention key (None for the other kernels)."""
+    dtype = key.dtypes[0]
+    if key.kernel == "matmul" and problem.get("trans_b") == 1 and problem.get("trans_a") == 0:
+        return {"key": key.text(), "kind": "matmul", "dtype": dtype, **{d: problem[d] for d in ("M", "N", "K")}}
+    if key.kernel == "flash_attention":
+        fields = ("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "causal")
+        return {"key": key.text(), "kind": "attention", "dtype": dtype, **{f: problem[f] for f in fields}}
+    if key.kernel == "decode_attention":
+        fields = ("batch", "heads", "kv_heads", "kv_len", "head_dim")
+        return {"key": key.text(), "kind": "attention", "dtype": dtype, "q_len": 1, "causal": 0,
+                **{f: problem[f] for f in fields}}  # fmt: skip
+    return None
+
+
+def _correct_configs(spec, entry: dict, problems: dict, profile) -> list:
+    """The candidates the certificate found correct: kept by the prune at both ends of the bucket, not refused."""
+    from nbxcert.kernels.spec import Config
+
+    kept = spec.prune(spec.candidates, problems["timing"], profile).kept
+    kept_small = set(spec.prune(spec.candidates, problems["smallest"], profile).kept)
+    refused = {Config.from_dict(r["config"]) for r in entry.get("refused", [])}
+    return [c for c in kept if c in kept_small and c not in refused]
+
+
+def quality(args) -> dict:
+    from nbxcert.kernels.spec import Config, get_spec
+    from nbxcert.keys import parse_key
+
+    choice, profile = _device()
+    interpreted = choice.name == "interpreter"
+    entries = _entries(Path(args.dir), profile.key)
+    keys = [k for k in _workload_keys(args.workload, profile) if k.text() in entries]
+    if args.limit:
+        keys = keys[: args.limit]
+    rows, peer_cases = [], []
+    for i, key in enumerate(keys):
+        entry = entries[key.text()]
+        spec = get_spec(key.kernel)
+        problems = entry["certified_problems"]
+        inputs = spec.make_inputs(problems["timing"], tuple(key.dtypes), int(entry["seed"]), choice.device)
+        winner = Config.from_dict(entry["winner"]["config"])
+        row = {"key": key.text(), "kernel": key.kernel, "winner": winner.label()}
+        row["winner_us"] = _time_us(spec, winner, inputs, profile, interpreted)
+        row["certified_us"] = entry["winner"]["timing"]["median_us"]
+        if entry.get("default") is not None:
+            row["default_us"] = _time_us(spec, spec.default, inputs, profile, interpreted)
+            row["x_default"] = row["default_us"] / row["winner_us"]
+        if args.resweep_every and i % args.resweep_every == 0:
+            times = {c.label(): _time_us(spec, c, inputs, profile, interpreted)
+                     for c in _correct_configs(spec, entry, problems, profile)}  # fmt: skip
+            best = min(times, key=times.get)
+            row.update(resweep_best=best, resweep_best_us=times[best], resweep_candidates=len(times))
+            row["x_resweep"] = times[best] / row["winner_us"]
+        rows.append(row)
+        case = _peer_case(parse_key(key.text()), problems["timing"])
+        if case is not None:
+            peer_cases.append(case)
+        print(f"[quality] {i + 1}/{len(keys)} {key.text()}: winner {row['winner_us']:.1f} us"
+              + (f", x default {row['x_default']:.2f}" if "x_default" in row else ""), file=sys.stderr)  # fmt: skip
+    peer = {}
+    if peer_cases and not args.no_peer and not interpreted:
+        proc = subprocess.run([sys.executable, "-c", PEER_SCRIPT, json.dumps(peer_cases)], capture_output=True,
+                              text=True, timeout=3600)  # fmt: skip
+        if proc.returncode != 0:
+            peer = {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
+        else:
+            peer = json.loads(proc.stdout.strip().splitlines()[-1])
+            for row in rows:
+                if row["key"] in peer["us"]:
+                    row["peer_us"] = peer["us"][row["key"]]
+                    row["x_peer"] = row["peer_us"] / row["winner_us"]
+    return {
+        "workload": args.workload,
+        "profile": profile.key,
+        "keys_in_workload": len(_workload_keys(args.workload, profile)),
+        "keys_measured": len(rows),
+        "x_default": distribution(rows, "x_default"),
+        "x_resweep": distribution(rows, "x_resweep"),
+        "x_peer": distribution(rows, "x_peer"),
+        "peer": {k: v for k, v in peer.items() if k != "us"},
+        "rows": rows,
+    }
+
+
+# --- cold start -------------------------------------------------------------------------------------------------------
+COLD_CHILD = r"""
+import json, sys, time
+t_start = time.perf_counter()
+from nbxcert import serve
+from nbxcert.kernels.backends import select
+from nbxcert.kernels.spec import get_spec
+from nbxcert.profiles import get_profile
+from nbxcert.workload import launches, load_workload
+a = json.loads(sys.argv[1])
+choice = select()
+profile = get_profile(a["profile"])
+serve.configure(dirs=[a["dir"]], certified_only=a["certified_only"])
+made = 0.0
+n = 0
+for launch in launches(load_workload(a["workload"]), profile):
+    spec = get_spec(launch.kernel)
+    t0 = time.perf_counter()
+    inputs = spec.make_inputs(launch.problem, launch.dtypes, 0, choice.device)
+    made += time.perf_counter() - t0
+    cfg = serve.config_for(spec, launch.problem, launch.dtypes, serve.RuntimeLaunch(
+        run=lambda c, inputs=inputs, spec=spec: spec.launch(c, inputs),
+        outputs=[inputs.tensors[o] for o in inputs.outputs],
+        restore=[inputs.tensors[o] for o in inputs.inplace]))
+    spec.launch(cfg, inputs)
+    n += 1
+if choice.name == "cuda":
+    from nbxcert.kernels.backends import cuda
+    cuda.synchronize()
+print(json.dumps({"launches": n, "inputs_s": made, "in_process_s": time.perf_counter() - t_start}))
+"""
+
+
+def _cold_run(workload: str, profile, directory: str, certified_only: bool, limit_s: float) -> dict:
+    env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton-cold-"),
+           "NBXCERT_CACHE_DIR": tempfile.mkdtemp(prefix="nbx-cold-"), "NBXCERT_UNCERTIFIED": "sweep"}  # fmt: skip
+    arg = {"workload": workload, "profile": profile.key, "dir": directory, "certified_only": certified_only}
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-c", COLD_CHILD, json.dumps(arg)], capture_output=True, text=True,
+                              env=env, timeout=limit_s)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"wall_s": time.perf_counter() - t0, "cut_at_limit": True}
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        return {"wall_s": wall, "error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
+    return {"wall_s": wall, **json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+def coldstart(args) -> dict:
+    _choice, profile = _device()
+    certified = _cold_run(args.workload, profile, args.dir, True, args.certified_limit)
+    empty = tempfile.mkdtemp(prefix="nbx-empty-")
+    swept = _cold_run(args.workload, profile, empty, False, args.sweep_limit)
+    ratio = swept["wall_s"] / certified["wall_s"] if "error" not in certified and "error" not in swept else None
+    return {
+        "workload": args.workload,
+        "profile": profile.key,
+        "certified": certified,
+        "runtime_sweep": swept,
+        "speedup": ratio,
+        "speedup_is_lower_bound": bool(swept.get("cut_at_limit")),
+    }
+
+
+# --- serving overhead -------------------------------------------------------------------------------------------------
+def serving(args) -> dict:
+    from nbxcert import serve
+    from nbxcert.kernels import rows
+    from nbxcert.kernels.inputs import randn, rng
+
+    choice, profile = _device()
+    serve.configure(dirs=[args.dir], certified_only=True)
+    gen = rng(0)
+    x = randn(gen, (args.rows, args.cols), "float16", choice.device)
+    w = randn(gen, (args.cols,), "float16", choice.device)
+    out = rows.rmsnorm(x, w, 1e-6)  # the first call looks the key up (certified-only: it must be certified)
+    problem = {"n_rows": args.rows, "n_cols": args.cols}
+    config = serve.config_for(rows.RMSNORM, problem, ("float16", "float16"))
+    inputs = rows.RMSNORM.make_inputs(problem, ("float16", "float16"), 0, choice.device)
+
+    def sync() -> None:
+        if choice.name == "cuda":
+            from nbxcert.kernels.backends import cuda
+
+            cuda.synchronize()
+
+    def per_call_us(fn) -> float:
+        for _ in range(200):
+            fn()
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(args.calls):
+            fn()
+        sync()
+        return (time.perf_counter() - t0) / args.calls * 1e6
+
+    served = [per_call_us(lambda: rows.rmsnorm(x, w, 1e-6, out=out)) for _ in range(args.repeats)]
+    direct = [per_call_us(lambda: rows.RMSNORM.launch(config, inputs)) for _ in range(args.repeats)]
+    lookup = [per_call_us(lambda: serve.config_for(rows.RMSNORM, problem, ("float16", "float16")))
+              for _ in range(args.repeats)]  # fmt: skip
+    s, d = statistics.median(served), statistics.median(direct)
+    return {
+        "backend": choice.name,
+        "problem": problem,
+        "config": config.label(),
+        "calls": args.calls,
+        "served_us": s,
+        "direct_us": d,
+        "overhead_us": s - d,
+        "lookup_us": statistics.median(lookup),
+        "target_us": 2.0,
+    }
+
+
+# --- sweep throughput -------------------------------------------------------------------------------------------------
+KEY_LINE = re.compile(
+    r"\[nbxcert\] \d+/\d+ (?P<status>certified|failed|skipped) (?P<key>\S+)"
+    r"(?: in (?P<total>[\d.]+) s \(compile (?P<compile>[\d.]+), oracle (?P<oracle>[\d.]+), "
+    r"checks (?P<checks>[\d.]+), timing (?P<timing>[\d.]+)\))?"
+)
+
+
+def parse_log(text: str) -> list[dict]:
+    rows = []
+    for m in KEY_LINE.finditer(text):
+        row = {"status": m["status"], "key": m["key"]}
+        for f in ("total", "compile", "oracle", "checks", "timing"):
+            if m[f] is not None:
+                row[f] = float(m[f])
+        rows.append(row)
+    return rows
+
+
+def throughput(args) -> dict:
+    from nbxcert.profiles import get_profile
+
+    per_log = [parse_log(Path(p).read_text(errors="replace")) for p in args.logs]
+    rows = [r for log in per_log for r in log if r["status"] == "certified" and "total" in r]
+    wanted = None
+    if args.workload:
+        wanted = {k.text() for k in _workload_keys(args.workload, get_profile(args.profile))}
+        rows = [r for r in rows if r["key"] in wanted]
+    busy = sum(r["total"] for r in rows)
+    # shards run at once: the run's wall time is its longest shard's
+    wall = max((sum(r["total"] for r in log if r["status"] == "certified" and "total" in r and
+                    (wanted is None or r["key"] in wanted)) for log in per_log), default=0.0)  # fmt: skip
+    shares = {f: (sum(r[f] for r in rows) / busy if busy else 0.0) for f in ("compile", "oracle", "checks", "timing")}
+    return {
+        "logs": [str(p) for p in args.logs],
+        "workload": args.workload,
+        "keys_certified": len(rows),
+        "seconds_summed": busy,
+        "keys_per_minute_per_shard": 60.0 * len(rows) / busy if busy else None,
+        "keys_per_minute": 60.0 * len(rows) / wall if wall else None,
+        "shares": shares,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    q = sub.add_parser("quality", help="certified winners against default, re-sweep and peer")
+    q.add_argument("--workload", required=True)
+    q.add_argument("--dir", default="certificates")
+    q.add_argument("--resweep-every", type=int, default=10, help="re-sweep one key in N (0: none)")
+    q.add_argument("--limit", type=int, default=0, help="only the first N certified keys (0: all)")
+    q.add_argument("--no-peer", action="store_true")
+    c = sub.add_parser("coldstart", help="a workload's launch sequence in a fresh process: certified vs swept")
+    c.add_argument("--workload", required=True)
+    c.add_argument("--dir", default="certificates")
+    c.add_argument("--certified-limit", type=float, default=600.0)
+    c.add_argument("--sweep-limit", type=float, default=600.0)
+    s = sub.add_parser("serving", help="per-launch cost of the served path against a direct launch")
+    s.add_argument("--dir", default="certificates")
+    s.add_argument("--rows", type=int, default=1)
+    s.add_argument("--cols", type=int, default=2048)
+    s.add_argument("--calls", type=int, default=20000)
+    s.add_argument("--repeats", type=int, default=5)
+    t = sub.add_parser("throughput", help="keys per minute and the share of each phase, from certify logs")
+    t.add_argument("logs", nargs="+")
+    t.add_argument("--workload", default="")
+    t.add_argument("--profile", default="hopper")
+    for p in (q, c, s, t):
+        p.add_argument("--out", default="")
+    args = ap.parse_args(argv)
+    result = {"quality": quality, "coldstart": coldstart, "serving": serving, "throughput": throughput}[args.what](args)
+    text = json.dumps(result, indent=1, default=str)
+    if args.out:
+        Path(args.out).write_text(text)
+    summary = {k: v for k, v in result.items() if k != "rows"}
+    print(json.dumps(summary, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""The pure parts of `benchmarks/bench_certified.py`: reading certify logs and the ratio distribution it reports."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+import bench_certified as bc  # noqa: E402
+
+
+def test_a_certify_log_is_read_line_by_line():
+    text = (
+        "[nbxcert] backend: cuda\n"
+        "[nbxcert] 1/3 certified rmsnorm[n_cols=64,n_rows=8;float16,float16]@v1 in 2.0 s "
+        "(compile 0.5, oracle 0.4, checks 0.6, timing 0.5): ROWS=1,warps=4,stages=1\n"
+        "[nbxcert] 2/3 skipped matmul[K=64,M=8,N=192;float16,float16]@v1: already certified for this card\n"
+        "[nbxcert] 3/3 failed softmax[mask=none,n_cols=9,n_rows=1;float16]@v1 in 1.0 s "
+        "(compile 0.1, oracle 0.2, checks 0.3, timing 0.4): mismatch: ...\n"
+    )
+    rows = bc.parse_log(text)
+    assert [r["status"] for r in rows] == ["certified", "skipped", "failed"]
+    assert rows[0] == {"status": "certified", "key": "rmsnorm[n_cols=64,n_rows=8;float16,float16]@v1", "total": 2.0,
+                       "compile": 0.5, "oracle": 0.4, "checks": 0.6, "timing": 0.5}  # fmt: skip
+    assert "total" not in rows[1]
+
+
+def test_the_distribution_names_the_worst_keys():
+    rows = [{"key": f"k{i}", "x": float(i)} for i in range(1, 101)] + [{"key": "none", "x": None}]
+    d = bc.distribution(rows, "x", worst=3)
+    assert d["n"] == 100 and d["median"] == 50.5 and d["p5"] == 6.0
+    assert [w["key"] for w in d["worst"]] == ["k1", "k2", "k3"]
+    assert bc.distribution([], "x") == {"n": 0}
