@@ -158,7 +158,9 @@ def _store_ranked(row_ptr, val_ptr, idx_ptr, rv, rn, ri, live, ok):
     it (distinct positions 0..k-1: the order is total). Values are gathered from the row (the input's own bits)."""
     before = _ranks_before(rv[None, :], rn[None, :], ri[None, :], rv[:, None], rn[:, None], ri[:, None])
     rank = tl.sum((before & live[None, :]).to(tl.int32), axis=1)
-    keep = live & ok
+    # compared with 0 to be a boolean mask: Triton 3.9's interpreter computes `live & ok` as int32 data (its dtype
+    # says int1) and then refuses it as a store's mask
+    keep = (live & ok) != 0
     tl.store(idx_ptr + rank, ri.to(tl.int64), mask=keep)
     tl.store(val_ptr + rank, tl.load(row_ptr + ri, mask=keep), mask=keep)
 
