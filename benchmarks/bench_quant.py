@@ -15,7 +15,6 @@ weight (the dequantised one's size and layout), timed with `triton.testing.do_be
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 
@@ -134,16 +133,7 @@ def main() -> int:
         )
         if r["check"] != "ok":
             print(f"  CHECK FAILED: {r['check'].splitlines()[0]}")
-    doc = {
-        "device": info.name,
-        "profile": profile.key,
-        "profile_match": how,
-        "torch": {k: v for k, v in peer.items() if k != "ms"},
-        "cases": results,
-    }
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=2)
+    common.write_results(args.out, info.name, profile, how, peer, results)
     return 0
 
 

@@ -15,7 +15,6 @@ torch.log_softmax and torch.nn.functional.cross_entropy(reduction="none"), each 
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 
@@ -170,16 +169,7 @@ def main() -> int:
         )
         if r["spot_check"] != "ok":
             print(f"  SPOT CHECK FAILED: {r['spot_check'].splitlines()[0]}")
-    doc = {
-        "device": info.name,
-        "profile": profile.key,
-        "profile_match": how,
-        "torch": {k: v for k, v in peer.items() if k != "ms"},
-        "cases": results,
-    }
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=2)
+    common.write_results(args.out, info.name, profile, how, peer, results)
     return 0
 
 

@@ -47,3 +47,19 @@ def torch_peer(script: str, cases, warmup: float, rep: float) -> dict[str, Any]:
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def write_results(path: str | None, device_name: str, profile, how: str, peer: dict, cases: list) -> None:
+    """The JSON a row-style benchmark writes with --out: device, profile and how it matched, torch's version (or its
+    error), and every case."""
+    if not path:
+        return
+    doc = {
+        "device": device_name,
+        "profile": profile.key,
+        "profile_match": how,
+        "torch": {k: v for k, v in peer.items() if k != "ms"},
+        "cases": cases,
+    }
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)

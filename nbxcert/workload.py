@@ -5,6 +5,14 @@ the source they were taken from) and the phases to cover: prefill token counts, 
 `launches()` maps it to the kernels a decoder layer, the embedding and the LM head run, each with its problem; the
 keys are formed by `keys.make_key`, exactly as the runtime forms them at a launch. An unknown kind or a missing field
 is `WorkloadInvalid` naming the file and the field.
+
+Optional model fields: `experts`, `top_k` and `moe_intermediate` (all three or none) make every layer's MLP a
+mixture of experts (Mixtral, Qwen3-MoE: every layer sparse; `intermediate` is then not launched): the router's
+matmul, `moe_align` (one key per block size fused_moe's candidates align to, since the certified fused_moe config
+picks it), `fused_moe` gate/up, `silu_and_mul` on each (token, expert) pair, `fused_moe` down with the router
+weights, `moe_sum`. The routing itself (softmax and top-k over the experts' logits) has no kernel yet and is not
+listed. `qk_norm` (Qwen3) adds the per-head RMSNorm of q and k after their projection. A workload without these
+fields makes exactly the launches it made before they existed.
 """
 
 from __future__ import annotations
@@ -36,6 +44,8 @@ MODEL_FIELDS = {
     "qkv_bias": bool,
 }
 PHASE_FIELDS = ("prefill_tokens", "decode_batch", "kv_lens")
+OPTIONAL_MODEL_FIELDS = {"experts": int, "top_k": int, "moe_intermediate": int, "qk_norm": bool}
+MOE_FIELDS = ("experts", "top_k", "moe_intermediate")
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,7 @@ class Workload:
     model: dict[str, Any]
     dtypes: tuple[str, ...]
     phases: dict[str, Any]
+    kind: str = "decoder"  # or "unet-block" (`parse_unet_block`)
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,8 @@ def parse_workload(text: str, path: str) -> Workload:
         raise WorkloadInvalid(f"{path}: not valid YAML: {str(e)[:200]}") from None
     if not isinstance(doc, dict):
         raise WorkloadInvalid(f"{path}: a workload is a mapping, got {type(doc).__name__}")
+    if "kind" in doc:
+        return parse_unet_block(doc, path)
     known = {"schema_version", "name", "source", "model", "dtypes", "phases"}
     for k in doc:
         if k not in known:
@@ -114,10 +127,12 @@ def parse_workload(text: str, path: str) -> Workload:
     if not isinstance(model, dict):
         raise _fail(path, "model", "must be a mapping")
     for k in model:
-        if k not in MODEL_FIELDS:
+        if k not in MODEL_FIELDS and k not in OPTIONAL_MODEL_FIELDS:
             raise _fail(path, f"model.{k}", "unknown field")
-    for k, kind in MODEL_FIELDS.items():
+    for k, kind in {**MODEL_FIELDS, **OPTIONAL_MODEL_FIELDS}.items():
         if k not in model:
+            if k in OPTIONAL_MODEL_FIELDS:
+                continue
             raise _fail(path, f"model.{k}", "missing")
         v = model[k]
         if kind is int and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
@@ -129,6 +144,12 @@ def parse_workload(text: str, path: str) -> Workload:
             raise _fail(path, f"model.{k}", f"unknown kind '{model[k]}' (one of {', '.join(allowed)})")
     if model["heads"] % model["kv_heads"]:
         raise _fail(path, "model.kv_heads", f"{model['kv_heads']} does not divide heads={model['heads']}")
+    given = [k for k in MOE_FIELDS if k in model]
+    if given and len(given) != len(MOE_FIELDS):
+        missing = next(k for k in MOE_FIELDS if k not in model)
+        raise _fail(path, f"model.{missing}", f"missing: a mixture of experts states all of {', '.join(MOE_FIELDS)}")
+    if given and model["top_k"] > model["experts"]:
+        raise _fail(path, "model.top_k", f"{model['top_k']} is more than experts={model['experts']}")
     dtypes = doc["dtypes"]
     if not isinstance(dtypes, list) or not dtypes or not all(d in ("float16", "bfloat16", "float32") for d in dtypes):
         raise _fail(path, "dtypes", "a non-empty list of float16, bfloat16, float32")
@@ -180,6 +201,8 @@ def sizes(w: Workload, phase: str, profile) -> list[int]:
 
 def launches(w: Workload, profile) -> list[Launch]:
     """Every launch of the model for each phase and dtype (duplicates removed, order kept)."""
+    if w.kind == UNET_BLOCK:
+        return unet_block_launches(w, profile)
     m = w.model
     h, inter, nh, nkv, d, vocab = m["hidden"], m["intermediate"], m["heads"], m["kv_heads"], m["head_dim"], m["vocab"]
     qkv = (nh + 2 * nkv) * d
@@ -207,10 +230,17 @@ def launches(w: Workload, profile) -> list[Launch]:
         add(norm, {"n_rows": tokens, "n_cols": h}, (dt, dt), "input norm")
         matmul(tokens, qkv, h, dt, "qkv projection", bias=m["qkv_bias"])
         rope = {"n_tokens": tokens, "n_heads": nh, "n_kv_heads": nkv, "head_dim": d, "rot_dim": d, "style": m["rope"]}
+        if m.get("qk_norm"):
+            add(norm, {"n_rows": tokens * nh, "n_cols": d}, (dt, dt), "q norm (per head)")
+            add(norm, {"n_rows": tokens * nkv, "n_cols": d}, (dt, dt), "k norm (per head)")
         add("rope", rope, (dt,), "rotary embedding")
         attention()
         matmul(tokens, h, nh * d, dt, "output projection")
         add(f"add_{norm}", {"n_rows": tokens, "n_cols": h}, (dt, dt), "post-attention residual + norm")
+        if "experts" in m:
+            moe_block(tokens, dt)
+            add(f"add_{norm}", {"n_rows": tokens, "n_cols": h}, (dt, dt), "residual + next norm")
+            return
         matmul(tokens, 2 * inter, h, dt, "gate/up projection")
         if m["activation"] == "silu":
             add("silu_and_mul", {"n_rows": tokens, "d": inter}, (dt,), "SwiGLU")
@@ -218,6 +248,23 @@ def launches(w: Workload, profile) -> list[Launch]:
             raise WorkloadInvalid(f"{w.path}: field 'model.activation': {m['activation']} (GeGLU) has no kernel yet")
         matmul(tokens, h, inter, dt, "down projection")
         add(f"add_{norm}", {"n_rows": tokens, "n_cols": h}, (dt, dt), "residual + next norm")
+
+    def moe_block(tokens, dt):
+        from nbxcert.kernels.moe import align_blocks
+
+        experts, top_k, moe_inter = m["experts"], m["top_k"], m["moe_intermediate"]
+        matmul(tokens, experts, h, dt, "router logits")
+        for block in align_blocks():
+            align = {"M": tokens, "top_k": top_k, "experts": experts, "block": block}
+            add("moe_align", align, ("int32",), "expert alignment")
+        expert = {"M": tokens, "experts": experts, "top_k": top_k}
+        up = {**expert, "N": 2 * moe_inter, "K": h, "mul_weight": 0, "pair_rows": 0}
+        add("fused_moe", up, (dt, dt), "experts' gate/up projection")
+        add("silu_and_mul", {"n_rows": tokens * top_k, "d": moe_inter}, (dt,), "experts' SwiGLU")
+        # the down projection reads one row per (token, expert) pair; with top_k = 1 that is one per token
+        down = {**expert, "N": h, "K": moe_inter, "mul_weight": 1, "pair_rows": int(top_k > 1)}
+        add("fused_moe", down, (dt, dt), "experts' down projection (router weights applied)")
+        add("moe_sum", {"M": tokens, "N": h, "top_k": top_k}, (dt,), "sum of the top-k experts' outputs")
 
     for dt in w.dtypes:
         for t in sizes(w, "prefill_tokens", profile):
@@ -249,3 +296,150 @@ def workload_keys(w: Workload, profile, kernels: set[str] | None = None):
             seen.add(key)
             keys.append(key)
     return keys
+
+
+# --- UNet blocks (`kind: unet-block`) ---------------------------------------------------------------------------------
+# A diffusion UNet block is not a decoder layer: its file states `kind: unet-block` and its own model fields, and its
+# launches are the vision kernels' (`kernels/vision.py`). Decoder workloads carry no `kind` and are untouched.
+#
+#     model:
+#       resnet_in_channels: [320, 640]   # input channels of each ResnetBlock2D, in order (an up block's include the
+#                                        # skip connection concatenated to it)
+#       out_channels: 640                # every resnet's output channels
+#       norm_groups: 32                  # GroupNorm groups (diffusers' norm_num_groups)
+#       cross_attention: true            # a Transformer2DModel after each resnet (CrossAttn*Block2D)
+#       resample: down                   # down: Downsample2D (3x3 conv, stride 2, padding 1); up: Upsample2D
+#                                        # (nearest 2x, then a 3x3 conv, padding 1); none
+#       layout: nchw                     # nchw or nhwc (torch's channels_last)
+#     phases:
+#       batch: {ladder: batch, max: 8}   # or a list
+#       sizes: [32]                      # the block's input height = width (latent pixels)
+#
+# Each resnet launches group_norm + SiLU, its 3x3 conv (padding 1, bias), group_norm + SiLU, its second 3x3 conv, and
+# a 1x1 shortcut conv when its input and output channels differ. With cross_attention, the transformer's GroupNorm (no
+# SiLU) and its proj_in / proj_out 1x1 convs (SD 1.5 projects with convs: use_linear_projection false) are listed;
+# what runs between them (LayerNorm, self- and cross-attention, the GEGLU feed-forward) and the time embedding's
+# projection and broadcast add are not: they are the transformer families' launches, at shapes this file does not
+# state (text length, heads).
+UNET_BLOCK = "unet-block"
+UNET_MODEL_FIELDS = {
+    "resnet_in_channels": list,
+    "out_channels": int,
+    "norm_groups": int,
+    "cross_attention": bool,
+    "resample": str,
+    "layout": str,
+}
+UNET_RESAMPLE = ("down", "up", "none")
+UNET_LAYOUTS = ("nchw", "nhwc")
+UNET_PHASE_FIELDS = ("batch", "sizes")
+
+
+def parse_unet_block(doc: dict, path: str) -> Workload:
+    """A `kind: unet-block` workload (the section comment above), every field checked and refused by name."""
+    if doc["kind"] != UNET_BLOCK:
+        raise _fail(path, "kind", f"unknown kind {doc['kind']!r} (one of {UNET_BLOCK}; leave it out for a decoder)")
+    known = {"schema_version", "kind", "name", "source", "model", "dtypes", "phases"}
+    for k in doc:
+        if k not in known:
+            raise _fail(path, k, "unknown field")
+    for k in sorted(known):
+        if k not in doc:
+            raise _fail(path, k, "missing")
+    if doc["schema_version"] != SCHEMA_VERSION:
+        raise _fail(path, "schema_version", f"{doc['schema_version']!r} is not {SCHEMA_VERSION}")
+    if not isinstance(doc["name"], str) or not doc["name"]:
+        raise _fail(path, "name", "must be a non-empty string")
+    if not isinstance(doc["source"], str) or not doc["source"].strip():
+        raise _fail(path, "source", "state where the dimensions come from (the model's published config)")
+    model = doc["model"]
+    if not isinstance(model, dict):
+        raise _fail(path, "model", "must be a mapping")
+    for k in model:
+        if k not in UNET_MODEL_FIELDS:
+            raise _fail(path, f"model.{k}", "unknown field")
+    for k, kind in UNET_MODEL_FIELDS.items():
+        if k not in model:
+            raise _fail(path, f"model.{k}", "missing")
+        v = model[k]
+        if kind is int and not _positive_int(v):
+            raise _fail(path, f"model.{k}", f"must be a positive integer, got {v!r}")
+        if kind is not int and not isinstance(v, kind):
+            raise _fail(path, f"model.{k}", f"must be a {kind.__name__}, got {v!r}")
+    if not model["resnet_in_channels"] or not all(_positive_int(c) for c in model["resnet_in_channels"]):
+        raise _fail(path, "model.resnet_in_channels", "must be a non-empty list of positive integers")
+    for k, allowed in (("resample", UNET_RESAMPLE), ("layout", UNET_LAYOUTS)):
+        if model[k] not in allowed:
+            raise _fail(path, f"model.{k}", f"unknown kind '{model[k]}' (one of {', '.join(allowed)})")
+    groups = model["norm_groups"]
+    for c in [*model["resnet_in_channels"], model["out_channels"]]:
+        if c % groups:
+            raise _fail(path, "model.norm_groups", f"{groups} groups do not divide {c} channels")
+    dtypes = doc["dtypes"]
+    if not isinstance(dtypes, list) or not dtypes or not all(d in ("float16", "bfloat16") for d in dtypes):
+        raise _fail(path, "dtypes", "a non-empty list of float16, bfloat16 (conv2d's dtypes)")
+    phases = doc["phases"]
+    if not isinstance(phases, dict):
+        raise _fail(path, "phases", "must be a mapping")
+    for k in phases:
+        if k not in UNET_PHASE_FIELDS:
+            raise _fail(path, f"phases.{k}", "unknown field")
+    for k in UNET_PHASE_FIELDS:
+        if k not in phases:
+            raise _fail(path, f"phases.{k}", "missing")
+    _check_sizes(path, "phases.batch", phases["batch"])
+    spatial = phases["sizes"]
+    if not isinstance(spatial, list) or not spatial or not all(_positive_int(s) for s in spatial):
+        raise _fail(path, "phases.sizes", "must be a non-empty list of positive integers (input height = width)")
+    if model["resample"] == "down" and any(s < 2 for s in spatial):
+        raise _fail(path, "phases.sizes", "a down block's input must be at least 2 pixels wide")
+    return Workload(doc["name"], path, doc["source"], dict(model), tuple(dtypes), dict(phases), UNET_BLOCK)
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def unet_block_launches(w: Workload, profile) -> list[Launch]:
+    """Every vision launch of a UNet block for each batch, input size and dtype (duplicates removed, order kept)."""
+    m = w.model
+    out_c, groups, layout = m["out_channels"], m["norm_groups"], m["layout"]
+    out: list[Launch] = []
+    seen = set()
+
+    def add(kernel, problem, dt, where):
+        ident = (kernel, tuple(sorted(problem.items())), dt)
+        if ident not in seen:
+            seen.add(ident)
+            out.append(Launch(kernel, problem, dt, where))
+
+    def conv(b, c, size, k, kernel, dt, where, stride=1):
+        pad = kernel // 2
+        problem = {"batch": b, "C": c, "H": size, "W": size, "K": k, "R": kernel, "S": kernel, "stride": stride}
+        problem.update(padding=pad, dilation=1, groups=1, bias=1, layout=layout)
+        add("conv2d", problem, (dt,), where)
+
+    def norm(b, c, size, silu, dt, where):
+        problem = {"batch": b, "C": c, "H": size, "W": size, "groups": groups, "silu": int(silu), "layout": layout}
+        add("group_norm", problem, (dt,), where)
+
+    for dt in w.dtypes:
+        for b in sizes(w, "batch", profile):
+            for size in w.phases["sizes"]:
+                for i, cin in enumerate(m["resnet_in_channels"]):
+                    norm(b, cin, size, True, dt, f"resnet {i} norm1 + SiLU")
+                    conv(b, cin, size, out_c, 3, dt, f"resnet {i} conv1")
+                    norm(b, out_c, size, True, dt, f"resnet {i} norm2 + SiLU")
+                    conv(b, out_c, size, out_c, 3, dt, f"resnet {i} conv2")
+                    if cin != out_c:
+                        conv(b, cin, size, out_c, 1, dt, f"resnet {i} shortcut (1x1)")
+                    if m["cross_attention"]:
+                        norm(b, out_c, size, False, dt, f"transformer {i} norm")
+                        conv(b, out_c, size, out_c, 1, dt, f"transformer {i} proj_in / proj_out (1x1)")
+                if m["resample"] == "down":
+                    conv(b, out_c, size, out_c, 3, dt, "downsampler (3x3, stride 2)", stride=2)
+                elif m["resample"] == "up":
+                    problem = {"batch": b, "C": out_c, "H": size, "W": size, "scale_h": 2, "scale_w": 2}
+                    add("upsample_nearest2d", {**problem, "layout": layout}, (dt,), "upsampler (nearest 2x)")
+                    conv(b, out_c, 2 * size, out_c, 3, dt, "upsampler conv (3x3)")
+    return out
