@@ -394,17 +394,24 @@ def verify(
     certified_only: Annotated[
         bool, typer.Option("--certified-only", help="A key with no certificate fails the run (never a sweep).")
     ] = False,
+    shard: Annotated[
+        Optional[str], typer.Option(help="Verify a deterministic share i/n of the keys (as certify --shard).")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ):
     """Launch every key through the serving path on fresh inputs and check each output against its oracle."""
-    from nbxcert.certify import resolve_profile
+    from nbxcert.certify import in_shard, parse_shard, resolve_profile
     from nbxcert.keyfile import gather_keys
     from nbxcert.verify import verify as run_verify
 
     _backend_line()
     prof, _how = resolve_profile(profile)
+    share = parse_shard(shard)
     found = gather_keys(prof, key or (), keys_file, workload, kernels.split(",") if kernels else None)
+    found = [k for k in found if in_shard(k, share)]
     report = run_verify(prof.key, found, dirs, certified_only)
+    if share is not None:
+        report.shard = f"{share[0]}/{share[1]}"
     if json_out:
         print(
             json.dumps(

@@ -28,14 +28,16 @@ class VerifyReport:
     swept: int = 0
     missing: list[str] = field(default_factory=list)
     mismatched: list[tuple[str, str, str]] = field(default_factory=list)  # key, config, report
+    shard: str = ""  # "i/n" when only a share of the keys was verified
 
     @property
     def ok(self) -> bool:
         return not self.missing and not self.mismatched
 
     def line(self) -> str:
+        share = f" (shard {self.shard})" if self.shard else ""
         return (
-            f"[nbxcert] verify: {self.keys} keys, {self.served} served, {self.swept} swept at run time, "
+            f"[nbxcert] verify{share}: {self.keys} keys, {self.served} served, {self.swept} swept at run time, "
             f"{len(self.missing)} missing, {len(self.mismatched)} mismatched"
         )
 

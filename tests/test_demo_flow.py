@@ -137,3 +137,21 @@ def test_error_paths_are_one_line_with_exit_code_1(args, message):
     lines = [x for x in r.stderr.splitlines() if x.strip() and not x.startswith("[nbxcert] backend:")]
     assert len(lines) == 1 and message in lines[0], lines
     assert "Traceback" not in r.stderr
+
+
+def test_verify_shards_split_the_keys_and_together_cover_them(demo, tmp_path):
+    """`verify --shard i/n` (one per GPU of a host) verifies a deterministic share; the shares add up to every key."""
+    root, out, summary = demo
+    env = {"NBXCERT_CACHE_DIR": str(tmp_path / "cache")}
+    n = summary["totals"]["certified"]
+    seen = 0
+    for i in range(2):
+        args = ("verify", "--profile", "interpreter", "--workload", "demo", "--dir", str(out), "--certified-only")
+        r = nbx(*args, "--shard", f"{i}/2", "--json", env=env)
+        assert r.returncode == 0, r.stderr[-2000:]
+        doc = json.loads(r.stdout)
+        assert doc["served"] == doc["keys"] and not doc["missing"] and not doc["mismatched"]
+        seen += doc["keys"]
+    assert seen == n
+    r = nbx("verify", "--profile", "interpreter", "--workload", "demo", "--shard", "2/2", env=env)
+    assert r.returncode == 1 and "--shard '2/2': need 0 <= i < n" in r.stderr and "Traceback" not in r.stderr
