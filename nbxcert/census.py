@@ -4,14 +4,17 @@ Triton compiles for any target it has a backend for (`cuda` sm_70..., `hip` gfx.
 machine can check what a prune claims: every candidate it keeps must compile for the profile's target, and the
 compiler's own figures (shared memory, registers per thread, threads per block) must fit the device file's limits. A
 kept candidate that does not fit is a **prune defect** (the prune kept what cannot run on that device); a dropped one
-that compiles and fits is an **over-prune** (an option lost; reported, failing only with `strict`).
+that compiles and fits is an **over-prune** (an option lost; reported, failing only with `strict`), unless its binary
+is the very binary of a kept candidate at the same problem (`same_code`: nothing lost).
 
 How a candidate is compiled: in census worker processes (`CensusWorker`, never in interpreter mode) the kernel
 modules are imported as plain `JITFunction`s, a stand-in Triton driver (`CrossCompileDriver`) names the profile's
 target, and every `JITFunction.run` is turned into its warmup, which compiles without launching. The spec's own launch
 then runs on CPU tensors made by the spec's own `make_inputs`, so the argument types, the 16-byte divisibility
 specialization and the constexprs compiled are exactly those a launch on the GPU would compile, through Triton's own
-binder and on-disk cache (a rerun loads instead of compiling).
+binder and on-disk cache (a rerun loads instead of compiling). Configs that lower alike share the work: each NVIDIA
+step after the TTGIR (LLVM IR, PTX, cubin) is kept under the hash of its input and options, so before sm_80, where
+num_stages changes nothing, the five num_stages of a tile cost one LLVM and one ptxas run, not five.
 
 Figures: shared memory is `metadata.shared` (Triton's figure, which its loader checks against the device). Registers
 and spills are what Triton's loader reads from the driver at load time (`n_regs`, `n_spills` = local bytes / 4);
@@ -29,6 +32,7 @@ every supported dtype combination. Dropped candidates are compiled too, to tell 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -145,7 +149,8 @@ class Limits:
 
 # --- the report -------------------------------------------------------------------------------------------------------
 # A case's status: kept candidates end "ok", "defect" or "failure"; dropped ones "over_prune", "refused_right"
-# (over a limit, as the prune said) or "no_compile" (it does not compile or launch for this problem).
+# (over a limit, as the prune said), "same_code" (it compiles to the very binary of a kept candidate at the same
+# problem and dtypes: no option is lost) or "no_compile" (it does not compile or launch for this problem).
 KEPT_STATUSES = ("ok", "defect", "failure")
 # The device facts whose limits the compiled figures are held to (a prune reason naming one makes a checkable claim).
 CHECKED_FACTS = (
@@ -154,7 +159,7 @@ CHECKED_FACTS = (
     "max_registers_per_thread",
     "max_registers_per_block",
 )
-DROPPED_STATUSES = ("over_prune", "refused_right", "no_compile")
+DROPPED_STATUSES = ("over_prune", "refused_right", "same_code", "no_compile")
 
 
 @dataclass
@@ -226,6 +231,7 @@ class KernelSummary:
     defects: int = 0
     over_prunes: int = 0
     failures: int = 0
+    same_code: int = 0  # dropped cases whose binary is a kept one's (Volta's num_stages > 1: no pipeliner before sm_80)
     spilling: int = 0  # kept cases whose code spills (information: it runs)
     seconds: float = 0.0
 
@@ -282,10 +288,11 @@ class CensusReport:
             s.defects += c.status == "defect"
             s.failures += c.status == "failure"
             s.over_prunes += c.status == "over_prune"
+            s.same_code += c.status == "same_code"
         return [rows[k] for k in sorted(rows)]
 
     def totals(self) -> dict[str, Any]:
-        keys = ("cases", "kept", "compiled", "defects", "over_prunes", "failures", "spilling")
+        keys = ("cases", "kept", "compiled", "defects", "over_prunes", "failures", "same_code", "spilling")
         out: dict[str, Any] = {k: sum(getattr(s, k) for s in self.summaries()) for k in keys}
         out["compile_seconds"] = round(sum(c.seconds for c in self.cases), 1)
         out["distinct_compiles"] = self.compiles
@@ -298,7 +305,8 @@ class CensusReport:
             f"[nbxcert] census {self.profile} ({self.target.text()}, Triton {self.triton_version}): "
             f"{t['cases']} candidates, {t['kept']} kept, {t['compiled']} compiled; prune defects {t['defects']}, "
             f"compile failures {t['failures']}, over-prunes {t['over_prunes']} ({refuting} refuting a resource "
-            f"estimate); kept spilling {t['spilling']}; {self.wall_seconds:.0f} s wall, {self.jobs} workers"
+            f"estimate); dropped with a kept one's binary {t['same_code']}; kept spilling {t['spilling']}; "
+            f"{self.wall_seconds:.0f} s wall, {self.jobs} workers"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -403,6 +411,26 @@ def _judge(case: Case, reply: dict[str, Any], limits: Limits) -> None:
         case.status, case.reason = "over_prune", ""
 
 
+def _same_code_as_kept(cases: list[Case]) -> None:
+    """An over-prune that compiled to the very binaries of a kept candidate at the same problem and dtypes lost no
+    option: before sm_80 Triton 3.6 does not pipeline, so a config that differs only in num_stages assembles to the
+    same cubin (seen for every flash-attention and matmul candidate on sm_70). Marked `same_code`, not an over-prune."""
+
+    def at(c: Case) -> tuple:  # not `where()`: both ends of a key's bucket share its key text
+        return c.kernel, json.dumps(c.problem, sort_keys=True), c.dtypes, _code_of(c)
+
+    kept_code = {at(c) for c in cases if c.kept and c.status == "ok" and _code_of(c)}
+    for c in cases:
+        if c.status == "over_prune" and _code_of(c) and at(c) in kept_code:
+            c.status, c.reason = "same_code", "compiles to the binary of a kept candidate"
+
+
+def _code_of(case: Case) -> tuple | None:
+    """The digests of a case's compiled binaries, one per kernel it launched; None when any is unknown."""
+    codes = tuple(k.get("code") for k in case.kernels)
+    return codes if codes and all(codes) else None
+
+
 # --- running ----------------------------------------------------------------------------------------------------------
 def run_census(
     profile,
@@ -437,6 +465,7 @@ def run_census(
     for case in cases:
         group = groups[(case.kernel, json.dumps(case.problem, sort_keys=True), case.dtypes)]
         _judge(case, group.results[case.config], limits)
+    _same_code_as_kept(cases)
     distinct = len({k["hash"] for c in cases for k in c.kernels})
     wall = time.perf_counter() - t0
     return CensusReport(profile.key, target, triton.__version__, jobs, strict, cases, wall, distinct)
@@ -618,6 +647,64 @@ def _compile_instead_of_launch() -> None:
     JITFunction.run = run
 
 
+def _reuse_identical_lowering() -> None:
+    """Before sm_80 Triton 3.6 does not pipeline, so every num_stages of a tile lowers to one TTGIR, one LLVM IR, one
+    PTX and one cubin (seen for every flash-attention candidate on sm_70), yet each config compiles all of them again
+    under its own cache key: minutes of LLVM and ptxas per large tile. Each of those steps depends only on its input
+    text (with its source locations), the target and the options it reads, never on num_stages (which acts through
+    the TTGIR; Triton 3.6 and 3.9 read none of it after), so the census keeps each step's output and the metadata it
+    sets in Triton's on-disk cache under the hash of those, and answers a repeat from it (shared by the workers, kept
+    across runs)."""
+    import dataclasses
+
+    import triton
+    from triton import knobs
+    from triton.backends.nvidia.compiler import CUDABackend, get_ptxas
+
+    def context(self, opt, capability) -> tuple:
+        options = {k: v for k, v in dataclasses.asdict(opt).items() if k != "num_stages"}
+        c, n = knobs.compilation, knobs.nvidia
+        tool = get_ptxas(self.target.arch)
+        return (
+            triton.__version__,
+            self.target.arch,
+            capability,
+            sorted(options.items(), key=lambda kv: kv[0]),
+            (c.disable_line_info, c.dump_ir_extract_di_local_variables, c.instrumentation_mode, c.enable_asan),
+            (n.disable_ptxas_opt, tool.path, tool.version, CUDABackend.instrumentation is None),
+        )
+
+    for stage, ext in (("make_llir", "llir"), ("make_ptx", "ptx"), ("make_cubin", "cubin")):
+        setattr(CUDABackend, stage, _memoized(getattr(CUDABackend, stage), stage, ext, context))
+
+
+def _memoized(step, stage: str, ext: str, context):
+    """`step(self, src, metadata, opt, capability)` answered from the cache when its input and context repeat."""
+    from triton.runtime.cache import get_cache_manager
+
+    def run(self, src, metadata, opt, capability):
+        text = src if isinstance(src, str) else str(src)  # an MLIR module prints with its source locations
+        head = repr((stage, context(self, opt, capability))).encode()
+        cache = get_cache_manager(hashlib.sha256(head + b"\0" + text.encode()).hexdigest())
+        out, meta = cache.get_file(f"{_MEMO}.{ext}"), cache.get_file(f"{_MEMO}.json")
+        if out is not None and meta is not None:
+            with open(meta) as f:
+                metadata.update(json.load(f))
+            with open(out, "rb" if ext == "cubin" else "r") as f:
+                return f.read()
+        before = dict(metadata)
+        result = step(self, src, metadata, opt, capability)
+        changed = {k: v for k, v in metadata.items() if k not in before or before[k] != v}
+        cache.put(result, f"{_MEMO}.{ext}", binary=ext == "cubin")
+        cache.put(json.dumps(changed), f"{_MEMO}.json", binary=False)  # the json last: a hit needs both files
+        return result
+
+    return run
+
+
+_MEMO = "nbxcert-census"
+
+
 def _serve_census(conn, env: dict[str, str], modules: list[str]) -> None:
     """The census worker's loop: leave interpreter mode, install the cross-compiling driver, load the kernels, then
     answer `census` requests until the pipe closes."""
@@ -634,6 +721,8 @@ def _serve_census(conn, env: dict[str, str], modules: list[str]) -> None:
     _compile_instead_of_launch()
     if target.backend == "hip":
         _hip_without_torch()
+    else:
+        _reuse_identical_lowering()
     import importlib
 
     from nbxcert.kernels.spec import load_all
@@ -690,9 +779,11 @@ def _figures(fn, kernel, seconds: float, target: Target) -> dict[str, Any]:
     if h not in _FIGURES:
         _FIGURES[h] = _registers(kernel, target)
     regs, spills = _FIGURES[h]
+    binary = kernel.asm.get("cubin") or kernel.asm.get("hsaco")
     return {
         "name": fn.fn.__name__,
         "hash": h,
+        "code": hashlib.sha256(binary).hexdigest()[:32] if binary else None,  # the binary itself, not the cache key
         "shared": int(md.shared),
         "threads": int(md.num_warps) * int(warp),
         "n_regs": regs,

@@ -147,6 +147,76 @@ def test_every_prune_answers_for_every_gpu_profile():
                 assert len(result.kept) + len(result.pruned) == len(spec.candidates), (profile.key, spec.name)
 
 
+def test_a_dropped_candidate_with_a_kept_ones_binary_is_no_over_prune():
+    """Found by the Volta census: before sm_80 Triton does not pipeline, so every flash-attention and matmul config with
+    num_stages > 1 (dropped by max_num_stages = 1) assembled to the very cubin of its num_stages = 1 sibling, which is
+    kept; the census listed each as an over-prune (a lost option), thousands of them, though no option was lost."""
+    from nbxcert.census import _same_code_as_kept
+
+    def case(stages, kept, code, status, problem=1):
+        config = Config.make(num_warps=4, num_stages=stages, B=64)
+        c = Case("k", {"n": problem}, ("float16",), config, kept, "", key="k[n=2;float16]@v1")  # one key, two ends
+        c.status, c.kernels = status, [_kernel() | {"code": code}]
+        return c
+
+    kept = case(1, True, "aaaa", "ok")
+    twin = case(3, False, "aaaa", "over_prune")  # same binary as the kept one: nothing lost
+    other = case(4, False, "bbbb", "over_prune")  # another binary: a lost option
+    elsewhere = case(3, False, "aaaa", "over_prune", problem=2)  # the same binary, but no kept one at its problem
+    unknown = case(5, False, None, "over_prune")
+    _same_code_as_kept([kept, twin, other, elsewhere, unknown])
+    statuses = [c.status for c in (twin, other, elsewhere, unknown)]
+    assert statuses == ["same_code", "over_prune", "over_prune", "over_prune"]
+
+
+def test_identical_lowering_is_done_once(monkeypatch, tmp_path):
+    """Found by the Volta census: before sm_80 every num_stages of a tile lowers to one LLVM IR, PTX and cubin, yet each
+    config ran LLVM and ptxas again (minutes per large flash-attention tile on sm_70; the census would take hours).
+    A step whose input, target and options (but num_stages) repeat is answered from the cache, metadata included."""
+    from dataclasses import dataclass, replace
+    from types import SimpleNamespace
+
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    from nbxcert.census import _reuse_identical_lowering
+
+    @dataclass(frozen=True)
+    class Options:
+        num_stages: int = 1
+        enable_fp_fusion: bool = True
+        ptx_options: str | None = None
+
+    done = []
+
+    def make_ptx(self, src, metadata, opt, capability):
+        done.append(src)
+        metadata["name"] = f"kernel_of_{src}"
+        return f"ptx of {src} for sm_{capability}"
+
+    def make_cubin(self, src, metadata, opt, capability):
+        done.append(src)
+        return f"cubin of {src}".encode()
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    for stage in ("make_llir", "make_ptx", "make_cubin"):
+        monkeypatch.setattr(CUDABackend, stage, getattr(CUDABackend, stage))  # restored after the test
+    monkeypatch.setattr(CUDABackend, "make_ptx", make_ptx)
+    monkeypatch.setattr(CUDABackend, "make_cubin", make_cubin)
+    _reuse_identical_lowering()
+    backend = SimpleNamespace(target=SimpleNamespace(arch=70))
+    first, again = {"num_stages": 1}, {"num_stages": 3}
+    assert CUDABackend.make_ptx(backend, "llir A", first, Options(num_stages=1), 70) == "ptx of llir A for sm_70"
+    assert CUDABackend.make_ptx(backend, "llir A", again, Options(num_stages=3), 70) == "ptx of llir A for sm_70"
+    assert again == {"num_stages": 3, "name": "kernel_of_llir A"} and done == ["llir A"]  # metadata set on a hit too
+    assert CUDABackend.make_cubin(backend, "ptx A", {}, Options(), 70) == b"cubin of ptx A"
+    assert CUDABackend.make_cubin(backend, "ptx A", {}, Options(num_stages=5), 70) == b"cubin of ptx A"
+    assert done == ["llir A", "ptx A"]
+    CUDABackend.make_cubin(backend, "ptx B", {}, Options(), 70)  # another input
+    CUDABackend.make_cubin(backend, "ptx A", {}, replace(Options(), enable_fp_fusion=False), 70)  # --fmad=false
+    CUDABackend.make_cubin(backend, "ptx A", {}, Options(), 75)  # another target
+    assert done == ["llir A", "ptx A", "ptx B", "ptx A", "ptx A"]
+
+
 # --- the wrong prune is caught (CLI, subprocess) ----------------------------------------------------------------------
 def test_wrong_prune_is_a_prune_defect_and_fails():
     text = check(
