@@ -10,8 +10,9 @@ Optional model fields: `experts`, `top_k` and `moe_intermediate` (all three or n
 mixture of experts (Mixtral, Qwen3-MoE: every layer sparse; `intermediate` is then not launched): the router's
 matmul, `moe_align` (one key per block size fused_moe's candidates align to, since the certified fused_moe config
 picks it), `fused_moe` gate/up, `silu_and_mul` on each (token, expert) pair, `fused_moe` down with the router
-weights, `moe_sum`. The routing itself (softmax and top-k over the experts' logits) has no kernel yet and is not
-listed. `qk_norm` (Qwen3) adds the per-head RMSNorm of q and k after their projection. A workload without these
+weights, `moe_sum`; the routing is the `softmax` over the experts' logits and the `topk` of its probabilities (the
+renormalisation of the k weights some models apply is not listed). `qk_norm` (Qwen3) adds the per-head RMSNorm of
+q and k after their projection. A workload without these
 fields makes exactly the launches it made before they existed.
 """
 
@@ -254,6 +255,10 @@ def launches(w: Workload, profile) -> list[Launch]:
 
         experts, top_k, moe_inter = m["experts"], m["top_k"], m["moe_intermediate"]
         matmul(tokens, experts, h, dt, "router logits")
+        # routing: softmax over the experts' logits, then the top_k experts of each token (the renormalisation of
+        # the k weights some models apply is a division of k numbers, left to the caller)
+        add("softmax", {"n_rows": tokens, "n_cols": experts, "mask": "none"}, (dt,), "router softmax")
+        add("topk", {"n_rows": tokens, "n_cols": experts, "k": top_k}, (dt,), "router top-k")
         for block in align_blocks():
             align = {"M": tokens, "top_k": top_k, "experts": experts, "block": block}
             add("moe_align", align, ("int32",), "expert alignment")
