@@ -6,8 +6,9 @@ Formats (problem field `format`, an exact key field; W is the logical [K, N] wei
   bits 4 (k mod 8) of qweight[k // 8, n]; qzeros int32 [K/128, N/8]: the zero point of group g, column n, is the
   nibble at bits 4 (n mod 8) of qzeros[g, n // 8]; scales [K/128, N] in the activations' dtype.
   W[k, n] = (q[k, n] - z[k // 128, n]) * s[k // 128, n]. Zero points are stored as they are (GPTQ's first format
-  stored z - 1: add 1 when converting such a checkpoint). AWQ checkpoints pack the same nibbles along N in the order
-  0, 2, 4, 6, 1, 3, 5, 7: they are served after a repack into this layout (not done here).
+  stored z - 1: add 1 when converting such a checkpoint). AWQ checkpoints (qweight int32 [K, N/8] and qzeros int32
+  [K/128, N/8], both packed along N with nibble i holding column 8 j + AWQ_ORDER[i]) are served after a one-time
+  repack into this layout when the weights are loaded: `awq_to_gptq`.
 - `int8`: per-output-channel symmetric. qweight int8 [K, N], scales [N] in the activations' dtype. W[k, n] = q[k, n]
   * s[n]; the scale is applied once to the accumulated column (exact in float32 up to that one product).
 K must be a multiple of 128 (the int4 group; int8 is held to it as well: every K of a served model is), N a multiple
@@ -330,6 +331,38 @@ def pack_int4_cols(q: np.ndarray) -> np.ndarray:
     for i in range(8):
         out |= q[:, i::8] << np.uint32(4 * i)
     return out.view(np.int32)
+
+
+# AutoAWQ's packing order: nibble i of an int32 holds column 8 j + AWQ_ORDER[i] of its 8 columns
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+def _unpack_awq(packed: np.ndarray) -> np.ndarray:
+    """int32 [R, C] packed the AWQ way -> values 0..15 [R, 8 C]."""
+    bits = np.ascontiguousarray(packed).view(np.uint32)
+    out = np.empty((bits.shape[0], bits.shape[1] * 8), dtype=np.uint32)
+    for i, col in enumerate(AWQ_ORDER):
+        out[:, col::8] = (bits >> np.uint32(4 * i)) & np.uint32(15)
+    return out
+
+
+def awq_to_gptq(qweight: Tensor, qzeros: Tensor) -> tuple[Tensor, Tensor]:
+    """An AWQ int4 checkpoint's qweight [K, N/8] and qzeros [K/128, N/8] (int32) repacked into this module's int4
+    layout (qweight [K/8, N], qzeros [K/128, N/8]), on the same device; the scales [K/128, N] are the same in both.
+    Done once when the weights are loaded (through the host)."""
+    for name, t in (("qweight", qweight), ("qzeros", qzeros)):
+        if t.dtype.name != "int32" or t.ndim != 2:
+            raise ShapeMismatch(f"awq_to_gptq: {name} must be a 2-d int32 tensor, got {t.dtype.name}{list(t.shape)}")
+    k, n = qweight.shape[0], qweight.shape[1] * 8
+    if k % GROUP or qzeros.shape != (k // GROUP, n // 8):
+        raise ShapeMismatch(
+            f"awq_to_gptq: qweight [{k}, {n // 8}] needs K a multiple of {GROUP} and qzeros [{k // GROUP}, {n // 8}], "
+            f"got qzeros {list(qzeros.shape)}"
+        )
+    q = _unpack_awq(qweight.numpy())
+    z = _unpack_awq(qzeros.numpy())
+    device = qweight.device
+    return from_numpy(pack_int4_rows(q), "int32", device), from_numpy(pack_int4_cols(z), "int32", device)
 
 
 def quant_inputs(problem: Mapping[str, Any], dtypes: tuple[str, ...], seed: int, device: str) -> Inputs:

@@ -148,3 +148,41 @@ def test_gpu_every_kept_candidate_at_real_shapes(name, m, n, k, fmt, profile, ba
     for dtypes in spec.dtypes if fmt == "int4" else spec.dtypes[:1]:
         failures += check_configs(spec, prob, dtypes, profile, 7, backend.device)
     assert not failures, "\n\n".join(failures[:3])
+
+
+def _pack_awq_by_hand(q: np.ndarray) -> np.ndarray:
+    """AutoAWQ's packing, written out element by element (independent of `quant._unpack_awq`): columns 8 j + o of
+    row r go into the int32 [r, j] at nibble i where AWQ_ORDER[i] = o, with AWQ_ORDER = 0, 2, 4, 6, 1, 3, 5, 7."""
+    order = [0, 2, 4, 6, 1, 3, 5, 7]
+    rows, cols = q.shape
+    out = np.zeros((rows, cols // 8), dtype=np.uint64)
+    for r in range(rows):
+        for j in range(cols // 8):
+            word = 0
+            for i, o in enumerate(order):
+                word |= int(q[r, 8 * j + o]) << (4 * i)
+            out[r, j] = word
+    return out.astype(np.uint32).view(np.int32)
+
+
+def test_an_awq_checkpoint_is_served_after_a_repack(backend):
+    """AWQ packs along N in the order 0, 2, 4, 6, 1, 3, 5, 7; after `awq_to_gptq` both kernels give the weight's own
+    dequantised values (a known pattern, read back row by row through an identity X)."""
+    dev = backend.device
+    k, n = 128, 16
+    q = (np.arange(k)[:, None] * 7 + 3 * np.arange(n)[None, :]) % 16
+    z = (np.arange(n) * 5 % 16)[None, :]
+    qw, qz = quant.awq_to_gptq(
+        from_numpy(_pack_awq_by_hand(q), "int32", dev), from_numpy(_pack_awq_by_hand(z), "int32", dev)
+    )
+    assert np.array_equal(oracle.unpack_int4_rows(qw.numpy()), q)
+    assert np.array_equal(oracle.unpack_int4_cols(qz.numpy()), z)
+    scales = from_numpy(np.full((1, n), 0.5), "float16", dev)
+    eye = from_numpy(np.eye(k)[:4], "float16", dev)
+    want = (q[:4] - z) * 0.5
+    assert np.array_equal(quant.dequant_gemv(eye, qw, scales, qz, "int4").float64(), want)
+    assert np.array_equal(quant.dequant_matmul(eye, qw, scales, qz, "int4").float64(), want)
+    with pytest.raises(ShapeMismatch, match=r"awq_to_gptq: qweight \[128, 2\] needs K a multiple of 128 and qzeros"):
+        quant.awq_to_gptq(
+            from_numpy(_pack_awq_by_hand(q), "int32", dev), from_numpy(np.zeros((2, 2), np.int32), "int32", dev)
+        )
