@@ -32,7 +32,9 @@ echo "$(wc -l < /tmp/certify-logs/keys.jsonl) keys of $WORKLOADS over $SHARDS sh
 mkdir -p certificates/nvidia/hopper
 start=$(date +%s)
 for i in $(seq 0 $(( SHARDS - 1 ))); do
-  CUDA_VISIBLE_DEVICES=$i PYTHONPATH=/tmp/notorch timeout -s INT "$CERTIFY_S" python3 -m nbxcert certify \
+  # each shard's float64 oracles (numpy's BLAS) get its share of the cores, not all of them each
+  CUDA_VISIBLE_DEVICES=$i OMP_NUM_THREADS=$JOBS OPENBLAS_NUM_THREADS=$JOBS MKL_NUM_THREADS=$JOBS \
+  PYTHONPATH=/tmp/notorch timeout -s INT "$CERTIFY_S" python3 -m nbxcert certify \
     --profile hopper --keys /tmp/certify-logs/keys.jsonl --out certificates --shard "$i/$SHARDS" --jobs "$JOBS" \
     > "/tmp/certify-logs/shard$i.log" 2>&1 &
 done

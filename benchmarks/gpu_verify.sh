@@ -6,6 +6,7 @@ set -u
 export PYTHONUNBUFFERED=1
 WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
 SHARDS=${SHARDS:-$(nvidia-smi -L | wc -l)}
+JOBS=$(( $(nproc) / SHARDS )); [ "$JOBS" -ge 1 ] || JOBS=1
 python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | tail -2
 mkdir -p /tmp/notorch /tmp/verify-logs
 cat > /tmp/notorch/sitecustomize.py <<'PY'
@@ -20,7 +21,8 @@ PY
 for w in $WORKLOADS; do
   start=$(date +%s)
   for i in $(seq 0 $(( SHARDS - 1 ))); do
-    CUDA_VISIBLE_DEVICES=$i PYTHONPATH=/tmp/notorch python3 -m nbxcert verify --profile hopper --workload "$w" \
+    CUDA_VISIBLE_DEVICES=$i OMP_NUM_THREADS=$JOBS OPENBLAS_NUM_THREADS=$JOBS MKL_NUM_THREADS=$JOBS \
+      PYTHONPATH=/tmp/notorch python3 -m nbxcert verify --profile hopper --workload "$w" \
       --dir certificates --certified-only --shard "$i/$SHARDS" > "/tmp/verify-logs/$w.$i.log" 2>&1 &
   done
   wait
