@@ -8,7 +8,7 @@ poisoned, the kernel runs, and each output is compared (`compare.compare`) at th
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from nbxcert.kernels.compare import Judge, Verdict, compare, poison
@@ -67,6 +67,21 @@ class Prepared:
     pristine: list[tuple[Any, Any]]  # (storage, a copy of it)
     judges: dict[str, Judge]
     oracle_seconds: float
+    on_device: bool = False  # judge outputs on the device where `judge.usable` (a GPU: no copy of each output back)
+    device_judges: dict[str, Any] = field(default_factory=dict)
+
+    def verdict(self, name: str, context: str) -> Verdict:
+        """The verdict on output `name` as it is now."""
+        tensor = self.inputs.tensors[name]
+        if self.on_device:
+            from nbxcert.kernels import judge as device_judge
+
+            dj = self.device_judges.get(name)
+            if dj is None and device_judge.usable(self.judges[name], tensor):
+                dj = self.device_judges[name] = device_judge.DeviceJudge(self.judges[name], tensor.device)
+            if dj is not None:
+                return dj.verdict_of(tensor, context)
+        return self.judges[name].verdict_of(tensor, context)
 
     def restore(self) -> Inputs:
         """Every storage back to its pristine bytes: the inputs as made, the outputs not in place poisoned."""
@@ -76,9 +91,16 @@ class Prepared:
 
 
 def prepare(
-    spec: KernelSpec, problem: Mapping[str, Any], dtypes: tuple[str, ...], profile, seed: int, device: str
+    spec: KernelSpec,
+    problem: Mapping[str, Any],
+    dtypes: tuple[str, ...],
+    profile,
+    seed: int,
+    device: str,
+    on_device: bool | None = None,
 ) -> Prepared:
-    """Make the inputs of `problem` from `seed`, ask the oracle once, and keep what every candidate is judged by."""
+    """Make the inputs of `problem` from `seed`, ask the oracle once, and keep what every candidate is judged by.
+    `on_device` (default: on a GPU) judges outputs where they lie (`nbxcert.kernels.judge`)."""
     inputs = spec.make_inputs(problem, tuple(dtypes), seed, device)
     t0 = time.perf_counter()
     refs = spec.oracle(inputs)  # before poisoning: the oracle reads the inputs (in-place outputs included)
@@ -97,7 +119,10 @@ def prepare(
     for st in storages.values():
         clean = type(st)(st.nbytes, st.device)
         pristine.append((st, clean.copy_(st)))
-    return Prepared(spec, dict(problem), tuple(dtypes), inputs, pristine, judges, oracle_seconds)
+    from nbxcert.kernels.backends import select
+
+    on_device = select().name == "cuda" if on_device is None else on_device
+    return Prepared(spec, dict(problem), tuple(dtypes), inputs, pristine, judges, oracle_seconds, on_device)
 
 
 def run_prepared(
@@ -114,10 +139,7 @@ def run_prepared(
     if timings is not None:
         timings.append(time.perf_counter() - t0)
     context = describe(spec, config, prepared.problem, prepared.dtypes)
-    return {
-        name: judge.verdict_of(inputs.tensors[name], f"{context}, output '{name}'")
-        for name, judge in prepared.judges.items()
-    }
+    return {name: prepared.verdict(name, f"{context}, output '{name}'") for name in prepared.judges}
 
 
 def all_ok(verdicts: Mapping[str, Verdict]) -> bool:
