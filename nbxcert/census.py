@@ -670,8 +670,17 @@ def _reuse_identical_lowering() -> None:
             self.target.arch,
             capability,
             sorted(options.items(), key=lambda kv: kv[0]),
-            (c.disable_line_info, c.dump_ir_extract_di_local_variables, c.instrumentation_mode, c.enable_asan),
-            (n.disable_ptxas_opt, tool.path, tool.version, CUDABackend.instrumentation is None),
+            # read where this Triton has them (3.9's CUDABackend has no `instrumentation`; seen in CI, 2026-11-29)
+            tuple(
+                getattr(c, k, None)
+                for k in (
+                    "disable_line_info",
+                    "dump_ir_extract_di_local_variables",
+                    "instrumentation_mode",
+                    "enable_asan",
+                )
+            ),  # fmt: skip
+            (n.disable_ptxas_opt, tool.path, tool.version, getattr(CUDABackend, "instrumentation", None) is None),
         )
 
     for stage, ext in (("make_llir", "llir"), ("make_ptx", "ptx"), ("make_cubin", "cubin")):
