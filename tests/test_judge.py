@@ -24,23 +24,35 @@ CASES = [(dtype, noise, special, n) for dtype in device_judge.KINDS for noise in
          for special in ("none", "nan", "inf") for n in (1, 2047, 5000)]  # fmt: skip
 
 
-@pytest.mark.parametrize("dtype,noise,special,n", CASES)
-def test_the_device_verdict_is_the_hosts(interpreted, dtype, noise, special, n):
+def _case(device, dtype, noise, special, n):
     gen = np.random.default_rng(n + int(noise * 1e4))
     dt = get_dtype(dtype)
     ref = gen.standard_normal(n) * 3.0
     ref[: n // 7] = 0.0  # references of 0: excluded from the relative error
-    out = from_numpy(ref + gen.standard_normal(n) * noise, dt, interpreted.device)  # rounded into the dtype once
+    out = from_numpy(ref + gen.standard_normal(n) * noise, dt, device)  # rounded into the dtype once
     if special != "none":
         bits = out.numpy()
         bits[n // 2] = np.array(np.nan if special == "nan" else -np.inf).astype(np.float32).view(np.uint32) >> 16 \
             if dtype == "bfloat16" else (np.nan if special == "nan" else -np.inf)  # fmt: skip
-        out = from_numpy(bits, dt, interpreted.device) if dtype != "bfloat16" else _bf16(bits, interpreted.device)
+        out = from_numpy(bits, dt, device) if dtype != "bfloat16" else _bf16(bits, device)
     host = Judge(ref, np.abs(ref) + 0.5, dt, 2.0**-10)
     assert device_judge.usable(host, out)
-    got = device_judge.DeviceJudge(host, interpreted.device).verdict_of(out, "ctx")
-    want = host.verdict_of(out, "ctx")
-    assert got == want
+    got = device_judge.DeviceJudge(host, device).verdict_of(out, "ctx")
+    assert got == host.verdict_of(out, "ctx")
+
+
+@pytest.mark.parametrize("dtype,noise,special,n", CASES)
+def test_the_device_verdict_is_the_hosts(interpreted, dtype, noise, special, n):
+    _case(interpreted.device, dtype, noise, special, n)
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_the_device_verdict_is_the_hosts(backend):
+    """The same cases with the kernel compiled for and run on the GPU (float64 division and comparisons there)."""
+    if backend.name != "cuda":
+        pytest.skip("needs the cuda backend")
+    for case in CASES:
+        _case(backend.device, *case)
 
 
 def _bf16(bits, device):
