@@ -14,8 +14,10 @@ quality     For every key of the workload certified in --dir for this device's p
             is faster); reported as median, the worst 5% and the worst keys by name.
 coldstart   A fresh process runs the workload's launch sequence once (every launch at its real shape, through the
             serving path `nbxcert.serve.config_for`), from process start to the last result: with the certificates
-            of --dir, then with an empty certificate directory (a run-time sweep of every key), each with an empty
-            Triton cache of its own. The sweep is given --sweep-limit seconds; a run cut there reports a lower bound.
+            of --dir, the same after `nbxcert.warm.warm` of the workload inside that process (its winners compiled
+            at once in a pool), then with an empty certificate directory (a run-time sweep of every key), each with
+            an empty Triton cache of its own. The sweep is given --sweep-limit seconds; a run cut there reports a
+            lower bound.
 serving     The per-launch host cost of the served path (the user-facing `rmsnorm` on a decode-sized row, its key
             certified) against launching the same config directly (`spec.launch`), averaged over --calls launches.
 throughput  From `nbxcert certify` logs (one line per key): keys certified per minute and the share of time in
@@ -223,6 +225,13 @@ from nbxcert.workload import launches, load_workload
 a = json.loads(sys.argv[1])
 choice = select()
 profile = get_profile(a["profile"])
+warm_s = 0.0
+if a["warm"]:  # compile every certified winner of the workload at once, in a pool, before the first launch
+    from nbxcert.warm import warm
+    from nbxcert.workload import workload_keys
+    t0 = time.perf_counter()
+    warm(profile.key, workload_keys(load_workload(a["workload"]), profile), [a["dir"]])
+    warm_s = time.perf_counter() - t0
 serve.configure(dirs=[a["dir"]], certified_only=a["certified_only"])
 made = 0.0
 n = 0
@@ -240,14 +249,15 @@ for launch in launches(load_workload(a["workload"]), profile):
 if choice.name == "cuda":
     from nbxcert.kernels.backends import cuda
     cuda.synchronize()
-print(json.dumps({"launches": n, "inputs_s": made, "in_process_s": time.perf_counter() - t_start}))
+print(json.dumps({"launches": n, "inputs_s": made, "warm_s": warm_s, "in_process_s": time.perf_counter() - t_start}))
 """
 
 
-def _cold_run(workload: str, profile, directory: str, certified_only: bool, limit_s: float) -> dict:
+def _cold_run(workload: str, profile, directory: str, certified_only: bool, limit_s: float, warm: bool = False) -> dict:
     env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton-cold-"),
            "NBXCERT_CACHE_DIR": tempfile.mkdtemp(prefix="nbx-cold-"), "NBXCERT_UNCERTIFIED": "sweep"}  # fmt: skip
     arg = {"workload": workload, "profile": profile.key, "dir": directory, "certified_only": certified_only}
+    arg["warm"] = warm
     t0 = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, "-c", COLD_CHILD, json.dumps(arg)], capture_output=True, text=True,
@@ -263,15 +273,21 @@ def _cold_run(workload: str, profile, directory: str, certified_only: bool, limi
 def coldstart(args) -> dict:
     _choice, profile = _device()
     certified = _cold_run(args.workload, profile, args.dir, True, args.certified_limit)
+    warmed = _cold_run(args.workload, profile, args.dir, True, args.certified_limit, warm=True)
     empty = tempfile.mkdtemp(prefix="nbx-empty-")
     swept = _cold_run(args.workload, profile, empty, False, args.sweep_limit)
-    ratio = swept["wall_s"] / certified["wall_s"] if "error" not in certified and "error" not in swept else None
+
+    def ratio(run: dict) -> float | None:
+        return swept["wall_s"] / run["wall_s"] if "error" not in run and "error" not in swept else None
+
     return {
         "workload": args.workload,
         "profile": profile.key,
         "certified": certified,
+        "certified_warmed": warmed,
         "runtime_sweep": swept,
-        "speedup": ratio,
+        "speedup": ratio(certified),
+        "speedup_warmed": ratio(warmed),
         "speedup_is_lower_bound": bool(swept.get("cut_at_limit")),
     }
 

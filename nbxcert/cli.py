@@ -437,6 +437,38 @@ def verify(
 
 @app.command()
 @handled
+def warm(
+    profile: Annotated[str, typer.Option(help="The profile whose certificates to compile; must match the device.")],
+    workload: Annotated[Optional[str], typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
+    keys_file: Annotated[Optional[Path], typer.Option("--keys", help="A keys file (JSON lines).")] = None,
+    key: Annotated[Optional[list[str]], typer.Option(help="A launch key text (repeatable).")] = None,
+    kernels: Annotated[Optional[str], typer.Option(help="Only these kernels (comma-separated).")] = None,
+    dirs: Annotated[Optional[list[Path]], typer.Option("--dir", help="Certificate directory (repeatable).")] = None,
+    jobs: Annotated[Optional[int], typer.Option(help="Parallel compile workers (default: one per core).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+):
+    """Compile the certified winners of the keys ahead, in parallel, into Triton's cache (first launches only load)."""
+    from nbxcert.certify import resolve_profile
+    from nbxcert.keyfile import gather_keys
+    from nbxcert.warm import warm as run_warm
+
+    _backend_line()
+    prof, _how = resolve_profile(profile)
+    found = gather_keys(prof, key or (), keys_file, workload, kernels.split(",") if kernels else None)
+    report = run_warm(prof.key, found, dirs, jobs)
+    if json_out:
+        print(json.dumps({**vars(report), "failed": [{"key": k, "reason": r} for k, r in report.failed]}, indent=2))
+    else:
+        for k in report.missing:
+            print(f"missing: {k}", file=sys.stderr)
+        for k, r in report.failed:
+            print(f"failed: {k}: {r}", file=sys.stderr)
+        print(report.line())
+    raise typer.Exit(1 if report.failed else 0)
+
+
+@app.command()
+@handled
 def coverage(
     profile: Annotated[str, typer.Option(help="The profile whose certificates are counted.")],
     workload: Annotated[Optional[str], typer.Option(help="A shipped workload name or a workload YAML file.")] = None,

@@ -1,0 +1,85 @@
+"""`nbxcert warm`: compile the certified winners of some keys ahead, in parallel, into Triton's on-disk cache.
+
+A serving process that meets a key for the first time compiles its certified config then, one kernel after the other
+(a second or more each on a GPU). `warm` compiles every certified winner of a workload (or keys file, or key texts)
+at both ends of its key's bucket (the specialisations a launch of that key meets) in a pool of worker processes, as the
+sweep compiles its candidates, so the first launches only load them. A key with no certificate is listed as missing;
+a winner that fails to compile is listed with the compiler's reason. Under the interpreter nothing is compiled.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from nbxcert.keys import LaunchKey
+
+TIMEOUT_S = 600.0
+
+
+@dataclass
+class WarmReport:
+    profile: str
+    backend: str
+    keys: int = 0
+    compiled: int = 0
+    seconds: float = 0.0
+    missing: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)  # key, reason
+
+    def line(self) -> str:
+        what = "compiled" if self.backend == "cuda" else "nothing to compile under the interpreter for"
+        return (
+            f"[nbxcert] warm {self.profile}: {self.keys} keys, {what} {self.compiled} certified winners in "
+            f"{self.seconds:.1f} s, {len(self.missing)} missing, {len(self.failed)} failed"
+        )
+
+
+def warm(
+    profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None = None, jobs: int | None = None
+) -> WarmReport:
+    import time
+
+    from nbxcert import serve
+    from nbxcert.certify import resolve_profile
+    from nbxcert.kernels.backends import select
+    from nbxcert.kernels.spec import get_spec
+    from nbxcert.worker import CompilePool
+
+    profile, _how = resolve_profile(profile_name)
+    choice = select()
+    report = WarmReport(profile.key, choice.name, keys=len(keys))
+    if dirs is not None:
+        serve.configure(dirs=dirs)
+    index = serve.state().index
+    requests, names = [], []
+    for key in keys:
+        text = key.text()
+        entry = index.get(text)
+        if entry is None:
+            report.missing.append(text)
+            continue
+        spec = get_spec(key.kernel)
+        config = serve._certified_config(spec, entry, text)
+        requests.append({"op": "compile", "spec": spec.name, "config": config.as_dict(), "dtypes": list(key.dtypes),
+                         "problems": entry["certified_problems"], "seed": int(entry["seed"]),
+                         "profile": profile.key})  # fmt: skip
+        names.append(text)
+    t0 = time.perf_counter()
+    if choice.name == "cuda" and requests:
+        pool = CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
+        try:
+            replies = pool.compile_all(requests, TIMEOUT_S)
+        finally:
+            pool.close()
+        for text, reply in zip(names, replies):
+            if reply.get("status") == "compiled":
+                report.compiled += 1
+            else:
+                report.failed.append((text, f"{reply.get('status')}: {reply.get('reason', '')}"))
+    elif choice.name != "cuda":
+        report.compiled = len(requests)
+    report.seconds = time.perf_counter() - t0
+    return report

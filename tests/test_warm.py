@@ -1,0 +1,49 @@
+"""`nbxcert warm`: the certified winners of a workload compiled ahead into Triton's cache (on a GPU), missing keys
+listed, through the real command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HOPPER_KEY = "rmsnorm[n_cols=2048,n_rows=1;float16,float16]@v1"  # shipped in certificates/nvidia/hopper
+
+
+def nbx(*args, env=None):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("NBXCERT_")}
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "nbxcert", *map(str, args)], capture_output=True, text=True, env=e,
+                          timeout=600)  # fmt: skip
+
+
+def test_warm_lists_every_certified_winner_and_the_missing_keys(backend, tmp_path):
+    if backend.name != "interpreter":
+        pytest.skip("the interpreter's answer (nothing to compile); the GPU test compiles")
+    env = {"NBXCERT_BACKEND": "interpreter", "TRITON_INTERPRET": "1", "NBXCERT_CACHE_DIR": str(tmp_path / "c")}
+    r = nbx("warm", "--profile", "interpreter", "--workload", "demo", "--dir", ROOT / "certificates", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "[nbxcert] warm cpu/interpreter: 23 keys, nothing to compile under the interpreter for 23 certified " \
+        "winners" in r.stdout and "0 missing, 0 failed" in r.stdout  # fmt: skip
+    extra = "rmsnorm[n_cols=64,n_rows=3;float16,float16]@v1"  # not in the demo workload: never certified
+    r = nbx("warm", "--profile", "interpreter", "--workload", "demo", "--key", extra, "--dir", ROOT / "certificates",
+            "--json", env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["keys"] == 24 and doc["missing"] == [extra] and doc["failed"] == []
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_warm_compiles_the_certified_winner(backend, tmp_path):
+    if backend.name != "cuda":
+        pytest.skip("needs the cuda backend")
+    env = {"TRITON_CACHE_DIR": str(tmp_path / "triton"), "NBXCERT_CACHE_DIR": str(tmp_path / "c")}
+    r = nbx("warm", "--profile", "hopper", "--key", HOPPER_KEY, "--dir", ROOT / "certificates", "--jobs", "2", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "1 keys, compiled 1 certified winners" in r.stdout and "0 missing, 0 failed" in r.stdout
+    assert any((tmp_path / "triton").rglob("*.cubin")), "the winner's binary is in the cache"
