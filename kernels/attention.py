@@ -39,7 +39,6 @@ truncates), so the interpreter sees the same rounding as the GPU.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -50,6 +49,8 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.jit import jit
+from nbxcert.kernels.launch import KernelLaunch
+from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import limit, prune_with, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
@@ -617,21 +618,6 @@ def _default_scale(head_dim: int, scale: float | None) -> float:
     return float(scale)
 
 
-@dataclass(frozen=True)
-class KernelLaunch:
-    """One kernel launch as the launch functions make it: the kernel, its grid, its positional arguments and its
-    keyword arguments (constexprs, num_warps, num_stages). The cross-compilation check in the tests builds its
-    signatures from these, so it compiles exactly what a launch would."""
-
-    kernel: Any
-    grid: tuple[int, ...]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-
-    def __call__(self) -> None:
-        self.kernel[self.grid](*self.args, **self.kwargs)
-
-
 def flash_launches(
     config: Config, q: Tensor, k: Tensor, v: Tensor, out: Tensor, scale: float, causal: bool
 ) -> list[KernelLaunch]:
@@ -753,11 +739,6 @@ def decode_launches(
         kwargs.update(num_warps=4, num_stages=1)
         launches.append(KernelLaunch(_decode_combine_kernel, (batch * heads,), args, kwargs))
     return launches
-
-
-def _run(launches: list[KernelLaunch]) -> None:
-    for launch in launches:
-        launch()
 
 
 # --- user-facing functions and their problems -------------------------------------------------------------------------

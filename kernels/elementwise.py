@@ -39,8 +39,10 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.jit import jit
+from nbxcert.kernels.launch import KernelLaunch
+from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.rows import KernelLaunch, as_rows, both, compute_type, narrow, upcast
+from nbxcert.kernels.rows import as_rows, both, compute_type, narrow, upcast
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import elementwise as _oracle
@@ -367,11 +369,6 @@ def prune_embedding(candidates: Sequence[Config], problem: Mapping[str, Any], pr
 # --- launches ---------------------------------------------------------------------------------------------------------
 def _warps(config: Config) -> dict[str, int]:
     return {"num_warps": config.num_warps, "num_stages": config.num_stages}
-
-
-def _run(launches: Sequence[KernelLaunch]) -> None:
-    for launch in launches:
-        launch()
 
 
 def silu_and_mul_launches(config: Config, x: Tensor, y: Tensor) -> list[KernelLaunch]:

@@ -40,8 +40,9 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
+from nbxcert.kernels.launch import KernelLaunch
 from nbxcert.kernels.prune import prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.rows import KernelLaunch, narrow, upcast
+from nbxcert.kernels.rows import narrow, upcast
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import quant as _oracle

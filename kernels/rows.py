@@ -45,7 +45,6 @@ Triton's `metadata.shared` against these counts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -56,6 +55,8 @@ from nbxcert.errors import LaunchError, ShapeMismatch, ViewError
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.jit import jit
+from nbxcert.kernels.launch import KernelLaunch
+from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
@@ -491,21 +492,6 @@ def prune_row_reduce(candidates: Sequence[Config], problem: Mapping[str, Any], p
 
 
 # --- launches ---------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class KernelLaunch:
-    """One kernel launch: the kernel, its grid, its positional arguments and its keyword arguments (constexprs,
-    num_warps, num_stages). The cross-compilation test builds its signatures from these, so it compiles exactly what
-    a launch would."""
-
-    kernel: Any
-    grid: tuple[int, ...]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-
-    def __call__(self) -> None:
-        self.kernel[self.grid](*self.args, **self.kwargs)
-
-
 def upcast() -> bool:
     """True under Triton's interpreter (see `narrow`)."""
     return select().name == "interpreter"
@@ -514,11 +500,6 @@ def upcast() -> bool:
 def compute_type(dtype_name: str):
     """The compute type of an input dtype: float64 for float32/float64, float32 for half precision."""
     return tl.float64 if dtype_name in ("float32", "float64") else tl.float32
-
-
-def _run(launches: Sequence[KernelLaunch]) -> None:
-    for launch in launches:
-        launch()
 
 
 def _warps(config: Config) -> dict[str, int]:

@@ -50,8 +50,10 @@ import triton.language as tl
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.jit import jit
+from nbxcert.kernels.launch import KernelLaunch
+from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.rows import KernelLaunch, as_rows, both, compute_type, narrow, upcast
+from nbxcert.kernels.rows import as_rows, both, compute_type, narrow, upcast
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import sampling as _oracle
@@ -597,11 +599,6 @@ def cross_entropy_launches(
     args = (x, target, loss, n_rows, n_cols, x.stride(0), int(ignore_index))
     kwargs = dict(ROWS=rows, BLOCK_N=config["BLOCK_N"], CDT=compute_type(x.dtype.name), UPCAST=upcast())
     return [KernelLaunch(_cross_entropy_kernel, (triton.cdiv(n_rows, rows),), args, dict(kwargs, **_warps(config)))]
-
-
-def _run(launches: Sequence[KernelLaunch]) -> None:
-    for launch in launches:
-        launch()
 
 
 # --- user-facing functions --------------------------------------------------------------------------------------------

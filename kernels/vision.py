@@ -71,12 +71,13 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
+from nbxcert.kernels.launch import KernelLaunch
+from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.matmul import _tile_coords
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.rows import (
     MAX_TILE,
     SCALAR_REGS,
-    KernelLaunch,
     compute_type,
     narrow,
     reduction_shared_bytes,
@@ -692,11 +693,6 @@ def upsample_launches(config: Config, x: Tensor, y: Tensor, scale_h: int, scale_
     args += tuple(x.stride(a) for a in x_axes) + tuple(y.stride(a) for a in y_axes)
     kwargs = dict(SCALE_1=scales[0], SCALE_2=scales[1], SCALE_I=scales[2], BLOCK_R=br, BLOCK_I=bi, **_warps(config))
     return [KernelLaunch(_upsample_nearest2d_kernel, (triton.cdiv(rows, br), triton.cdiv(inner, bi)), args, kwargs)]
-
-
-def _run(launches: Sequence[KernelLaunch]) -> None:
-    for launch in launches:
-        launch()
 
 
 # ======================================================================================================================
