@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from nbxcert.kernels.compare import Judge, Verdict, compare, poison
+from nbxcert.kernels.compare import Judge, Verdict, poison
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec
 
 
@@ -34,23 +34,35 @@ def run_checked(
     the launch's wall time in seconds is appended to it (the interpreter's timing is its CPU time)."""
     if inputs is None:
         inputs = spec.make_inputs(problem, tuple(dtypes), seed, device)
-    refs = spec.oracle(inputs)
+    judges = _judge_and_poison(spec, inputs, profile)
+    return _launch_and_judge(spec, config, inputs, problem, dtypes, timings, judges,
+                             lambda name, ctx: judges[name].verdict_of(inputs.tensors[name], ctx))  # fmt: skip
+
+
+def _judge_and_poison(spec: KernelSpec, inputs: Inputs, profile) -> dict[str, Judge]:
+    """Ask the oracle (before poisoning: it reads the inputs, in-place outputs included), build a `Judge` per output
+    at the profile's tolerance, then poison every output that is not in place (an unwritten element then fails)."""
+    judges = {}
+    for name, ref in spec.oracle(inputs).items():
+        dt = inputs.tensors[name].dtype
+        judges[name] = Judge(ref.value, ref.scale, dt, profile.tolerance(dt.name))
     inplace = set(getattr(inputs, "inplace", ()) or ())
     for name in inputs.outputs:
         if name not in inplace:
             t = inputs.tensors[name]
             poison(t, t.dtype)
+    return judges
+
+
+def _launch_and_judge(spec, config, inputs, problem, dtypes, timings, names, verdict) -> dict[str, Verdict]:
+    """Launch `config` once (its wall time appended to `timings` when given) and judge each output in `names` with
+    `verdict(name, context)`."""
     t0 = time.perf_counter()
     spec.launch(config, inputs)
     if timings is not None:
         timings.append(time.perf_counter() - t0)
     context = describe(spec, config, problem, dtypes)
-    verdicts = {}
-    for name, ref in refs.items():
-        t = inputs.tensors[name]
-        tol = profile.tolerance(t.dtype.name)
-        verdicts[name] = compare(t.float64(), ref.value, ref.scale, t.dtype, tol, f"{context}, output '{name}'")
-    return verdicts
+    return {name: verdict(name, f"{context}, output '{name}'") for name in names}
 
 
 @dataclass
@@ -103,17 +115,8 @@ def prepare(
     `on_device` (default: on a GPU) judges outputs where they lie (`nbxcert.kernels.judge`)."""
     inputs = spec.make_inputs(problem, tuple(dtypes), seed, device)
     t0 = time.perf_counter()
-    refs = spec.oracle(inputs)  # before poisoning: the oracle reads the inputs (in-place outputs included)
-    judges = {}
-    for name, ref in refs.items():
-        dt = inputs.tensors[name].dtype
-        judges[name] = Judge(ref.value, ref.scale, dt, profile.tolerance(dt.name))
+    judges = _judge_and_poison(spec, inputs, profile)
     oracle_seconds = time.perf_counter() - t0
-    inplace = set(getattr(inputs, "inplace", ()) or ())
-    for name in inputs.outputs:
-        if name not in inplace:
-            t = inputs.tensors[name]
-            poison(t, t.dtype)
     storages = {id(t.untyped_storage()): t.untyped_storage() for t in inputs.tensors.values()}
     pristine = []
     for st in storages.values():
@@ -125,21 +128,12 @@ def prepare(
     return Prepared(spec, dict(problem), tuple(dtypes), inputs, pristine, judges, oracle_seconds, on_device)
 
 
-def run_prepared(
-    prepared: Prepared, config: Config, timings: list[float] | None = None, sync=None
-) -> dict[str, Verdict]:
+def run_prepared(prepared: Prepared, config: Config, timings: list[float] | None = None) -> dict[str, Verdict]:
     """`run_checked` on prepared inputs: restore them, launch `config`, judge every output. With `timings`, the
-    launch's wall time in seconds is appended (`sync` is called before the clock stops when given)."""
-    spec = prepared.spec
+    launch's wall time in seconds is appended."""
     inputs = prepared.restore()
-    t0 = time.perf_counter()
-    spec.launch(config, inputs)
-    if sync is not None:
-        sync()
-    if timings is not None:
-        timings.append(time.perf_counter() - t0)
-    context = describe(spec, config, prepared.problem, prepared.dtypes)
-    return {name: prepared.verdict(name, f"{context}, output '{name}'") for name in prepared.judges}
+    return _launch_and_judge(prepared.spec, config, inputs, prepared.problem, prepared.dtypes, timings,
+                             prepared.judges, prepared.verdict)  # fmt: skip
 
 
 def all_ok(verdicts: Mapping[str, Verdict]) -> bool:
