@@ -15,7 +15,6 @@ weight (the dequantised one's size and layout), timed with `triton.testing.do_be
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 import common
@@ -66,8 +65,6 @@ def main() -> int:
         return 2
     cuda, profile, how = found
     from nbxcert.kernels import quant
-    from nbxcert.kernels.backends.triton_cuda import do_bench_events
-    from nbxcert.kernels.compare import compare, poison
 
     info = cuda.device_info(0)
     peer = {"ms": {}} if args.no_torch else common.torch_peer(PEER_SCRIPT, CASES, args.warmup, args.rep)
@@ -79,19 +76,16 @@ def main() -> int:
         problem = {"M": m, "N": n, "K": k, "format": fmt}
         inputs = spec.make_inputs(problem, ("float16",), 0, "cuda:0")
         t = inputs.tensors
-        timings = []
-        for config in spec.pruned_for(problem, profile).kept:
+
+        def call(config, t=t, name=name, fmt=fmt):
             launches = quant.quant_launches(
                 config, name == "dequant_gemv", fmt, t["x"], t["qweight"], t["scales"], t.get("qzeros"), t["out"]
             )
-            times = do_bench_events(lambda: [launch() for launch in launches], args.warmup, args.rep)
-            timings.append((statistics.median(times), config))
-        timings.sort(key=lambda x: x[0])
+            return lambda: [launch() for launch in launches]
+
+        timings = common.time_kept(spec, problem, profile, call, args.warmup, args.rep)
         best_ms, best = timings[0]
-        ref = spec.oracle(inputs)["out"]
-        poison(t["out"], t["out"].dtype)
-        spec.launch(best, inputs)
-        verdict = compare(t["out"].float64(), ref.value, ref.scale, t["out"].dtype, profile.tolerance("float16"), "")
+        verdict = common.check(spec, best, problem, ("float16",), profile, inputs)
         moved = moved_bytes(inputs)
         torch_ms = peer.get("ms", {}).get(f"{m}x{n}x{k}")
         results.append(
@@ -108,7 +102,7 @@ def main() -> int:
                 "TFLOPs": 2 * m * n * k / (best_ms * 1e-3) / 1e12,
                 "torch_fp16_matmul_ms": torch_ms,
                 "speedup_vs_fp16_matmul": torch_ms / best_ms if torch_ms else None,
-                "check": "ok" if verdict.ok else verdict.report,
+                "check": verdict,
                 "candidates": [{"config": c.label(), "ms": ms} for ms, c in timings],
             }
         )

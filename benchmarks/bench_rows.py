@@ -112,6 +112,10 @@ def spot_check(spec, config, inputs, profile, n_rows: int) -> str | None:
     return None if verdict.ok else verdict.report
 
 
+def _call(launches):
+    return lambda: [launch() for launch in launches]
+
+
 def main() -> int:
     args = common.parse_args(__doc__)
 
@@ -120,7 +124,6 @@ def main() -> int:
         return 2
     cuda, profile, how = found
     from nbxcert.kernels import rows
-    from nbxcert.kernels.backends.triton_cuda import do_bench_events
 
     info = cuda.device_info(0)
     copy_bw = copy_bandwidth(cuda)
@@ -133,12 +136,14 @@ def main() -> int:
         problem = {"n_rows": n_rows, "n_cols": n_cols} | ({"mask": "none"} if name == "softmax" else {})
         dtypes = ("float16",) if name == "softmax" else ("float16", "float16")
         inputs = spec.make_inputs(problem, dtypes, 0, "cuda:0")
-        timings = []
-        for config in spec.pruned_for(problem, profile).kept:
-            launches = _launches(rows, spec, config, inputs)
-            times = do_bench_events(lambda: [launch() for launch in launches], args.warmup, args.rep)
-            timings.append((statistics.median(times), config))
-        timings.sort(key=lambda t: t[0])
+        timings = common.time_kept(
+            spec,
+            problem,
+            profile,
+            lambda c, inputs=inputs: _call(_launches(rows, spec, c, inputs)),
+            args.warmup,
+            args.rep,
+        )
         best_ms, best = timings[0]
         moved = moved_bytes(name, n_rows, n_cols)
         eff = moved / (best_ms * 1e-3)

@@ -15,7 +15,6 @@ torch.log_softmax and torch.nn.functional.cross_entropy(reduction="none"), each 
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 import common
@@ -103,6 +102,10 @@ def spot_check(spec, config, inputs, profile) -> str | None:
     return None
 
 
+def _call(launches):
+    return lambda: [launch() for launch in launches]
+
+
 def main() -> int:
     args = common.parse_args(__doc__)
 
@@ -111,7 +114,6 @@ def main() -> int:
         return 2
     cuda, profile, how = found
     from nbxcert.kernels import sampling
-    from nbxcert.kernels.backends.triton_cuda import do_bench_events
 
     info = cuda.device_info(0)
     peer = {"ms": {}} if args.no_torch else common.torch_peer(PEER_SCRIPT, CASES, args.warmup, args.rep)
@@ -122,12 +124,14 @@ def main() -> int:
         spec = specs[name]
         problem = {"n_rows": n_rows, "n_cols": n_cols} | ({"k": k} if name == "topk" else {})
         inputs = spec.make_inputs(problem, spec.dtypes[0], 0, "cuda:0")  # float16 (argmax: + its int64 index)
-        timings = []
-        for config in spec.pruned_for(problem, profile).kept:
-            launches = _launches(sampling, spec, config, inputs)
-            times = do_bench_events(lambda: [launch() for launch in launches], args.warmup, args.rep)
-            timings.append((statistics.median(times), config))
-        timings.sort(key=lambda t: t[0])
+        timings = common.time_kept(
+            spec,
+            problem,
+            profile,
+            lambda c, inputs=inputs: _call(_launches(sampling, spec, c, inputs)),
+            args.warmup,
+            args.rep,
+        )
         best_ms, best = timings[0]
         moved = moved_bytes(name, n_rows, n_cols, k)
         torch_ms = peer.get("ms", {}).get(f"{name}:{n_rows}x{n_cols}:{k}")

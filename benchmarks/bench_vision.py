@@ -17,7 +17,6 @@ timed with `triton.testing.do_bench` (L2 flush, median).
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 import common
@@ -97,8 +96,6 @@ def main() -> int:
         return 2
     cuda, profile, how = found
     from nbxcert.kernels import vision
-    from nbxcert.kernels.backends.triton_cuda import do_bench_events
-    from nbxcert.kernels.compare import compare, poison
 
     info = cuda.device_info(0)
     peer = {"ms": {}} if args.no_torch else common.torch_peer(PEER_SCRIPT, CASES, args.warmup, args.rep)
@@ -109,19 +106,11 @@ def main() -> int:
         spec = specs[name]
         problem = full_problem(name, p)
         inputs = spec.make_inputs(problem, ("float16",), 0, "cuda:0")
-        timings = []
-        for config in spec.pruned_for(problem, profile).kept:
-            times = do_bench_events(lambda config=config: spec.launch(config, inputs), args.warmup, args.rep)
-            timings.append((statistics.median(times), config))
-        timings.sort(key=lambda x: x[0])
+        timings = common.time_kept(
+            spec, problem, profile, lambda c, inputs=inputs: lambda: spec.launch(c, inputs), args.warmup, args.rep
+        )
         best_ms, best = timings[0]
-        out_name = inputs.outputs[0]
-        out = inputs.tensors[out_name]
-        ref = spec.oracle(inputs)[out_name]
-        poison(out, out.dtype)
-        spec.launch(best, inputs)
-        tol = profile.tolerance(out.dtype.name)
-        verdict = compare(out.float64(), ref.value, ref.scale, out.dtype, tol, "")
+        verdict = common.check(spec, best, problem, ("float16",), profile, inputs)
         moved, work = moved_bytes(inputs), flops(name, p)
         torch_ms = peer.get("ms", {}).get(str(i))
         results.append(
@@ -137,7 +126,7 @@ def main() -> int:
                 "TFLOPs": work / (best_ms * 1e-3) / 1e12 if work else None,
                 "torch_ms": torch_ms,
                 "speedup_vs_torch": torch_ms / best_ms if torch_ms else None,
-                "check": "ok" if verdict.ok else verdict.report,
+                "check": verdict,
                 "candidates": [{"config": c.label(), "ms": ms} for ms, c in timings],
             }
         )

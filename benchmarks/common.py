@@ -63,3 +63,23 @@ def write_results(path: str | None, device_name: str, profile, how: str, peer: d
     }
     with open(path, "w") as f:
         json.dump(doc, f, indent=2)
+
+
+def time_kept(spec, problem, profile, make_call, warmup: float, rep: float) -> list:
+    """Every config the profile's prune keeps for `problem`, timed with nbxcert's event timer (`make_call(config)`
+    gives what one repetition runs): [(median ms, config)], fastest first."""
+    import statistics
+
+    from nbxcert.kernels.backends.triton_cuda import do_bench_events
+
+    timings = []
+    for config in spec.pruned_for(problem, profile).kept:
+        timings.append((statistics.median(do_bench_events(make_call(config), warmup, rep)), config))
+    return sorted(timings, key=lambda t: t[0])
+
+
+def check(spec, config, problem, dtypes, profile, inputs) -> str:
+    """ "ok", or the first mismatch report of `config` launched on `inputs` against the float64 oracle."""
+    from nbxcert.kernels.check import first_report, run_checked
+
+    return first_report(run_checked(spec, config, problem, dtypes, profile, 0, "cuda:0", inputs=inputs)) or "ok"
