@@ -8,22 +8,10 @@
 # Logs (one line per key, and each shard's JSON summary when it finishes) and the certificates come back packed in
 # $OUT/hopper_certs.tgz; $OUT/coverage_*.txt says what is covered.
 set -u
-export PYTHONUNBUFFERED=1
 WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
 CERTIFY_S=${CERTIFY_S:-300}
-SHARDS=${SHARDS:-$(nvidia-smi -L | wc -l)}
-JOBS=$(( $(nproc) / SHARDS )); [ "$JOBS" -ge 1 ] || JOBS=1
-python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | tail -2
-mkdir -p /tmp/notorch /tmp/certify-logs
-cat > /tmp/notorch/sitecustomize.py <<'PY'
-import sys
-class _NoTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ImportError("torch is hidden in this run (nbxcert must not need it)")
-        return None
-sys.meta_path.insert(0, _NoTorch())
-PY
+mkdir -p /tmp/certify-logs
+source "$(dirname "$0")/gpu_env.sh"
 : > /tmp/certify-logs/keys.jsonl
 for w in $WORKLOADS; do
   python3 -m nbxcert keys --profile hopper --workload "$w" --json >> /tmp/certify-logs/keys.jsonl

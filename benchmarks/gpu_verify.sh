@@ -3,21 +3,9 @@
 # $WORKLOADS, split into one `--shard i/N` per GPU (CUDA_VISIBLE_DEVICES=i) run at once, torch made unimportable in
 # every process. Each shard prints its `[nbxcert] verify (shard i/N): ...` line; $OUT/verify_W.txt holds them all.
 set -u
-export PYTHONUNBUFFERED=1
 WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
-SHARDS=${SHARDS:-$(nvidia-smi -L | wc -l)}
-JOBS=$(( $(nproc) / SHARDS )); [ "$JOBS" -ge 1 ] || JOBS=1
-python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | tail -2
-mkdir -p /tmp/notorch /tmp/verify-logs
-cat > /tmp/notorch/sitecustomize.py <<'PY'
-import sys
-class _NoTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ImportError("torch is hidden in this run (nbxcert must not need it)")
-        return None
-sys.meta_path.insert(0, _NoTorch())
-PY
+mkdir -p /tmp/verify-logs
+source "$(dirname "$0")/gpu_env.sh"
 for w in $WORKLOADS; do
   start=$(date +%s)
   for i in $(seq 0 $(( SHARDS - 1 ))); do
