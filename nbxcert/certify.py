@@ -158,10 +158,8 @@ def entry_of(result: SweepResult, spec, profile, prov, seed: int) -> dict[str, A
     w, r, d = result.winner, result.runner_up, result.default
 
     def role(o):
-        # winner, runner-up and default are always fully timed (`sweep.finalists`); the phase is the sweep's business
-        if o is None or not o.timing:
-            return None
-        return {"config": o.config.as_dict(), "timing": {k: v for k, v in o.timing.items() if k != "phase"}}
+        # winner, runner-up and default are always fully timed (`sweep.finalists`)
+        return {"config": o.config.as_dict(), "timing": o.timing} if o is not None and o.timing else None
 
     return {
         "winner": role(w),

@@ -38,6 +38,7 @@ class Outcome:
     reason: str = ""
     error: dict[str, float] | None = None
     timing: dict[str, Any] | None = None
+    phase: str = ""  # "screen" (the brief budget) or "final" (the full one) for a timed candidate
 
     @property
     def median(self) -> float:
@@ -207,20 +208,20 @@ def sweep_key(
     for c, reply in zip(runnable, checked):
         _add_seconds(inner, reply)
         if reply["status"] == "correct":
-            outcomes.append(Outcome(c, "correct", "", reply["error"], reply["timing"]))
+            outcomes.append(Outcome(c, "correct", "", reply["error"], reply["timing"], reply["phase"]))
         else:
             outcomes.append(Outcome(c, reply["status"], reply.get("reason", "")))
     runner = runners[0]
     correct = [o for o in outcomes if o.status == "correct"]
     final = finalists(correct, spec.default)
-    screened = [o for o in final if o.timing.get("phase") == "screen"]
+    screened = [o for o in final if o.phase == "screen"]
     if screened:
         # the full timing, one candidate at a time on the one GPU runner
         timed = _check_all([runner], base, [o.config for o in screened], timeout_s, key, progress, {"op": "time"})
         for o, reply in zip(screened, timed):
             _add_seconds(inner, reply)
             if reply["status"] == "timed":
-                o.timing = reply["timing"]
+                o.timing, o.phase = reply["timing"], reply["phase"]
             else:  # it ran correctly once and then failed: it is refused, never a silent `inf`
                 o.status, o.reason, o.timing = reply["status"], "while timed: " + reply.get("reason", ""), None
         final = [o for o in final if o.status == "correct"]
