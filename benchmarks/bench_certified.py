@@ -4,6 +4,7 @@
     python3 benchmarks/bench_certified.py coldstart --workload tinyllama-1.1b --dir certificates --out cold.json
     python3 benchmarks/bench_certified.py serving --out serving.json
     python3 benchmarks/bench_certified.py throughput LOG [LOG ...] --workload tinyllama-1.1b --out throughput.json
+    python3 benchmarks/bench_certified.py winners --dir certificates --profile hopper
 
 quality     For every key of the workload certified in --dir for this device's profile, at the key's timing problem
             (its bucket's largest member): the certified winner's time against (a) the kernel's untuned default
@@ -20,6 +21,8 @@ coldstart   A fresh process runs the workload's launch sequence once (every laun
             lower bound.
 serving     The per-launch host cost of the served path (the user-facing `rmsnorm` on a decode-sized row, its key
             certified) against launching the same config directly (`spec.launch`), averaged over --calls launches.
+winners     Read from the certificates alone (no device): per kernel, the certified winner's time against the untuned
+            default's, both as the sweep measured them in the same run (its full budget).
 throughput  From `nbxcert certify` logs (one line per key): keys certified per minute and the share of time in
             compile, oracle (inputs + float64 reference + judges), checks and timing.
 
@@ -386,6 +389,24 @@ def throughput(args) -> dict:
     }
 
 
+def winners(args) -> dict:
+    """Winner against default as recorded in the certificates: per kernel and over all, median / min / max."""
+    from nbxcert.profiles import get_profile
+
+    rows = []
+    for key, entry in sorted(_entries(Path(args.dir), get_profile(args.profile).key).items()):
+        default = entry.get("default")
+        if default and default.get("timing"):
+            ratio = default["timing"]["median_us"] / entry["winner"]["timing"]["median_us"]
+            rows.append({"key": key, "kernel": key.split("[", 1)[0], "x_default": ratio})
+    kernels = {}
+    for kernel in sorted({r["kernel"] for r in rows}):
+        xs = [r["x_default"] for r in rows if r["kernel"] == kernel]
+        kernels[kernel] = {"keys": len(xs), "median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+    return {"dir": args.dir, "profile": args.profile, "kernels": kernels, "all": distribution(rows, "x_default"),
+            "best": max(rows, key=lambda r: r["x_default"]) if rows else None}  # fmt: skip
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -410,10 +431,14 @@ def main(argv=None) -> int:
     t.add_argument("logs", nargs="+")
     t.add_argument("--workload", default="")
     t.add_argument("--profile", default="hopper")
-    for p in (q, c, s, t):
+    w = sub.add_parser("winners", help="certified winner against the untuned default, read from the certificates")
+    w.add_argument("--dir", default="certificates")
+    w.add_argument("--profile", default="hopper")
+    for p in (q, c, s, t, w):
         p.add_argument("--out", default="")
     args = ap.parse_args(argv)
-    result = {"quality": quality, "coldstart": coldstart, "serving": serving, "throughput": throughput}[args.what](args)
+    commands = {"quality": quality, "coldstart": coldstart, "serving": serving, "throughput": throughput}
+    result = {**commands, "winners": winners}[args.what](args)
     text = json.dumps(result, indent=1, default=str)
     if args.out:
         Path(args.out).write_text(text)

@@ -32,3 +32,19 @@ def test_the_distribution_names_the_worst_keys():
     assert d["n"] == 100 and d["median"] == 50.5 and d["p5"] == 6.0
     assert [w["key"] for w in d["worst"]] == ["k1", "k2", "k3"]
     assert bc.distribution([], "x") == {"n": 0}
+
+
+def test_winners_reads_every_entry_with_a_timed_default():
+    import argparse
+    import json
+
+    root = Path(__file__).resolve().parent.parent / "certificates"
+    entries = {}
+    for f in (root / "cpu" / "interpreter").glob("*.json"):
+        entries.update(json.loads(f.read_text())["entries"])
+    timed = [e for e in entries.values() if e.get("default") and e["default"].get("timing")]
+    out = bc.winners(argparse.Namespace(dir=str(root), profile="interpreter"))
+    assert out["all"]["n"] == len(timed) > 0
+    assert sum(k["keys"] for k in out["kernels"].values()) == len(timed)
+    best = max(e["default"]["timing"]["median_us"] / e["winner"]["timing"]["median_us"] for e in timed)
+    assert out["best"]["x_default"] == best
