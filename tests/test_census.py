@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from clitools import check
 
 from nbxcert.census import _RES_USAGE, CHECKED_FACTS, Case, Limits, _amdgpu_registers, target_of
 from nbxcert.errors import BackendUnavailable, UsageError
@@ -32,17 +33,6 @@ def nbx(*args, timeout: int = 600) -> subprocess.CompletedProcess:
     e.update(NBXCERT_BACKEND="interpreter", COLUMNS="250", PYTHONPATH=os.pathsep.join([str(FIXTURES), *sys.path]))
     cmd = [sys.executable, "-m", "nbxcert", "census", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
-
-
-def check(r: subprocess.CompletedProcess, code: int, must=(), must_not=()) -> str:
-    text = r.stdout + r.stderr
-    assert r.returncode == code, text
-    assert "Traceback" not in text, text
-    for line in must:
-        assert line in text, f"missing {line!r} in:\n{text}"
-    for line in must_not:
-        assert line not in text, f"unexpected {line!r} in:\n{text}"
-    return text
 
 
 def _triton_has(name: str) -> bool:

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from clitools import check
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SPEC = ("--spec", "faulty_kernels")
@@ -35,17 +36,6 @@ def nbx(*args, env: dict | None = None) -> subprocess.CompletedProcess:
     e.update(env or {})
     cmd = [sys.executable, "-m", "nbxcert", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=120)
-
-
-def check(r: subprocess.CompletedProcess, code: int, must=(), must_not=()) -> str:
-    text = r.stdout + r.stderr
-    assert r.returncode == code, text
-    assert "Traceback" not in text, text
-    for line in must:
-        assert line in text, f"missing {line!r} in:\n{text}"
-    for line in must_not:
-        assert line not in text, f"unexpected {line!r} in:\n{text}"
-    return text
 
 
 def error_lines(r: subprocess.CompletedProcess) -> list[str]:

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import pytest
+from clitools import check
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,17 +73,6 @@ def nbx(*args, env: dict | None = None, timeout: float = 300) -> subprocess.Comp
     e.update(env or {})
     cmd = [sys.executable, "-m", "nbxcert", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, env=e, timeout=timeout)
-
-
-def check(r: subprocess.CompletedProcess, code: int, must=(), must_not=()) -> str:
-    text = r.stdout + r.stderr
-    assert r.returncode == code, text
-    assert "Traceback" not in text, text
-    for line in must:
-        assert line in text, f"missing {line!r} in:\n{text}"
-    for line in must_not:
-        assert line not in text, f"unexpected {line!r} in:\n{text}"
-    return text
 
 
 # --- faults during a sweep --------------------------------------------------------------------------------------------
