@@ -58,16 +58,12 @@ def moved_bytes(inputs) -> int:
 
 
 def main() -> int:
-    args = common.parse_args(__doc__)
-
-    found = common.gpu_profile("bench_quant")
-    if found is None:
+    opened = common.start(__doc__, "bench_quant", PEER_SCRIPT, CASES)
+    if opened is None:
         return 2
-    cuda, profile, how = found
+    args, cuda, profile, how, device_name, peer = opened
     from nbxcert.kernels import quant
 
-    info = cuda.device_info(0)
-    peer = {"ms": {}} if args.no_torch else common.torch_peer(PEER_SCRIPT, CASES, args.warmup, args.rep)
     specs = {s.name: s for s in quant.SPECS}
 
     results = []
@@ -109,7 +105,7 @@ def main() -> int:
         print(f"{name} {fmt} {m}x{n}x{k}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us")
 
     print()
-    print(f"device: {info.name} ({profile.key}, {how} match)")
+    print(f"device: {device_name} ({profile.key}, {how} match)")
     if "error" in peer:
         print(f"torch peer failed: {peer['error']}")
     header = f"{'kernel':15s} {'fmt':4s} {'M x N x K':>17s} {'best us':>9s} {'GB/s':>7s} {'fp16 us':>9s} {'x fp16':>7s}"
@@ -127,7 +123,7 @@ def main() -> int:
         )
         if r["check"] != "ok":
             print(f"  CHECK FAILED: {r['check'].splitlines()[0]}")
-    common.write_results(args.out, info.name, profile, how, peer, results)
+    common.write_results(args.out, device_name, profile, how, peer, results)
     return 0
 
 

@@ -117,17 +117,13 @@ def _call(launches):
 
 
 def main() -> int:
-    args = common.parse_args(__doc__)
-
-    found = common.gpu_profile("bench_rows")
-    if found is None:
+    opened = common.start(__doc__, "bench_rows", PEER_SCRIPT, CASES)
+    if opened is None:
         return 2
-    cuda, profile, how = found
+    args, cuda, profile, how, device_name, peer = opened
     from nbxcert.kernels import rows
 
-    info = cuda.device_info(0)
     copy_bw = copy_bandwidth(cuda)
-    peer = {"ms": {}} if args.no_torch else common.torch_peer(PEER_SCRIPT, CASES, args.warmup, args.rep)
     specs = {"rmsnorm": rows.RMSNORM, "layernorm": rows.LAYERNORM, "softmax": rows.SOFTMAX}
 
     results = []
@@ -178,7 +174,7 @@ def main() -> int:
         )
 
     print()
-    print(f"device: {info.name} ({profile.key}, {how} match); copy bandwidth {copy_bw / 1e9:.0f} GB/s (cuMemcpyDtoD)")
+    print(f"device: {device_name} ({profile.key}, {how} match); copy bandwidth {copy_bw / 1e9:.0f} GB/s (cuMemcpyDtoD)")
     if "error" in peer:
         print(f"torch peer failed: {peer['error']}")
     header = f"{'kernel':10s} {'shape':>13s} {'best us':>9s} {'GB/s':>7s} {'of copy':>8s} {'torch us':>9s} "
@@ -198,7 +194,7 @@ def main() -> int:
         if r["spot_check"] != "ok":
             print(f"  SPOT CHECK FAILED: {r['spot_check'].splitlines()[0]}")
     doc = {
-        "device": info.name,
+        "device": device_name,
         "profile": profile.key,
         "profile_match": how,
         "copy_bandwidth_GBps": copy_bw / 1e9,

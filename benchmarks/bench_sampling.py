@@ -107,16 +107,12 @@ def _call(launches):
 
 
 def main() -> int:
-    args = common.parse_args(__doc__)
-
-    found = common.gpu_profile("bench_sampling")
-    if found is None:
+    opened = common.start(__doc__, "bench_sampling", PEER_SCRIPT, CASES)
+    if opened is None:
         return 2
-    cuda, profile, how = found
+    args, cuda, profile, how, device_name, peer = opened
     from nbxcert.kernels import sampling
 
-    info = cuda.device_info(0)
-    peer = {"ms": {}} if args.no_torch else common.torch_peer(PEER_SCRIPT, CASES, args.warmup, args.rep)
     specs = {s.name: s for s in sampling.SPECS}
 
     results = []
@@ -155,7 +151,7 @@ def main() -> int:
         print(f"{name} {n_rows}x{n_cols} k={k}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us")
 
     print()
-    print(f"device: {info.name} ({profile.key}, {how} match)")
+    print(f"device: {device_name} ({profile.key}, {how} match)")
     if "error" in peer:
         print(f"torch peer failed: {peer['error']}")
     header = (
@@ -173,7 +169,7 @@ def main() -> int:
         )
         if r["spot_check"] != "ok":
             print(f"  SPOT CHECK FAILED: {r['spot_check'].splitlines()[0]}")
-    common.write_results(args.out, info.name, profile, how, peer, results)
+    common.write_results(args.out, device_name, profile, how, peer, results)
     return 0
 
 

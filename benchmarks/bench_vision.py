@@ -89,16 +89,12 @@ def moved_bytes(inputs) -> int:
 
 
 def main() -> int:
-    args = common.parse_args(__doc__)
-
-    found = common.gpu_profile("bench_vision")
-    if found is None:
+    opened = common.start(__doc__, "bench_vision", PEER_SCRIPT, CASES)
+    if opened is None:
         return 2
-    cuda, profile, how = found
+    args, cuda, profile, how, device_name, peer = opened
     from nbxcert.kernels import vision
 
-    info = cuda.device_info(0)
-    peer = {"ms": {}} if args.no_torch else common.torch_peer(PEER_SCRIPT, CASES, args.warmup, args.rep)
     specs = {s.name: s for s in vision.SPECS}
 
     results = []
@@ -133,7 +129,7 @@ def main() -> int:
         print(f"{name} {problem}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us")
 
     print()
-    print(f"device: {info.name} ({profile.key}, {how} match)")
+    print(f"device: {device_name} ({profile.key}, {how} match)")
     if "error" in peer:
         print(f"torch peer failed: {peer['error']}")
     header = (
@@ -154,7 +150,7 @@ def main() -> int:
         )
         if r["check"] != "ok":
             print(f"  CHECK FAILED: {r['check'].splitlines()[0]}")
-    common.write_results(args.out, info.name, profile, how, peer, results)
+    common.write_results(args.out, device_name, profile, how, peer, results)
     return 0
 
 

@@ -83,3 +83,15 @@ def check(spec, config, problem, dtypes, profile, inputs) -> str:
     from nbxcert.kernels.check import first_report, run_checked
 
     return first_report(run_checked(spec, config, problem, dtypes, profile, 0, "cuda:0", inputs=inputs)) or "ok"
+
+
+def start(doc: str, script: str, peer_script: str, cases):
+    """A row-style benchmark's opening: its options, the GPU it needs (None, after one line, without one) and the torch
+    peer's times (skipped with --no-torch). Returns (args, cuda module, profile, how it matched, device name, peer)."""
+    args = parse_args(doc)
+    found = gpu_profile(script)
+    if found is None:
+        return None
+    cuda, profile, how = found
+    peer = {"ms": {}} if args.no_torch else torch_peer(peer_script, cases, args.warmup, args.rep)
+    return args, cuda, profile, how, cuda.device_info(0).name, peer
