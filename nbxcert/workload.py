@@ -151,22 +151,29 @@ def parse_workload(text: str, path: str) -> Workload:
         raise _fail(path, f"model.{missing}", f"missing: a mixture of experts states all of {', '.join(MOE_FIELDS)}")
     if given and model["top_k"] > model["experts"]:
         raise _fail(path, "model.top_k", f"{model['top_k']} is more than experts={model['experts']}")
-    dtypes = doc["dtypes"]
-    if not isinstance(dtypes, list) or not dtypes or not all(d in ("float16", "bfloat16", "float32") for d in dtypes):
-        raise _fail(path, "dtypes", "a non-empty list of float16, bfloat16, float32")
-    phases = doc["phases"]
-    if not isinstance(phases, dict):
-        raise _fail(path, "phases", "must be a mapping")
-    for k in phases:
-        if k not in PHASE_FIELDS:
-            raise _fail(path, f"phases.{k}", "unknown field")
+    dtypes, phases = _dtypes_and_phases(path, doc, ("float16", "bfloat16", "float32"), "", PHASE_FIELDS)
     for k in PHASE_FIELDS:
-        if k not in phases:
-            raise _fail(path, f"phases.{k}", "missing")
         _check_sizes(path, f"phases.{k}", phases[k])
     if not isinstance(doc["name"], str) or not doc["name"]:
         raise _fail(path, "name", "must be a non-empty string")
     return Workload(doc["name"], path, doc["source"], dict(model), tuple(dtypes), dict(phases))
+
+
+def _dtypes_and_phases(path: str, doc: dict, allowed: tuple[str, ...], why: str, fields: tuple[str, ...]):
+    """The `dtypes` list (each one of `allowed`) and the `phases` mapping (exactly `fields`) of a workload file."""
+    dtypes = doc["dtypes"]
+    if not isinstance(dtypes, list) or not dtypes or not all(d in allowed for d in dtypes):
+        raise _fail(path, "dtypes", f"a non-empty list of {', '.join(allowed)}{why}")
+    phases = doc["phases"]
+    if not isinstance(phases, dict):
+        raise _fail(path, "phases", "must be a mapping")
+    for k in phases:
+        if k not in fields:
+            raise _fail(path, f"phases.{k}", "unknown field")
+    for k in fields:
+        if k not in phases:
+            raise _fail(path, f"phases.{k}", "missing")
+    return dtypes, phases
 
 
 def _check_sizes(path: str, field: str, v: Any) -> None:
@@ -380,18 +387,7 @@ def parse_unet_block(doc: dict, path: str) -> Workload:
     for c in [*model["resnet_in_channels"], model["out_channels"]]:
         if c % groups:
             raise _fail(path, "model.norm_groups", f"{groups} groups do not divide {c} channels")
-    dtypes = doc["dtypes"]
-    if not isinstance(dtypes, list) or not dtypes or not all(d in ("float16", "bfloat16") for d in dtypes):
-        raise _fail(path, "dtypes", "a non-empty list of float16, bfloat16 (conv2d's dtypes)")
-    phases = doc["phases"]
-    if not isinstance(phases, dict):
-        raise _fail(path, "phases", "must be a mapping")
-    for k in phases:
-        if k not in UNET_PHASE_FIELDS:
-            raise _fail(path, f"phases.{k}", "unknown field")
-    for k in UNET_PHASE_FIELDS:
-        if k not in phases:
-            raise _fail(path, f"phases.{k}", "missing")
+    dtypes, phases = _dtypes_and_phases(path, doc, ("float16", "bfloat16"), " (conv2d's dtypes)", UNET_PHASE_FIELDS)
     _check_sizes(path, "phases.batch", phases["batch"])
     spatial = phases["sizes"]
     if not isinstance(spatial, list) or not spatial or not all(_positive_int(s) for s in spatial):
