@@ -58,6 +58,14 @@ def _threads():
         return _pool
 
 
+def _mismatched(out, ref, err, allowed, finite_out, finite_ref) -> np.ndarray:
+    """The elements that fail (the module docstring's rule): a non-finite output where the reference is finite, an
+    error over the allowed one, or a non-finite reference not matched exactly (the same infinity, or a NaN)."""
+    bad = (finite_ref & ~finite_out) | (finite_ref & finite_out & (err > allowed))
+    same_nonfinite = (np.isnan(ref) & np.isnan(out)) | (np.isinf(ref) & (out == ref))
+    return bad | (~finite_ref & ~same_nonfinite)
+
+
 def _chunks(n: int) -> list[tuple[int, int]]:
     return [(lo, min(lo + CHUNK, n)) for lo in range(0, n, CHUNK)] or [(0, 0)]
 
@@ -108,9 +116,7 @@ class Judge:
                 max_scaled = float(scaled.max()) if scaled.size else 0.0
                 return n_bad, max_abs, max_rel, max_scaled, False
             fr = self.finite_ref.reshape(-1)[lo:hi]
-            bad = (fr & ~fo) | (fr & fo & (err > al))
-            same_nonfinite = (np.isnan(r) & np.isnan(o)) | (np.isinf(r) & (o == r))
-            bad |= ~fr & ~same_nonfinite
+            bad = _mismatched(o, r, err, al, fo, fr)
             fin = fr & fo
             max_abs = _finite_max(np.where(fin, err, np.nan))
             rel = np.where(fin & (r != 0), err / np.abs(np.where(r == 0, 1, r)), np.nan)
@@ -168,11 +174,7 @@ class Judge:
     def _report(self, out, context, n_bad, max_abs, max_rel, max_scaled) -> str:
         ref, allowed = self.ref, self.allowed
         with np.errstate(invalid="ignore", over="ignore"):
-            err = np.abs(out - ref)
-            fo = np.isfinite(out)
-            bad = (self.finite_ref & ~fo) | (self.finite_ref & fo & (err > allowed))
-            same_nonfinite = (np.isnan(ref) & np.isnan(out)) | (np.isinf(ref) & (out == ref))
-            bad |= ~self.finite_ref & ~same_nonfinite
+            bad = _mismatched(out, ref, np.abs(out - ref), allowed, np.isfinite(out), self.finite_ref)
         lines = [
             context.strip(),
             f"Not equal to tolerance tol={self.tol:g} x scale + rounding({self.dtype.name})",
