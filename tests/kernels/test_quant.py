@@ -182,6 +182,8 @@ def test_an_awq_checkpoint_is_served_after_a_repack(backend):
     want = (q[:4] - z) * 0.5
     assert np.array_equal(quant.dequant_gemv(eye, qw, scales, qz, "int4").float64(), want)
     assert np.array_equal(quant.dequant_matmul(eye, qw, scales, qz, "int4").float64(), want)
+    with pytest.raises(ShapeMismatch, match=r"awq_to_gptq: qzeros must be a 2-d int32 tensor, got float16\[1, 16\]"):
+        quant.awq_to_gptq(qw, from_numpy(z, "float16", dev))
     with pytest.raises(ShapeMismatch, match=r"awq_to_gptq: qweight \[128, 2\] needs K a multiple of 128 and qzeros"):
         quant.awq_to_gptq(
             from_numpy(_pack_awq_by_hand(q), "int32", dev), from_numpy(np.zeros((2, 2), np.int32), "int32", dev)
