@@ -162,6 +162,10 @@ def main(argv=None) -> int:
         problem = shape["problem"]
         print(f"== {text} {problem} ({dt})", flush=True)
         inputs = spec.make_inputs(problem, (dt, dt), 0, choice.device)
+        from nbxcert.warm import compile_ahead  # every config of both spaces compiled in a pool before any is timed
+
+        compile_ahead(spec, problem, (dt, dt), list(spec.prune(list(spec.candidates) + theirs, problem, profile).kept),
+                      profile.key)  # fmt: skip
         pick = vllm_pick(shape["model"], problem["M"])
         pick_cfg = moe._moe(pick[0], pick[1], pick[2], pick[4], pick[5], pick[3])
         log("  ours:")

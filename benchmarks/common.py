@@ -65,15 +65,19 @@ def write_results(path: str | None, device_name: str, profile, how: str, peer: d
         json.dump(doc, f, indent=2)
 
 
-def time_kept(spec, problem, profile, make_call, warmup: float, rep: float) -> list:
+def time_kept(spec, problem, profile, make_call, warmup: float, rep: float, dtypes=None) -> list:
     """Every config the profile's prune keeps for `problem`, timed with nbxcert's event timer (`make_call(config)`
-    gives what one repetition runs): [(median ms, config)], fastest first."""
+    gives what one repetition runs): [(median ms, config)], fastest first. The configs are compiled ahead in a pool
+    (for `dtypes`, by default the spec's first dtype tuple), so the loop below loads rather than compiles."""
     import statistics
 
     from nbxcert.kernels.backends.triton_cuda import do_bench_events
+    from nbxcert.warm import compile_ahead
 
+    kept = spec.pruned_for(problem, profile).kept
+    compile_ahead(spec, problem, tuple(dtypes or spec.dtypes[0]), kept, profile.key)
     timings = []
-    for config in spec.pruned_for(problem, profile).kept:
+    for config in kept:
         timings.append((statistics.median(do_bench_events(make_call(config), warmup, rep)), config))
     return sorted(timings, key=lambda t: t[0])
 

@@ -170,6 +170,10 @@ def check_configs(
     prepared = prepare(spec, problem, tuple(dtypes), profile, seed, device)
     if configs is None:
         configs = spec.pruned_for(problem, profile).kept
+    if device.startswith("cuda"):
+        from nbxcert.warm import compile_ahead
+
+        compile_ahead(spec, problem, tuple(dtypes), configs, profile.key, seed)  # the launches below then load them
     failures: list[str] = []
     first: dict[tuple, tuple[Config, dict[str, bytes]]] = {}
     for config in configs:

@@ -83,3 +83,40 @@ def warm(
         report.compiled = len(requests)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+_ahead_pool = None
+
+
+def compile_ahead(spec, problem, dtypes, configs, profile_key: str, seed: int = 0, jobs: int | None = None) -> int:
+    """Compile `configs` of a registered `spec` for one `problem` in a pool of worker processes (kept for the life of
+    this process), filling Triton's on-disk cache, so that the caller's own launches that follow load them instead of
+    compiling one after the other. For the GPU tests and benchmarks that run every kept candidate at real shapes.
+
+    Returns how many compiled. A config that fails to compile here is not reported: the caller's own launch of it
+    meets the same failure and reports it where it belongs. Nothing happens off CUDA, for one config, or for a spec
+    that is not registered (a worker finds specs by name)."""
+    global _ahead_pool
+    import atexit
+
+    from nbxcert.errors import NbxcertError
+    from nbxcert.kernels.backends import select
+    from nbxcert.kernels.spec import get_spec
+    from nbxcert.worker import CompilePool
+
+    configs = list(configs)
+    if select().name != "cuda" or len(configs) < 2:
+        return 0
+    try:
+        if get_spec(spec.name) is not spec:
+            return 0
+    except NbxcertError:
+        return 0
+    if _ahead_pool is None:
+        _ahead_pool = CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
+        atexit.register(_ahead_pool.close)
+    same = {"smallest": dict(problem), "largest": dict(problem)}
+    requests = [{"op": "compile", "spec": spec.name, "config": c.as_dict(), "dtypes": list(dtypes), "problems": same,
+                 "seed": int(seed), "profile": profile_key} for c in configs]  # fmt: skip
+    replies = _ahead_pool.compile_all(requests, TIMEOUT_S)
+    return sum(1 for r in replies if r.get("status") == "compiled")

@@ -47,3 +47,22 @@ def test_on_the_gpu_warm_compiles_the_certified_winner(backend, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "1 keys, compiled 1 certified winners" in r.stdout and "0 missing, 0 failed" in r.stdout
     assert any((tmp_path / "triton").rglob("*.cubin")), "the winner's binary is in the cache"
+
+
+@pytest.mark.gpu
+def test_on_the_gpu_compile_ahead_fills_the_cache_for_the_launches_that_follow(backend, tmp_path):
+    """The GPU tests' and benchmarks' helper: every config compiled in the pool, its binary in Triton's cache."""
+    if backend.name != "cuda":
+        pytest.skip("needs the cuda backend")
+    code = (
+        "from nbxcert.kernels import rows\nfrom nbxcert.profiles import get_profile\nfrom nbxcert.warm import "
+        "compile_ahead\np = {'n_rows': 64, 'n_cols': 2048}\nhopper = get_profile('hopper')\n"
+        "kept = rows.RMSNORM.pruned_for(p, hopper).kept[:3]\n"
+        "print(compile_ahead(rows.RMSNORM, p, ('float16', 'float16'), kept, hopper.key, jobs=2), len(kept))\n"
+    )
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton"), "NBXCERT_BACKEND": "cuda"}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    compiled, kept = map(int, r.stdout.split())
+    assert compiled == kept == 3
+    assert len(list((tmp_path / "triton").rglob("*.cubin"))) >= 3

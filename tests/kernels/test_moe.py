@@ -24,6 +24,7 @@ from nbxcert.kernels.spec import Config
 from nbxcert.kernels.tensor import from_numpy
 from nbxcert.oracles import moe as oracle
 from nbxcert.profiles import get_profile
+from nbxcert.warm import compile_ahead
 
 SPECS = {s.name: s for s in moe.SPECS}
 
@@ -372,6 +373,7 @@ def test_gpu_fused_moe_every_kept_candidate_at_mixtral_shapes(plan, profile, bac
     for dtype in ("float16", "bfloat16"):
         judge = _Judge(moe.FUSED_MOE, problem, (dtype, dtype), profile, backend.device)
         configs = kept if dtype == "float16" else list({c["BLOCK_M"]: c for c in kept}.values())
+        compile_ahead(moe.FUSED_MOE, problem, (dtype, dtype), configs, profile.key)
         for config in configs:
             runs += 1
             report = judge.check(config)
@@ -391,6 +393,7 @@ def test_gpu_fused_moe_every_kept_candidate_at_mixtral_shapes(plan, profile, bac
 )
 def test_gpu_moe_align_every_kept_candidate(problem, profile, backend):
     kept = moe.MOE_ALIGN.pruned_for(problem, profile).kept
+    compile_ahead(moe.MOE_ALIGN, problem, ("int32",), kept, profile.key)
     judge = _Judge(moe.MOE_ALIGN, problem, ("int32",), profile, backend.device)
     failures = [r for r in (judge.check(c) for c in kept) if r]
     assert not failures, f"{len(failures)} of {len(kept)} mismatch:\n" + "\n\n".join(failures[:3])

@@ -25,6 +25,7 @@ from nbxcert.kernels.tensor import from_bits, from_numpy
 from nbxcert.keys import make_key
 from nbxcert.oracles import vision as oracle
 from nbxcert.profiles import get_profile
+from nbxcert.warm import compile_ahead
 
 SPECS = {s.name: s for s in V.SPECS}
 conv = V.conv_problem_dict
@@ -318,7 +319,9 @@ def test_gpu_every_kept_candidate_at_sd_shapes(name, i, profile, backend):
     ref = spec.oracle(inputs)[out_name]
     out = inputs.tensors[out_name]
     failures, bits = [], {}
-    for config in spec.pruned_for(prob, profile).kept:
+    kept = spec.pruned_for(prob, profile).kept
+    compile_ahead(spec, prob, spec.dtypes[0], kept, profile.key)
+    for config in kept:
         poison(out, out.dtype)
         spec.launch(config, inputs)
         v = compare(out.float64(), ref.value, ref.scale, out.dtype, profile.tolerance(out.dtype.name), config.label())

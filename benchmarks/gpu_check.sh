@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call of GPU tests and benchmarks, chosen by $SET (the issue each set closes is named beside it). Each step
+# runs under its own time limit (SIGINT, then the next step) with its full output in $OUT/<step>.txt and one line in
+# $OUT/summary.txt (exit status, seconds). The tests run with torch unimportable (PYTHONPATH=/tmp/notorch, see
+# gpu_env.sh); the benchmarks' torch peers run in their own processes.
+#   SET=core     bash benchmarks/gpu_check.sh   # #9, #4, #6: judge/warm/reliability, rows/elementwise, bench_autotune
+#   SET=families bash benchmarks/gpu_check.sh   # #11: sampling, quant, moe, vision tests and benchmarks
+set -u
+source "$(dirname "$0")/gpu_env.sh"
+step() {
+  local name=$1 limit=$2 t0 rc
+  shift 2
+  t0=$(date +%s)
+  timeout -s INT -k 20 "$limit" "$@" > "$OUT/$name.txt" 2>&1
+  rc=$?
+  echo "$name: exit $rc after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
+  tail -4 "$OUT/$name.txt"
+}
+tests() { PYTHONPATH=/tmp/notorch python3 -m pytest -q -p no:cacheprovider -m gpu --durations=12 "$@"; }
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$OUT/summary.txt"
+case "${SET:-}" in
+  core)
+    step tests_core 150 tests tests/test_judge.py tests/test_warm.py tests/test_reliability.py
+    step tests_rows_elementwise 230 tests tests/kernels/test_rows.py tests/kernels/test_elementwise.py
+    step bench_autotune 190 python3 benchmarks/bench_autotune.py --keys 6 --out "$OUT/autotune.json"
+    ;;
+  families)
+    step tests_families 280 tests tests/kernels/test_sampling.py tests/kernels/test_quant.py \
+      tests/kernels/test_moe.py tests/kernels/test_vision.py
+    step bench_sampling 50 python3 benchmarks/bench_sampling.py --warmup 10 --rep 40 --out "$OUT/bench_sampling.json"
+    step bench_quant 50 python3 benchmarks/bench_quant.py --warmup 10 --rep 40 --out "$OUT/bench_quant.json"
+    step bench_vision 50 python3 benchmarks/bench_vision.py --warmup 10 --rep 40 --out "$OUT/bench_vision.json"
+    step bench_moe 120 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json" \
+      --shapes mixtral:up:64,mixtral:down:512,qwen3:up:512,qwen3:down:64
+    ;;
+  *) echo "SET must be core or families" >&2; exit 2 ;;
+esac
