@@ -119,6 +119,14 @@ def _roles(problems: dict[str, dict[str, Any]]) -> tuple[str, ...]:
     return ("largest",) if problems["smallest"] == problems["largest"] else ("smallest", "largest")
 
 
+def _shape_only_inputs(spec, problem, dtypes, seed, device):
+    """Inputs to compile for: their large float tensors allocated, never filled (`kernels.inputs.shape_only`)."""
+    from nbxcert.kernels import inputs as _inputs
+
+    with _inputs.shape_only():
+        return spec.make_inputs(problem, dtypes, seed, device)
+
+
 def handle(req: dict[str, Any]) -> dict[str, Any]:
     spec = get_spec(req["spec"])
     config = Config.from_dict(req["config"])
@@ -140,7 +148,7 @@ def handle(req: dict[str, Any]) -> dict[str, Any]:
             inputs, _ = _remember(
                 _compile_inputs,
                 _cache_key(spec, problem, dtypes, seed, device),
-                lambda problem=problem: spec.make_inputs(problem, dtypes, seed, device),
+                lambda problem=problem: _shape_only_inputs(spec, problem, dtypes, seed, device),
             )
             with compile_only():
                 spec.launch(config, inputs)

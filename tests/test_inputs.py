@@ -1,0 +1,62 @@
+"""Inputs made only to be compiled for (`kernels.inputs.shape_only`, what the sweep's compile workers and
+`compile_ahead` build): the same tensors, shapes, strides, offsets and scalars as the real inputs, without drawing a
+random float; and the chunked bfloat16 rounding equal to the one-shot one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from nbxcert.kernels import dtypes as D
+from nbxcert.kernels import inputs as I
+from nbxcert.kernels.spec import load_all
+
+
+def _layout(inputs) -> dict:
+    return {
+        "tensors": {
+            name: (t.shape, t.stride(), t.storage_offset(), t.dtype.name) for name, t in sorted(inputs.tensors.items())
+        },
+        "scalars": dict(inputs.scalars),
+        "outputs": tuple(inputs.outputs),
+    }
+
+
+CASES = [(name, i) for name, spec in sorted(load_all().items()) for i in range(len(spec.example_problems))]
+
+
+@pytest.mark.parametrize("name,i", CASES)
+def test_shape_only_inputs_lay_out_like_the_real_ones(name, i):
+    """What Triton specialises a compile on (dtypes, shapes, strides, offsets, scalar arguments) is the same, so the
+    binaries a compile worker makes are the ones the checked launches look up."""
+    spec = load_all()[name]
+    problem = spec.example_problems[i]
+    dtypes = spec.dtypes[0]
+    real = spec.make_inputs(problem, dtypes, 3, "cpu")
+    with I.shape_only():
+        shaped = spec.make_inputs(problem, dtypes, 3, "cpu")
+    assert _layout(shaped) == _layout(real)
+
+
+class _NoDraws:
+    def __getattr__(self, name):
+        raise AssertionError(f"a random draw ({name}) under shape_only")
+
+
+def test_shape_only_draws_no_float_and_ends_with_its_block():
+    with I.shape_only():
+        t = I.randn(_NoDraws(), (3, 5), "bfloat16", "cpu")
+        u = I.uniform(_NoDraws(), (4,), "float16", "cpu")
+    assert (t.shape, t.dtype.name, u.shape, u.dtype.name) == ((3, 5), "bfloat16", (4,), "float16")
+    with pytest.raises(AssertionError, match="standard_normal"):
+        I.randn(_NoDraws(), (3,), "float16", "cpu")  # outside the block, values are drawn again
+
+
+def test_chunked_bfloat16_rounding_equals_the_one_shot_rounding(monkeypatch):
+    gen = np.random.default_rng(5)
+    x = np.concatenate([gen.standard_normal(5000) * np.exp2(gen.integers(-140, 130, 5000)), [np.nan, -np.inf, 0.0]])
+    whole = D.to_bfloat16_bits(x)
+    monkeypatch.setattr(D, "_CHUNK", 997)  # chunks that split the array unevenly
+    chunked = D.to_bfloat16_bits(x.reshape(-1, 1))
+    assert chunked.shape == (x.size, 1)
+    assert np.array_equal(chunked.reshape(-1), whole)
