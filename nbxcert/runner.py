@@ -194,11 +194,17 @@ def handle(req: dict[str, Any]) -> dict[str, Any]:
         timing = _timed(spec, config, problems, dtypes, profile, seed, device, "final")
         return {"status": "timed", "timing": timing, "phase": "final", "seconds": {"time": time.perf_counter() - t0}}
     if op == "repro":
+        # the winner again, on the same starting bytes each time (in-place kernels such as rope change their inputs):
+        # every run judged against the oracle (a candidate right only on its first launch is wrong), and the runs'
+        # output bits compared
         prepared, _ = prepared_for(spec, problems["timing"], dtypes, profile, seed, device)
         runs = []
-        for _ in range(int(req.get("runs", 3))):
-            # the same starting bytes each time: in-place kernels (rope) change their inputs
-            spec.launch(config, prepared.restore())
+        for i in range(int(req.get("runs", 3))):
+            verdicts = run_prepared(prepared, config)
+            bad = next((v for v in verdicts.values() if not v.ok), None)
+            if bad is not None:
+                return {"status": "mismatch", "reason": f"wrong when run again (run {i + 1} on the same inputs): "
+                        + bad.report}  # fmt: skip
             runs.append(_bits(prepared.inputs))
         return {"status": "done", "reproducible": all(r == runs[0] for r in runs[1:])}
     raise ValueError(f"unknown request op '{op}'")

@@ -13,7 +13,10 @@
    the interpreter the checked launch's CPU time is the timing.
 5. Winner = fastest of the fully timed; a candidate within the winner's measured noise is preferred when it is the
    kernel's untuned default, then when it is simpler, so certificates do not flip between runs. The winner runs three
-   more times on the same inputs: bit-identical outputs, or the certificate says it is not reproducible.
+   more times on the same inputs, each run judged against the oracle and the runs' bits compared: a winner wrong on
+   a re-run (a candidate right only on its first launch passes an exact key's one checked launch), crashed, hung, or
+   not bit-identical though its spec claims determinism is refused like any candidate and the winner chosen again.
+   A spec that does not claim determinism gets `reproducible: false` on its certificate instead.
 """
 
 from __future__ import annotations
@@ -153,6 +156,27 @@ def _check_all(
     return [r if r is not None else {"status": "crash", "reason": "no reply from the runner"} for r in replies]
 
 
+REPRO_RUNS = 3  # how many more times the winner runs on the same inputs, each judged and compared to the bit
+
+
+def _rerun_refusal(spec: KernelSpec, runner: Worker, base: dict, winner: "Outcome", timeout_s: float):
+    """None when the winner, run REPRO_RUNS more times on the same inputs, matches the oracle every time with the same
+    bits; else (status, reason) of its refusal. A spec that does not claim determinism gets ("irreproducible", ...)
+    for differing bits (recorded on the certificate, not refused)."""
+    try:
+        reply = runner.request({**base, "op": "repro", "config": winner.config.as_dict(), "runs": REPRO_RUNS},
+                               timeout_s)  # fmt: skip
+    except WorkerGone as gone:
+        return gone.status, f"when run again: {gone.detail}"
+    if reply.get("status") != "done":
+        return reply.get("status", "crash"), "when run again: " + reply.get("reason", "")
+    if reply.get("reproducible"):
+        return None
+    reason = f"not reproducible: its outputs' bits differed between {REPRO_RUNS} runs on the same inputs"
+    return ("mismatch", reason + " (the spec says it is deterministic)") if spec.deterministic else ("irreproducible",
+                                                                                                     reason)
+
+
 def sweep_key(
     spec: KernelSpec,
     key: LaunchKey,
@@ -212,29 +236,36 @@ def sweep_key(
         else:
             outcomes.append(Outcome(c, reply["status"], reply.get("reason", "")))
     runner = runners[0]
-    correct = [o for o in outcomes if o.status == "correct"]
-    final = finalists(correct, spec.default)
-    screened = [o for o in final if o.phase == "screen"]
-    if screened:
-        # the full timing, one candidate at a time on the one GPU runner
-        timed = _check_all([runner], base, [o.config for o in screened], timeout_s, key, progress, {"op": "time"})
-        for o, reply in zip(screened, timed):
-            _add_seconds(inner, reply)
-            if reply["status"] == "timed":
-                o.timing, o.phase = reply["timing"], reply["phase"]
-            else:  # it ran correctly once and then failed: it is refused, never a silent `inf`
-                o.status, o.reason, o.timing = reply["status"], "while timed: " + reply.get("reason", ""), None
-        final = [o for o in final if o.status == "correct"]
-    t_run = time.perf_counter()
-    winner, runner_up = choose_winner(final, spec.default)
-    default = next((o for o in outcomes if o.config == spec.default), None)
-    reproducible = None
-    if winner is not None:
-        try:
-            reply = runner.request({**base, "op": "repro", "config": winner.config.as_dict()}, timeout_s)
-            reproducible = bool(reply.get("reproducible")) if reply.get("status") == "done" else False
-        except WorkerGone:
+    winner, runner_up, reproducible = None, None, None
+    while True:
+        correct = [o for o in outcomes if o.status == "correct"]
+        final = finalists(correct, spec.default)
+        screened = [o for o in final if o.phase == "screen"]
+        if screened:
+            # the full timing, one candidate at a time on the one GPU runner
+            timed = _check_all([runner], base, [o.config for o in screened], timeout_s, key, progress, {"op": "time"})
+            for o, reply in zip(screened, timed):
+                _add_seconds(inner, reply)
+                if reply["status"] == "timed":
+                    o.timing, o.phase = reply["timing"], reply["phase"]
+                else:  # it ran correctly once and then failed: it is refused, never a silent `inf`
+                    o.status, o.reason, o.timing = reply["status"], "while timed: " + reply.get("reason", ""), None
+            final = [o for o in final if o.status == "correct"]
+        winner, runner_up = choose_winner(final, spec.default)
+        if winner is None:
+            break
+        refusal = _rerun_refusal(spec, runner, base, winner, timeout_s)
+        if refusal is None:
+            reproducible = True
+            break
+        if refusal[0] == "irreproducible":  # a spec that says its bits may vary: recorded, not refused
             reproducible = False
+            break
+        # wrong, crashed or hung when run again, or not bit-reproducible though the spec says it is: refused like any
+        # other candidate, and the winner is chosen again from the rest (timed in full first where it was not)
+        winner.status, winner.reason, winner.timing = refusal[0], refusal[1], None
+    t_run = time.perf_counter()
+    default = next((o for o in outcomes if o.config == spec.default), None)
     # candidates keep the spec's order in the record, whatever order they finished in
     order = {c: i for i, c in enumerate(spec.candidates)}
     outcomes.sort(key=lambda o: order[o.config])

@@ -122,6 +122,52 @@ def test_nondeterministic_candidate_gives_different_results_on_two_runs_of_one_i
     assert "Mismatched elements: 64 / 300" in second["out"].report
 
 
+def _first_run_sweep(faulty, monkeypatch=None, prefer_fault=None):
+    from nbxcert import sweep as sweep_mod
+    from nbxcert.keys import LaunchKey
+    from nbxcert.profiles import get_profile
+    from nbxcert.worker import Worker
+
+    if prefer_fault is not None:  # the chooser picks the faulty candidate first, whatever the interpreter's timings
+        real = sweep_mod.choose_winner
+
+        def choose(final, default):
+            first = [o for o in final if o.config["FAULT"] == prefer_fault]
+            return (first[0], None) if first else real(final, default)
+
+        monkeypatch.setattr(sweep_mod, "choose_winner", choose)
+    key = LaunchKey(faulty.FIRST_RUN_SPEC.name, (("n", 100),), ("float32",))  # 100: an exact key, checked once
+    runner = Worker(INTERPRETER_ENV, ["faulty_kernels"])
+    try:
+        return sweep_mod.sweep_key(faulty.FIRST_RUN_SPEC, key, get_profile("cpu/interpreter"), [runner], None,
+                                   seed=11, timeout_s=60)  # fmt: skip
+    finally:
+        runner.close()
+
+
+def test_a_winner_right_only_on_its_first_launch_is_refused_when_run_again(faulty, monkeypatch):
+    """At an exact key the nondeterministic candidate passes its one checked launch; chosen as winner, its re-runs are
+    judged against the oracle: refused as a mismatch naming the re-run, and the winner chosen again (the correct one)."""
+    result = _first_run_sweep(faulty, monkeypatch, prefer_fault=6)
+    by_fault = {o.config["FAULT"]: o for o in result.outcomes}
+    assert by_fault[6].status == "mismatch", (by_fault[6].status, by_fault[6].reason)
+    assert "wrong when run again (run 1 on the same inputs)" in by_fault[6].reason
+    assert "Mismatched elements: 64 / 100" in by_fault[6].reason
+    assert result.winner is not None and result.winner.config["FAULT"] == 1
+    assert result.reproducible is True
+
+
+def test_a_sweep_whose_only_correct_candidate_fails_its_rerun_certifies_nothing(faulty, monkeypatch):
+    from nbxcert.sweep import finalists
+
+    # the finalists are only ever the faulty candidate: once it is refused there is nothing left to certify
+    monkeypatch.setattr("nbxcert.sweep.finalists", lambda correct, default: [o for o in finalists(correct, default)
+                                                                              if o.config["FAULT"] == 6])  # fmt: skip
+    result = _first_run_sweep(faulty)
+    assert result.winner is None and result.reproducible is None
+    assert {o.config["FAULT"]: o.status for o in result.outcomes}[6] == "mismatch"
+
+
 def test_one_sweep_refuses_every_fault_with_its_own_reason_and_certifies_the_correct_candidate(faulty):
     from nbxcert.profiles import get_profile
     from nbxcert.worker import Worker
