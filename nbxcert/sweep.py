@@ -173,8 +173,11 @@ def _rerun_refusal(spec: KernelSpec, runner: Worker, base: dict, winner: "Outcom
     if reply.get("reproducible"):
         return None
     reason = f"not reproducible: its outputs' bits differed between {REPRO_RUNS} runs on the same inputs"
-    return ("mismatch", reason + " (the spec says it is deterministic)") if spec.deterministic else ("irreproducible",
-                                                                                                     reason)
+    return (
+        ("mismatch", reason + " (the spec says it is deterministic)")
+        if spec.deterministic
+        else ("irreproducible", reason)
+    )
 
 
 def sweep_key(

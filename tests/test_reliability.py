@@ -147,7 +147,8 @@ def _first_run_sweep(faulty, monkeypatch=None, prefer_fault=None):
 
 def test_a_winner_right_only_on_its_first_launch_is_refused_when_run_again(faulty, monkeypatch):
     """At an exact key the nondeterministic candidate passes its one checked launch; chosen as winner, its re-runs are
-    judged against the oracle: refused as a mismatch naming the re-run, and the winner chosen again (the correct one)."""
+    judged against the oracle: refused as a mismatch naming the re-run, and the winner chosen again
+    (the correct one)."""
     result = _first_run_sweep(faulty, monkeypatch, prefer_fault=6)
     by_fault = {o.config["FAULT"]: o for o in result.outcomes}
     assert by_fault[6].status == "mismatch", (by_fault[6].status, by_fault[6].reason)
