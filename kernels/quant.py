@@ -40,7 +40,8 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import KernelLaunch
+from nbxcert.kernels.launch import KernelLaunch, run_all
+from nbxcert.kernels.matmul import _workspace as _split_workspace  # one float32 workspace per stream, shared
 from nbxcert.kernels.prune import prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.rows import narrow, upcast
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
@@ -52,6 +53,7 @@ ACT_DTYPES = ("float16", "bfloat16")
 GROUP = 128
 GEMV_MAX_M = 4
 ACC_EPS = 2.0**-23  # float32 accumulation
+_REDUCE_BLOCK = 1024  # elements per program of the split-K reduction
 
 
 # --- kernels ----------------------------------------------------------------------------------------------------------
@@ -80,17 +82,20 @@ def _dequant_tile(qw_ptr, qz_ptr, s_ptr, k0, offs_n, n_ok, stride_qw, stride_qz,
 
 @jit
 def _dequant_gemv_kernel(
-    x_ptr, qw_ptr, qz_ptr, s_ptr, out_ptr, M, N, K,
+    x_ptr, qw_ptr, qz_ptr, s_ptr, out_ptr, ws_ptr, M, N, K, k_per_split,
     stride_xm, stride_qw, stride_qz, stride_s, stride_om,
     INT4: tl.constexpr, GROUP: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
 ):  # fmt: skip
-    """out[:M, n0:n0 + BLOCK_N] = X @ W for M <= BLOCK_M rows, SIMT (no tl.dot). Grid: (cdiv(N, BLOCK_N),).
+    """out[:M, n0:n0 + BLOCK_N] = X @ W for M <= BLOCK_M rows, SIMT (no tl.dot). Grid: (cdiv(N, BLOCK_N), SPLIT_K).
 
     x_ptr: X [M, K], rows `stride_xm` apart, K contiguous. qw_ptr, qz_ptr, s_ptr: the quantized weight (`INT4`: the
     int4 format, else int8; module docstring), rows the given strides apart, columns contiguous. out_ptr: [M, N],
     rows `stride_om` apart. K: a multiple of BLOCK_K. GROUP: int4 group size. UPCAST: interpreter (`rows.narrow`).
     BLOCK_M: next power of two >= M. BLOCK_N: columns per program. BLOCK_K: the K chunk (divides GROUP).
+    SPLIT_K: 1, one program per column block over all of K, writing out; else program (j, s) sums the K slice
+    [s k_per_split, (s + 1) k_per_split) (k_per_split a multiple of BLOCK_K; a slice past K is empty and sums to 0)
+    into the float32 workspace ws_ptr [SPLIT_K, M, N] (contiguous), and `_gemv_split_reduce_kernel` adds the slices.
     Products are float32 FMAs into a [BLOCK_M, BLOCK_K, BLOCK_N] partial sum, chunk after chunk in increasing k, reduced
     once at the end: the order is fixed by the config alone."""
     pid = tl.program_id(0)
@@ -99,17 +104,43 @@ def _dequant_gemv_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     m_ok = offs_m < M
     n_ok = offs_n < N
+    k_start = tl.program_id(1) * k_per_split
+    k_end = tl.minimum(K, k_start + k_per_split)
     part = tl.zeros((BLOCK_M, BLOCK_K, BLOCK_N), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(k_start, k_end, BLOCK_K):
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
         w = _dequant_tile(qw_ptr, qz_ptr, s_ptr, k0, offs_n, n_ok, stride_qw, stride_qz, stride_s,
                           INT4, GROUP, BLOCK_K, BLOCK_N)  # fmt: skip
         part += x.to(tl.float32)[:, :, None] * w[None, :, :]
     acc = tl.sum(part, axis=1)
+    if SPLIT_K == 1:
+        if not INT4:
+            acc = acc * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        out = narrow(acc, out_ptr.dtype.element_ty, UPCAST)
+        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], out, mask=m_ok[:, None] & n_ok[None, :])
+    else:
+        ws = ws_ptr + tl.program_id(1) * M * N
+        tl.store(ws + offs_m[:, None] * N + offs_n[None, :], acc, mask=m_ok[:, None] & n_ok[None, :])
+
+
+@jit
+def _gemv_split_reduce_kernel(ws_ptr, s_ptr, out_ptr, M, N, stride_om,
+                              INT4: tl.constexpr, UPCAST: tl.constexpr, SPLIT_K: tl.constexpr,
+                              BLOCK: tl.constexpr):  # fmt: skip
+    """out[m, n] = the SPLIT_K float32 partials of `_dequant_gemv_kernel` added in the fixed order s = 0, 1, ...,
+    SPLIT_K - 1 (int8: times the column's scale), rounded once to out's dtype. Grid: (cdiv(M N, BLOCK),).
+    ws_ptr: float32 [SPLIT_K, M, N], contiguous. s_ptr: the int8 scales [N] (not read for int4). out_ptr: [M, N], rows
+    `stride_om` apart."""
+    idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = idx < M * N
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for s in tl.static_range(SPLIT_K):
+        acc += tl.load(ws_ptr + s * M * N + idx, mask=mask, other=0.0)
+    m = idx // N
+    n = idx % N
     if not INT4:
-        acc = acc * tl.load(s_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    out = narrow(acc, out_ptr.dtype.element_ty, UPCAST)
-    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], out, mask=m_ok[:, None] & n_ok[None, :])
+        acc = acc * tl.load(s_ptr + n, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + m * stride_om + n, narrow(acc, out_ptr.dtype.element_ty, UPCAST), mask=mask)
 
 
 @jit
@@ -148,9 +179,9 @@ def _dequant_mm_kernel(
 
 
 # --- configs: named factories -----------------------------------------------------------------------------------------
-def gemv_config(block_n: int, block_k: int, num_warps: int) -> Config:
-    """dequant_gemv: BLOCK_N output columns per program, K in BLOCK_K chunks."""
-    return Config.make(num_warps=num_warps, num_stages=1, BLOCK_N=block_n, BLOCK_K=block_k)
+def gemv_config(block_n: int, block_k: int, num_warps: int, split_k: int = 1) -> Config:
+    """dequant_gemv: BLOCK_N output columns per program, K in BLOCK_K chunks, K cut into SPLIT_K slices (1: none)."""
+    return Config.make(num_warps=num_warps, num_stages=1, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split_k)
 
 
 def mm_config(bm: int, bn: int, bk: int, num_warps: int, num_stages: int) -> Config:
@@ -160,9 +191,14 @@ def mm_config(bm: int, bn: int, bk: int, num_warps: int, num_stages: int) -> Con
 
 def gemv_candidates() -> tuple[Config, ...]:
     """(BLOCK_N, BLOCK_K) {(32, 128), (64, 64), (64, 128), (128, 32), (128, 64), (256, 32)} x warps {4, 8}: 4K to 8K
-    weights per chunk, as `matmul.gemv_configs`, with BLOCK_K dividing the int4 group."""
+    weights per chunk, as `matmul.gemv_configs`, with BLOCK_K dividing the int4 group; and split-K over the three
+    narrow tiles (SPLIT_K 2, 4, 8, 16 at 4 warps): a decode GEMV has only N / BLOCK_N column blocks (128 for N = 4096 at
+    BLOCK_N = 32, one per SM of an H200), each walking all of K, so slices of K are what fills the GPU (the
+    H200 run of 2026-11-29 measured the unsplit kernel at 219-657 GB/s)."""
     pairs = ((32, 128), (64, 64), (64, 128), (128, 32), (128, 64), (256, 32))
-    return tuple(gemv_config(bn, bk, w) for bn, bk in pairs for w in (4, 8))
+    unsplit = tuple(gemv_config(bn, bk, w) for bn, bk in pairs for w in (4, 8))
+    split = tuple(gemv_config(bn, bk, 4, sk) for bn, bk in pairs[:3] for sk in (2, 4, 8, 16))
+    return unsplit + split
 
 
 def mm_candidates() -> tuple[Config, ...]:
@@ -278,10 +314,36 @@ def quant_launches(config: Config, gemv: bool, fmt: str, x, qweight, scales, qze
     kwargs = dict(INT4=int4, GROUP=GROUP, UPCAST=upcast(), BLOCK_N=config["BLOCK_N"], BLOCK_K=config["BLOCK_K"])
     kwargs.update(num_warps=config.num_warps, num_stages=config.num_stages)
     if gemv:
-        grid = (triton.cdiv(n, config["BLOCK_N"]),)
-        return [KernelLaunch(_dequant_gemv_kernel, grid, args, dict(kwargs, BLOCK_M=_next_pow2(m)))]
+        split_k = config.params.get("SPLIT_K", 1)
+        block_k = config["BLOCK_K"]
+        k_per = triton.cdiv(triton.cdiv(k, block_k), split_k) * block_k
+        ws = out
+        if split_k > 1:
+            with _split_workspace.lock:
+                ws = _split_workspace.get(split_k * m * n, x.device)
+        gemv_args = args[:5] + (ws, m, n, k, k_per) + args[8:]
+        grid = (triton.cdiv(n, config["BLOCK_N"]), split_k)
+        kwargs = dict(kwargs, BLOCK_M=_next_pow2(m), SPLIT_K=split_k)
+        launches = [KernelLaunch(_dequant_gemv_kernel, grid, gemv_args, kwargs)]
+        if split_k > 1:
+            reduce_kw = dict(INT4=int4, UPCAST=upcast(), SPLIT_K=split_k, BLOCK=_REDUCE_BLOCK, num_warps=4)
+            reduce_args = (ws, scales, out, m, n, out.stride(0))
+            launches.append(KernelLaunch(_gemv_split_reduce_kernel, (triton.cdiv(m * n, _REDUCE_BLOCK),), reduce_args,
+                                         reduce_kw))  # fmt: skip
+        return launches
     grid = (triton.cdiv(m, config["BLOCK_M"]), triton.cdiv(n, config["BLOCK_N"]))
     return [KernelLaunch(_dequant_mm_kernel, grid, args, dict(kwargs, BLOCK_M=config["BLOCK_M"]))]
+
+
+def run_launches(launches: Sequence[KernelLaunch]) -> None:
+    """Make the launches of one product, in order; a split-K GEMV's two (the partials into the per-stream
+    workspace, then their reduction) are enqueued back to back under the workspace's lock, so no other thread's
+    partials land in the workspace between them."""
+    if len(launches) > 1:
+        with _split_workspace.lock:
+            run_all(launches)
+    else:
+        run_all(launches)
 
 
 def quant_problem(x: Tensor, qweight: Tensor, scales: Tensor, qzeros: Tensor | None = None, fmt: str = "int4", **_):
@@ -298,8 +360,7 @@ def _user(spec, gemv, x, qweight, scales, qzeros, fmt, out, config) -> Tensor:
     problem = {"M": m, "N": n, "K": k, "format": fmt}
 
     def run(c: Config) -> None:
-        for launch in quant_launches(c, gemv, fmt, x, qweight, scales, qzeros, out):
-            launch()
+        run_launches(quant_launches(c, gemv, fmt, x, qweight, scales, qzeros, out))
 
     run(choose_config(spec, problem, (x.dtype.name,), config, run=run, outputs=(out,)))
     return out
@@ -393,8 +454,7 @@ def quant_inputs(problem: Mapping[str, Any], dtypes: tuple[str, ...], seed: int,
 def _launcher(gemv: bool):
     def launch(config: Config, inputs: Inputs) -> None:
         t, fmt = inputs.tensors, inputs.scalars["format"]
-        for kl in quant_launches(config, gemv, fmt, t["x"], t["qweight"], t["scales"], t.get("qzeros"), t["out"]):
-            kl()
+        run_launches(quant_launches(config, gemv, fmt, t["x"], t["qweight"], t["scales"], t.get("qzeros"), t["out"]))
 
     launch.__doc__ = f"The spec's launch: one {'dequant_gemv' if gemv else 'dequant_matmul'} on made inputs."
     return launch
@@ -437,7 +497,7 @@ DEQUANT_GEMV = register(
         name="dequant_gemv",
         family="quant",
         description="X @ dequantize(W) for decode (M <= 4), int4 (GPTQ, group 128) or int8 (per channel), SIMT",
-        kernels=(_dequant_gemv_kernel,),
+        kernels=(_dequant_gemv_kernel, _gemv_split_reduce_kernel),
         problem_args=("M", "N", "K", "format"),
         key_fields=(KeyField("M"), KeyField("N"), KeyField("K"), KeyField("format")),
         dtype_args=("x",),

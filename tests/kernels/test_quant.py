@@ -40,6 +40,18 @@ def test_every_kept_candidate_matches_at_a_small_shape(name, profile, backend):
             check(spec, config, prob, spec.dtypes[(i + j) % 2], profile, backend.device, seed=j)
 
 
+@pytest.mark.parametrize("fmt", quant.FORMATS)
+def test_split_k_gemv_slices_that_divide_k_unevenly(fmt, profile, backend):
+    """K = 640 is five 128-chunks: SPLIT_K 2 cuts them 3 + 2, SPLIT_K 4 cuts 2 + 2 + 1 + 0 (an empty slice adds 0),
+    SPLIT_K 16 leaves eleven slices empty; each matches the oracle, the int8 scale applied once after the sum."""
+    spec = quant.DEQUANT_GEMV
+    prob = {"M": 3, "N": 40, "K": 640, "format": fmt}
+    for i, split_k in enumerate((2, 4, 16)):
+        config = quant.gemv_config(32, 128, 4, split_k)
+        assert config in spec.candidates
+        check(spec, config, prob, spec.dtypes[i % 2], profile, backend.device, seed=i)
+
+
 @pytest.mark.parametrize("name", sorted(SPECS))
 def test_default_on_every_example_problem_and_dtype(name, profile, backend):
     spec = SPECS[name]
