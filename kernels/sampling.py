@@ -22,9 +22,12 @@ Variants (config field `VARIANT`):
   writes the set in rank order (each member's rank is the number of members ranking before it); log_softmax and
   cross_entropy keep a running maximum and a running sum rescaled as the maximum grows (one exp per element), then
   log_softmax makes a second pass to write.
-- `split` (argmax, topk): for a few long rows (decode sampling at batch 1). Program (row, chunk) reduces CHUNK
+- `split` (all four): for a few long rows (decode sampling at batch 1). Program (row, chunk) reduces CHUNK
   columns to its best index (argmax) or its k best indices (topk) in an int32 workspace; a second kernel per row
-  ranks the workspace's candidates, gathering their values from x again.
+  ranks the workspace's candidates, gathering their values from x again. log_softmax and cross_entropy: program
+  (row, chunk) writes its columns' (maximum, rescaled sum) to a float64 workspace; a second kernel combines a row's
+  partials in one fixed-shape reduction (per chunk for log_softmax, which then writes its chunk; per row for
+  cross_entropy).
 
 Numerics: argmax and topk compare values exactly (float16/bfloat16/float32 widen exactly to float32); topk's values
 are the input elements themselves, gathered by index. log_softmax and cross_entropy compute half-precision inputs in
@@ -379,6 +382,96 @@ def _cross_entropy_kernel(
         tl.store(loss_ptr + row, narrow(loss, loss_ptr.dtype.element_ty, UPCAST), mask=row_ok)
 
 
+@jit
+def _chunk_lse(row_ptr, start, stop, cols, BLOCK_N: tl.constexpr, CDT: tl.constexpr):
+    """(M, S) of columns [start, stop) of one row: their maximum and Σ exp(x - M), one pass over BLOCK_N tiles
+    (online, as `_row_lse`). An empty range gives (-inf, 0)."""
+    m_run = tl.max(tl.full([BLOCK_N], float("-inf"), CDT), axis=0)
+    s_run = tl.sum(tl.zeros([BLOCK_N], CDT), axis=0)
+    for first in range(start, stop, BLOCK_N):
+        c = first + cols
+        z = tl.load(row_ptr + c, mask=c < stop, other=float("-inf")).to(CDT)
+        m_new = tl.maximum(m_run, tl.max(z, axis=0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        s_run = s_run * tl.exp(m_run - m_safe) + tl.sum(tl.exp(z - m_safe), axis=0)
+        m_run = m_new
+    return m_run, s_run
+
+
+@jit
+def _lse_partial_kernel(
+    x_ptr, ws_ptr, n_cols, x_row_stride, n_chunks,
+    CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, CDT: tl.constexpr,
+):  # fmt: skip
+    """Split log_softmax / cross_entropy, step 1. Grid: (n_rows, n_chunks). Program (row, c) writes (M, S) of the
+    row's columns [c CHUNK, (c + 1) CHUNK) (`_chunk_lse`) to ws[row, c, 0:2] (float64 [n_rows, n_chunks, 2]). x_ptr:
+    [n_rows, n_cols], rows `x_row_stride` apart, columns contiguous. BLOCK_N: the column tile. CDT: compute type."""
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    start = chunk * CHUNK
+    stop = tl.minimum(n_cols, start + CHUNK)
+    m, s = _chunk_lse(x_ptr + row * x_row_stride, start, stop, tl.arange(0, BLOCK_N), BLOCK_N, CDT)
+    slot = ws_ptr + (row * n_chunks + chunk) * 2
+    tl.store(slot, m)
+    tl.store(slot + 1, s)
+
+
+@jit
+def _lse_of_chunks(ws_ptr, row, n_chunks, NCH: tl.constexpr, CDT: tl.constexpr):
+    """(M, S) of a whole row from its n_chunks partials in ws (NCH: a power of two >= n_chunks): M the partials'
+    maximum, S = Σ_c S_c exp(M_c - M), one vector reduction of fixed shape."""
+    i = tl.arange(0, NCH)
+    ok = i < n_chunks
+    base = ws_ptr + (row * n_chunks + i) * 2
+    m_c = tl.load(base, mask=ok, other=float("-inf")).to(CDT)
+    s_c = tl.load(base + 1, mask=ok, other=0.0).to(CDT)
+    m = tl.max(m_c, axis=0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    return m, tl.sum(s_c * tl.exp(m_c - m_safe), axis=0)
+
+
+@jit
+def _log_softmax_split_kernel(
+    x_ptr, y_ptr, ws_ptr, n_cols, x_row_stride, y_row_stride, n_chunks,
+    CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, NCH: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """Split log_softmax, step 2. Grid: (n_rows, n_chunks). Program (row, c) combines the row's partials
+    (`_lse_of_chunks`) and writes y = x - M - log S over the row's columns [c CHUNK, (c + 1) CHUNK). Arguments as
+    `_log_softmax_kernel` and `_lse_partial_kernel`."""
+    row = tl.program_id(0).to(tl.int64)
+    chunk = tl.program_id(1)
+    m, s = _lse_of_chunks(ws_ptr, row, n_chunks, NCH, CDT)
+    log_s = tl.log(tl.where(s > 0.0, s, 1.0))
+    cols = tl.arange(0, BLOCK_N)
+    start = chunk * CHUNK
+    stop = tl.minimum(n_cols, start + CHUNK)
+    for first in range(start, stop, BLOCK_N):
+        c = first + cols
+        ok = c < stop
+        z = tl.load(x_ptr + row * x_row_stride + c, mask=ok, other=0.0).to(CDT)
+        y = (z - m) - log_s
+        tl.store(y_ptr + row * y_row_stride + c, narrow(y, y_ptr.dtype.element_ty, UPCAST), mask=ok)
+
+
+@jit
+def _cross_entropy_split_kernel(
+    x_ptr, t_ptr, loss_ptr, ws_ptr, n_cols, x_row_stride, ignore_index, n_chunks,
+    NCH: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    """Split cross_entropy, step 2. Grid: (n_rows,). The row's partials combined (`_lse_of_chunks`), then the loss as
+    `_cross_entropy_kernel` writes it. Arguments as `_cross_entropy_kernel` and `_lse_partial_kernel`."""
+    row = tl.program_id(0).to(tl.int64)
+    m, s = _lse_of_chunks(ws_ptr, row, n_chunks, NCH, CDT)
+    row_ptr = x_ptr + row * x_row_stride
+    t = tl.load(t_ptr + row)
+    t_ok = (t >= 0) & (t < n_cols)
+    x_t = tl.load(row_ptr + t, mask=t_ok, other=0.0).to(CDT)
+    loss = (m + tl.log(tl.where(s > 0.0, s, 1.0))) - x_t
+    loss = tl.where(t_ok, loss, float("nan"))
+    loss = tl.where(t == ignore_index, 0.0, loss)
+    tl.store(loss_ptr + row, narrow(loss, loss_ptr.dtype.element_ty, UPCAST))
+
+
 # --- configs: named factories -----------------------------------------------------------------------------------------
 def loop_config(block_n: int, num_warps: int, rows: int = 1) -> Config:
     """The `loop` variant: ROWS rows per program, each walked in BLOCK_N column tiles."""
@@ -386,7 +479,7 @@ def loop_config(block_n: int, num_warps: int, rows: int = 1) -> Config:
 
 
 def split_config(chunk: int, block_n: int, num_warps: int) -> Config:
-    """The `split` variant (argmax, topk): CHUNK columns per program in BLOCK_N tiles, then one combine per row."""
+    """The `split` variant: CHUNK columns per program in BLOCK_N tiles, then one combine per row."""
     return Config.make(num_warps=num_warps, num_stages=1, VARIANT="split", CHUNK=chunk, BLOCK_N=block_n)
 
 
@@ -411,8 +504,12 @@ def topk_candidates() -> tuple[Config, ...]:
 
 
 def lse_candidates() -> tuple[Config, ...]:
-    """log_softmax, cross_entropy: (BLOCK_N, warps) in LOOP_TILES x ROWS {1, 4}."""
-    return tuple(loop_config(b, w, r) for b, w in LOOP_TILES for r in (1, 4))
+    """log_softmax, cross_entropy: loop: (BLOCK_N, warps) in LOOP_TILES x ROWS {1, 4}; split: CHUNK {4096, 16384} x
+    (BLOCK_N, warps) in SPLIT_TILES (a few long rows: the loop variant gives one 256k-column row to one program; the
+    H200 run of 2026-11-29 measured it at 0.48x of torch for log_softmax 1x256000)."""
+    loop = [loop_config(b, w, r) for b, w in LOOP_TILES for r in (1, 4)]
+    split = [split_config(chunk, b, w) for chunk in (4096, 16384) for b, w in SPLIT_TILES]
+    return tuple(loop + split)
 
 
 ARGMAX_DEFAULT = loop_config(1024, 4)
@@ -505,6 +602,17 @@ def split_workspace(n_rows: int, n_cols: int, k: int, device, chunk: int = SMALL
     return empty((workspace_elements(n_rows, n_cols, k, chunk),), "int32", device)
 
 
+def lse_workspace(n_rows: int, n_cols: int, device, chunk: int = SMALLEST_CHUNK) -> Tensor:
+    """The float64 workspace of split log_softmax / cross_entropy: (M, S) per row and chunk of >= `chunk` columns."""
+    return empty((2 * workspace_elements(n_rows, n_cols, 1, chunk),), "float64", device)
+
+
+def _lse_workspace_ok(ws: Tensor | None, need: int, name: str) -> Tensor:
+    if ws is None or ws.dtype.name != "float64" or ws.numel < need or not ws.is_contiguous():
+        raise LaunchError(f"{name} split: needs a contiguous float64 workspace of >= {need} elements, got {ws}")
+    return ws
+
+
 def _workspace_ok(ws: Tensor | None, need: int, name: str) -> Tensor:
     if ws is None or ws.dtype.name != "int32" or ws.numel < need or not ws.is_contiguous():
         raise LaunchError(f"{name} split: needs a contiguous int32 workspace of >= {need} elements, got {ws}")
@@ -576,11 +684,29 @@ def topk_launches(
     ]
 
 
-def log_softmax_launches(config: Config, x: Tensor, y: Tensor) -> list[KernelLaunch]:
-    """The launch of one log_softmax of the row view x [n_rows, n_cols] into y (same shape and dtype)."""
+def _lse_partial(config: Config, x: Tensor, workspace: Tensor | None, name: str) -> tuple[KernelLaunch, Tensor, int]:
+    """Step 1 of a split log_softmax / cross_entropy: its launch, the workspace and the number of chunks."""
+    n_rows, n_cols = x.shape
+    chunk = config["CHUNK"]
+    n_chunks = triton.cdiv(n_cols, chunk)
+    ws = _lse_workspace_ok(workspace, 2 * n_rows * n_chunks, name)
+    kwargs = dict(CHUNK=chunk, BLOCK_N=config["BLOCK_N"], CDT=compute_type(x.dtype.name), **_warps(config))
+    launch = KernelLaunch(_lse_partial_kernel, (n_rows, n_chunks), (x, ws, n_cols, x.stride(0), n_chunks), kwargs)
+    return launch, ws, n_chunks
+
+
+def log_softmax_launches(config: Config, x: Tensor, y: Tensor, workspace: Tensor | None = None) -> list[KernelLaunch]:
+    """The launches of one log_softmax of the row view x [n_rows, n_cols] into y (same shape and dtype); the split
+    variant needs `workspace` (`lse_workspace`)."""
     n_rows, n_cols = x.shape
     if n_rows == 0 or n_cols == 0:
         return []
+    if config["VARIANT"] == "split":
+        partial, ws, n_chunks = _lse_partial(config, x, workspace, "log_softmax")
+        kwargs = dict(CHUNK=config["CHUNK"], BLOCK_N=config["BLOCK_N"], NCH=triton.next_power_of_2(n_chunks),
+                      CDT=compute_type(x.dtype.name), UPCAST=upcast(), **_warps(config))  # fmt: skip
+        args = (x, y, ws, n_cols, x.stride(0), y.stride(0), n_chunks)
+        return [partial, KernelLaunch(_log_softmax_split_kernel, (n_rows, n_chunks), args, kwargs)]
     rows = config["ROWS"]
     args = (x, y, n_rows, n_cols, x.stride(0), y.stride(0))
     kwargs = dict(ROWS=rows, BLOCK_N=config["BLOCK_N"], CDT=compute_type(x.dtype.name), UPCAST=upcast())
@@ -588,13 +714,20 @@ def log_softmax_launches(config: Config, x: Tensor, y: Tensor) -> list[KernelLau
 
 
 def cross_entropy_launches(
-    config: Config, x: Tensor, target: Tensor, loss: Tensor, ignore_index: int
+    config: Config, x: Tensor, target: Tensor, loss: Tensor, ignore_index: int, workspace: Tensor | None = None
 ) -> list[KernelLaunch]:
-    """The launch of one cross_entropy of logits x [n_rows, n_cols] with int64 targets [n_rows] into loss [n_rows]."""
+    """The launches of one cross_entropy of logits x [n_rows, n_cols] with int64 targets [n_rows] into loss
+    [n_rows]; the split variant needs `workspace` (`lse_workspace`)."""
     n_rows, n_cols = x.shape
     if n_rows == 0:
         return []
     _check_cols("cross_entropy", n_cols)
+    if config["VARIANT"] == "split":
+        partial, ws, n_chunks = _lse_partial(config, x, workspace, "cross_entropy")
+        kwargs = dict(NCH=triton.next_power_of_2(n_chunks), CDT=compute_type(x.dtype.name), UPCAST=upcast(),
+                      **_warps(config))  # fmt: skip
+        args = (x, target, loss, ws, n_cols, x.stride(0), int(ignore_index), n_chunks)
+        return [partial, KernelLaunch(_cross_entropy_split_kernel, (n_rows,), args, kwargs)]
     rows = config["ROWS"]
     args = (x, target, loss, n_rows, n_cols, x.stride(0), int(ignore_index))
     kwargs = dict(ROWS=rows, BLOCK_N=config["BLOCK_N"], CDT=compute_type(x.dtype.name), UPCAST=upcast())
@@ -691,7 +824,8 @@ def log_softmax(x: Tensor, out: Tensor | None = None, config: Config | None = No
     problem = rows_problem(x)
 
     def run(c: Config) -> None:
-        _run(log_softmax_launches(c, rows_x, rows_y))
+        ws = lse_workspace(*rows_x.shape, x.device, c["CHUNK"]) if c["VARIANT"] == "split" else None
+        _run(log_softmax_launches(c, rows_x, rows_y, ws))
 
     run(choose_config(LOG_SOFTMAX, problem, (x.dtype.name,), config, run=run, outputs=(rows_y,)))
     return y
@@ -720,7 +854,8 @@ def cross_entropy(
     problem = rows_problem(logits)
 
     def run(c: Config) -> None:
-        _run(cross_entropy_launches(c, rows_x, flat_t, flat, ignore_index))
+        ws = lse_workspace(*rows_x.shape, logits.device, c["CHUNK"]) if c["VARIANT"] == "split" else None
+        _run(cross_entropy_launches(c, rows_x, flat_t, flat, ignore_index, ws))
 
     run(choose_config(CROSS_ENTROPY, problem, (logits.dtype.name,), config, run=run, outputs=(flat,)))
     return loss
@@ -817,14 +952,17 @@ def logit_values(gen: np.random.Generator, shape, values: str) -> np.ndarray:
 def log_softmax_inputs(
     problem: Mapping[str, Any], dtypes: tuple[str, ...], seed: int, device: str, values: str = "normal"
 ) -> Inputs:
-    """x [n_rows, n_cols] of `logit_values`; y alike."""
+    """x [n_rows, n_cols] of `logit_values`; y alike; the split workspace."""
     n_rows, n_cols = int(problem["n_rows"]), int(problem["n_cols"])
     x = from_numpy(logit_values(_inputs.rng(seed), (n_rows, n_cols), values), dtypes[0], device)
-    return Inputs({"x": x, "y": empty((n_rows, n_cols), dtypes[0], device)}, {}, ("y",), dict(problem))
+    tensors = {"x": x, "y": empty((n_rows, n_cols), dtypes[0], device)}
+    tensors["workspace"] = lse_workspace(n_rows, n_cols, device)
+    return Inputs(tensors, {}, ("y",), dict(problem))
 
 
 def _log_softmax_launch(config: Config, inputs: Inputs) -> None:
-    _run(log_softmax_launches(config, inputs.tensors["x"], inputs.tensors["y"]))
+    t = inputs.tensors
+    _run(log_softmax_launches(config, t["x"], t["y"], t["workspace"]))
 
 
 def _log_softmax_oracle(inputs: Inputs) -> dict[str, Reference]:
@@ -835,7 +973,7 @@ def cross_entropy_inputs(
     problem: Mapping[str, Any], dtypes: tuple[str, ...], seed: int, device: str, values: str = "normal"
 ) -> Inputs:
     """logits [n_rows, n_cols] of `logit_values`; targets int64 [n_rows] uniform in [0, n_cols) with about one row in
-    8 set to ignore_index (-100); loss [n_rows] of the logits' dtype."""
+    8 set to ignore_index (-100); loss [n_rows] of the logits' dtype; the split workspace."""
     n_rows, n_cols = int(problem["n_rows"]), int(problem["n_cols"])
     gen = _inputs.rng(seed)
     x = from_numpy(logit_values(gen, (n_rows, n_cols), values), dtypes[0], device)
@@ -843,12 +981,14 @@ def cross_entropy_inputs(
     t[gen.random(n_rows) < 0.125] = IGNORE_INDEX
     tensors = {"x": x, "target": from_numpy(t.astype(np.int64), INDEX_DTYPE, device)}
     tensors["loss"] = empty((n_rows,), dtypes[0], device)
+    tensors["workspace"] = lse_workspace(n_rows, n_cols, device)
     return Inputs(tensors, {"ignore_index": IGNORE_INDEX}, ("loss",), dict(problem))
 
 
 def _cross_entropy_launch(config: Config, inputs: Inputs) -> None:
     t = inputs.tensors
-    _run(cross_entropy_launches(config, t["x"], t["target"], t["loss"], inputs.scalars["ignore_index"]))
+    _run(cross_entropy_launches(config, t["x"], t["target"], t["loss"], inputs.scalars["ignore_index"],
+                                t["workspace"]))  # fmt: skip
 
 
 def _cross_entropy_oracle(inputs: Inputs) -> dict[str, Reference]:
@@ -934,7 +1074,7 @@ LOG_SOFTMAX = register(
         name="log_softmax",
         family="sampling",
         description="log-softmax over the last dimension (looped online max)",
-        kernels=(_log_softmax_kernel,),
+        kernels=(_log_softmax_kernel, _lse_partial_kernel, _log_softmax_split_kernel),
         problem_args=("n_rows", "n_cols"),
         key_fields=ROW_KEY,
         dtype_args=("x",),
@@ -958,7 +1098,7 @@ CROSS_ENTROPY = register(
         name="cross_entropy",
         family="sampling",
         description="per-row cross-entropy of logits and int64 targets (ignore_index -100), looped online max",
-        kernels=(_cross_entropy_kernel,),
+        kernels=(_cross_entropy_kernel, _lse_partial_kernel, _cross_entropy_split_kernel),
         problem_args=("n_rows", "n_cols"),
         key_fields=ROW_KEY,
         dtype_args=("x",),

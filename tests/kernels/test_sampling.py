@@ -142,6 +142,24 @@ def test_rows_of_equal_values(name, profile, backend):
             check(spec, config, prob, dtypes, profile, backend.device, inputs=inputs)
 
 
+@pytest.mark.parametrize("name", ["log_softmax", "cross_entropy"])
+def test_split_rows_whose_maximum_lies_in_any_chunk(name, profile, backend):
+    """9000 columns in 4096-column chunks: three partials (a fourth, masked lane in the combine). Each row's maximum,
+    a spike of +30 over the rest, sits in the first, the middle or the last chunk, so combining must rescale every
+    other chunk's sum by exp(M_c - M)."""
+    spec = SPECS[name]
+    prob = {"n_rows": 3, "n_cols": 9000}
+    for dtypes in spec.dtypes:
+        inputs = spec.make_inputs(prob, dtypes, 8, backend.device)
+        x = inputs.tensors["x"].float64()
+        for row, col in enumerate((17, 5000, 8999)):
+            x[row, col] = 30.0
+        inputs.tensors["x"] = from_numpy(x, dtypes[0], backend.device)
+        for config in (sampling.split_config(4096, 1024, 4), sampling.split_config(4096, 2048, 8)):
+            assert config in spec.candidates
+            check(spec, config, prob, dtypes, profile, backend.device, inputs=inputs)
+
+
 def test_cross_entropy_ignore_index_and_out_of_range_targets(profile, backend):
     """ignore_index gives exactly 0; a target outside [0, n_cols) gives NaN (the row is not read there)."""
     dev = backend.device
