@@ -317,20 +317,26 @@ def _topk_combine_kernel(
 
 # --- log_softmax and cross_entropy kernels ----------------------------------------------------------------------------
 @jit
-def _row_lse(row_ptr, n_cols, row_ok, cols, BLOCK_N: tl.constexpr, CDT: tl.constexpr):
-    """(M, S) of one row: its maximum and Σ exp(x - M), by one pass over BLOCK_N column tiles keeping a running
-    maximum and a running sum rescaled as the maximum grows (online softmax)."""
+def _chunk_lse(row_ptr, start, stop, cols, BLOCK_N: tl.constexpr, CDT: tl.constexpr):
+    """(M, S) of columns [start, stop) of one row: their maximum and Σ exp(x - M), one pass over BLOCK_N tiles keeping
+    a running maximum and a running sum rescaled as the maximum grows (online softmax). An empty range: (-inf, 0)."""
     m_run = tl.max(tl.full([BLOCK_N], float("-inf"), CDT), axis=0)
     s_run = tl.sum(tl.zeros([BLOCK_N], CDT), axis=0)
-    for start in range(0, n_cols, BLOCK_N):
-        c = start + cols
-        ok = both(c < n_cols, row_ok)
-        z = tl.load(row_ptr + c, mask=ok, other=float("-inf")).to(CDT)
+    for first in range(start, stop, BLOCK_N):
+        c = first + cols
+        z = tl.load(row_ptr + c, mask=c < stop, other=float("-inf")).to(CDT)
         m_new = tl.maximum(m_run, tl.max(z, axis=0))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         s_run = s_run * tl.exp(m_run - m_safe) + tl.sum(tl.exp(z - m_safe), axis=0)
         m_run = m_new
     return m_run, s_run
+
+
+@jit
+def _row_lse(row_ptr, n_cols, row_ok, cols, BLOCK_N: tl.constexpr, CDT: tl.constexpr):
+    """(M, S) of one row (`_chunk_lse` over all its columns)."""
+    # a padding row past n_rows reads nothing: an empty range, (-inf, 0)
+    return _chunk_lse(row_ptr, 0, tl.where(row_ok, n_cols, 0), cols, BLOCK_N, CDT)
 
 
 @jit
@@ -380,22 +386,6 @@ def _cross_entropy_kernel(
         loss = tl.where(t_ok, loss, float("nan"))
         loss = tl.where(t == ignore_index, 0.0, loss)
         tl.store(loss_ptr + row, narrow(loss, loss_ptr.dtype.element_ty, UPCAST), mask=row_ok)
-
-
-@jit
-def _chunk_lse(row_ptr, start, stop, cols, BLOCK_N: tl.constexpr, CDT: tl.constexpr):
-    """(M, S) of columns [start, stop) of one row: their maximum and Σ exp(x - M), one pass over BLOCK_N tiles
-    (online, as `_row_lse`). An empty range gives (-inf, 0)."""
-    m_run = tl.max(tl.full([BLOCK_N], float("-inf"), CDT), axis=0)
-    s_run = tl.sum(tl.zeros([BLOCK_N], CDT), axis=0)
-    for first in range(start, stop, BLOCK_N):
-        c = first + cols
-        z = tl.load(row_ptr + c, mask=c < stop, other=float("-inf")).to(CDT)
-        m_new = tl.maximum(m_run, tl.max(z, axis=0))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        s_run = s_run * tl.exp(m_run - m_safe) + tl.sum(tl.exp(z - m_safe), axis=0)
-        m_run = m_new
-    return m_run, s_run
 
 
 @jit
