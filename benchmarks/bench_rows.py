@@ -19,7 +19,6 @@ Targets (reported as met or not, never enforced by the exit code): rmsnorm and l
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 
 import common
@@ -35,7 +34,6 @@ CASES = (
 SPEEDUP_TARGET = {"rmsnorm": 1.0, "layernorm": 1.0, "softmax": 1.5}
 COPY_FRACTION_TARGET = 0.70
 COPY_TARGET_MIN_BYTES = 64 * 10**6
-COPY_BYTES = 2**30
 ELEMENT = 2  # float16
 
 PEER_SCRIPT = r"""
@@ -61,24 +59,6 @@ for name, rows, cols in cases:
     out[f"{name}:{rows}x{cols}"] = ms
 print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "ms": out}))
 """
-
-
-def copy_bandwidth(cuda) -> float:
-    """Device-to-device copy bandwidth in bytes/s (read + written) of a COPY_BYTES buffer, median of 20 copies."""
-    src, dst = cuda.mem_alloc(COPY_BYTES, 0), cuda.mem_alloc(COPY_BYTES, 0)
-    cuda.memset_d8(int(src.ptr), 1, COPY_BYTES)
-    times = []
-    for i in range(23):
-        start, end = cuda.Event(0), cuda.Event(0)
-        start.record(0)
-        cuda.memcpy_dtod(int(dst.ptr), int(src.ptr), COPY_BYTES)
-        end.record(0)
-        end.synchronize()
-        if i >= 3:
-            times.append(cuda.Event.elapsed_ms(start, end))
-    src.free()
-    dst.free()
-    return 2 * COPY_BYTES / (statistics.median(times) * 1e-3)
 
 
 def moved_bytes(name: str, rows: int, cols: int) -> int:
@@ -123,7 +103,7 @@ def main() -> int:
     args, cuda, profile, how, device_name, peer = opened
     from nbxcert.kernels import rows
 
-    copy_bw = copy_bandwidth(cuda)
+    copy_bw = common.copy_bandwidth(cuda)
     specs = {"rmsnorm": rows.RMSNORM, "layernorm": rows.LAYERNORM, "softmax": rows.SOFTMAX}
 
     results = []

@@ -99,3 +99,23 @@ def start(doc: str, script: str, peer_script: str, cases):
     cuda, profile, how = found
     peer = {"ms": {}} if args.no_torch else torch_peer(peer_script, cases, args.warmup, args.rep)
     return args, cuda, profile, how, cuda.device_info(0).name, peer
+
+
+def copy_bandwidth(cuda, copy_bytes: int = 2**30) -> float:
+    """Device-to-device copy bandwidth in bytes/s (read + written) of a `copy_bytes` buffer, median of 20 copies."""
+    import statistics
+
+    src, dst = cuda.mem_alloc(copy_bytes, 0), cuda.mem_alloc(copy_bytes, 0)
+    cuda.memset_d8(int(src.ptr), 1, copy_bytes)
+    times = []
+    for i in range(23):
+        start, end = cuda.Event(0), cuda.Event(0)
+        start.record(0)
+        cuda.memcpy_dtod(int(dst.ptr), int(src.ptr), copy_bytes)
+        end.record(0)
+        end.synchronize()
+        if i >= 3:
+            times.append(cuda.Event.elapsed_ms(start, end))
+    src.free()
+    dst.free()
+    return 2 * copy_bytes / (statistics.median(times) * 1e-3)

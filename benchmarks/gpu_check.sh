@@ -5,6 +5,7 @@
 # gpu_env.sh); the benchmarks' torch peers run in their own processes.
 #   SET=core     bash benchmarks/gpu_check.sh   # #9, #4, #6: judge/warm/reliability, rows/elementwise, bench_autotune
 #   SET=families bash benchmarks/gpu_check.sh   # #11: sampling, quant, moe, vision tests and benchmarks
+#   SET=rest|last|next|next2 ...                 # what earlier calls left unrun (see each set)
 set -u
 source "$(dirname "$0")/gpu_env.sh"
 step() {
@@ -43,5 +44,16 @@ case "${SET:-}" in
     step bench_quant 130 python3 benchmarks/bench_quant.py --warmup 10 --rep 40 --out "$OUT/bench_quant.json"
     step tests_moe_align 110 "${TESTS[@]}" tests/kernels/test_moe.py -k "moe_align"
     ;;
-  *) echo "SET must be core or families" >&2; exit 2 ;;
+  next)  # what the third session left: fused_moe at Mixtral shapes (#11), the element-wise benchmark (#4), and the
+         # sampling benchmark again (log_softmax / cross_entropy gained a split variant)
+    step tests_moe 300 "${TESTS[@]}" tests/kernels/test_moe.py
+    step bench_elementwise 150 python3 benchmarks/bench_elementwise.py --warmup 10 --rep 40 \
+      --out "$OUT/bench_elementwise.json"
+    step bench_sampling 110 python3 benchmarks/bench_sampling.py --warmup 10 --rep 40 --out "$OUT/bench_sampling.json"
+    ;;
+  next2)  # quant again (dequant_gemv gained split-K) and fused_moe over all of bench_moe's default shapes
+    step bench_quant 130 python3 benchmarks/bench_quant.py --warmup 10 --rep 40 --out "$OUT/bench_quant.json"
+    step bench_moe 400 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json"
+    ;;
+  *) echo "SET must be core, families, rest, last, next or next2" >&2; exit 2 ;;
 esac

@@ -1,0 +1,200 @@
+"""Element-wise kernels on the GPU: the best candidate's effective bandwidth next to torch's and next to the device's
+copy bandwidth, measured in the same run (issue #4's benchmark for the element-wise family).
+
+    python benchmarks/bench_elementwise.py --out elementwise.json
+
+Cases (float16 unless named; sizes of a 16384-token prefill, every one at least 64 MB): silu_and_mul [16384, 2 x
+5632] -> [16384, 5632]; gelu (tanh) [16384, 4096]; add (dense + dense) and mul (dense x a broadcast row) [16384,
+4096]; cast float16 -> float32 [16384, 4096]; rope (neox, 32 query and 8 key heads of 128, in place, positions per
+token, q and k slices of one fused qkv tensor as vLLM has them) over 16384 tokens; embedding (16384 int64 ids into the
+table `make_inputs` makes, `elementwise.EMBEDDING_VOCAB` rows of 4096). For each, every candidate the device
+profile's prune keeps is timed (nbxcert's event timer, `do_bench_events`: an L2 flush before each repetition, the
+median of the repetitions) and the best is checked against its float64 oracle on the same inputs. Effective bandwidth
+= bytes read + bytes written, each tensor once (`moved_bytes`: for embedding only the gathered rows of the table, for
+rope q and k read and written plus each token's cos/sin row).
+
+torch runs in its own process (`PEER_SCRIPT`; nbxcert never imports torch) with `triton.testing.do_bench` (L2 flush,
+median): `F.silu(x[:, :d]) * x[:, d:]`, `F.gelu(approximate="tanh")`, `a + b`, `a * b_row`, `x.to(torch.float32)`,
+`F.embedding`, and rope written with torch ops (torch has no rope of its own: index the cos/sin cache by position,
+two rotated halves concatenated, q and k written back; q and k contiguous), each as a model would run it; the
+peer's table and cos/sin cache have our sizes. The copy bandwidth is
+cuMemcpyDtoD of a 1 GiB buffer (`common.copy_bandwidth`). No target is set for this family; the figures are reported.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import common
+
+TOKENS = 16384
+CASES = (
+    ("silu_and_mul", {"n_rows": TOKENS, "d": 5632}, ("float16",)),
+    ("gelu", {"n_rows": TOKENS, "n_cols": 4096, "approximate": "tanh"}, ("float16",)),
+    ("add_mul", {"n_rows": TOKENS, "n_cols": 4096, "op": "add", "a_layout": "dense", "b_layout": "dense"},
+     ("float16", "float16")),
+    ("add_mul", {"n_rows": TOKENS, "n_cols": 4096, "op": "mul", "a_layout": "dense", "b_layout": "broadcast"},
+     ("float16", "float16")),
+    ("cast", {"n_rows": TOKENS, "n_cols": 4096}, ("float16", "float32")),
+    ("rope", {"n_tokens": TOKENS, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "rot_dim": 128, "style": "neox"},
+     ("float16",)),
+    ("embedding", {"n_tokens": TOKENS, "dim": 4096}, ("float16", "int64")),
+)  # fmt: skip
+
+PEER_SCRIPT = r"""
+import json, sys
+import torch
+import torch.nn.functional as F
+import triton.testing
+
+cases = json.loads(sys.argv[1])
+warmup, rep = float(sys.argv[2]), float(sys.argv[3])
+torch.manual_seed(0)
+h = torch.float16
+out = {}
+for i, (name, p, dtypes) in enumerate(cases):
+    if name == "silu_and_mul":
+        x = torch.randn(p["n_rows"], 2 * p["d"], device="cuda", dtype=h)
+        d = p["d"]
+        fn = lambda: F.silu(x[:, :d]) * x[:, d:]
+    elif name == "gelu":
+        x = torch.randn(p["n_rows"], p["n_cols"], device="cuda", dtype=h)
+        fn = lambda: F.gelu(x, approximate="tanh")
+    elif name == "add_mul":
+        a = torch.randn(p["n_rows"], p["n_cols"], device="cuda", dtype=h)
+        b = torch.randn(p["n_rows"] if p["b_layout"] == "dense" else 1, p["n_cols"], device="cuda", dtype=h)
+        fn = (lambda: a + b) if p["op"] == "add" else (lambda: a * b)
+    elif name == "cast":
+        x = torch.randn(p["n_rows"], p["n_cols"], device="cuda", dtype=h)
+        fn = lambda: x.to(torch.float32)
+    elif name == "rope":
+        t, hd, half = p["n_tokens"], p["head_dim"], p["rot_dim"] // 2
+        q = torch.randn(t, p["n_heads"], hd, device="cuda", dtype=h)
+        k = torch.randn(t, p["n_kv_heads"], hd, device="cuda", dtype=h)
+        pos = torch.randint(0, p["max_position"], (t,), device="cuda")
+        cache = torch.randn(p["max_position"], p["rot_dim"], device="cuda", dtype=torch.float32)
+        def fn():
+            cs = cache[pos]
+            cos, sin = cs[:, None, :half], cs[:, None, half:]
+            for x in (q, k):
+                x1, x2 = x[..., :half].float(), x[..., half:].float()
+                x.copy_(torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1))
+    else:
+        table = torch.randn(p["vocab"], p["dim"], device="cuda", dtype=h)
+        ids = torch.randint(0, p["vocab"], (p["n_tokens"],), device="cuda")
+        fn = lambda: F.embedding(ids, table)
+    out[str(i)] = triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "ms": out}))
+"""
+
+
+def moved_bytes(name: str, inputs) -> int:
+    """Bytes read + written once each by one launch on `inputs`."""
+    t = inputs.tensors
+    if name == "embedding":  # the ids, the gathered table rows, the output
+        return t["ids"].nbytes + 2 * t["out"].nbytes
+    if name == "rope":  # q and k read and written in place, the positions, one cos/sin row per token
+        per_token_cache = t["cache"].shape[1] * t["cache"].dtype.itemsize
+        return 2 * (t["q"].nbytes + t["k"].nbytes) + t["positions"].nbytes + t["q"].shape[0] * per_token_cache
+    if name == "add_mul" and inputs.problem["b_layout"] == "broadcast":  # b is one row, read once
+        return t["a"].nbytes + t["out"].nbytes + inputs.problem["n_cols"] * t["b"].dtype.itemsize
+    return sum(x.nbytes for x in t.values())
+
+
+def launches(name: str, config, inputs) -> list:
+    """The kernel launches of one config on `inputs`, built once, so a timed repetition holds the launches and
+    nothing else (the specs' own launch functions also check ids and positions on the host before every launch)."""
+    from nbxcert.kernels import elementwise as ew
+
+    t, s = inputs.tensors, inputs.scalars
+    if name == "silu_and_mul":
+        return ew.silu_and_mul_launches(config, t["x"], t["y"])
+    if name == "gelu":
+        return ew.gelu_launches(config, t["x"], t["y"], s["approximate"])
+    if name == "add_mul":
+        return ew.add_mul_launches(config, t["a"], t["b"], t["out"], s["op"])
+    if name == "cast":
+        return ew.cast_launches(config, t["x"], t["y"])
+    if name == "rope":
+        return ew.rope_launches(config, t["q"], t["k"], t["positions"], t["cache"], s["rot_dim"], s["style"])
+    return ew.embedding_launches(config, t["table"], t["ids"], t["out"])
+
+
+def _call(launch_list):
+    return lambda: [launch() for launch in launch_list]
+
+
+def main() -> int:
+    from nbxcert.kernels import elementwise as ew
+
+    # the peer's table and cos/sin cache are as large as ours (a table in L2 would flatter either side)
+    peer_cases = [[name, dict(problem, vocab=ew.EMBEDDING_VOCAB, max_position=ew.ROPE_MAX_POSITION), list(dtypes)]
+                  for name, problem, dtypes in CASES]  # fmt: skip
+    opened = common.start(__doc__, "bench_elementwise", PEER_SCRIPT, peer_cases)
+    if opened is None:
+        return 2
+    args, cuda, profile, how, device_name, peer = opened
+    from nbxcert.kernels.spec import get_spec
+
+    copy_bw = common.copy_bandwidth(cuda)
+    results = []
+    for i, (name, problem, dtypes) in enumerate(CASES):
+        spec = get_spec(name)
+        inputs = spec.make_inputs(problem, dtypes, 0, "cuda:0")
+        timings = common.time_kept(
+            spec, problem, profile, lambda c, name=name, inputs=inputs: _call(launches(name, c, inputs)), args.warmup,
+            args.rep, dtypes=dtypes,
+        )  # fmt: skip
+        best_ms, best = timings[0]
+        moved = moved_bytes(name, inputs)
+        eff = moved / (best_ms * 1e-3)
+        torch_ms = peer.get("ms", {}).get(str(i))
+        results.append(
+            {
+                "kernel": name,
+                "problem": problem,
+                "dtypes": list(dtypes),
+                "bytes_moved": moved,
+                "best_config": best.as_dict(),
+                "best_label": best.label(),
+                "best_ms": best_ms,
+                "effective_GBps": eff / 1e9,
+                "fraction_of_copy": eff / copy_bw,
+                "torch_ms": torch_ms,
+                "speedup_vs_torch": torch_ms / best_ms if torch_ms else None,
+                "check": common.check(spec, best, problem, dtypes, profile, inputs),
+                "candidates": [{"config": c.label(), "ms": ms} for ms, c in timings],
+            }
+        )
+        print(f"{name} {problem}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us", flush=True)
+
+    print()
+    print(f"device: {device_name} ({profile.key}, {how} match); copy bandwidth {copy_bw / 1e9:.0f} GB/s (cuMemcpyDtoD)")
+    if "error" in peer:
+        print(f"torch peer failed: {peer['error']}")
+    header = f"{'kernel':13s} {'case':>22s} {'best us':>9s} {'GB/s':>7s} {'of copy':>8s} {'torch us':>9s} "
+    header += f"{'x torch':>8s}"
+    print(header + "  best config")
+    print("-" * len(header))
+    for r in results:
+        p = r["problem"]
+        case = {"add_mul": p.get("op", "") + " " + p.get("b_layout", ""), "cast": "->" + r["dtypes"][1]}.get(
+            r["kernel"], p.get("approximate", p.get("style", ""))
+        )
+        t_us = f"{r['torch_ms'] * 1e3:9.1f}" if r["torch_ms"] else f"{'-':>9s}"
+        sp = f"{r['speedup_vs_torch']:7.2f}x" if r["speedup_vs_torch"] else f"{'-':>8s}"
+        print(f"{r['kernel']:13s} {case:>22s} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} "
+              f"{100 * r['fraction_of_copy']:7.1f}% {t_us} {sp}  {r['best_label']}")  # fmt: skip
+        if r["check"] != "ok":
+            print(f"  CHECK FAILED: {r['check'].splitlines()[0]}")
+    doc = {"device": device_name, "profile": profile.key, "profile_match": how, "copy_bandwidth_GBps": copy_bw / 1e9,
+           "torch": {k: v for k, v in peer.items() if k != "ms"}, "cases": results}  # fmt: skip
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
