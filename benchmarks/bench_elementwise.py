@@ -147,22 +147,14 @@ def main() -> int:
             args.rep, dtypes=dtypes,
         )  # fmt: skip
         best_ms, best = timings[0]
-        moved = moved_bytes(name, inputs)
-        eff = moved / (best_ms * 1e-3)
         torch_ms = peer.get("ms", {}).get(str(i))
+        fields = common.bandwidth_fields(best_ms, best, moved_bytes(name, inputs), copy_bw, torch_ms)
         results.append(
             {
                 "kernel": name,
                 "problem": problem,
                 "dtypes": list(dtypes),
-                "bytes_moved": moved,
-                "best_config": best.as_dict(),
-                "best_label": best.label(),
-                "best_ms": best_ms,
-                "effective_GBps": eff / 1e9,
-                "fraction_of_copy": eff / copy_bw,
-                "torch_ms": torch_ms,
-                "speedup_vs_torch": torch_ms / best_ms if torch_ms else None,
+                **fields,
                 "check": common.check(spec, best, problem, dtypes, profile, inputs),
                 "candidates": [{"config": c.label(), "ms": ms} for ms, c in timings],
             }

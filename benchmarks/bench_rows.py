@@ -122,24 +122,16 @@ def main() -> int:
         )
         best_ms, best = timings[0]
         moved = moved_bytes(name, n_rows, n_cols)
-        eff = moved / (best_ms * 1e-3)
         torch_ms = peer.get("ms", {}).get(f"{name}:{n_rows}x{n_cols}")
-        speedup = torch_ms / best_ms if torch_ms else None
+        fields = common.bandwidth_fields(best_ms, best, moved, copy_bw, torch_ms)
+        speedup, eff = fields["speedup_vs_torch"], fields["effective_GBps"] * 1e9
         big = moved / 2 >= COPY_TARGET_MIN_BYTES
         results.append(
             {
                 "kernel": name,
                 "shape": [n_rows, n_cols],
                 "dtype": "float16",
-                "bytes_moved": moved,
-                "best_config": best.as_dict(),
-                "best_label": best.label(),
-                "best_ms": best_ms,
-                "effective_GBps": eff / 1e9,
-                "fraction_of_copy": eff / copy_bw,
-                "torch_ms": torch_ms,
-                "torch_GBps": moved / (torch_ms * 1e-3) / 1e9 if torch_ms else None,
-                "speedup_vs_torch": speedup,
+                **fields,
                 "speedup_target": SPEEDUP_TARGET[name],
                 "meets_speedup_target": None if speedup is None else speedup >= SPEEDUP_TARGET[name],
                 "copy_target_applies": big,

@@ -119,3 +119,20 @@ def copy_bandwidth(cuda, copy_bytes: int = 2**30) -> float:
     src.free()
     dst.free()
     return 2 * copy_bytes / (statistics.median(times) * 1e-3)
+
+
+def bandwidth_fields(best_ms: float, best, moved: int, copy_bw: float, torch_ms: float | None) -> dict:
+    """The fields a bandwidth-bound benchmark records for its best candidate: time, effective bandwidth (`moved`
+    bytes read + written), its fraction of the copy bandwidth, and torch's time and speed beside it."""
+    eff = moved / (best_ms * 1e-3)
+    return {
+        "bytes_moved": moved,
+        "best_config": best.as_dict(),
+        "best_label": best.label(),
+        "best_ms": best_ms,
+        "effective_GBps": eff / 1e9,
+        "fraction_of_copy": eff / copy_bw,
+        "torch_ms": torch_ms,
+        "torch_GBps": moved / (torch_ms * 1e-3) / 1e9 if torch_ms else None,
+        "speedup_vs_torch": torch_ms / best_ms if torch_ms else None,
+    }
