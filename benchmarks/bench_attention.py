@@ -110,10 +110,13 @@ def _randn(gen, shape, dtype, device):
     return from_numpy(gen.standard_normal(shape, dtype="float32"), dtype, device)
 
 
-def time_candidates(spec, problem, configs, launch_of, warmup_ms, rep_ms, log):
-    """Time each config (`launch_of(config)` runs one launch); return (rows, refused)."""
+def time_candidates(spec, problem, configs, launch_of, warmup_ms, rep_ms, log, dtype: str, profile):
+    """Time each config (`launch_of(config)` runs one launch); return (rows, refused). The configs are compiled
+    ahead in a pool first (`nbxcert.warm.compile_ahead`, inputs of the spec's own making for `problem`)."""
     from nbxcert.kernels.backends import cuda, triton_cuda
+    from nbxcert.warm import compile_ahead
 
+    compile_ahead(spec, problem, (dtype,), configs, profile.key)
     rows, refused = [], []
     for config in configs:
         t0 = time.time()
@@ -153,7 +156,9 @@ def bench_prefill(name, shape, dt, profile, device, args, log) -> dict:
         for launch in A.flash_launches(config, q, k, v, out, scale, causal):
             launch()
 
-    rows, refused = time_candidates(A.FLASH_ATTENTION, problem, configs, launch_of, args.warmup_ms, args.rep_ms, log)
+    rows, refused = time_candidates(
+        A.FLASH_ATTENTION, problem, configs, launch_of, args.warmup_ms, args.rep_ms, log, dt, profile
+    )
     refused += [{"config": c.label(), "reason": f"pruned: {r}"} for c, r in pruned.pruned]
     entry = {"problem": problem, "flop": prefill_flops(b, h, s, d, causal), "target": target}
     entry.update(candidates=rows, refused=refused)
@@ -251,7 +256,7 @@ def bench_decode(name, shape, dt, profile, device, args, log) -> dict:
         for launch in A.decode_launches(config, q, k, v, lengths, out, scale, workspace, block_table=table):
             launch()
 
-    rows, refused = time_candidates(spec, problem, configs, launch_of, args.warmup_ms, args.rep_ms, log)
+    rows, refused = time_candidates(spec, problem, configs, launch_of, args.warmup_ms, args.rep_ms, log, dt, profile)
     refused += [{"config": c.label(), "reason": f"pruned: {r}"} for c, r in pruned.pruned]
     entry = {"problem": problem, "kv_bytes": kv_bytes, "candidates": rows, "refused": refused}
     if rows:

@@ -103,9 +103,11 @@ def run_peer(shapes, dtype: str, warmup_ms: float, rep_ms: float) -> dict:
 def bench_spec(spec, problem, dtypes, profile, device, warmup_ms, rep_ms, kinds, log):
     """Time every kept candidate of `spec` on `problem`; return (rows, refused)."""
     from nbxcert.kernels.backends import cuda, triton_cuda
+    from nbxcert.warm import compile_ahead
 
     inputs = spec.make_inputs(problem, dtypes, 0, device)
     pruned = spec.pruned_for(problem, profile)
+    compile_ahead(spec, problem, dtypes, [c for c in pruned.kept if not kinds or c["KIND"] in kinds], profile.key)
     rows, refused = [], []
     for config in pruned.kept:
         if kinds and config["KIND"] not in kinds:

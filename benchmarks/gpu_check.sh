@@ -5,7 +5,7 @@
 # gpu_env.sh); the benchmarks' torch peers run in their own processes.
 #   SET=core     bash benchmarks/gpu_check.sh   # #9, #4, #6: judge/warm/reliability, rows/elementwise, bench_autotune
 #   SET=families bash benchmarks/gpu_check.sh   # #11: sampling, quant, moe, vision tests and benchmarks
-#   SET=rest|last|next|next2 ...                 # what earlier calls left unrun (see each set)
+#   SET=rest|last|next|next2|next3               # what earlier calls left unrun (see each set)
 set -u
 source "$(dirname "$0")/gpu_env.sh"
 step() {
@@ -55,5 +55,9 @@ case "${SET:-}" in
     step bench_quant 130 python3 benchmarks/bench_quant.py --warmup 10 --rep 40 --out "$OUT/bench_quant.json"
     step bench_moe 400 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json"
     ;;
-  *) echo "SET must be core, families, rest, last, next or next2" >&2; exit 2 ;;
+  next3)  # matmul and attention again (#3, #5): TMA flash-attention candidates never ran in bench_attention
+    step bench_attention 300 python3 benchmarks/bench_attention.py --out "$OUT/bench_attention.json"
+    step bench_matmul 250 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
+    ;;
+  *) echo "SET must be core, families, rest, last, next, next2 or next3" >&2; exit 2 ;;
 esac

@@ -60,3 +60,19 @@ def test_chunked_bfloat16_rounding_equals_the_one_shot_rounding(monkeypatch):
     chunked = D.to_bfloat16_bits(x.reshape(-1, 1))
     assert chunked.shape == (x.size, 1)
     assert np.array_equal(chunked.reshape(-1), whole)
+
+
+def test_a_large_tensor_is_drawn_in_parts_the_same_whatever_the_threads(monkeypatch):
+    """At LARGE elements and above `randn` draws float32 parts from child generators on threads: the values depend on
+    the seed and the part size only, not on the number of threads; they are normal (mean 0, deviation 1)."""
+    monkeypatch.setattr(I, "LARGE", 5000)
+    monkeypatch.setattr(I, "PART", 700)  # 8 parts, the last one short
+    one = I.randn(I.rng(4), (5, 1080), "float16", "cpu", scale=2.0).float64()
+    monkeypatch.setattr(I.os, "cpu_count", lambda: 1)
+    single = I.randn(I.rng(4), (5, 1080), "float16", "cpu", scale=2.0).float64()
+    assert np.array_equal(one, single)
+    assert not np.array_equal(one, I.randn(I.rng(5), (5, 1080), "float16", "cpu", scale=2.0).float64())
+    assert abs(one.mean()) < 0.1 and abs(one.std() - 2.0) < 0.1
+    small = I.randn(I.rng(4), (4, 1000), "float16", "cpu")  # below LARGE: float64 draws, as before
+    assert np.array_equal(small.float64(), D.encode(np.random.default_rng(4).standard_normal((4, 1000)), D.float16)
+                          .astype(np.float64))  # fmt: skip
