@@ -121,10 +121,6 @@ def launches(name: str, config, inputs) -> list:
     return ew.embedding_launches(config, t["table"], t["ids"], t["out"])
 
 
-def _call(launch_list):
-    return lambda: [launch() for launch in launch_list]
-
-
 def main() -> int:
     from nbxcert.kernels import elementwise as ew
 
@@ -142,10 +138,11 @@ def main() -> int:
     for i, (name, problem, dtypes) in enumerate(CASES):
         spec = get_spec(name)
         inputs = spec.make_inputs(problem, dtypes, 0, "cuda:0")
-        timings = common.time_kept(
-            spec, problem, profile, lambda c, name=name, inputs=inputs: _call(launches(name, c, inputs)), args.warmup,
-            args.rep, dtypes=dtypes,
-        )  # fmt: skip
+
+        def make_call(c, name=name, inputs=inputs):
+            return common.call_all(launches(name, c, inputs))
+
+        timings = common.time_kept(spec, problem, profile, make_call, args.warmup, args.rep, dtypes=dtypes)
         best_ms, best = timings[0]
         torch_ms = peer.get("ms", {}).get(str(i))
         fields = common.bandwidth_fields(best_ms, best, moved_bytes(name, inputs), copy_bw, torch_ms)
@@ -161,10 +158,7 @@ def main() -> int:
         )
         print(f"{name} {problem}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us", flush=True)
 
-    print()
-    print(f"device: {device_name} ({profile.key}, {how} match); copy bandwidth {copy_bw / 1e9:.0f} GB/s (cuMemcpyDtoD)")
-    if "error" in peer:
-        print(f"torch peer failed: {peer['error']}")
+    common.print_opening(device_name, profile, how, peer, copy_bw)
     header = f"{'kernel':13s} {'case':>22s} {'best us':>9s} {'GB/s':>7s} {'of copy':>8s} {'torch us':>9s} "
     header += f"{'x torch':>8s}"
     print(header + "  best config")

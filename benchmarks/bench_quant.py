@@ -77,7 +77,7 @@ def main() -> int:
             launches = quant.quant_launches(
                 config, name == "dequant_gemv", fmt, t["x"], t["qweight"], t["scales"], t.get("qzeros"), t["out"]
             )
-            return lambda: [launch() for launch in launches]
+            return common.call_all(launches)
 
         timings = common.time_kept(spec, problem, profile, call, args.warmup, args.rep)
         best_ms, best = timings[0]
@@ -104,10 +104,7 @@ def main() -> int:
         )
         print(f"{name} {fmt} {m}x{n}x{k}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us")
 
-    print()
-    print(f"device: {device_name} ({profile.key}, {how} match)")
-    if "error" in peer:
-        print(f"torch peer failed: {peer['error']}")
+    common.print_opening(device_name, profile, how, peer)
     header = f"{'kernel':15s} {'fmt':4s} {'M x N x K':>17s} {'best us':>9s} {'GB/s':>7s} {'fp16 us':>9s} {'x fp16':>7s}"
     header += "  best"
     print(header)

@@ -92,10 +92,6 @@ def spot_check(spec, config, inputs, profile, n_rows: int) -> str | None:
     return None if verdict.ok else verdict.report
 
 
-def _call(launches):
-    return lambda: [launch() for launch in launches]
-
-
 def main() -> int:
     opened = common.start(__doc__, "bench_rows", PEER_SCRIPT, CASES)
     if opened is None:
@@ -116,7 +112,7 @@ def main() -> int:
             spec,
             problem,
             profile,
-            lambda c, inputs=inputs: _call(_launches(rows, spec, c, inputs)),
+            lambda c, inputs=inputs: common.call_all(_launches(rows, spec, c, inputs)),
             args.warmup,
             args.rep,
         )
@@ -145,10 +141,7 @@ def main() -> int:
             flush=True,
         )
 
-    print()
-    print(f"device: {device_name} ({profile.key}, {how} match); copy bandwidth {copy_bw / 1e9:.0f} GB/s (cuMemcpyDtoD)")
-    if "error" in peer:
-        print(f"torch peer failed: {peer['error']}")
+    common.print_opening(device_name, profile, how, peer, copy_bw)
     header = f"{'kernel':10s} {'shape':>13s} {'best us':>9s} {'GB/s':>7s} {'of copy':>8s} {'torch us':>9s} "
     header += f"{'x torch':>8s}  best config"
     print(header)

@@ -102,10 +102,6 @@ def spot_check(spec, config, inputs, profile) -> str | None:
     return None
 
 
-def _call(launches):
-    return lambda: [launch() for launch in launches]
-
-
 def main() -> int:
     opened = common.start(__doc__, "bench_sampling", PEER_SCRIPT, CASES)
     if opened is None:
@@ -124,7 +120,7 @@ def main() -> int:
             spec,
             problem,
             profile,
-            lambda c, inputs=inputs: _call(_launches(sampling, spec, c, inputs)),
+            lambda c, inputs=inputs: common.call_all(_launches(sampling, spec, c, inputs)),
             args.warmup,
             args.rep,
         )
@@ -137,23 +133,14 @@ def main() -> int:
                 "shape": [n_rows, n_cols],
                 "k": k or None,
                 "dtype": "float16",
-                "bytes_moved": moved,
-                "best_config": best.as_dict(),
-                "best_label": best.label(),
-                "best_ms": best_ms,
-                "effective_GBps": moved / (best_ms * 1e-3) / 1e9,
-                "torch_ms": torch_ms,
-                "speedup_vs_torch": torch_ms / best_ms if torch_ms else None,
+                **common.bandwidth_fields(best_ms, best, moved, None, torch_ms),
                 "spot_check": spot_check(spec, best, inputs, profile) or "ok",
                 "candidates": [{"config": c.label(), "ms": ms} for ms, c in timings],
             }
         )
         print(f"{name} {n_rows}x{n_cols} k={k}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us")
 
-    print()
-    print(f"device: {device_name} ({profile.key}, {how} match)")
-    if "error" in peer:
-        print(f"torch peer failed: {peer['error']}")
+    common.print_opening(device_name, profile, how, peer)
     header = (
         f"{'kernel':14s} {'shape':>13s} {'k':>3s} {'best us':>9s} {'GB/s':>7s} {'torch us':>9s} {'x torch':>8s}  best"
     )
@@ -174,23 +161,17 @@ def main() -> int:
 
 
 def _launches(sampling, spec, config, inputs):
-    """The kernel launches of one config, built once, so the timing holds the launches and nothing else."""
+    """The kernel launches of one config, built once, so the timing holds the launches and nothing else. The inputs'
+    workspace is sized for every candidate's split (`sampling.SMALLEST_CHUNK`)."""
     t, s = inputs.tensors, inputs.scalars
+    ws = t["workspace"]
     if spec.name == "argmax":
-        return sampling.argmax_launches(config, t["x"], t["out"], _workspace(sampling, config, t["x"], 1))
+        return sampling.argmax_launches(config, t["x"], t["out"], ws)
     if spec.name == "topk":
-        ws = _workspace(sampling, config, t["x"], s["k"])
         return sampling.topk_launches(config, t["x"], s["k"], t["values"], t["indices"], ws)
     if spec.name == "log_softmax":
-        return sampling.log_softmax_launches(config, t["x"], t["y"])
-    return sampling.cross_entropy_launches(config, t["x"], t["target"], t["loss"], s["ignore_index"])
-
-
-def _workspace(sampling, config, x, k: int):
-    """The split variant's workspace for this config's chunk (None for the loop variant)."""
-    if config["VARIANT"] != "split":
-        return None
-    return sampling.split_workspace(x.shape[0], x.shape[1], k, x.device, config["CHUNK"])
+        return sampling.log_softmax_launches(config, t["x"], t["y"], ws)
+    return sampling.cross_entropy_launches(config, t["x"], t["target"], t["loss"], s["ignore_index"], ws)
 
 
 if __name__ == "__main__":

@@ -114,24 +114,15 @@ def main() -> int:
                 "kernel": name,
                 "problem": problem,
                 "dtype": "float16",
-                "bytes_moved": moved,
-                "best_config": best.as_dict(),
-                "best_label": best.label(),
-                "best_ms": best_ms,
-                "effective_GBps": moved / (best_ms * 1e-3) / 1e9,
+                **common.bandwidth_fields(best_ms, best, moved, None, torch_ms),
                 "TFLOPs": work / (best_ms * 1e-3) / 1e12 if work else None,
-                "torch_ms": torch_ms,
-                "speedup_vs_torch": torch_ms / best_ms if torch_ms else None,
                 "check": verdict,
                 "candidates": [{"config": c.label(), "ms": ms} for ms, c in timings],
             }
         )
         print(f"{name} {problem}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us")
 
-    print()
-    print(f"device: {device_name} ({profile.key}, {how} match)")
-    if "error" in peer:
-        print(f"torch peer failed: {peer['error']}")
+    common.print_opening(device_name, profile, how, peer)
     header = (
         f"{'kernel':19s} {'shape':>30s} {'best us':>9s} {'TFLOP/s':>8s} {'GB/s':>7s} {'torch us':>9s} {'x torch':>8s}"
     )

@@ -121,18 +121,36 @@ def copy_bandwidth(cuda, copy_bytes: int = 2**30) -> float:
     return 2 * copy_bytes / (statistics.median(times) * 1e-3)
 
 
-def bandwidth_fields(best_ms: float, best, moved: int, copy_bw: float, torch_ms: float | None) -> dict:
+def bandwidth_fields(best_ms: float, best, moved: int, copy_bw: float | None, torch_ms: float | None) -> dict:
     """The fields a bandwidth-bound benchmark records for its best candidate: time, effective bandwidth (`moved`
-    bytes read + written), its fraction of the copy bandwidth, and torch's time and speed beside it."""
+    bytes read + written), its fraction of the copy bandwidth (when one was measured), and torch's time and speed
+    beside it."""
     eff = moved / (best_ms * 1e-3)
-    return {
+    fields = {
         "bytes_moved": moved,
         "best_config": best.as_dict(),
         "best_label": best.label(),
         "best_ms": best_ms,
         "effective_GBps": eff / 1e9,
-        "fraction_of_copy": eff / copy_bw,
         "torch_ms": torch_ms,
         "torch_GBps": moved / (torch_ms * 1e-3) / 1e9 if torch_ms else None,
         "speedup_vs_torch": torch_ms / best_ms if torch_ms else None,
     }
+    if copy_bw is not None:
+        fields["fraction_of_copy"] = eff / copy_bw
+    return fields
+
+
+def call_all(launches):
+    """What one timed repetition runs: the launches built once, in order, and nothing else."""
+    return lambda: [launch() for launch in launches]
+
+
+def print_opening(device_name: str, profile, how: str, peer: dict, copy_bw: float | None = None) -> None:
+    """The lines before a benchmark's table: the device and profile, the copy bandwidth when measured, and the
+    torch peer's failure when it failed."""
+    print()
+    copy = f"; copy bandwidth {copy_bw / 1e9:.0f} GB/s (cuMemcpyDtoD)" if copy_bw is not None else ""
+    print(f"device: {device_name} ({profile.key}, {how} match){copy}")
+    if "error" in peer:
+        print(f"torch peer failed: {peer['error']}")
