@@ -154,6 +154,8 @@ def main(argv=None) -> int:
     print(f"device: {info.name}, profile {profile.key} ({match})")
     log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
     dt = args.dtype
+    from nbxcert.warm import compile_ahead
+
     spec = moe.FUSED_MOE
     theirs = [moe._moe(bm, bn, bk, w, s, g) for bm, bn, bk, g, w, s in vllm_space(args.vllm_space)]
     results = {"device": info.name, "profile": profile.key, "dtype": dt, "vllm_space": args.vllm_space, "shapes": {}}
@@ -162,8 +164,7 @@ def main(argv=None) -> int:
         problem = shape["problem"]
         print(f"== {text} {problem} ({dt})", flush=True)
         inputs = spec.make_inputs(problem, (dt, dt), 0, choice.device)
-        from nbxcert.warm import compile_ahead  # every config of both spaces compiled in a pool before any is timed
-
+        # every config of both spaces compiled in a pool before any is timed
         compile_ahead(spec, problem, (dt, dt), list(spec.prune(list(spec.candidates) + theirs, problem, profile).kept),
                       profile.key)  # fmt: skip
         pick = vllm_pick(shape["model"], problem["M"])

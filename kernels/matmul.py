@@ -68,7 +68,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import triton
 import triton.language as tl
@@ -77,7 +77,7 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.prune import prune_with, registers_refusal, shared_memory_refusal
+from nbxcert.kernels.prune import next_pow2, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty
 from nbxcert.oracles import matmul as _oracle
@@ -575,29 +575,34 @@ def _prune_mm(candidates: Sequence[Config], problem: Mapping[str, Any], profile)
     return prune_with(candidates, profile, check)
 
 
-def _prune_gemv(candidates: Sequence[Config], problem: Mapping[str, Any], profile) -> PruneResult:
-    block_m = _next_pow2(problem["M"])
+def gemv_prune(smem: Callable[[Config], int]):
+    """The prune of a SIMT GEMV (this module's and `quant.dequant_gemv`): refuse configs whose float32 partial sum
+    [BLOCK_M, BLOCK_K, BLOCK_N] exceeds a thread's registers or whose `smem(config)` exceeds shared memory."""
 
-    def check(c: Config) -> str | None:
-        # The float32 partial sum [BLOCK_M, BLOCK_K, BLOCK_N] is live across the whole K loop: past the register
-        # budget it must spill. (AMD files state no per-thread register limit: their VGPR budget trades against
-        # occupancy, so there is nothing to check against there.)
-        if profile.vendor != "amd":
-            reason = registers_refusal(block_m * c["BLOCK_K"] * c["BLOCK_N"], 1, c, profile, "gemv partial sum")
-            if reason:
-                return reason
-        return shared_memory_refusal(smem_estimate(c), profile)
+    def prune(candidates: Sequence[Config], problem: Mapping[str, Any], profile) -> PruneResult:
+        block_m = next_pow2(problem["M"])
 
-    return prune_with(candidates, profile, check)
+        def check(c: Config) -> str | None:
+            # The partial sum is live across the whole K loop: past the register budget it must spill. (AMD files
+            # state no per-thread register limit: their VGPR budget trades against occupancy, so there is nothing to
+            # check against there.)
+            if profile.vendor != "amd":
+                reason = registers_refusal(block_m * c["BLOCK_K"] * c["BLOCK_N"], 1, c, profile, "gemv partial sum")
+                if reason:
+                    return reason
+            return shared_memory_refusal(smem(c), profile)
+
+        return prune_with(candidates, profile, check)
+
+    return prune
+
+
+_prune_gemv = gemv_prune(smem_estimate)
 
 
 # ======================================================================================================================
 # Problems, layouts, inputs
 # ======================================================================================================================
-def _next_pow2(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()
-
-
 def _col_major(t: Tensor) -> int:
     """1 when the last two dimensions are column-major (unit stride on the row axis), else 0."""
     return int(t.stride(-1) != 1 and t.stride(-2) == 1)
@@ -963,7 +968,7 @@ def _launch_gemv(
     bn, bk = config["BLOCK_N"], config["BLOCK_K"]
     _gemv_kernel[(triton.cdiv(n, bn),)](
         x, w, out, bias, m, n, k, x_st[1], x_st[2], w_st[1], w_st[2], c_st[1], c_st[2], bias_st[1], bias_st[2],
-        alpha, beta, HAS_BIAS=has_bias, ACTIVATION=activation, EVEN_K=(k % bk == 0), BLOCK_M=_next_pow2(m),
+        alpha, beta, HAS_BIAS=has_bias, ACTIVATION=activation, EVEN_K=(k % bk == 0), BLOCK_M=next_pow2(m),
         BLOCK_N=bn, BLOCK_K=bk, STAGES=config.num_stages, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
 

@@ -63,7 +63,7 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
+from nbxcert.kernels.prune import lanes_refusal, next_pow2, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import moe as _oracle
@@ -80,10 +80,6 @@ _OFFSETS_WARPS = 4
 # took 167 or 168 registers and 64 elements 72 to 151, with no spill; at 256 per thread ptxas reached its cap of 255.
 _ALIGN_REGS_PER_ELEMENT = 1
 _ALIGN_SCALAR_REGS = 40
-
-
-def _next_pow2(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()
 
 
 # ======================================================================================================================
@@ -393,7 +389,7 @@ def _prune_moe(candidates: Sequence[Config], problem: Mapping[str, Any], profile
 
 
 def _prune_align(candidates: Sequence[Config], problem: Mapping[str, Any], profile) -> PruneResult:
-    e_block = _next_pow2(problem["experts"])
+    e_block = next_pow2(problem["experts"])
 
     def check(c: Config) -> str | None:
         tile = c["TILE"] * e_block
@@ -480,12 +476,12 @@ def _align_workspace_len(pairs: int, experts: int) -> int:
     """int32 elements of the workspace for any candidate: the [programs, E_BLOCK] table at the fewest pairs per
     program, then E_BLOCK expert starts."""
     fewest = min(c["TILE"] * c["STEPS"] for c in ALIGN_CANDIDATES)
-    return (max(triton.cdiv(pairs, fewest), 1) + 1) * _next_pow2(experts)
+    return (max(triton.cdiv(pairs, fewest), 1) + 1) * next_pow2(experts)
 
 
 def _launch_align(config: Config, ids: Tensor, experts: int, block: int, sorted_ids, expert_ids, num_padded, ws):
     pairs = ids.numel
-    e_block = _next_pow2(experts)
+    e_block = next_pow2(experts)
     programs = _align_programs(pairs, config)
     if ws.numel < (programs + 1) * e_block:
         raise LaunchError(f"moe_align: workspace of {ws.numel} int32 < {(programs + 1) * e_block} needed")

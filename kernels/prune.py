@@ -91,3 +91,8 @@ def registers_refusal(
             f"(min of max_registers_per_thread={per_thread}, max_registers_per_block={per_block} / {threads} threads)"
         )
     return None
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1): a tile that holds n rows."""
+    return 1 << max(int(n) - 1, 0).bit_length()

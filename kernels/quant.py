@@ -42,7 +42,8 @@ from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import KernelLaunch, run_all
 from nbxcert.kernels.matmul import _workspace as _split_workspace  # one float32 workspace per stream, shared
-from nbxcert.kernels.prune import prune_with, registers_refusal, shared_memory_refusal
+from nbxcert.kernels.matmul import gemv_prune
+from nbxcert.kernels.prune import next_pow2, prune_with, shared_memory_refusal
 from nbxcert.kernels.rows import narrow, upcast
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
@@ -246,23 +247,8 @@ def mm_smem_estimate(config: Config) -> int:
     return max(pipeline, bm * bn * 4)
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()
-
-
-def prune_gemv(candidates: Sequence[Config], problem: Mapping[str, Any], profile) -> PruneResult:
-    """Refuse gemv configs whose partial sum exceeds a thread's registers or whose reduction staging exceeds shared
-    memory."""
-    block_m = _next_pow2(problem["M"])
-
-    def check(c: Config) -> str | None:
-        if profile.vendor != "amd":
-            reason = registers_refusal(block_m * c["BLOCK_K"] * c["BLOCK_N"], 1, c, profile, "gemv partial sum")
-            if reason:
-                return reason
-        return shared_memory_refusal(gemv_smem_estimate(c), profile)
-
-    return prune_with(candidates, profile, check)
+# the SIMT GEMV's prune, as `matmul.gemv`'s, with this kernel's reduction staging
+prune_gemv = gemv_prune(gemv_smem_estimate)
 
 
 def prune_mm(candidates: Sequence[Config], problem: Mapping[str, Any], profile) -> PruneResult:
@@ -323,7 +309,7 @@ def quant_launches(config: Config, gemv: bool, fmt: str, x, qweight, scales, qze
                 ws = _split_workspace.get(split_k * m * n, x.device)
         gemv_args = args[:5] + (ws, m, n, k, k_per) + args[8:]
         grid = (triton.cdiv(n, config["BLOCK_N"]), split_k)
-        kwargs = dict(kwargs, BLOCK_M=_next_pow2(m), SPLIT_K=split_k)
+        kwargs = dict(kwargs, BLOCK_M=next_pow2(m), SPLIT_K=split_k)
         launches = [KernelLaunch(_dequant_gemv_kernel, grid, gemv_args, kwargs)]
         if split_k > 1:
             reduce_kw = dict(INT4=int4, UPCAST=upcast(), SPLIT_K=split_k, BLOCK=_REDUCE_BLOCK, num_warps=4)

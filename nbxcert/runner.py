@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from nbxcert.kernels.check import Prepared, prepare, run_prepared
+from nbxcert.kernels.check import Prepared, first_report, prepare, run_prepared
 from nbxcert.kernels.spec import Config, get_spec
 from nbxcert.profiles import get_profile
 
@@ -200,11 +200,12 @@ def handle(req: dict[str, Any]) -> dict[str, Any]:
         prepared, _ = prepared_for(spec, problems["timing"], dtypes, profile, seed, device)
         runs = []
         for i in range(int(req.get("runs", 3))):
-            verdicts = run_prepared(prepared, config)
-            bad = next((v for v in verdicts.values() if not v.ok), None)
-            if bad is not None:
-                return {"status": "mismatch", "reason": f"wrong when run again (run {i + 1} on the same inputs): "
-                        + bad.report}  # fmt: skip
+            report = first_report(run_prepared(prepared, config))
+            if report:
+                return {
+                    "status": "mismatch",
+                    "reason": f"wrong when run again (run {i + 1} on the same inputs): {report}",
+                }
             runs.append(_bits(prepared.inputs))
         return {"status": "done", "reproducible": all(r == runs[0] for r in runs[1:])}
     raise ValueError(f"unknown request op '{op}'")
