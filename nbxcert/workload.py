@@ -207,6 +207,20 @@ def sizes(w: Workload, phase: str, profile) -> list[int]:
     return [x for x in ladder if v.get("min", 1) <= x <= v["max"]]
 
 
+class _LaunchList(list):
+    """Launches in the order first made, each (kernel, problem, dtype) once."""
+
+    def __init__(self):
+        super().__init__()
+        self._seen: set = set()
+
+    def add(self, kernel: str, problem: dict, dt, where: str) -> None:
+        ident = (kernel, tuple(sorted(problem.items())), dt)
+        if ident not in self._seen:
+            self._seen.add(ident)
+            self.append(Launch(kernel, problem, dt, where))
+
+
 def launches(w: Workload, profile) -> list[Launch]:
     """Every launch of the model for each phase and dtype (duplicates removed, order kept)."""
     if w.kind == UNET_BLOCK:
@@ -215,14 +229,8 @@ def launches(w: Workload, profile) -> list[Launch]:
     h, inter, nh, nkv, d, vocab = m["hidden"], m["intermediate"], m["heads"], m["kv_heads"], m["head_dim"], m["vocab"]
     qkv = (nh + 2 * nkv) * d
     norm = m["norm"]
-    out: list[Launch] = []
-    seen = set()
-
-    def add(kernel, problem, dt, where):
-        ident = (kernel, tuple(sorted(problem.items())), dt)
-        if ident not in seen:
-            seen.add(ident)
-            out.append(Launch(kernel, problem, dt, where))
+    out = _LaunchList()
+    add = out.add
 
     def matmul(tokens, n, k, dt, where, bias=False):
         # activations [tokens, k] row-major times a weight stored [n, k] (nn.Linear's layout): B = Wᵀ is
@@ -291,7 +299,7 @@ def launches(w: Workload, profile) -> list[Launch]:
                 layer(b, dt, lambda prob=prob: add("decode_attention", prob, (dt,), "decode attention"))
             matmul(b, vocab, h, dt, "LM head")
             add("softmax", {"n_rows": b, "n_cols": vocab, "mask": "none"}, (dt,), "logits softmax")
-    return out
+    return list(out)
 
 
 def workload_keys(w: Workload, profile, kernels: set[str] | None = None):
@@ -405,14 +413,8 @@ def unet_block_launches(w: Workload, profile) -> list[Launch]:
     """Every vision launch of a UNet block for each batch, input size and dtype (duplicates removed, order kept)."""
     m = w.model
     out_c, groups, layout = m["out_channels"], m["norm_groups"], m["layout"]
-    out: list[Launch] = []
-    seen = set()
-
-    def add(kernel, problem, dt, where):
-        ident = (kernel, tuple(sorted(problem.items())), dt)
-        if ident not in seen:
-            seen.add(ident)
-            out.append(Launch(kernel, problem, dt, where))
+    out = _LaunchList()
+    add = out.add
 
     def conv(b, c, size, k, kernel, dt, where, stride=1):
         pad = kernel // 2
@@ -443,4 +445,4 @@ def unet_block_launches(w: Workload, profile) -> list[Launch]:
                     problem = {"batch": b, "C": out_c, "H": size, "W": size, "scale_h": 2, "scale_w": 2}
                     add("upsample_nearest2d", {**problem, "layout": layout}, (dt,), "upsampler (nearest 2x)")
                     conv(b, out_c, 2 * size, out_c, 3, dt, "upsampler conv (3x3)")
-    return out
+    return list(out)
