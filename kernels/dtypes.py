@@ -128,7 +128,9 @@ def float32_to_bfloat16_bits(x: np.ndarray) -> np.ndarray:
     return rounded
 
 
-_CHUNK = 1 << 20  # elements per step of a large conversion: its temporaries stay in cache (4-5x faster at 67M)
+# elements per step of a large conversion, so its temporaries stay in cache: 67M float64 normals took 7.7 s in one step
+# and 1.7 s in 1M steps (`to_bfloat16_bits`, the project's 2-core machine, 2026-11-29; results equal)
+_CHUNK = 1 << 20
 
 
 def to_bfloat16_bits(x) -> np.ndarray:

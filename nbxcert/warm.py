@@ -1,4 +1,5 @@
-"""`nbxcert warm`: compile the certified winners of some keys ahead, in parallel, into Triton's on-disk cache.
+"""`nbxcert warm`: compile the certified winners of some keys ahead, in parallel, into Triton's on-disk cache; and
+`compile_ahead`, the same for any configs of one problem (the GPU tests and benchmarks).
 
 A serving process that meets a key for the first time compiles its certified config then, one kernel after the other
 (a second or more each on a GPU). `warm` compiles every certified winner of a workload (or keys file, or key texts)
@@ -37,6 +38,13 @@ class WarmReport:
         )
 
 
+def compile_request(spec, config, dtypes, problems: dict, seed, profile_key: str) -> dict:
+    """A compile worker's request (`runner.handle`, op "compile") for `config` at every specialisation of `problems`
+    (roles "smallest" and "largest")."""
+    return {"op": "compile", "spec": spec.name, "config": config.as_dict(), "dtypes": list(dtypes),
+            "problems": problems, "seed": int(seed), "profile": profile_key}  # fmt: skip
+
+
 def warm(
     profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None = None, jobs: int | None = None
 ) -> WarmReport:
@@ -63,9 +71,8 @@ def warm(
             continue
         spec = get_spec(key.kernel)
         config = serve._certified_config(spec, entry, text)
-        requests.append({"op": "compile", "spec": spec.name, "config": config.as_dict(), "dtypes": list(key.dtypes),
-                         "problems": entry["certified_problems"], "seed": int(entry["seed"]),
-                         "profile": profile.key})  # fmt: skip
+        requests.append(compile_request(spec, config, key.dtypes, entry["certified_problems"], entry["seed"],
+                                        profile.key))  # fmt: skip
         names.append(text)
     t0 = time.perf_counter()
     if choice.name == "cuda" and requests:
@@ -116,7 +123,6 @@ def compile_ahead(spec, problem, dtypes, configs, profile_key: str, seed: int = 
         _ahead_pool = CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
         atexit.register(_ahead_pool.close)
     same = {"smallest": dict(problem), "largest": dict(problem)}
-    requests = [{"op": "compile", "spec": spec.name, "config": c.as_dict(), "dtypes": list(dtypes), "problems": same,
-                 "seed": int(seed), "profile": profile_key} for c in configs]  # fmt: skip
+    requests = [compile_request(spec, c, dtypes, same, seed, profile_key) for c in configs]
     replies = _ahead_pool.compile_all(requests, TIMEOUT_S)
     return sum(1 for r in replies if r.get("status") == "compiled")

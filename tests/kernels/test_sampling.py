@@ -254,6 +254,17 @@ def test_bad_arguments_are_refused_by_name(backend):
         sampling.argmax(from_numpy(np.ones((2, 3), dtype=np.int32), "int32", dev))
     with pytest.raises(LaunchError, match="0 columns"):
         sampling.argmax(from_numpy(np.ones((2, 0)), "float16", dev))
+    # the split log_softmax / cross_entropy need their float64 workspace, big enough: refused by name without it
+    split, y = sampling.split_config(4096, 1024, 4), from_numpy(np.zeros((2, 40)), "float16", dev)
+    with pytest.raises(LaunchError, match="log_softmax split: needs a contiguous float64 workspace of >= 4"):
+        sampling.log_softmax_launches(split, x, y)
+    small = from_numpy(np.zeros(1), "float64", dev)
+    target = from_numpy(np.zeros(2, dtype=np.int64), "int64", dev)
+    with pytest.raises(LaunchError, match="cross_entropy split: needs a contiguous float64 workspace"):
+        sampling.cross_entropy_launches(split, x, target, y[:, 0], sampling.IGNORE_INDEX, small)
+    int_ws = sampling.split_workspace(2, 40, 1, dev)
+    with pytest.raises(LaunchError, match="float64 workspace"):
+        sampling.log_softmax_launches(split, x, y, int_ws)
 
 
 # --- prunes against the device files ----------------------------------------------------------------------------------
