@@ -67,7 +67,6 @@ No-bit fields: `GROUP_M` only changes which program computes which tile, never h
 from __future__ import annotations
 
 import functools
-import threading
 from typing import Any, Callable, Mapping, Sequence
 
 import triton
@@ -77,6 +76,7 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
+from nbxcert.kernels.launch import SPLIT_WORKSPACE as _workspace
 from nbxcert.kernels.prune import next_pow2, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty
@@ -795,35 +795,6 @@ def _programs(device_index: int) -> int:
 
         count = _SM_COUNT[device_index] = cuda.device_info(device_index).attributes["multiprocessor_count"]
     return count
-
-
-class _Workspace:
-    """The split-K partial-sum buffer: one grow-only float32 buffer per (device, stream), reused by every launch.
-
-    Launches on one stream run in order, so reuse is safe as long as the two kernels of one product are queued
-    back to back: `lock` is held while they are, so another thread's product on that stream cannot slip between
-    them. Another stream gets its own buffer."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self._buffers: dict[tuple[str, int], Tensor] = {}
-
-    def get(self, elements: int, device) -> Tensor:
-        if device.type == "cpu":
-            return empty((max(elements, 1),), "float32", device)
-        from nbxcert.kernels.backends import cuda, triton_cuda
-
-        key = (str(device), triton_cuda.current_stream(device.index))
-        buf = self._buffers.get(key)
-        if buf is None or buf.numel < elements:
-            if buf is not None:
-                cuda.synchronize()  # the old buffer may still be read by a queued reduction
-            buf = empty((max(elements, 2 * (buf.numel if buf is not None else 0)),), "float32", device)
-            self._buffers[key] = buf
-        return buf
-
-
-_workspace = _Workspace()
 
 
 @functools.lru_cache(maxsize=None)

@@ -40,8 +40,8 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
+from nbxcert.kernels.launch import SPLIT_WORKSPACE as _split_workspace
 from nbxcert.kernels.launch import KernelLaunch, run_all
-from nbxcert.kernels.matmul import _workspace as _split_workspace  # one float32 workspace per stream, shared
 from nbxcert.kernels.matmul import gemv_prune
 from nbxcert.kernels.prune import next_pow2, prune_with, shared_memory_refusal
 from nbxcert.kernels.rows import narrow, upcast
