@@ -29,6 +29,7 @@ import subprocess
 import sys
 import time
 
+import common
 import triton.language as tl
 
 # name -> (batch, heads, seq, head_dim, causal, target ratio vs SDPA)
@@ -113,20 +114,14 @@ def _randn(gen, shape, dtype, device):
 def time_candidates(spec, problem, configs, launch_of, warmup_ms, rep_ms, log, dtype: str, profile):
     """Time each config (`launch_of(config)` runs one launch); return (rows, refused). The configs are compiled
     ahead in a pool first (`nbxcert.warm.compile_ahead`, inputs of the spec's own making for `problem`)."""
-    from nbxcert.kernels.backends import cuda, triton_cuda
     from nbxcert.warm import compile_ahead
 
     compile_ahead(spec, problem, (dtype,), configs, profile.key)
     rows, refused = [], []
     for config in configs:
         t0 = time.time()
-        try:
-            times = triton_cuda.do_bench_events(lambda: launch_of(config), warmup_ms=warmup_ms, rep_ms=rep_ms)
-        except Exception as e:  # noqa: BLE001 - recorded as a refusal with its reason, never scored
-            refused.append({"config": config.label(), "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
-            log(f"    refused {config.label()}: {refused[-1]['reason']}")
-            if cuda.context_poisoned() is not None:
-                raise
+        times = common.time_or_refuse(config, lambda: launch_of(config), warmup_ms, rep_ms, refused, log)
+        if times is None:
             continue
         rows.append({"config": config.label(), "kwargs": config.as_dict(), "median_ms": statistics.median(times)})
         log(f"    {rows[-1]['median_ms']:.4f} ms  {config.label()}  ({time.time() - t0:.1f}s)")

@@ -31,6 +31,8 @@ import subprocess
 import sys
 import time
 
+import common
+
 DEFAULT_SHAPES = ("4096x4096x4096", "512x5632x2048", "16x4096x4096", "1x4096x4096", "32x512x128x512")
 TARGETS = {"4096x4096x4096": 0.95, "512x5632x2048": 0.90, "16x4096x4096": 0.90, "1x4096x4096": 0.90}
 
@@ -123,7 +125,6 @@ def host_launch_us(launch) -> float:
 
 def bench_spec(spec, problem, dtypes, profile, device, warmup_ms, rep_ms, kinds, log):
     """Time every kept candidate of `spec` on `problem`; return (rows, refused)."""
-    from nbxcert.kernels.backends import cuda, triton_cuda
     from nbxcert.warm import compile_ahead
 
     inputs = spec.make_inputs(problem, dtypes, 0, device)
@@ -134,13 +135,8 @@ def bench_spec(spec, problem, dtypes, profile, device, warmup_ms, rep_ms, kinds,
         if kinds and config["KIND"] not in kinds:
             continue
         t0 = time.time()
-        try:
-            times = triton_cuda.do_bench_events(lambda: spec.launch(config, inputs), warmup_ms=warmup_ms, rep_ms=rep_ms)
-        except Exception as e:  # noqa: BLE001 - recorded as a refusal with its reason, never scored
-            refused.append({"config": config.label(), "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
-            log(f"    refused {config.label()}: {refused[-1]['reason']}")
-            if cuda.context_poisoned() is not None:
-                raise
+        times = common.time_or_refuse(config, lambda: spec.launch(config, inputs), warmup_ms, rep_ms, refused, log)
+        if times is None:
             continue
         rows.append(
             {

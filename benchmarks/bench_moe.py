@@ -32,6 +32,8 @@ import statistics
 import sys
 import time
 
+import common
+
 MODELS = {
     "mixtral": {"experts": 8, "top_k": 2, "hidden": 4096, "inter": 14336},
     "qwen3": {"experts": 128, "top_k": 8, "hidden": 2048, "inter": 768},
@@ -95,19 +97,12 @@ def flops(problem: dict) -> float:
 
 def time_configs(spec, configs, inputs, prune, profile, warmup_ms, rep_ms, log):
     """(rows, refused): the median time of each config on `inputs`; refusals with their reasons."""
-    from nbxcert.kernels.backends import cuda, triton_cuda
-
     verdicts = prune(configs, inputs.problem, profile)
     rows, refused = [], [{"config": c.label(), "reason": f"pruned: {r}"} for c, r in verdicts.pruned]
     for config in verdicts.kept:
         t0 = time.time()
-        try:
-            times = triton_cuda.do_bench_events(lambda: spec.launch(config, inputs), warmup_ms=warmup_ms, rep_ms=rep_ms)
-        except Exception as e:  # noqa: BLE001 - recorded as a refusal with its reason, never scored
-            refused.append({"config": config.label(), "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
-            log(f"    refused {config.label()}: {refused[-1]['reason']}")
-            if cuda.context_poisoned() is not None:
-                raise
+        times = common.time_or_refuse(config, lambda: spec.launch(config, inputs), warmup_ms, rep_ms, refused, log)
+        if times is None:
             continue
         rows.append({"config": config.label(), "kwargs": config.as_dict(), "median_ms": statistics.median(times),
                      "reps": len(times)})  # fmt: skip

@@ -154,3 +154,19 @@ def print_opening(device_name: str, profile, how: str, peer: dict, copy_bw: floa
     print(f"device: {device_name} ({profile.key}, {how} match){copy}")
     if "error" in peer:
         print(f"torch peer failed: {peer['error']}")
+
+
+def time_or_refuse(config, fn, warmup_ms: float, rep_ms: float, refused: list, log) -> list[float] | None:
+    """`fn` (one launch of `config`) timed with nbxcert's event timer: each repetition's ms; or None, with a refusal
+    (the error's type and first line) appended to `refused` and logged, when it fails to compile or launch. A
+    poisoned CUDA context ends the benchmark (nothing after it could be timed)."""
+    from nbxcert.kernels.backends import cuda, triton_cuda
+
+    try:
+        return triton_cuda.do_bench_events(fn, warmup_ms=warmup_ms, rep_ms=rep_ms)
+    except Exception as e:  # noqa: BLE001 - recorded as a refusal with its reason, never scored
+        refused.append({"config": config.label(), "reason": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
+        log(f"    refused {config.label()}: {refused[-1]['reason']}")
+        if cuda.context_poisoned() is not None:
+            raise
+        return None
