@@ -121,6 +121,31 @@ def launches(name: str, config, inputs) -> list:
     return ew.embedding_launches(config, t["table"], t["ids"], t["out"])
 
 
+def case_label(kernel: str, problem: dict, dtypes) -> str:
+    """The table's short case column: the op and layout of add_mul, the target of a cast, else the variant."""
+    if kernel == "add_mul":
+        return f"{problem.get('op', '')} {problem.get('b_layout', '')}"
+    if kernel == "cast":
+        return "->" + dtypes[-1]
+    return str(problem.get("approximate", problem.get("style", "")))
+
+
+def table(results: list[dict]) -> list[str]:
+    """The printed table, one line per case (and one more under a case whose check failed)."""
+    header = f"{'kernel':13s} {'case':>22s} {'best us':>9s} {'GB/s':>7s} {'of copy':>8s} {'torch us':>9s} "
+    header += f"{'x torch':>8s}"
+    lines = [header + "  best config", "-" * len(header)]
+    for r in results:
+        case = case_label(r["kernel"], r["problem"], r["dtypes"])
+        t_us = f"{r['torch_ms'] * 1e3:9.1f}" if r["torch_ms"] else f"{'-':>9s}"
+        sp = f"{r['speedup_vs_torch']:7.2f}x" if r["speedup_vs_torch"] else f"{'-':>8s}"
+        lines.append(f"{r['kernel']:13s} {case:>22s} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} "
+                     f"{100 * r['fraction_of_copy']:7.1f}% {t_us} {sp}  {r['best_label']}")  # fmt: skip
+        if r["check"] != "ok":
+            lines.append(f"  CHECK FAILED: {r['check'].splitlines()[0]}")
+    return lines
+
+
 def main() -> int:
     from nbxcert.kernels import elementwise as ew
 
@@ -158,27 +183,14 @@ def main() -> int:
         )
         print(f"{name} {problem}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us", flush=True)
 
-    common.print_opening(device_name, profile, how, peer, copy_bw)
-    header = f"{'kernel':13s} {'case':>22s} {'best us':>9s} {'GB/s':>7s} {'of copy':>8s} {'torch us':>9s} "
-    header += f"{'x torch':>8s}"
-    print(header + "  best config")
-    print("-" * len(header))
-    for r in results:
-        p = r["problem"]
-        case = {"add_mul": p.get("op", "") + " " + p.get("b_layout", ""), "cast": "->" + r["dtypes"][1]}.get(
-            r["kernel"], p.get("approximate", p.get("style", ""))
-        )
-        t_us = f"{r['torch_ms'] * 1e3:9.1f}" if r["torch_ms"] else f"{'-':>9s}"
-        sp = f"{r['speedup_vs_torch']:7.2f}x" if r["speedup_vs_torch"] else f"{'-':>8s}"
-        print(f"{r['kernel']:13s} {case:>22s} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} "
-              f"{100 * r['fraction_of_copy']:7.1f}% {t_us} {sp}  {r['best_label']}")  # fmt: skip
-        if r["check"] != "ok":
-            print(f"  CHECK FAILED: {r['check'].splitlines()[0]}")
+    # the results are written before the table is printed: a fault in printing loses no measurement
     doc = {"device": device_name, "profile": profile.key, "profile_match": how, "copy_bandwidth_GBps": copy_bw / 1e9,
            "torch": {k: v for k, v in peer.items() if k != "ms"}, "cases": results}  # fmt: skip
     if args.out:
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=2)
+    common.print_opening(device_name, profile, how, peer, copy_bw)
+    print("\n".join(table(results)))
     return 0
 
 

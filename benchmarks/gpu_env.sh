@@ -4,7 +4,11 @@
 export PYTHONUNBUFFERED=1
 SHARDS=${SHARDS:-$(nvidia-smi -L | wc -l)}
 JOBS=$(( $(nproc) / SHARDS )); [ "$JOBS" -ge 1 ] || JOBS=1
-python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | tail -2
+# once per call: a script started by another (gpu_pair.sh) finds NBXCERT_INSTALLED set and skips it
+if [ -z "${NBXCERT_INSTALLED:-}" ]; then
+  python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | tail -2
+  export NBXCERT_INSTALLED=1
+fi
 mkdir -p /tmp/notorch
 cat > /tmp/notorch/sitecustomize.py <<'PY'
 import sys

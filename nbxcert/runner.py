@@ -71,7 +71,6 @@ FULL_MS = (5.0, 30.0)
 # How many prepared problems a runner keeps (a key has two: its bucket's smallest and largest members).
 PREPARED_KEPT = 4
 _prepared: OrderedDict = OrderedDict()
-_compile_inputs: OrderedDict = OrderedDict()
 
 
 def _cache_key(spec, problem, dtypes, seed, device) -> str:
@@ -143,15 +142,14 @@ def handle(req: dict[str, Any]) -> dict[str, Any]:
         t0 = time.perf_counter()
         # every distinct specialisation the checks will launch (a bucket's smallest member may differ from its
         # largest in what Triton specialises on, e.g. divisibility by 16), so none compiles later in the runner
+        # The inputs are made for this request and released with it, not kept: on the H200 32 compile workers that
+        # each kept the last problems' Mixtral fused_moe inputs (1.9 GB of weight apiece) held the device's memory
+        # until the GPU test that had started them could not allocate its own 1.9 GB.
         for role in _roles(problems):
-            problem = problems[role]
-            inputs, _ = _remember(
-                _compile_inputs,
-                _cache_key(spec, problem, dtypes, seed, device),
-                lambda problem=problem: _shape_only_inputs(spec, problem, dtypes, seed, device),
-            )
+            inputs = _shape_only_inputs(spec, problems[role], dtypes, seed, device)
             with compile_only():
                 spec.launch(config, inputs)
+            del inputs
         return {"status": "compiled", "seconds": time.perf_counter() - t0}
     if op == "prepare":
         made = 0.0

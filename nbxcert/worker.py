@@ -11,9 +11,12 @@ CPU-bound), so the runner then finds every kernel compiled.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
+import sys
+import tempfile
 import time
 import traceback
 from typing import Any
@@ -77,6 +80,36 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:500]
 
 
+# The last characters of a request's captured output that a failed reply carries (`NBXCERT_DEBUG=1` shows them).
+CAPTURED_TAIL = 4000
+
+
+def _flush_stdout() -> None:
+    for stream in {id(s): s for s in (sys.stdout, sys.__stdout__) if s is not None}.values():
+        stream.flush()
+
+
+@contextlib.contextmanager
+def captured_output():
+    """Send what this process writes to its stdout (file descriptor 1: `print`, C code) into a temporary file for the
+    duration; yields a list that holds the text once the block ends. Triton prints a whole kernel's PTX when ptxas
+    crashes (seen on the H200: a flash-attention candidate, thousands of lines in a certify log); the refusal's
+    reason already says what failed, so a worker keeps such output off the user's terminal."""
+    text: list[str] = []
+    _flush_stdout()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 1)
+        try:
+            yield text
+        finally:
+            _flush_stdout()
+            os.dup2(saved, 1)
+            os.close(saved)
+            sink.seek(0)
+            text.append(sink.read().decode("utf-8", "replace"))
+
+
 def _serve(conn, env: dict[str, str], modules: list[str]) -> None:
     """The worker's loop: set the environment, load kernels, answer requests until the pipe closes."""
     # Ctrl-C (or `timeout -s INT`) reaches the whole process group: the parent stops the sweep and closes its workers,
@@ -99,10 +132,16 @@ def _serve(conn, env: dict[str, str], modules: list[str]) -> None:
             request = conn.recv()
         except EOFError:
             return
+        output: list[str] = []
         try:
-            reply = runner.handle(request)
+            with captured_output() as output:
+                reply = runner.handle(request)
         except BaseException as exc:  # noqa: BLE001 - every failure of a candidate is classified and reported
-            reply = {"status": _classify(exc), "reason": _one_line(exc), "traceback": traceback.format_exc()}
+            printed = "".join(output)[-CAPTURED_TAIL:]
+            detail = traceback.format_exc()
+            if printed:
+                detail += f"\nits output (last {CAPTURED_TAIL} characters):\n{printed}"
+            reply = {"status": _classify(exc), "reason": _one_line(exc), "traceback": detail}
             from nbxcert.errors import CudaError
             from nbxcert.kernels.backends import cuda
 
@@ -111,6 +150,14 @@ def _serve(conn, env: dict[str, str], modules: list[str]) -> None:
                 conn.send(reply)
                 os._exit(3)  # the context is poisoned for good: the parent starts a fresh worker
         conn.send(reply)
+
+
+def _debug_trace(message: dict[str, Any], reply: dict[str, Any]) -> None:
+    """With NBXCERT_DEBUG=1, a failed request's traceback (and its captured output) on stderr; the reply's reason is
+    its one line either way."""
+    if os.environ.get("NBXCERT_DEBUG") == "1" and reply.get("traceback"):
+        what = f"{message.get('op')} {message.get('spec')} {message.get('config')}"
+        print(f"[nbxcert] worker: {what} failed:\n{reply['traceback']}", file=sys.stderr, flush=True)
 
 
 class Worker:
@@ -156,6 +203,7 @@ class Worker:
                     break
                 if reply.get("worker_exits"):  # its CUDA context is poisoned: wait for it to go, start afresh next time
                     self._reap()
+                _debug_trace(message, reply)
                 return reply
             if not self.process.is_alive():
                 if self.conn.poll(0):  # a reply sent just before the process exited on purpose

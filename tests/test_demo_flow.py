@@ -60,6 +60,10 @@ def test_verify_certified_only_serves_every_key_then_fails_naming_a_removed_one(
     n = summary["totals"]["certified"]
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"[nbxcert] verify: {n} keys, {n} served, 0 swept at run time, 0 missing, 0 mismatched" in r.stdout
+    # one progress line per key on stderr, numbered, naming the key
+    progress = [line for line in r.stderr.splitlines() if line.startswith("[nbxcert] verify ")]
+    assert [line.split()[2] for line in progress] == [f"{i}/{n}" for i in range(1, n + 1)]
+    assert all("]@v" in line for line in progress)
     # remove one key's certification: the same command now fails, naming it
     cut = tmp_path / "cut"
     shutil.copytree(out, cut)

@@ -1,0 +1,50 @@
+"""The benchmark scripts' own code that runs after the GPU work (tables, labels): a fault there loses a device call's
+measurements, so it is exercised here on the CPU with results shaped as the GPU run makes them."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+from nbxcert.kernels.spec import Config
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def bench_elementwise(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    module = importlib.import_module("bench_elementwise")
+    yield module
+    sys.modules.pop("bench_elementwise", None)
+
+
+def _result(bench, name, problem, dtypes, torch_ms, check="ok"):
+    import common
+
+    best = Config.make(num_warps=4, num_stages=1, BLOCK=1024)
+    fields = common.bandwidth_fields(0.1, best, 64 << 20, 4.0e12, torch_ms)
+    return {"kernel": name, "problem": problem, "dtypes": list(dtypes), **fields, "check": check}
+
+
+def test_the_elementwise_table_has_a_line_for_every_case(bench_elementwise):
+    # the first H200 run lost its torch column: the case label read a second dtype that only cast has
+    results = [_result(bench_elementwise, n, p, d, 0.2 if i % 2 else None) for i, (n, p, d) in
+               enumerate(bench_elementwise.CASES)]  # fmt: skip
+    lines = bench_elementwise.table(results)
+    assert len(lines) == 2 + len(bench_elementwise.CASES)
+    labels = [bench_elementwise.case_label(n, p, d) for n, p, d in bench_elementwise.CASES]
+    assert labels == ["", "tanh", "add dense", "mul broadcast", "->float32", "neox", ""]
+    for line, (name, _, _), label, r in zip(lines[2:], bench_elementwise.CASES, labels, results):
+        assert line.startswith(name) and label in line and "BLOCK=1024" in line
+        assert ("2.00x" in line) == (r["torch_ms"] is not None)
+
+
+def test_a_failed_check_is_printed_under_its_case(bench_elementwise):
+    name, problem, dtypes = bench_elementwise.CASES[4]
+    lines = bench_elementwise.table([_result(bench_elementwise, name, problem, dtypes, 0.2, check="mismatch\nmore")])
+    assert lines[-1] == "  CHECK FAILED: mismatch"
+    assert bench_elementwise.case_label(name, problem, dtypes) == "->float32"
