@@ -189,6 +189,7 @@ def main(argv=None) -> int:
             entry["ratio"] = entry["vllm_best"]["median_ms"] / entry["ours_best"]["median_ms"]
         results["shapes"][text] = entry
         del inputs, refs
+        _write(args.out, results)  # after every shape: a failure at a later shape keeps the ones measured
 
     print()
     header = f"{'shape':>20} {'ours ms':>9} {'TFLOP/s':>8} {'vLLM ms':>9} {'pick ms':>9} {'ratio':>6}  our best"
@@ -202,11 +203,16 @@ def main(argv=None) -> int:
             f"{vb['median_ms'] if vb else float('nan'):>9.4f} {e['vllm_pick_ms'] or float('nan'):>9.4f} "
             f"{e.get('ratio', float('nan')):>6.3f}  {ob['config'] if ob else '(no candidate ran)'}{flag}"
         )
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
+    _write(args.out, results)
     print(f"\nresults written to {args.out}")
     return 0
+
+
+def _write(path: str, results: dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump(results, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 if __name__ == "__main__":
