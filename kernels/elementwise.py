@@ -193,24 +193,86 @@ def _round_f64_bits(bits, E: tl.constexpr, M: tl.constexpr):
 
 
 @jit
+def _widen_to_f32_bits(bits, E: tl.constexpr, M: tl.constexpr):
+    """The float32 bit pattern (int32) of the value whose E-exponent-bit, M-mantissa-bit pattern is `bits` (int32,
+    the raw pattern zero-extended; E <= 8, M < 23). Exact, in 32-bit integers (float16/bfloat16 -> float32 in a
+    third of the 64-bit path's work). A subnormal source of a narrower exponent (float16) is normal in float32: m is
+    converted to float32 exactly (m < 2^M) and its exponent lowered by BIAS + M - 1 (an integer subtraction, so no
+    float32 subnormal is ever formed on the GPU); one of float32's exponent width (bfloat16) maps to a float32
+    subnormal by the shift alone."""
+    BIAS: tl.constexpr = (1 << (E - 1)) - 1
+    sign = (bits >> (E + M)) & 1
+    e = (bits >> M) & ((1 << E) - 1)
+    m = bits & ((1 << M) - 1)
+    frac = m << (23 - M)
+    normal = (sign << 31) | ((e + (127 - BIAS)) << 23) | frac
+    special = (sign << 31) | (255 << 23) | frac
+    if E == 8:
+        sub = (sign << 31) | frac
+    else:
+        scaled = m.to(tl.float32).to(tl.int32, bitcast=True) - ((BIAS + M - 1) << 23)
+        sub = (sign << 31) | tl.where(m == 0, 0, scaled)
+    return tl.where(e == 0, sub, tl.where(e == (1 << E) - 1, special, normal))
+
+
+@jit
+def _round_f32_bits(bits, E: tl.constexpr, M: tl.constexpr):
+    """The E/M-format pattern (int32, zero-extended) nearest the float32 value with bit pattern `bits` (int32):
+    `_round_f64_bits` from float32 (23 mantissa bits, bias 127) in 32-bit integers, with the same rules: round to
+    nearest, ties to even; overflow to infinity; subnormal results; NaN stays a quiet NaN."""
+    BIAS: tl.constexpr = (1 << (E - 1)) - 1
+    INF: tl.constexpr = ((1 << E) - 1) << M
+    sign = (bits >> 31) & 1
+    e32 = (bits >> 23) & 255
+    m32 = bits & ((1 << 23) - 1)
+    one = m32 * 0 + 1  # an int32 one of the tile's shape: shifts by tensor amounts need int32 on both sides
+    sig = tl.where(e32 == 0, m32, m32 | (one << 23))
+    te = tl.where(e32 == 0, 1, e32) - (127 - BIAS)  # the target's biased exponent, <= 0 below its normals
+    shift = (23 - M) + tl.where(te < 1, 1 - te, 0)
+    shift = tl.minimum(shift, 30)  # sig < 2^24: a shift past 25 leaves 0 and a remainder below half
+    q = sig >> shift
+    rem = sig & ((one << shift) - 1)
+    half = one << (shift - 1)
+    q += ((rem > half) | ((rem == half) & ((q & 1) == 1))).to(tl.int32)
+    mag = tl.where(te < 1, q, ((te - 1) << M) + q)
+    mag = tl.minimum(mag, INF)
+    nan = (INF | (1 << (M - 1))) | (m32 >> (23 - M))
+    mag = tl.where(e32 == 255, tl.where(m32 == 0, INF, nan), mag)
+    return (sign << (E + M)) | mag
+
+
+@jit
 def _cast_kernel(
     x_ptr, y_ptr, n,
     SRC_E: tl.constexpr, SRC_M: tl.constexpr, DST_E: tl.constexpr, DST_M: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """y = x converted between float formats, on the bits: x_ptr and y_ptr are the tensors' storage read as integers
     (int16 for float16/bfloat16, int32 for float32, int64 for float64), n contiguous elements, BLOCK per program.
-    SRC_E/SRC_M, DST_E/DST_M: exponent and mantissa bits of the source and target formats."""
+    SRC_E/SRC_M, DST_E/DST_M: exponent and mantissa bits of the source and target formats. Between formats of at
+    most 32 bits the work is done in int32 through float32's pattern; with float64 on either side, in int64 through
+    float64's (the H200 ran float16 -> float32 at a third of its copy bandwidth in int64)."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < n
-    raw = tl.load(x_ptr + offs, mask=ok, other=0).to(tl.int64)
-    if SRC_M == 52:
-        f64 = raw
+    if SRC_M == 52 or DST_M == 52:
+        raw = tl.load(x_ptr + offs, mask=ok, other=0).to(tl.int64)
+        if SRC_M == 52:
+            f64 = raw
+        else:
+            f64 = _widen_to_f64_bits(raw & ((1 << (1 + SRC_E + SRC_M)) - 1), SRC_E, SRC_M)
+        if DST_M == 52:
+            out = f64
+        else:
+            out = _round_f64_bits(f64, DST_E, DST_M)
     else:
-        f64 = _widen_to_f64_bits(raw & ((1 << (1 + SRC_E + SRC_M)) - 1), SRC_E, SRC_M)
-    if DST_M == 52:
-        out = f64
-    else:
-        out = _round_f64_bits(f64, DST_E, DST_M)
+        raw = tl.load(x_ptr + offs, mask=ok, other=0).to(tl.int32)
+        if SRC_M == 23:
+            f32 = raw
+        else:
+            f32 = _widen_to_f32_bits(raw & ((1 << (1 + SRC_E + SRC_M)) - 1), SRC_E, SRC_M)
+        if DST_M == 23:
+            out = f32
+        else:
+            out = _round_f32_bits(f32, DST_E, DST_M)
     tl.store(y_ptr + offs, out.to(y_ptr.dtype.element_ty), mask=ok)
 
 
