@@ -163,36 +163,6 @@ def _widen_to_f64_bits(bits, E: tl.constexpr, M: tl.constexpr):
 
 
 @jit
-def _round_f64_bits(bits, E: tl.constexpr, M: tl.constexpr):
-    """The E/M-format pattern (int64, zero-extended) nearest the float64 value with bit pattern `bits` (int64): round
-    to nearest, ties to even; overflow to infinity; results below the normal range are the format's subnormals (or
-    zero); NaN stays a (quiet) NaN with the top of its payload. Integer arithmetic only.
-
-    The significand (53 bits with the implicit one) is shifted right by the bits the target lacks (more for a
-    subnormal result), rounded on the shifted-out remainder, then added to the exponent field: a round-up that
-    carries into the next binade, or past the largest finite value into infinity, is the carry itself."""
-    BIAS: tl.constexpr = (1 << (E - 1)) - 1
-    INF: tl.constexpr = ((1 << E) - 1) << M
-    sign = (bits >> 63) & 1
-    e64 = (bits >> 52) & 2047
-    m64 = bits & ((1 << 52) - 1)
-    one = m64 * 0 + 1  # an int64 one of the tile's shape: shifts by tensor amounts need int64 on both sides
-    sig = tl.where(e64 == 0, m64, m64 | (one << 52))
-    te = tl.where(e64 == 0, 1, e64) - (1023 - BIAS)  # the target's biased exponent, <= 0 below its normals
-    shift = (52 - M) + tl.where(te < 1, 1 - te, 0)
-    shift = tl.minimum(shift, 62)  # sig < 2^53: a shift past 54 leaves 0 and a remainder below half
-    q = sig >> shift
-    rem = sig & ((one << shift) - 1)
-    half = one << (shift - 1)
-    q += ((rem > half) | ((rem == half) & ((q & 1) == 1))).to(tl.int64)
-    mag = tl.where(te < 1, q, ((te - 1) << M) + q)
-    mag = tl.minimum(mag, INF)
-    nan = (INF | (1 << (M - 1))) | (m64 >> (52 - M))
-    mag = tl.where(e64 == 2047, tl.where(m64 == 0, INF, nan), mag)
-    return (sign << (E + M)) | mag
-
-
-@jit
 def _widen_to_f32_bits(bits, E: tl.constexpr, M: tl.constexpr):
     """The float32 bit pattern (int32) of the value whose E-exponent-bit, M-mantissa-bit pattern is `bits` (int32,
     the raw pattern zero-extended; E <= 8, M < 23). Exact, in 32-bit integers (float16/bfloat16 -> float32 in a
@@ -216,28 +186,37 @@ def _widen_to_f32_bits(bits, E: tl.constexpr, M: tl.constexpr):
 
 
 @jit
-def _round_f32_bits(bits, E: tl.constexpr, M: tl.constexpr):
-    """The E/M-format pattern (int32, zero-extended) nearest the float32 value with bit pattern `bits` (int32):
-    `_round_f64_bits` from float32 (23 mantissa bits, bias 127) in 32-bit integers, with the same rules: round to
-    nearest, ties to even; overflow to infinity; subnormal results; NaN stays a quiet NaN."""
+def _round_bits(bits, E: tl.constexpr, M: tl.constexpr, WE: tl.constexpr, WM: tl.constexpr):
+    """The E/M-format pattern (zero-extended, of `bits`' integer type) nearest the value whose WE/WM-format pattern
+    is `bits`: float64 (11, 52) in int64 or float32 (8, 23) in int32. Round to nearest, ties to even; overflow to
+    infinity; results below the normal range are the format's subnormals (or zero); NaN stays a (quiet) NaN with the
+    top of its payload. Integer arithmetic only.
+
+    The significand (WM + 1 bits with the implicit one) is shifted right by the bits the target lacks (more for a
+    subnormal result), rounded on the shifted-out remainder, then added to the exponent field: a round-up that
+    carries into the next binade, or past the largest finite value into infinity, is the carry itself."""
     BIAS: tl.constexpr = (1 << (E - 1)) - 1
     INF: tl.constexpr = ((1 << E) - 1) << M
-    sign = (bits >> 31) & 1
-    e32 = (bits >> 23) & 255
-    m32 = bits & ((1 << 23) - 1)
-    one = m32 * 0 + 1  # an int32 one of the tile's shape: shifts by tensor amounts need int32 on both sides
-    sig = tl.where(e32 == 0, m32, m32 | (one << 23))
-    te = tl.where(e32 == 0, 1, e32) - (127 - BIAS)  # the target's biased exponent, <= 0 below its normals
-    shift = (23 - M) + tl.where(te < 1, 1 - te, 0)
-    shift = tl.minimum(shift, 30)  # sig < 2^24: a shift past 25 leaves 0 and a remainder below half
+    WBIAS: tl.constexpr = (1 << (WE - 1)) - 1
+    WTOP: tl.constexpr = (1 << WE) - 1
+    # sig < 2^(WM + 1): a shift past WM + 2 leaves 0 and a remainder below half; the cap keeps `one << shift` in range
+    CAP: tl.constexpr = WE + WM - 1
+    sign = (bits >> (WE + WM)) & 1
+    ew = (bits >> WM) & WTOP
+    mw = bits & ((1 << WM) - 1)
+    one = mw * 0 + 1  # a one of the tile's shape and type: shifts by tensor amounts need one type on both sides
+    sig = tl.where(ew == 0, mw, mw | (one << WM))
+    te = tl.where(ew == 0, 1, ew) - (WBIAS - BIAS)  # the target's biased exponent, <= 0 below its normals
+    shift = (WM - M) + tl.where(te < 1, 1 - te, 0)
+    shift = tl.minimum(shift, CAP)
     q = sig >> shift
     rem = sig & ((one << shift) - 1)
     half = one << (shift - 1)
-    q += ((rem > half) | ((rem == half) & ((q & 1) == 1))).to(tl.int32)
+    q += ((rem > half) | ((rem == half) & ((q & 1) == 1))).to(bits.dtype)
     mag = tl.where(te < 1, q, ((te - 1) << M) + q)
     mag = tl.minimum(mag, INF)
-    nan = (INF | (1 << (M - 1))) | (m32 >> (23 - M))
-    mag = tl.where(e32 == 255, tl.where(m32 == 0, INF, nan), mag)
+    nan = (INF | (1 << (M - 1))) | (mw >> (WM - M))
+    mag = tl.where(ew == WTOP, tl.where(mw == 0, INF, nan), mag)
     return (sign << (E + M)) | mag
 
 
@@ -262,7 +241,7 @@ def _cast_kernel(
         if DST_M == 52:
             out = f64
         else:
-            out = _round_f64_bits(f64, DST_E, DST_M)
+            out = _round_bits(f64, DST_E, DST_M, 11, 52)
     else:
         raw = tl.load(x_ptr + offs, mask=ok, other=0).to(tl.int32)
         if SRC_M == 23:
@@ -272,7 +251,7 @@ def _cast_kernel(
         if DST_M == 23:
             out = f32
         else:
-            out = _round_f32_bits(f32, DST_E, DST_M)
+            out = _round_bits(f32, DST_E, DST_M, 8, 23)
     tl.store(y_ptr + offs, out.to(y_ptr.dtype.element_ty), mask=ok)
 
 
