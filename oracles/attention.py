@@ -22,9 +22,15 @@ from __future__ import annotations
 
 import numpy as np
 
+# The query heads that share a KV head are computed in one product when their score matrix (heads x q_len x visible
+# keys) has at most this many elements (decode: 8 query rows against 8192 keys in one GEMM, not 8 GEMVs); larger
+# ones (prefill) one head at a time, so the float64 scores stay a few hundred MB at most.
+STACK_ELEMENTS = 1 << 22
 
-def _one_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray, scale: float):
-    """q [M, D], k and v [N, D], visible [M, N] bool -> (out [M, D], error scale [M, D])."""
+
+def _one_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray, scale: float, abs_v=None):
+    """q [M, D], k and v [N, D], visible [M, N] bool -> (out [M, D], error scale [M, D]). `abs_v`: |v| if the caller
+    has it already."""
     scores = (q @ k.T) * scale
     scores = np.where(visible, scores, -np.inf)
     seen = visible.any(axis=1)
@@ -32,7 +38,7 @@ def _one_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray, 
     e = np.where(visible, np.exp(scores - row_max[:, None]), 0.0)
     total = e.sum(axis=1)
     p = e / np.where(seen, total, 1.0)[:, None]
-    return p @ v, p @ np.abs(v)
+    return p @ v, p @ (np.abs(v) if abs_v is None else abs_v)
 
 
 def attention(
@@ -69,9 +75,18 @@ def attention(
     for b in range(batch):
         # positions at or past a sequence's length are not part of it (their contents may be anything, NaN too)
         n = kv_len if kv_lengths is None else int(kv_lengths[b])
-        for h in range(heads):
-            kh = h // group  # the KV head this query head shares
-            out[b, h], err[b, h] = _one_head(q[b, h], k[b, kh, :n], v[b, kh, :n], base[:, :n], scale)
+        for kh in range(kv_heads):  # query heads kh * group .. (kh + 1) * group - 1 share KV head kh
+            kb, vb = k[b, kh, :n], v[b, kh, :n]
+            abs_v = np.abs(vb)
+            first = kh * group
+            if group * q_len * n <= STACK_ELEMENTS:
+                stacked = q[b, first : first + group].reshape(group * q_len, head_dim)
+                o, e = _one_head(stacked, kb, vb, np.tile(base[:, :n], (group, 1)), scale, abs_v)
+                out[b, first : first + group] = o.reshape(group, q_len, head_dim)
+                err[b, first : first + group] = e.reshape(group, q_len, head_dim)
+                continue
+            for h in range(first, first + group):
+                out[b, h], err[b, h] = _one_head(q[b, h], kb, vb, base[:, :n], scale, abs_v)
     return out, err
 
 
