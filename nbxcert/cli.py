@@ -349,7 +349,10 @@ def certify(
                 jobs,
                 modules=modules,
                 progress=progress,
-                on_key=lambda kr: (bar.advance(overall), bar.console.print(_key_line(kr, bar, overall), markup=False)),
+                on_key=lambda kr: (
+                    bar.advance(overall),
+                    bar.console.print(_key_line(kr, bar, overall), markup=False, soft_wrap=True),
+                ),
                 timeout_s=timeout,
             )
     totals = report.totals()

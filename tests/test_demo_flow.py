@@ -51,6 +51,14 @@ def test_certify_writes_valid_certificates_and_a_rerun_skips_them(demo):
     r = nbx("certify", "--profile", "interpreter", "--workload", "demo", "--out", str(out), "--json")
     again = json.loads(r.stdout)
     assert r.returncode == 0 and again["totals"]["skipped"] == summary["totals"]["certified"]
+    # without --json, one line per key however long, also when the output is a log file, not a terminal (Rich
+    # wrapped them at 80 columns there, which broke a key's line in two in the H200 logs)
+    r = nbx("certify", "--profile", "interpreter", "--workload", "demo", "--out", str(out))
+    n = summary["totals"]["certified"]
+    lines = [line for line in r.stderr.splitlines() if line.startswith("[nbxcert] ") and "/" in line.split()[1]]
+    assert r.returncode == 0 and len(lines) == n, r.stderr[-2000:]
+    assert all(line.endswith("already certified for this card and versions") for line in lines)
+    assert max(map(len, lines)) > 120
 
 
 def test_verify_certified_only_serves_every_key_then_fails_naming_a_removed_one(demo, tmp_path):
