@@ -6,6 +6,7 @@
 #   SET=core     bash benchmarks/gpu_check.sh   # #9, #4, #6: judge/warm/reliability, rows/elementwise, bench_autotune
 #   SET=families bash benchmarks/gpu_check.sh   # #11: sampling, quant, moe, vision tests and benchmarks
 #   SET=rest|last|next|next2|next3               # what earlier calls left unrun (see each set)
+#   SET_A=s5a SET_B=s5b bash benchmarks/gpu_pair.sh  # the fourth session's leftovers, on two GPUs; then SET=s5c alone
 set -u
 source "$(dirname "$0")/gpu_env.sh"
 step() {
@@ -59,5 +60,19 @@ case "${SET:-}" in
     step bench_attention 300 python3 benchmarks/bench_attention.py --out "$OUT/bench_attention.json"
     step bench_matmul 250 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
     ;;
-  *) echo "SET must be core, families, rest, last, next, next2 or next3" >&2; exit 2 ;;
+  s5a)  # what the fourth session left, tests (#11, #5): fused_moe at 512 tokens (out of memory then: the compile
+        # workers kept their inputs; fixed) and the attention tests with the TMA candidates
+    step tests_moe 300 "${TESTS[@]}" tests/kernels/test_moe.py -k "fused_moe or group_m"
+    step tests_attention 250 "${TESTS[@]}" tests/kernels/test_attention.py
+    ;;
+  s5b)  # ... and benchmarks (#4, #11): the element-wise table with torch's column, bench_moe's five unmeasured shapes
+    step bench_elementwise 150 python3 benchmarks/bench_elementwise.py --warmup 10 --rep 40 \
+      --out "$OUT/bench_elementwise.json"
+    step bench_moe 380 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json" \
+      --shapes qwen3:up:4096,qwen3:down:1,qwen3:down:64,qwen3:down:512,qwen3:down:4096
+    ;;
+  s5c)  # #3: bench_matmul alone on the machine (its fourth-session run shared the host with bench_attention)
+    step bench_matmul 250 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
+    ;;
+  *) echo "SET must be core, families, rest, last, next, next2, next3, s5a, s5b or s5c" >&2; exit 2 ;;
 esac
