@@ -96,10 +96,11 @@ def test_hand_made_ties_and_nans(backend):
             [1.0, np.nan, 3.0, np.nan, np.inf, 3.0],
             [-0.0, 0.0, -2.0, -0.0, -np.inf, -1.0],
             [-np.inf] * 6,
+            [-0.0, -0.0, -0.0, 0.0, -1.0, -2.0],  # +0.0 past the first k zeros: not chosen (radix: one order key)
         ]
     )
-    want_argmax = [1, 1, 0, 0]
-    want_top3 = [[1, 2, 4], [1, 3, 4], [0, 1, 3], [0, 1, 2]]
+    want_argmax = [1, 1, 0, 0, 0]
+    want_top3 = [[1, 2, 4], [1, 3, 4], [0, 1, 3], [0, 1, 2], [0, 1, 2]]
     for dtype in sampling.FLOAT_DTYPES:
         x = from_numpy(rows, dtype, dev)
         for config in representatives(sampling.ARGMAX):
@@ -121,6 +122,19 @@ def test_infinities_and_nans(name, profile, backend):
             inputs = spec.make_inputs(prob, dtypes, 20 + d, backend.device, values="special")
             assert np.isnan(inputs.tensors["x"].float64()).any()
             check(spec, config, prob, dtypes, profile, backend.device, inputs=inputs)
+
+
+@pytest.mark.parametrize("values", ["ties", "special", "equal"])
+def test_radix_topk_over_several_tiles_in_both_steps(values, profile, backend):
+    """The radix variant with a tile smaller than its chunk (4 tiles per chunk) and more candidates than one tile
+    holds in the combine (17 chunks x 64 = 1088 > 1024), which no shipped candidate reaches at these sizes; on equal
+    values the lowest indices win across the tiles and chunks."""
+    config = sampling.radix_config(4096, 1024, 4)
+    prob = {"n_rows": 1, "n_cols": 17 * 4096 - 100, "k": 64}
+    inputs = sampling.topk_inputs(prob, ("float32",), 4, backend.device, values=values)
+    check(sampling.TOPK, config, prob, ("float32",), profile, backend.device, inputs=inputs)
+    if values == "equal":
+        assert np.array_equal(inputs.tensors["indices"].numpy()[0], np.arange(64))
 
 
 def test_generated_rows_hold_deliberate_ties(backend):
