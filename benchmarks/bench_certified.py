@@ -347,15 +347,36 @@ def serving(args) -> dict:
 
 # --- sweep throughput -------------------------------------------------------------------------------------------------
 KEY_LINE = re.compile(
-    r"\[nbxcert\] \d+/\d+ (?P<status>certified|failed|skipped) (?P<key>\S+)"
-    r"(?: in (?P<total>[\d.]+) s \(compile (?P<compile>[\d.]+), oracle (?P<oracle>[\d.]+), "
-    r"checks (?P<checks>[\d.]+), timing (?P<timing>[\d.]+)\))?"
+    r"\[nbxcert\] \d+/\d+ (?P<status>certified|failed|skipped)\s*(?P<key>\S+?@v\d+)"
+    r"(?:\s*in\s*(?P<total>[\d.]+)\s*s\s*\(compile\s*(?P<compile>[\d.]+),\s*oracle\s*(?P<oracle>[\d.]+),\s*"
+    r"checks\s*(?P<checks>[\d.]+),\s*timing\s*(?P<timing>[\d.]+)\))?"
 )
+# Triton's own report of a crashed ptxas (the kernel's whole PTX between two rules), which a compile worker printed
+# into certify logs before nbxcert captured it
+PTXAS_DUMP = re.compile(r"^={20,}$.*?^please share the reproducer above with Triton project\.$", re.M | re.S)
+
+
+def unwrap_log(text: str) -> str:
+    """One line per key: logs written before certify stopped wrapping (Rich broke long lines at 80 columns, dropping
+    the space at a break) have a key's line continued on the next ones, up to a blank line, a table or the next
+    `[nbxcert]` line."""
+    lines: list[str] = []
+    joining = False
+    for line in PTXAS_DUMP.sub("", text).splitlines():
+        if line.startswith("[nbxcert] "):
+            lines.append(line)
+            joining = True
+        elif joining and line.strip() and not line.startswith(("│", "┃", "┏", "┡", "└", " ")):
+            lines[-1] += line
+        else:
+            lines.append(line)
+            joining = False
+    return "\n".join(lines)
 
 
 def parse_log(text: str) -> list[dict]:
     rows = []
-    for m in KEY_LINE.finditer(text):
+    for m in KEY_LINE.finditer(unwrap_log(text)):
         row = {"status": m["status"], "key": m["key"]}
         for f in ("total", "compile", "oracle", "checks", "timing"):
             if m[f] is not None:

@@ -26,6 +26,35 @@ def test_a_certify_log_is_read_line_by_line():
     assert "total" not in rows[1]
 
 
+def test_a_log_wrapped_at_80_columns_with_a_ptxas_dump_is_read_too():
+    # as the H200 logs of 2026-11-29 have it (Rich wrapped each key's line; Triton printed a crashed ptxas's PTX)
+    text = (
+        "[nbxcert] backend: cuda (an NVIDIA GPU answers through libcuda)\n"
+        "[nbxcert] 142/526 certified \n"
+        "flash_attention[aligned=1,batch=1,causal=1,head_dim=64,heads=32,kv_heads=4,kv_le\n"
+        "n=16,q_len=16;bfloat16]@v1 in 5.6 s (compile 4.3, oracle 0.0, checks 0.4, timing\n"
+        "0.8): BLOCK_M=64,BLOCK_N=64,TMA=0,warps=4,stages=2\n"
+        "\n"
+        "================================================================\n"
+        "`ptxas` failed with error code -11\n"
+        "//\n"
+        "[nbxcert] 1/2 certified fake[x=1]@v1 in 1.0 s (compile 1.0, oracle 0.0, checks 0.0, timing 0.0): A=1\n"
+        "================================================================\n"
+        "please share the reproducer above with Triton project.\n"
+        "[nbxcert] 143/526 certified \n"
+        "matmul[K=2048,M=1,N=11264,aligned=1,trans_a=0,trans_b=1;bfloat16,bfloat16]@v1 in\n"
+        "1.7 s (compile 0.8, oracle 0.6, checks 0.1, timing 0.8): \n"
+        "BLOCK_M=16,BLOCK_N=64,KIND=tiled,warps=4,stages=4\n"
+        "┏━━━━━━━━┓\n"
+    )
+    rows = bc.parse_log(text)
+    assert [r["key"] for r in rows] == [
+        "flash_attention[aligned=1,batch=1,causal=1,head_dim=64,heads=32,kv_heads=4,kv_len=16,q_len=16;bfloat16]@v1",
+        "matmul[K=2048,M=1,N=11264,aligned=1,trans_a=0,trans_b=1;bfloat16,bfloat16]@v1",
+    ]
+    assert rows[0]["timing"] == 0.8 and rows[1]["total"] == 1.7 and rows[1]["oracle"] == 0.6
+
+
 def test_the_distribution_names_the_worst_keys():
     rows = [{"key": f"k{i}", "x": float(i)} for i in range(1, 101)] + [{"key": "none", "x": None}]
     d = bc.distribution(rows, "x", worst=3)
