@@ -321,52 +321,55 @@ def _topk_combine_kernel(
 
 # --- topk by radix selection ------------------------------------------------------------------------------------------
 @jit
-def _order_keys(x, ok):
+def _order_keys(x, ok, SHIFT: tl.constexpr):
     """One int32 per element whose signed order is the rank order by value: NaN (every NaN) above +inf, +0.0 equal to
-    -0.0, negative numbers below positive ones; masked-out elements get the least int32, below -inf. Ties (equal
-    values, NaNs) are left to the index."""
+    -0.0, negative numbers below positive ones; masked-out elements get the least key, below -inf. Ties (equal
+    values, NaNs) are left to the index. x: float32 values widened from a format whose float32 patterns end in SHIFT
+    zero bits (float16 13, bfloat16 16, float32 0): the key is shifted right by SHIFT, an order-keeping map that
+    keeps distinct values distinct, so it spans 2^(32 - SHIFT) values."""
     b = x.to(tl.int32, bitcast=True)
     key = tl.where(b < 0, b ^ 0x7FFFFFFF, b)
     key = tl.where(x == 0.0, 0, key)
     key = tl.where(x != x, 0x7FFFFFFF, key)
-    return tl.where(ok, key, -0x7FFFFFFF - 1)
+    return tl.where(ok, key, -0x7FFFFFFF - 1) >> SHIFT
 
 
 @jit
-def _radix_keys(row_ptr, idx, ok):
+def _radix_keys(row_ptr, idx, ok, SHIFT: tl.constexpr):
     """Order keys of the elements idx of one row (`ok`: which are real), and idx with NO_INDEX where not."""
     x = tl.load(row_ptr + idx, mask=ok, other=0.0).to(tl.float32)
-    return _order_keys(x, ok), tl.where(ok, idx, NO_INDEX)
+    return _order_keys(x, ok, SHIFT), tl.where(ok, idx, NO_INDEX)
 
 
 @jit
-def _radix_tile(row_ptr, src_ptr, e0, end, GATHER: tl.constexpr, BLOCK_N: tl.constexpr):
+def _radix_tile(row_ptr, src_ptr, e0, end, GATHER: tl.constexpr, BLOCK_N: tl.constexpr, SHIFT: tl.constexpr):
     """Keys and indices of entries e0 .. e0 + BLOCK_N - 1 (those below `end` are real): the row's columns of those
     numbers (GATHER False), or the candidate columns src_ptr[e] (int32, NO_INDEX for none; GATHER True)."""
     e = e0 + tl.arange(0, BLOCK_N)
     if GATHER:
         idx = tl.load(src_ptr + e, mask=e < end, other=NO_INDEX)
-        return _radix_keys(row_ptr, idx, idx != NO_INDEX)
-    return _radix_keys(row_ptr, e, e < end)
+        return _radix_keys(row_ptr, idx, idx != NO_INDEX, SHIFT)
+    return _radix_keys(row_ptr, e, e < end, SHIFT)
 
 
 @jit
 def _radix_select(
-    row_ptr, src_ptr, first, end, k, dst_ptr, GATHER: tl.constexpr, TILES: tl.constexpr, BLOCK_N: tl.constexpr
-):
+    row_ptr, src_ptr, first, end, k, dst_ptr,
+    GATHER: tl.constexpr, TILES: tl.constexpr, BLOCK_N: tl.constexpr, SHIFT: tl.constexpr,
+):  # fmt: skip
     """Write to dst_ptr[0..k-1] (in dst_ptr's integer type) the indices of the k first-ranked of the entries first ..
     end - 1 (`_radix_tile`, TILES tiles of BLOCK_N from `first`), unordered; NO_INDEX in the slots of missing entries
     (fewer than k).
 
-    The k-th order key T is found by bisection over the int32 range (32 counting passes over the entries); then the
+    The k-th order key T is found by bisection over the keys' range (32 - SHIFT counting passes); then the
     entries above T, and of those equal to T the first in entry order (the lowest indices: entries come in index
     order) up to k, are written at positions given by a running prefix sum. With TILES == 1 the entries are loaded
     once and kept in registers."""
-    lo = tl.full([], -(2**31), tl.int64)
-    hi = tl.full([], 2**31 - 1, tl.int64)
+    lo = tl.full([], -(2 ** (31 - SHIFT)), tl.int64)
+    hi = tl.full([], 2 ** (31 - SHIFT) - 1, tl.int64)
     if TILES == 1:
-        key, idx = _radix_tile(row_ptr, src_ptr, first, end, GATHER, BLOCK_N)
-    for _ in range(32):
+        key, idx = _radix_tile(row_ptr, src_ptr, first, end, GATHER, BLOCK_N, SHIFT)
+    for _ in range(32 - SHIFT):
         mid = lo + ((hi - lo + 1) >> 1)
         m32 = mid.to(tl.int32)
         if TILES == 1:
@@ -374,7 +377,7 @@ def _radix_select(
         else:
             count = tl.zeros([], tl.int32)
             for t in range(TILES):
-                tkey, _tidx = _radix_tile(row_ptr, src_ptr, first + t * BLOCK_N, end, GATHER, BLOCK_N)
+                tkey, _tidx = _radix_tile(row_ptr, src_ptr, first + t * BLOCK_N, end, GATHER, BLOCK_N, SHIFT)
                 count += tl.sum((tkey >= m32).to(tl.int32), axis=0)
         enough = count >= k
         lo = tl.where(enough, mid, lo)
@@ -385,7 +388,7 @@ def _radix_select(
     else:
         above = tl.zeros([], tl.int32)
         for t in range(TILES):
-            tkey, _tidx = _radix_tile(row_ptr, src_ptr, first + t * BLOCK_N, end, GATHER, BLOCK_N)
+            tkey, _tidx = _radix_tile(row_ptr, src_ptr, first + t * BLOCK_N, end, GATHER, BLOCK_N, SHIFT)
             above += tl.sum((tkey > t32).to(tl.int32), axis=0)
     ties = k - above  # how many of the entries equal to T are taken, the first ones
     placed = tl.zeros([], tl.int32)
@@ -394,7 +397,7 @@ def _radix_select(
         if TILES == 1:
             tkey, tidx = key, idx
         else:
-            tkey, tidx = _radix_tile(row_ptr, src_ptr, first + t * BLOCK_N, end, GATHER, BLOCK_N)
+            tkey, tidx = _radix_tile(row_ptr, src_ptr, first + t * BLOCK_N, end, GATHER, BLOCK_N, SHIFT)
         eq = (tkey == t32).to(tl.int32)
         take = (tkey > t32) | ((eq != 0) & (ties_seen + tl.cumsum(eq, axis=0) <= ties))
         took = take.to(tl.int32)
@@ -407,7 +410,7 @@ def _radix_select(
 @jit
 def _topk_radix_kernel(
     x_ptr, ws_ptr, n_cols, k, x_row_stride, n_chunks,
-    CHUNK: tl.constexpr, BLOCK_N: tl.constexpr,
+    CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, SHIFT: tl.constexpr,
 ):  # fmt: skip
     """Radix topk, step 1: program (row, chunk) writes the k first-ranked columns among columns [chunk * CHUNK,
     (chunk + 1) * CHUNK) of its row, unordered, to ws[(row * n_chunks + chunk) * k + 0..k-1] (int32; NO_INDEX for
@@ -418,13 +421,13 @@ def _topk_radix_kernel(
     start = chunk * CHUNK
     end = tl.minimum(n_cols, start + CHUNK)
     dst = ws_ptr + (row * n_chunks + chunk) * k
-    _radix_select(x_ptr + row * x_row_stride, ws_ptr, start, end, k, dst, False, CHUNK // BLOCK_N, BLOCK_N)
+    _radix_select(x_ptr + row * x_row_stride, ws_ptr, start, end, k, dst, False, CHUNK // BLOCK_N, BLOCK_N, SHIFT)
 
 
 @jit
 def _topk_radix_combine_kernel(
     x_ptr, ws_ptr, val_ptr, idx_ptr, k, x_row_stride, val_row_stride, idx_row_stride, n_chunks,
-    TILES: tl.constexpr, BLOCK_N: tl.constexpr, K_PAD: tl.constexpr,
+    TILES: tl.constexpr, BLOCK_N: tl.constexpr, K_PAD: tl.constexpr, SHIFT: tl.constexpr,
 ):  # fmt: skip
     """Radix topk, step 2: the k first-ranked of the row's n_chunks * k candidates (ws, in index order: chunk after
     chunk, each chunk's in index order), selected by `_radix_select` into the row of idx (scratch at first), then read
@@ -433,7 +436,7 @@ def _topk_radix_combine_kernel(
     row_ptr = x_ptr + row * x_row_stride
     out_idx = idx_ptr + row * idx_row_stride
     total = n_chunks * k
-    _radix_select(row_ptr, ws_ptr + row * total, 0, total, k, out_idx, True, TILES, BLOCK_N)
+    _radix_select(row_ptr, ws_ptr + row * total, 0, total, k, out_idx, True, TILES, BLOCK_N, SHIFT)
     tl.debug_barrier()  # the selection's stores are seen by every thread of the program
     slot = tl.arange(0, K_PAD)
     live = slot < k
@@ -599,6 +602,11 @@ def loop_config(block_n: int, num_warps: int, rows: int = 1) -> Config:
 def split_config(chunk: int, block_n: int, num_warps: int) -> Config:
     """The `split` variant: CHUNK columns per program in BLOCK_N tiles, then one combine per row."""
     return Config.make(num_warps=num_warps, num_stages=1, VARIANT="split", CHUNK=chunk, BLOCK_N=block_n)
+
+
+# The trailing zero bits of a format's values widened to float32 (23 - its mantissa bits): radix topk's order keys
+# drop them, and its bisection takes 32 minus that many steps.
+RADIX_SHIFT = {"float16": 13, "bfloat16": 16, "float32": 0}
 
 
 def radix_config(chunk: int, block_n: int, num_warps: int) -> Config:
@@ -797,18 +805,19 @@ def topk_launches(
     n_chunks = triton.cdiv(n_cols, chunk)
     ws = _workspace_ok(workspace, n_rows * n_chunks * k, "topk")
     if config["VARIANT"] == "radix":
+        shift = RADIX_SHIFT[x.dtype.name]
         return [
             KernelLaunch(
                 _topk_radix_kernel,
                 (n_rows, n_chunks),
                 (x, ws, n_cols, k, x.stride(0), n_chunks),
-                dict(CHUNK=chunk, BLOCK_N=block, **_warps(config)),
+                dict(CHUNK=chunk, BLOCK_N=block, SHIFT=shift, **_warps(config)),
             ),
             KernelLaunch(
                 _topk_radix_combine_kernel,
                 (n_rows,),
                 (x, ws, values, indices, k, x.stride(0), values.stride(0), indices.stride(0), n_chunks),
-                dict(TILES=triton.cdiv(n_chunks * k, block), BLOCK_N=block, K_PAD=kp, **_warps(config)),
+                dict(TILES=triton.cdiv(n_chunks * k, block), BLOCK_N=block, K_PAD=kp, SHIFT=shift, **_warps(config)),
             ),
         ]
     return [

@@ -137,6 +137,34 @@ def test_radix_topk_over_several_tiles_in_both_steps(values, profile, backend):
         assert np.array_equal(inputs.tensors["indices"].numpy()[0], np.arange(64))
 
 
+def _larger_one_ranks_first(rows, dtype, backend):
+    x = from_numpy(np.array(rows), dtype, backend.device)
+    assert np.array_equal(x.float64(), np.array(rows)), "the rows are exact in the dtype"
+    for config in representatives(sampling.TOPK):
+        _, indices = sampling.topk(x, 1, config=config)  # k = 1: the pair is not both chosen, then ranked
+        assert indices.numpy().tolist() == [[1]] * len(rows), (dtype, config.label())
+
+
+ULP_AT_ONE = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23}
+LEAST_SUBNORMAL = {"float16": 2.0**-24, "bfloat16": 2.0**-133, "float32": 2.0**-149}
+
+
+@pytest.mark.parametrize("dtype", sampling.FLOAT_DTYPES)
+def test_values_one_unit_in_the_last_place_apart_are_not_tied(dtype, backend):
+    """The larger of two neighbouring values of the dtype ranks first though it has the higher index, for positive
+    and negative values (radix's order keys drop only bits the dtype never has)."""
+    ulp = ULP_AT_ONE[dtype]
+    _larger_one_ranks_first([[1.0, 1.0 + ulp, -3.0, -4.0], [-(1.0 + ulp), -1.0, -3.0, -4.0]], dtype, backend)
+
+
+@pytest.mark.parametrize("dtype", sampling.FLOAT_DTYPES)
+def test_the_least_subnormal_ranks_above_zero(dtype, backend):
+    if backend.name == "interpreter" and dtype == "bfloat16":
+        pytest.skip("Triton 3.6's interpreter flushes bfloat16 subnormals to zero when widening (2^-133 -> 0.0)")
+    tiny = LEAST_SUBNORMAL[dtype]
+    _larger_one_ranks_first([[0.0, tiny, -3.0, -4.0], [-tiny, -0.0, -3.0, -4.0]], dtype, backend)
+
+
 def test_generated_rows_hold_deliberate_ties(backend):
     """The made inputs tie each row's maximum (so argmax's answer is a tie-break) and repeat top values."""
     inputs = sampling.topk_inputs({"n_rows": 4, "n_cols": 1000, "k": 16}, ("float32",), 0, backend.device)
