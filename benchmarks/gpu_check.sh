@@ -65,11 +65,13 @@ case "${SET:-}" in
     step tests_moe 300 "${TESTS[@]}" tests/kernels/test_moe.py -k "fused_moe or group_m"
     step tests_attention 250 "${TESTS[@]}" tests/kernels/test_attention.py
     ;;
-  s5b)  # ... and benchmarks (#4, #11): the element-wise table with torch's column, bench_moe's five unmeasured shapes
+  s5b)  # ... and benchmarks (#4, #11): the element-wise table with torch's column (and the int32 cast), bench_moe's
+        # five unmeasured shapes (about 23 s a shape in the fourth session), sampling with topk's radix variant
     step bench_elementwise 150 python3 benchmarks/bench_elementwise.py --warmup 10 --rep 40 \
       --out "$OUT/bench_elementwise.json"
-    step bench_moe 380 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json" \
+    step bench_moe 200 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json" \
       --shapes qwen3:up:4096,qwen3:down:1,qwen3:down:64,qwen3:down:512,qwen3:down:4096
+    step bench_sampling 110 python3 benchmarks/bench_sampling.py --warmup 10 --rep 40 --out "$OUT/bench_sampling.json"
     ;;
   s5c)  # #3: bench_matmul alone on the machine (its fourth-session run shared the host with bench_attention)
     step bench_matmul 250 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
