@@ -72,6 +72,7 @@ case "${SET:-}" in
     step bench_moe 200 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json" \
       --shapes qwen3:up:4096,qwen3:down:1,qwen3:down:64,qwen3:down:512,qwen3:down:4096
     step bench_sampling 110 python3 benchmarks/bench_sampling.py --warmup 10 --rep 40 --out "$OUT/bench_sampling.json"
+    step tests_topk 90 "${TESTS[@]}" tests/kernels/test_sampling.py -k topk
     ;;
   s5c)  # #3: bench_matmul alone on the machine (its fourth-session run shared the host with bench_attention)
     step bench_matmul 250 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
