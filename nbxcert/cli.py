@@ -407,27 +407,26 @@ def verify(
     from nbxcert.certify import in_shard, parse_shard, resolve_profile
     from nbxcert.keyfile import gather_keys
     from nbxcert.verify import verify as run_verify
-    from nbxcert.warm import warm as run_warm
 
     _backend_line()
     prof, _how = resolve_profile(profile)
     share = parse_shard(shard)
     found = gather_keys(prof, key or (), keys_file, workload, kernels.split(",") if kernels else None)
     found = [k for k in found if in_shard(k, share)]
-    # the certified winners compiled in parallel first (on the H200 a serial verify of tinyllama's 526 keys printed
+
+    # the certified winners are compiled in parallel first (on the H200 a verify that compiled them one by one printed
     # nothing for 390 s and had not finished); then one line per key as it is verified
-    warmed = run_warm(prof.key, found, dirs, jobs)
-    if not json_out and warmed.backend == "cuda":
-        print(
-            f"[nbxcert] verify: compiled {warmed.compiled} certified winners in {warmed.seconds:.1f} s", file=sys.stderr
-        )
+    def warmed(w) -> None:
+        if not json_out and w.backend == "cuda":
+            print(f"[nbxcert] verify: compiled {w.compiled} certified winners in {w.seconds:.1f} s", file=sys.stderr)
+
     done = iter(range(1, len(found) + 1))
 
     def progress(text: str) -> None:
         if not json_out:
             print(f"[nbxcert] verify {next(done)}/{len(found)} {text}", file=sys.stderr, flush=True)
 
-    report = run_verify(prof.key, found, dirs, certified_only, progress=progress)
+    report = run_verify(prof.key, found, dirs, certified_only, progress=progress, jobs=jobs, on_warmed=warmed)
     if share is not None:
         report.shard = f"{share[0]}/{share[1]}"
     if json_out:

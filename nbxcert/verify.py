@@ -49,14 +49,23 @@ def verify(
     certified_only: bool,
     seed: int = VERIFY_SEED,
     progress=None,
+    jobs: int | None = None,
+    on_warmed=None,
 ) -> VerifyReport:
+    """Each key through the serving path, checked against its oracle at its bucket's smallest and largest member.
+    The certified winners are first compiled in a pool of `jobs` processes (`nbxcert.warm`; `on_warmed(report)` is
+    told when that is done); `progress(key text)` as each key starts."""
     from nbxcert.certify import resolve_profile
     from nbxcert.kernels.backends import select
     from nbxcert.kernels.check import run_checked
     from nbxcert.kernels.spec import get_spec
+    from nbxcert.warm import warm
 
     profile, _how = resolve_profile(profile_name)
     serve.configure(dirs=dirs, certified_only=certified_only)
+    warmed = warm(profile.key, keys, None, jobs)  # the serving state just configured (None: not made again)
+    if on_warmed:
+        on_warmed(warmed)
     device = select().device
     report = VerifyReport(profile.key)
     for key in keys:

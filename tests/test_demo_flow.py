@@ -72,6 +72,7 @@ def test_verify_certified_only_serves_every_key_then_fails_naming_a_removed_one(
     progress = [line for line in r.stderr.splitlines() if line.startswith("[nbxcert] verify ")]
     assert [line.split()[2] for line in progress] == [f"{i}/{n}" for i in range(1, n + 1)]
     assert all("]@v" in line for line in progress)
+    assert r.stderr.count("[nbxcert] certified:") == 1, "the certificates are loaded once (compile-ahead included)"
     # remove one key's certification: the same command now fails, naming it
     cut = tmp_path / "cut"
     shutil.copytree(out, cut)
