@@ -29,6 +29,7 @@ elements, and the registers its live values need.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -562,7 +563,7 @@ def _contiguous_out(out: Tensor | None, shape, dtype, device, name: str) -> Tens
 
 def _rows_cols(shape) -> tuple[int, int]:
     n_cols = shape[-1] if len(shape) else 1
-    return (int(np.prod(shape)) // max(1, n_cols), n_cols)
+    return (math.prod(shape) // max(1, n_cols), n_cols)
 
 
 def silu_and_mul_problem(x: Tensor, **_) -> dict:

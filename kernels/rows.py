@@ -611,6 +611,8 @@ def row_reduce_launches(config: Config, x: Tensor, out: Tensor, op: str, correct
 def as_rows(t: Tensor, name: str) -> Tensor:
     """`t` as a [n_rows, n_cols] view over its last dimension (contiguous columns), without a copy; `LaunchError`
     when its strides cannot express that (make it `.contiguous()` first)."""
+    if t.ndim == 2 and (t.shape[1] <= 1 or t.strides[1] == 1):
+        return t  # already rows (the served path's common case: no view made per launch)
     if t.ndim == 0:
         raise LaunchError(f"{name}: a 0-d tensor has no rows")
     n_cols = t.shape[-1]

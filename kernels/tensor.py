@@ -74,6 +74,7 @@ class Storage:
             raw = np.empty(self.nbytes + _HOST_ALIGN, dtype=np.uint8)
             start = (-raw.ctypes.data) % _HOST_ALIGN
             self._host = raw[start : start + self.nbytes]
+            self._host_ptr = self._host.ctypes.data  # fixed for the array's life; read per launch
             self._alloc = None
         else:
             _check_cuda_device(self.device)
@@ -83,7 +84,7 @@ class Storage:
             self._alloc = cuda.mem_alloc(max(self.nbytes, 1), self.device.index)
 
     def data_ptr(self) -> int:
-        return self._host.ctypes.data if self._alloc is None else int(self._alloc.ptr)
+        return self._host_ptr if self._alloc is None else int(self._alloc.ptr)
 
     def host_bytes(self) -> np.ndarray:
         """The bytes of this storage as a uint8 array: the buffer itself on cpu, a fresh copy from a GPU."""

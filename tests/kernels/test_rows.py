@@ -245,6 +245,10 @@ def test_strided_rows_run_without_a_copy_and_bad_views_are_refused(profile, back
     _close(y.float64(), *oracle.rmsnorm(x.float64(), np.ones(32), float(np.float32(1e-6))), y.dtype, 2**-10)
     with pytest.raises(LaunchError, match="contiguous columns|not a view of rows"):
         rows.softmax(base.T)
+    # 2-d rows are used as they are (no view made per launch); 3-d ones are viewed as rows
+    assert rows.as_rows(x, "x") is x
+    v = rows.as_rows(base.view(5, 2, 32), "x")
+    assert v.shape == (10, 32) and v.strides == (32, 1)
     with pytest.raises(ShapeMismatch, match="weight"):
         rows.rmsnorm(base, from_numpy(np.ones(3), "float16", backend.device))
     with pytest.raises(LaunchError, match="op must be"):

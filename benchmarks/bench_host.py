@@ -1,0 +1,104 @@
+"""Host-side cost of a launch, on a machine with no GPU: the served path (a user-facing function: checks, the key,
+the certified config looked up, the launch built) against launching the same config directly (`spec.launch`), with
+Triton's dispatch but no kernel run (Triton compiles for sm_90 through the census's cross-compiling driver, and each
+`kernel[grid](...)` stops after its dispatch: binding, specialisation, cache lookup). What it leaves out, the C
+launcher and the driver call, is the same for both paths, so the difference is the serving overhead (issue #8's
+third measurement; target <= 2 us). The certificates are the shipped `nvidia/hopper` ones, served as on an H200 of
+the 141GB class.
+
+    python3 benchmarks/bench_host.py [--calls 3000] [--repeats 3] [--out host.json]
+
+Cases (decode-sized, tinyllama-1.1b, float16): rmsnorm [1, 2048]; silu_and_mul [1, 2 x 5632]; matmul 1 x 2048 @
+2048 x 2560 (weights transposed, as a linear layer holds them). Times are per call, the median of --repeats runs of
+--calls calls each after 200 warm-up calls, on this machine's CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cross_compiling() -> None:
+    """Kernels compile for sm_90 and are dispatched, never run (the census's worker set-up, in this process)."""
+    os.environ.pop("TRITON_INTERPRET", None)
+    os.environ.setdefault("NBXCERT_BACKEND", "interpreter")  # no GPU here: nothing must try libcuda
+    from nbxcert import census
+
+    target = census.Target("cuda", 90, 32, "nvidia/hopper", 132)
+    os.environ[census._ENV_TARGET] = json.dumps(target.as_dict())
+    census._cross_compile_backend(target)
+    census._stand_in_device(target)
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime import driver
+
+    driver.set_active(census.CrossCompileDriver(GPUTarget("cuda", 90, 32)))
+    census._compile_instead_of_launch()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out")
+    args = parser.parse_args(argv)
+    _cross_compiling()
+    from nbxcert import serve
+    from nbxcert.kernels import elementwise as ew
+    from nbxcert.kernels import matmul as mm
+    from nbxcert.kernels import rows
+    from nbxcert.kernels.inputs import randn, rng
+    from nbxcert.kernels.tensor import empty
+    from nbxcert.profiles import get_profile
+
+    serve.profile_in_force = lambda: (get_profile("hopper"), "141GB")  # the stand-in device has no memory class
+    serve.configure(dirs=[ROOT / "certificates"], certified_only=True)
+    gen = rng(0)
+    f16 = ("float16", "float16")
+    x = randn(gen, (1, 2048), "float16", "cpu")
+    w = randn(gen, (2048,), "float16", "cpu")
+    y = empty((1, 2048), "float16", "cpu")
+    xs = randn(gen, (1, 2 * 5632), "float16", "cpu")
+    ys = empty((1, 5632), "float16", "cpu")
+    a = randn(gen, (1, 2048), "float16", "cpu")
+    b = randn(gen, (2560, 2048), "float16", "cpu").T
+    c = empty((1, 2560), "float16", "cpu")
+    cases = [
+        ("rmsnorm", lambda: rows.rmsnorm(x, w, 1e-6, out=y), rows.RMSNORM, {"n_rows": 1, "n_cols": 2048}, f16),
+        ("silu_and_mul", lambda: ew.silu_and_mul(xs, out=ys), ew.SILU_AND_MUL, ew.silu_and_mul_problem(xs),
+         ("float16",)),
+        ("matmul", lambda: mm.matmul(a, b, out=c), mm.MATMUL, mm._problem_matmul(a, b), f16),
+    ]  # fmt: skip
+
+    def per_call_us(fn) -> float:
+        for _ in range(200):
+            fn()
+        t0 = time.perf_counter()
+        for _ in range(args.calls):
+            fn()
+        return (time.perf_counter() - t0) / args.calls * 1e6
+
+    results = []
+    for name, served_call, spec, problem, dtypes in cases:
+        config = serve.config_for(spec, problem, dtypes)
+        inputs = spec.make_inputs(problem, dtypes, 0, "cpu")
+        served = statistics.median(per_call_us(served_call) for _ in range(args.repeats))
+        direct = statistics.median(per_call_us(lambda: spec.launch(config, inputs)) for _ in range(args.repeats))
+        results.append({"kernel": name, "problem": problem, "config": config.label(), "served_us": served,
+                        "direct_us": direct, "overhead_us": served - direct})  # fmt: skip
+        print(f"{name:13s} served {served:6.1f} us  direct {direct:6.1f} us  overhead {served - direct:5.1f} us  "
+              f"({config.label()})")  # fmt: skip
+    if args.out:
+        Path(args.out).write_text(json.dumps({"calls": args.calls, "cases": results, "target_us": 2.0}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
