@@ -4,13 +4,12 @@
 export PYTHONUNBUFFERED=1
 SHARDS=${SHARDS:-$(nvidia-smi -L | wc -l)}
 JOBS=$(( $(nproc) / SHARDS )); [ "$JOBS" -ge 1 ] || JOBS=1
-# once per call: a script started by another (gpu_pair.sh) finds NBXCERT_INSTALLED set and skips it
+# once per call: a script started by another (gpu_pair.sh runs two gpu_check.sh at once) finds NBXCERT_INSTALLED set
+# and neither installs again nor rewrites the sitecustomize while the other's processes may be reading it
 if [ -z "${NBXCERT_INSTALLED:-}" ]; then
   python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | tail -2
-  export NBXCERT_INSTALLED=1
-fi
-mkdir -p /tmp/notorch
-cat > /tmp/notorch/sitecustomize.py <<'PY'
+  mkdir -p /tmp/notorch
+  cat > /tmp/notorch/sitecustomize.py <<'PY'
 import sys
 class _NoTorch:
     def find_spec(self, name, path=None, target=None):
@@ -19,3 +18,5 @@ class _NoTorch:
         return None
 sys.meta_path.insert(0, _NoTorch())
 PY
+  export NBXCERT_INSTALLED=1
+fi
