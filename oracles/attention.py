@@ -26,6 +26,8 @@ import numpy as np
 # keys) has at most this many elements (decode: 8 query rows against 8192 keys in one GEMM, not 8 GEMVs); larger
 # ones (prefill) one head at a time, so the float64 scores stay a few hundred MB at most.
 STACK_ELEMENTS = 1 << 22
+# Query rows per block of a causal head computed one head at a time (each block against the keys it can see).
+CAUSAL_ROWS = 512
 
 
 def _one_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray, scale: float, abs_v=None):
@@ -85,8 +87,17 @@ def attention(
                 out[b, first : first + group] = o.reshape(group, q_len, head_dim)
                 err[b, first : first + group] = e.reshape(group, q_len, head_dim)
                 continue
+            # causal: a block of query rows sees the keys up to its last row's diagonal only, so each block is
+            # computed against those (about half the products of a long prefill, and no masked scores kept)
+            step = CAUSAL_ROWS if causal else q_len
             for h in range(first, first + group):
-                out[b, h], err[b, h] = _one_head(q[b, h], kb, vb, base[:, :n], scale, abs_v)
+                for r0 in range(0, q_len, max(step, 1)):
+                    r1 = min(q_len, r0 + step)
+                    c1 = min(n, r1 + kv_len - q_len) if causal else n
+                    c1 = max(c1, 0)
+                    out[b, h, r0:r1], err[b, h, r0:r1] = _one_head(
+                        q[b, h, r0:r1], kb[:c1], vb[:c1], base[r0:r1, :c1], scale, abs_v[:c1]
+                    )
     return out, err
 
 

@@ -141,3 +141,20 @@ def test_stacked_query_heads_agree_with_one_head_at_a_time(monkeypatch):
     per_head = oracle.attention(q, k, v, 0.25, False, kv_lengths=lengths)
     for a, b in zip(stacked, per_head):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize("q_len, kv_len", [(37, 37), (37, 50), (50, 37)])
+def test_causal_row_blocks_agree_with_whole_heads(monkeypatch, q_len, kv_len):
+    """A causal head is computed in blocks of query rows, each against the keys it can see; the result is the whole
+    head's (rows that see no key stay zeros)."""
+    gen = np.random.default_rng(6)
+    q = gen.standard_normal((1, 2, q_len, 8))
+    k = gen.standard_normal((1, 2, kv_len, 8))
+    v = gen.standard_normal((1, 2, kv_len, 8))
+    monkeypatch.setattr(oracle, "STACK_ELEMENTS", 0)
+    monkeypatch.setattr(oracle, "CAUSAL_ROWS", 8)
+    blocked = oracle.attention(q, k, v, 0.3, True)
+    monkeypatch.setattr(oracle, "CAUSAL_ROWS", 1 << 30)
+    whole = oracle.attention(q, k, v, 0.3, True)
+    for a, b in zip(blocked, whole):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
