@@ -11,7 +11,7 @@ for w in $WORKLOADS; do
   for i in $(seq 0 $(( SHARDS - 1 ))); do
     CUDA_VISIBLE_DEVICES=$i OMP_NUM_THREADS=$JOBS OPENBLAS_NUM_THREADS=$JOBS MKL_NUM_THREADS=$JOBS \
       PYTHONPATH=/tmp/notorch python3 -m nbxcert verify --profile hopper --workload "$w" \
-      --dir certificates --certified-only --shard "$i/$SHARDS" > "/tmp/verify-logs/$w.$i.log" 2>&1 &
+      --dir certificates --certified-only --shard "$i/$SHARDS" --jobs "$JOBS" > "/tmp/verify-logs/$w.$i.log" 2>&1 &
   done
   wait
   { for i in $(seq 0 $(( SHARDS - 1 ))); do grep -h "^\[nbxcert\] verify\|^missing\|^mismatched" "/tmp/verify-logs/$w.$i.log"; done
