@@ -14,7 +14,7 @@ for w in $WORKLOADS; do
       --dir certificates --certified-only --shard "$i/$SHARDS" --jobs "$JOBS" > "/tmp/verify-logs/$w.$i.log" 2>&1 &
   done
   wait
-  { for i in $(seq 0 $(( SHARDS - 1 ))); do grep -h "^\[nbxcert\] verify\|^missing\|^mismatched" "/tmp/verify-logs/$w.$i.log"; done
+  { for i in $(seq 0 $(( SHARDS - 1 ))); do grep -hE "^\[nbxcert\] verify( \(shard [0-9/]+\))?: |^missing|^mismatched" "/tmp/verify-logs/$w.$i.log"; done
     echo "verify of $w: $(( $(date +%s) - start )) s"; } | tee "$OUT/verify_$w.txt"
 done
 tar czf "$OUT/verify_logs.tgz" /tmp/verify-logs 2>/dev/null
