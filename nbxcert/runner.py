@@ -9,6 +9,7 @@ Requests are plain dicts (picklable, no code): `{"op": ..., "spec": name, "confi
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import statistics
 import time
@@ -126,6 +127,28 @@ def _shape_only_inputs(spec, problem, dtypes, seed, device):
         return spec.make_inputs(problem, dtypes, seed, device)
 
 
+# A compile worker that cannot allocate its shape-only inputs waits and tries again, this many times, sleeping
+# OOM_WAIT_S more each time: its siblings in the pool hold theirs only while they compile (a pool of 32 on one GPU,
+# each with a Mixtral fused_moe weight of 1.9 GB, is 61 GB at once). Past that the error stands (`resources`).
+OOM_RETRIES = 5
+OOM_WAIT_S = 0.5
+
+
+def _compile_inputs(spec, problem, dtypes, seed, device):
+    from nbxcert.errors import CudaError
+    from nbxcert.kernels.backends.cuda import CUDA_ERROR_OUT_OF_MEMORY
+
+    for attempt in range(OOM_RETRIES + 1):
+        try:
+            return _shape_only_inputs(spec, problem, dtypes, seed, device)
+        except CudaError as e:
+            if getattr(e, "status", None) != CUDA_ERROR_OUT_OF_MEMORY or attempt == OOM_RETRIES:
+                raise
+            gc.collect()
+            time.sleep(OOM_WAIT_S * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 def handle(req: dict[str, Any]) -> dict[str, Any]:
     spec = get_spec(req["spec"])
     config = Config.from_dict(req["config"])
@@ -146,7 +169,7 @@ def handle(req: dict[str, Any]) -> dict[str, Any]:
         # each kept the last problems' Mixtral fused_moe inputs (1.9 GB of weight apiece) held the device's memory
         # until the GPU test that had started them could not allocate its own 1.9 GB.
         for role in _roles(problems):
-            inputs = _shape_only_inputs(spec, problems[role], dtypes, seed, device)
+            inputs = _compile_inputs(spec, problems[role], dtypes, seed, device)
             with compile_only():
                 spec.launch(config, inputs)
             del inputs

@@ -42,7 +42,11 @@ def _classify(exc: BaseException) -> str:
     if name == "OutOfResources" or "OutOfResources" in name:
         return "resources"
     if isinstance(exc, CudaError):
-        return "crash"
+        # out of device memory: the problem with this candidate does not fit the device now (a refusal by resources;
+        # the context stays usable), anything else from the driver is a crash
+        from nbxcert.kernels.backends.cuda import CUDA_ERROR_OUT_OF_MEMORY
+
+        return "resources" if getattr(exc, "status", None) == CUDA_ERROR_OUT_OF_MEMORY else "crash"
     if name in ("CompilationError", "CompileTimeAssertionFailure", "PTXASError") or module.startswith(
         "triton.compiler"
     ):

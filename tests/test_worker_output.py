@@ -1,12 +1,16 @@
-"""A worker keeps what a request prints off the user's terminal (Triton prints a kernel's whole PTX when ptxas
-crashes), and shows it with the failure's traceback under NBXCERT_DEBUG=1."""
+"""Workers on a busy machine: a worker keeps what a request prints off the user's terminal (Triton prints a kernel's
+whole PTX when ptxas crashes) and shows it with the failure's traceback under NBXCERT_DEBUG=1; a compile worker short of
+device memory waits for its siblings' to come back; out of memory is a refusal by resources, not a crash."""
 
 from __future__ import annotations
 
 import os
 import sys
 
+import pytest
+
 from nbxcert import worker
+from nbxcert.errors import CudaError
 
 
 def test_output_written_to_the_stdout_descriptor_is_captured_not_shown(capfd):
@@ -41,3 +45,49 @@ def test_a_failed_reply_is_traced_only_under_debug(capfd, monkeypatch):
     worker._debug_trace(message, reply)
     err = capfd.readouterr().err
     assert err.startswith("[nbxcert] worker: compile matmul {'BLOCK_M': 64} failed:") and "its output" in err
+
+
+def _cuda_error(status: int):
+    e = CudaError(f"cuMemAlloc_v2 (1879048192 bytes on device 0) failed: status {status}")
+    e.status = status
+    return e
+
+
+def test_out_of_device_memory_is_a_refusal_by_resources_other_driver_errors_a_crash():
+    assert worker._classify(_cuda_error(2)) == "resources"
+    assert worker._classify(_cuda_error(700)) == "crash"  # an illegal address
+
+
+def test_a_compile_worker_waits_out_its_siblings_memory_then_gives_up_by_name(monkeypatch):
+    from nbxcert import runner
+
+    calls, slept = [], []
+    monkeypatch.setattr(runner.time, "sleep", slept.append)
+
+    def short_twice(*args):
+        calls.append(args)
+        if len(calls) <= 2:
+            raise _cuda_error(2)
+        return "inputs"
+
+    monkeypatch.setattr(runner, "_shape_only_inputs", short_twice)
+    assert runner._compile_inputs("spec", {}, (), 0, "cuda:0") == "inputs"
+    assert len(calls) == 3 and slept == [runner.OOM_WAIT_S, 2 * runner.OOM_WAIT_S]
+
+    def always_short(*args):
+        raise _cuda_error(2)
+
+    monkeypatch.setattr(runner, "_shape_only_inputs", always_short)
+    slept.clear()
+    with pytest.raises(CudaError) as e:
+        runner._compile_inputs("spec", {}, (), 0, "cuda:0")
+    assert e.value.status == 2 and len(slept) == runner.OOM_RETRIES  # the driver's own error, after the waits
+
+    def other_error(*args):
+        raise _cuda_error(700)
+
+    monkeypatch.setattr(runner, "_shape_only_inputs", other_error)
+    slept.clear()
+    with pytest.raises(CudaError) as e:
+        runner._compile_inputs("spec", {}, (), 0, "cuda:0")
+    assert e.value.status == 700 and not slept  # not retried

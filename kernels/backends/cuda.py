@@ -42,6 +42,7 @@ from nbxcert.errors import BackendUnavailable, CudaError, DeviceNotFound
 LIBCUDA_NAME = "libcuda.so.1"
 
 CUDA_SUCCESS = 0
+CUDA_ERROR_OUT_OF_MEMORY = 2
 CU_STREAM_NON_BLOCKING = 0x1  # CUstream_flags: no implicit synchronization with the legacy default stream
 CU_EVENT_DEFAULT = 0x0
 CU_EVENT_DISABLE_TIMING = 0x2
