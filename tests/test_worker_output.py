@@ -58,11 +58,23 @@ def test_out_of_device_memory_is_a_refusal_by_resources_other_driver_errors_a_cr
     assert worker._classify(_cuda_error(700)) == "crash"  # an illegal address
 
 
-def test_a_compile_worker_waits_out_its_siblings_memory_then_gives_up_by_name(monkeypatch):
+def _compile_inputs_with(monkeypatch, make):
+    """runner._compile_inputs with `make` in place of making shape-only inputs; (result or the error, waits)."""
     from nbxcert import runner
 
-    calls, slept = [], []
+    slept: list[float] = []
     monkeypatch.setattr(runner.time, "sleep", slept.append)
+    monkeypatch.setattr(runner, "_shape_only_inputs", make)
+    try:
+        return runner._compile_inputs("spec", {}, (), 0, "cuda:0"), slept
+    except CudaError as e:
+        return e, slept
+
+
+def test_a_compile_worker_waits_out_its_siblings_memory(monkeypatch):
+    from nbxcert import runner
+
+    calls = []
 
     def short_twice(*args):
         calls.append(args)
@@ -70,24 +82,17 @@ def test_a_compile_worker_waits_out_its_siblings_memory_then_gives_up_by_name(mo
             raise _cuda_error(2)
         return "inputs"
 
-    monkeypatch.setattr(runner, "_shape_only_inputs", short_twice)
-    assert runner._compile_inputs("spec", {}, (), 0, "cuda:0") == "inputs"
-    assert len(calls) == 3 and slept == [runner.OOM_WAIT_S, 2 * runner.OOM_WAIT_S]
+    got, slept = _compile_inputs_with(monkeypatch, short_twice)
+    assert got == "inputs" and len(calls) == 3 and slept == [runner.OOM_WAIT_S, 2 * runner.OOM_WAIT_S]
 
-    def always_short(*args):
-        raise _cuda_error(2)
 
-    monkeypatch.setattr(runner, "_shape_only_inputs", always_short)
-    slept.clear()
-    with pytest.raises(CudaError) as e:
-        runner._compile_inputs("spec", {}, (), 0, "cuda:0")
-    assert e.value.status == 2 and len(slept) == runner.OOM_RETRIES  # the driver's own error, after the waits
+@pytest.mark.parametrize("status, waits", [(2, 5), (700, 0)])
+def test_a_lasting_shortage_is_raised_after_the_waits_another_driver_error_at_once(monkeypatch, status, waits):
+    from nbxcert import runner
 
-    def other_error(*args):
-        raise _cuda_error(700)
+    def failing(*args):
+        raise _cuda_error(status)
 
-    monkeypatch.setattr(runner, "_shape_only_inputs", other_error)
-    slept.clear()
-    with pytest.raises(CudaError) as e:
-        runner._compile_inputs("spec", {}, (), 0, "cuda:0")
-    assert e.value.status == 700 and not slept  # not retried
+    got, slept = _compile_inputs_with(monkeypatch, failing)
+    assert isinstance(got, CudaError) and got.status == status  # the driver's own error comes out
+    assert len(slept) == (runner.OOM_RETRIES if waits else 0)
