@@ -29,9 +29,9 @@ Variants (config field `VARIANT`):
   partials in one fixed-shape reduction (per chunk for log_softmax, which then writes its chunk; per row for
   cross_entropy).
 - `radix` (topk): as `split`, but a chunk's k best are selected without insertions: each element gets one int32
-  order key, the k-th largest key is found by bisection (32 counting reductions), and the elements above it, then
-  the lowest-indexed ones equal to it, are written by a prefix sum; the combine selects the same way among the
-  chunks' candidates, then ranks the k for the final write.
+  order key, the k-th largest key is found by bisection (16 to 32 counting reductions by dtype), and the elements
+  above it, then the lowest-indexed ones equal to it, are written by a prefix sum; the combine selects the same way
+  among the chunks' candidates, then ranks the k for the final write.
 
 Numerics: argmax and topk compare values exactly (float16/bfloat16/float32 widen exactly to float32); topk's values
 are the input elements themselves, gathered by index. log_softmax and cross_entropy compute half-precision inputs in
@@ -353,6 +353,30 @@ def _radix_tile(row_ptr, src_ptr, e0, end, GATHER: tl.constexpr, BLOCK_N: tl.con
 
 
 @jit
+def _past(key, t, STRICT: tl.constexpr):
+    if STRICT:
+        return key > t
+    return key >= t
+
+
+@jit
+def _radix_count(
+    held, row_ptr, src_ptr, first, end, t,
+    STRICT: tl.constexpr, GATHER: tl.constexpr, TILES: tl.constexpr, BLOCK_N: tl.constexpr, SHIFT: tl.constexpr,
+):  # fmt: skip
+    """How many entries have a key above `t` (STRICT) or at least `t`: `held` holds their keys when TILES == 1; else
+    the tiles are loaded again."""
+    count = tl.zeros([], tl.int32)
+    if TILES == 1:
+        count += tl.sum(_past(held, t, STRICT).to(tl.int32), axis=0)
+    else:
+        for i in range(TILES):
+            key, _idx = _radix_tile(row_ptr, src_ptr, first + i * BLOCK_N, end, GATHER, BLOCK_N, SHIFT)
+            count += tl.sum(_past(key, t, STRICT).to(tl.int32), axis=0)
+    return count
+
+
+@jit
 def _radix_select(
     row_ptr, src_ptr, first, end, k, dst_ptr,
     GATHER: tl.constexpr, TILES: tl.constexpr, BLOCK_N: tl.constexpr, SHIFT: tl.constexpr,
@@ -365,44 +389,28 @@ def _radix_select(
     entries above T, and of those equal to T the first in entry order (the lowest indices: entries come in index
     order) up to k, are written at positions given by a running prefix sum. With TILES == 1 the entries are loaded
     once and kept in registers."""
+    # the first tile: with TILES == 1 every entry, held for all the passes
+    key, idx = _radix_tile(row_ptr, src_ptr, first, end, GATHER, BLOCK_N, SHIFT)
     lo = tl.full([], -(2 ** (31 - SHIFT)), tl.int64)
     hi = tl.full([], 2 ** (31 - SHIFT) - 1, tl.int64)
-    if TILES == 1:
-        key, idx = _radix_tile(row_ptr, src_ptr, first, end, GATHER, BLOCK_N, SHIFT)
     for _ in range(32 - SHIFT):
         mid = lo + ((hi - lo + 1) >> 1)
-        m32 = mid.to(tl.int32)
-        if TILES == 1:
-            count = tl.sum((key >= m32).to(tl.int32), axis=0)
-        else:
-            count = tl.zeros([], tl.int32)
-            for t in range(TILES):
-                tkey, _tidx = _radix_tile(row_ptr, src_ptr, first + t * BLOCK_N, end, GATHER, BLOCK_N, SHIFT)
-                count += tl.sum((tkey >= m32).to(tl.int32), axis=0)
+        count = _radix_count(key, row_ptr, src_ptr, first, end, mid.to(tl.int32), False, GATHER, TILES, BLOCK_N, SHIFT)
         enough = count >= k
         lo = tl.where(enough, mid, lo)
         hi = tl.where(enough, hi, mid - 1)
     t32 = lo.to(tl.int32)
-    if TILES == 1:
-        above = tl.sum((key > t32).to(tl.int32), axis=0)
-    else:
-        above = tl.zeros([], tl.int32)
-        for t in range(TILES):
-            tkey, _tidx = _radix_tile(row_ptr, src_ptr, first + t * BLOCK_N, end, GATHER, BLOCK_N, SHIFT)
-            above += tl.sum((tkey > t32).to(tl.int32), axis=0)
-    ties = k - above  # how many of the entries equal to T are taken, the first ones
+    ties = k - _radix_count(key, row_ptr, src_ptr, first, end, t32, True, GATHER, TILES, BLOCK_N, SHIFT)
     placed = tl.zeros([], tl.int32)
-    ties_seen = tl.zeros([], tl.int32)
+    ties_seen = tl.zeros([], tl.int32)  # ties is how many of the entries equal to T are taken, the first ones
     for t in range(TILES):
-        if TILES == 1:
-            tkey, tidx = key, idx
-        else:
-            tkey, tidx = _radix_tile(row_ptr, src_ptr, first + t * BLOCK_N, end, GATHER, BLOCK_N, SHIFT)
-        eq = (tkey == t32).to(tl.int32)
-        take = (tkey > t32) | ((eq != 0) & (ties_seen + tl.cumsum(eq, axis=0) <= ties))
+        if TILES > 1:
+            key, idx = _radix_tile(row_ptr, src_ptr, first + t * BLOCK_N, end, GATHER, BLOCK_N, SHIFT)
+        eq = (key == t32).to(tl.int32)
+        take = (key > t32) | ((eq != 0) & (ties_seen + tl.cumsum(eq, axis=0) <= ties))
         took = take.to(tl.int32)
         pos = placed + tl.cumsum(took, axis=0) - 1
-        tl.store(dst_ptr + pos, tidx.to(dst_ptr.dtype.element_ty), mask=take)
+        tl.store(dst_ptr + pos, idx.to(dst_ptr.dtype.element_ty), mask=take)
         placed += tl.sum(took, axis=0)
         ties_seen += tl.sum(eq, axis=0)
 
@@ -804,34 +812,24 @@ def topk_launches(
     chunk = config["CHUNK"]
     n_chunks = triton.cdiv(n_cols, chunk)
     ws = _workspace_ok(workspace, n_rows * n_chunks * k, "topk")
+    # step 1 per (row, chunk) into the workspace, then the combine per row; radix selects where split inserts
+    step_kw = dict(CHUNK=chunk, BLOCK_N=block, **_warps(config))
+    combine_kw = dict(BLOCK_N=block, K_PAD=kp, **_warps(config))
     if config["VARIANT"] == "radix":
+        step, combine = _topk_radix_kernel, _topk_radix_combine_kernel
         shift = RADIX_SHIFT[x.dtype.name]
-        return [
-            KernelLaunch(
-                _topk_radix_kernel,
-                (n_rows, n_chunks),
-                (x, ws, n_cols, k, x.stride(0), n_chunks),
-                dict(CHUNK=chunk, BLOCK_N=block, SHIFT=shift, **_warps(config)),
-            ),
-            KernelLaunch(
-                _topk_radix_combine_kernel,
-                (n_rows,),
-                (x, ws, values, indices, k, x.stride(0), values.stride(0), indices.stride(0), n_chunks),
-                dict(TILES=triton.cdiv(n_chunks * k, block), BLOCK_N=block, K_PAD=kp, SHIFT=shift, **_warps(config)),
-            ),
-        ]
+        step_kw.update(SHIFT=shift)
+        combine_kw.update(SHIFT=shift, TILES=triton.cdiv(n_chunks * k, block))
+    else:
+        step, combine = _topk_split_kernel, _topk_combine_kernel
+        step_kw.update(K_PAD=kp)
     return [
+        KernelLaunch(step, (n_rows, n_chunks), (x, ws, n_cols, k, x.stride(0), n_chunks), step_kw),
         KernelLaunch(
-            _topk_split_kernel,
-            (n_rows, n_chunks),
-            (x, ws, n_cols, k, x.stride(0), n_chunks),
-            dict(CHUNK=chunk, BLOCK_N=block, K_PAD=kp, **_warps(config)),
-        ),
-        KernelLaunch(
-            _topk_combine_kernel,
+            combine,
             (n_rows,),
             (x, ws, values, indices, k, x.stride(0), values.stride(0), indices.stride(0), n_chunks),
-            dict(BLOCK_N=block, K_PAD=kp, **_warps(config)),
+            combine_kw,
         ),
     ]
 
