@@ -147,42 +147,31 @@ def _add_mul_kernel(
 
 
 @jit
-def _widen_to_f64_bits(bits, E: tl.constexpr, M: tl.constexpr):
-    """The float64 bit pattern (int64) of the value whose E-exponent-bit, M-mantissa-bit pattern is `bits` (int64,
-    the raw pattern zero-extended). Exact: normals and infinities/NaNs re-bias the exponent and shift the mantissa;
-    subnormals are m * 2^(1 - bias - M), formed in float64 (exact: m < 2^M and a power-of-two factor)."""
+def _widen_bits(bits, E: tl.constexpr, M: tl.constexpr, WE: tl.constexpr, WM: tl.constexpr):
+    """The WE/WM-format pattern (float64 (11, 52) in int64 or float32 (8, 23) in int32: `bits`' integer type) of the
+    value whose E-exponent-bit, M-mantissa-bit pattern is `bits` (zero-extended; E <= WE, M < WM). Exact: normals and
+    infinities/NaNs re-bias the exponent and shift the mantissa. A subnormal source of a narrower exponent (float16
+    anywhere, bfloat16 and float32 into float64) is normal in the wide format: m is converted to the wide float
+    exactly (m < 2^M) and its exponent lowered by BIAS + M - 1, an integer subtraction, so no subnormal is ever
+    formed on the GPU; one of the wide format's exponent width (bfloat16 into float32) maps by the shift alone."""
     BIAS: tl.constexpr = (1 << (E - 1)) - 1
+    WBIAS: tl.constexpr = (1 << (WE - 1)) - 1
+    WTOP: tl.constexpr = (1 << WE) - 1
     sign = (bits >> (E + M)) & 1
     e = (bits >> M) & ((1 << E) - 1)
     m = bits & ((1 << M) - 1)
-    frac = m << (52 - M)
-    normal = (sign << 63) | ((e + (1023 - BIAS)) << 52) | frac
-    special = (sign << 63) | (2047 << 52) | frac
-    unit = tl.full([], (1023 + 1 - BIAS - M) << 52, tl.int64).to(tl.float64, bitcast=True)
-    sub = (m.to(tl.float64) * unit).to(tl.int64, bitcast=True) | (sign << 63)
-    return tl.where(e == 0, sub, tl.where(e == (1 << E) - 1, special, normal))
-
-
-@jit
-def _widen_to_f32_bits(bits, E: tl.constexpr, M: tl.constexpr):
-    """The float32 bit pattern (int32) of the value whose E-exponent-bit, M-mantissa-bit pattern is `bits` (int32,
-    the raw pattern zero-extended; E <= 8, M < 23). Exact, in 32-bit integers (float16/bfloat16 -> float32 in a
-    third of the 64-bit path's work). A subnormal source of a narrower exponent (float16) is normal in float32: m is
-    converted to float32 exactly (m < 2^M) and its exponent lowered by BIAS + M - 1 (an integer subtraction, so no
-    float32 subnormal is ever formed on the GPU); one of float32's exponent width (bfloat16) maps to a float32
-    subnormal by the shift alone."""
-    BIAS: tl.constexpr = (1 << (E - 1)) - 1
-    sign = (bits >> (E + M)) & 1
-    e = (bits >> M) & ((1 << E) - 1)
-    m = bits & ((1 << M) - 1)
-    frac = m << (23 - M)
-    normal = (sign << 31) | ((e + (127 - BIAS)) << 23) | frac
-    special = (sign << 31) | (255 << 23) | frac
-    if E == 8:
-        sub = (sign << 31) | frac
+    frac = m << (WM - M)
+    normal = (sign << (WE + WM)) | ((e + (WBIAS - BIAS)) << WM) | frac
+    special = (sign << (WE + WM)) | (WTOP << WM) | frac
+    if E == WE:
+        sub = (sign << (WE + WM)) | frac
     else:
-        scaled = m.to(tl.float32).to(tl.int32, bitcast=True) - ((BIAS + M - 1) << 23)
-        sub = (sign << 31) | tl.where(m == 0, 0, scaled)
+        if WM == 52:
+            wide = m.to(tl.float64)
+        else:
+            wide = m.to(tl.float32)
+        scaled = wide.to(bits.dtype, bitcast=True) - ((BIAS + M - 1) << WM)
+        sub = (sign << (WE + WM)) | tl.where(m == 0, 0, scaled)
     return tl.where(e == 0, sub, tl.where(e == (1 << E) - 1, special, normal))
 
 
@@ -224,35 +213,30 @@ def _round_bits(bits, E: tl.constexpr, M: tl.constexpr, WE: tl.constexpr, WM: tl
 @jit
 def _cast_kernel(
     x_ptr, y_ptr, n,
-    SRC_E: tl.constexpr, SRC_M: tl.constexpr, DST_E: tl.constexpr, DST_M: tl.constexpr, BLOCK: tl.constexpr,
+    SRC_E: tl.constexpr, SRC_M: tl.constexpr, DST_E: tl.constexpr, DST_M: tl.constexpr,
+    WIDE_E: tl.constexpr, WIDE_M: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     """y = x converted between float formats, on the bits: x_ptr and y_ptr are the tensors' storage read as integers
     (int16 for float16/bfloat16, int32 for float32, int64 for float64), n contiguous elements, BLOCK per program.
-    SRC_E/SRC_M, DST_E/DST_M: exponent and mantissa bits of the source and target formats. Between formats of at
-    most 32 bits the work is done in int32 through float32's pattern; with float64 on either side, in int64 through
-    float64's (the H200 ran float16 -> float32 at a third of its copy bandwidth in int64)."""
+    SRC_E/SRC_M, DST_E/DST_M: exponent and mantissa bits of the source and target formats. The value passes through
+    the wide format WIDE_E/WIDE_M (`cast_launches`): float32's pattern in int32 between formats of at most 32 bits,
+    float64's in int64 with float64 on either side (the H200 ran float16 -> float32 at a third of its copy bandwidth
+    when every pair went through int64)."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < n
-    if SRC_M == 52 or DST_M == 52:
-        raw = tl.load(x_ptr + offs, mask=ok, other=0).to(tl.int64)
-        if SRC_M == 52:
-            f64 = raw
-        else:
-            f64 = _widen_to_f64_bits(raw & ((1 << (1 + SRC_E + SRC_M)) - 1), SRC_E, SRC_M)
-        if DST_M == 52:
-            out = f64
-        else:
-            out = _round_bits(f64, DST_E, DST_M, 11, 52)
+    raw = tl.load(x_ptr + offs, mask=ok, other=0)
+    if WIDE_M == 52:
+        raw = raw.to(tl.int64)
     else:
-        raw = tl.load(x_ptr + offs, mask=ok, other=0).to(tl.int32)
-        if SRC_M == 23:
-            f32 = raw
-        else:
-            f32 = _widen_to_f32_bits(raw & ((1 << (1 + SRC_E + SRC_M)) - 1), SRC_E, SRC_M)
-        if DST_M == 23:
-            out = f32
-        else:
-            out = _round_bits(f32, DST_E, DST_M, 8, 23)
+        raw = raw.to(tl.int32)
+    if SRC_M == WIDE_M:
+        wide = raw
+    else:
+        wide = _widen_bits(raw & ((1 << (1 + SRC_E + SRC_M)) - 1), SRC_E, SRC_M, WIDE_E, WIDE_M)
+    if DST_M == WIDE_M:
+        out = wide
+    else:
+        out = _round_bits(wide, DST_E, DST_M, WIDE_E, WIDE_M)
     tl.store(y_ptr + offs, out.to(y_ptr.dtype.element_ty), mask=ok)
 
 
@@ -499,8 +483,9 @@ def cast_launches(config: Config, x: Tensor, y: Tensor) -> list[KernelLaunch]:
     if n == 0:
         return []
     (se, sm), (de, dm) = FORMATS[x.dtype.name], FORMATS[y.dtype.name]
+    we, wm = FORMATS["float64" if 52 in (sm, dm) else "float32"]
     block = config["BLOCK"]
-    kwargs = dict(SRC_E=se, SRC_M=sm, DST_E=de, DST_M=dm, BLOCK=block, **_warps(config))
+    kwargs = dict(SRC_E=se, SRC_M=sm, DST_E=de, DST_M=dm, WIDE_E=we, WIDE_M=wm, BLOCK=block, **_warps(config))
     return [KernelLaunch(_cast_kernel, (triton.cdiv(n, block),), (_bits_view(x), _bits_view(y), n), kwargs)]
 
 
