@@ -27,20 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cross_compiling() -> None:
-    """Kernels compile for sm_90 and are dispatched, never run (the census's worker set-up, in this process)."""
-    os.environ.pop("TRITON_INTERPRET", None)
+    """Kernels compile for sm_90 and are dispatched, never run (the census workers' set-up, in this process)."""
     os.environ.setdefault("NBXCERT_BACKEND", "interpreter")  # no GPU here: nothing must try libcuda
     from nbxcert import census
 
-    target = census.Target("cuda", 90, 32, "nvidia/hopper", 132)
-    os.environ[census._ENV_TARGET] = json.dumps(target.as_dict())
-    census._cross_compile_backend(target)
-    census._stand_in_device(target)
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import driver
-
-    driver.set_active(census.CrossCompileDriver(GPUTarget("cuda", 90, 32)))
-    census._compile_instead_of_launch()
+    census.cross_compile_here(census.Target("cuda", 90, 32, "nvidia/hopper", 132))
 
 
 def main(argv=None) -> int:

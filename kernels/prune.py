@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
+import triton
+
 from nbxcert.kernels.spec import Config, PruneResult
 
 
@@ -94,5 +96,6 @@ def registers_refusal(
 
 
 def next_pow2(n: int) -> int:
-    """The smallest power of two >= n (1 for n <= 1): a tile that holds n rows."""
-    return 1 << max(int(n) - 1, 0).bit_length()
+    """The smallest power of two >= n (1 for n <= 1): a tile that holds n rows (`triton.next_power_of_2`, which
+    gives 0 for 0)."""
+    return triton.next_power_of_2(max(1, int(n)))

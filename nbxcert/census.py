@@ -714,13 +714,13 @@ def _memoized(step, stage: str, ext: str, context):
 _MEMO = "nbxcert-census"
 
 
-def _serve_census(conn, env: dict[str, str], modules: list[str]) -> None:
-    """The census worker's loop: leave interpreter mode, install the cross-compiling driver, load the kernels, then
-    answer `census` requests until the pipe closes."""
-    os.environ.pop("TRITON_INTERPRET", None)  # Triton decides at decoration time: before triton.language is imported
-    os.environ.update(env)
+def cross_compile_here(target: Target) -> None:
+    """Make this process compile for `target` with no GPU: Triton's cross-compiling driver, a stand-in device, and
+    every `kernel[grid](...)` compiled and dispatched (binding, specialisation, cache lookup), never run. The census
+    workers run in it; so does `benchmarks/bench_host.py`, which times the dispatch. Call it before any kernel module
+    is imported (Triton decides at decoration time whether a kernel is interpreted)."""
+    os.environ.pop("TRITON_INTERPRET", None)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 1 is its (and 3.6's) default
-    target = Target(**json.loads(os.environ[_ENV_TARGET]))
     _cross_compile_backend(target)
     _stand_in_device(target)
     from triton.backends.compiler import GPUTarget
@@ -732,6 +732,14 @@ def _serve_census(conn, env: dict[str, str], modules: list[str]) -> None:
         _hip_without_torch()
     else:
         _reuse_identical_lowering()
+
+
+def _serve_census(conn, env: dict[str, str], modules: list[str]) -> None:
+    """The census worker's loop: cross-compile in this process for the target its environment names, load the
+    kernels, then answer `census` requests until the pipe closes."""
+    os.environ.update(env)
+    target = Target(**json.loads(os.environ[_ENV_TARGET]))
+    cross_compile_here(target)
     import importlib
 
     from nbxcert.kernels.spec import load_all

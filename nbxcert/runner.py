@@ -138,15 +138,15 @@ def _compile_inputs(spec, problem, dtypes, seed, device):
     from nbxcert.errors import CudaError
     from nbxcert.kernels.backends.cuda import CUDA_ERROR_OUT_OF_MEMORY
 
-    for attempt in range(OOM_RETRIES + 1):
+    for attempt in range(OOM_RETRIES):
         try:
             return _shape_only_inputs(spec, problem, dtypes, seed, device)
         except CudaError as e:
-            if getattr(e, "status", None) != CUDA_ERROR_OUT_OF_MEMORY or attempt == OOM_RETRIES:
+            if getattr(e, "status", None) != CUDA_ERROR_OUT_OF_MEMORY:
                 raise
             gc.collect()
             time.sleep(OOM_WAIT_S * (attempt + 1))
-    raise AssertionError("unreachable")
+    return _shape_only_inputs(spec, problem, dtypes, seed, device)  # the last try: its error stands
 
 
 def handle(req: dict[str, Any]) -> dict[str, Any]:
