@@ -5,8 +5,8 @@
 # gpu_env.sh); the benchmarks' torch peers run in their own processes.
 #   SET=core     bash benchmarks/gpu_check.sh   # #9, #4, #6: judge/warm/reliability, rows/elementwise, bench_autotune
 #   SET=families bash benchmarks/gpu_check.sh   # #11: sampling, quant, moe, vision tests and benchmarks
-#   SET=rest|last|next|next2|next3               # what earlier calls left unrun (see each set)
 #   SET_A=s5a SET_B=s5b bash benchmarks/gpu_pair.sh  # the fourth session's leftovers, on two GPUs; then SET=s5c alone
+# (the sets of earlier calls, rest/last/next/next2/next3, are in the history at the commits RESULTS.md names)
 set -u
 source "$(dirname "$0")/gpu_env.sh"
 step() {
@@ -35,31 +35,6 @@ case "${SET:-}" in
     step bench_moe 120 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json" \
       --shapes mixtral:up:64,mixtral:down:512,qwen3:up:512,qwen3:down:64
     ;;
-  rest)  # what the two sets above left unrun in their time limits
-    step tests_elementwise 200 "${TESTS[@]}" tests/kernels/test_elementwise.py -k "add_mul or cast or rope or embedding"
-    step bench_sampling 110 python3 benchmarks/bench_sampling.py --warmup 10 --rep 40 --out "$OUT/bench_sampling.json"
-    step bench_vision 120 python3 benchmarks/bench_vision.py --warmup 10 --rep 40 --out "$OUT/bench_vision.json"
-    step tests_vision 100 "${TESTS[@]}" tests/kernels/test_vision.py
-    ;;
-  last)
-    step bench_quant 130 python3 benchmarks/bench_quant.py --warmup 10 --rep 40 --out "$OUT/bench_quant.json"
-    step tests_moe_align 110 "${TESTS[@]}" tests/kernels/test_moe.py -k "moe_align"
-    ;;
-  next)  # what the third session left: fused_moe at Mixtral shapes (#11), the element-wise benchmark (#4), and the
-         # sampling benchmark again (log_softmax / cross_entropy gained a split variant)
-    step tests_moe 300 "${TESTS[@]}" tests/kernels/test_moe.py
-    step bench_elementwise 150 python3 benchmarks/bench_elementwise.py --warmup 10 --rep 40 \
-      --out "$OUT/bench_elementwise.json"
-    step bench_sampling 110 python3 benchmarks/bench_sampling.py --warmup 10 --rep 40 --out "$OUT/bench_sampling.json"
-    ;;
-  next2)  # quant again (dequant_gemv gained split-K) and fused_moe over all of bench_moe's default shapes
-    step bench_quant 130 python3 benchmarks/bench_quant.py --warmup 10 --rep 40 --out "$OUT/bench_quant.json"
-    step bench_moe 400 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json"
-    ;;
-  next3)  # matmul and attention again (#3, #5): TMA flash-attention candidates never ran in bench_attention
-    step bench_attention 300 python3 benchmarks/bench_attention.py --out "$OUT/bench_attention.json"
-    step bench_matmul 250 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
-    ;;
   s5a)  # what the fourth session left, tests (#11, #5): fused_moe at 512 tokens (out of memory then: the compile
         # workers kept their inputs; fixed) and the attention tests with the TMA candidates
     step tests_moe 300 "${TESTS[@]}" tests/kernels/test_moe.py -k "fused_moe or group_m"
@@ -77,5 +52,5 @@ case "${SET:-}" in
   s5c)  # #3: bench_matmul alone on the machine (its fourth-session run shared the host with bench_attention)
     step bench_matmul 250 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
     ;;
-  *) echo "SET must be core, families, rest, last, next, next2, next3, s5a, s5b or s5c" >&2; exit 2 ;;
+  *) echo "SET must be core, families, s5a, s5b or s5c" >&2; exit 2 ;;
 esac

@@ -63,3 +63,17 @@ def test_the_host_cost_benchmark_runs_without_a_gpu(tmp_path):
     cases = json.loads(out.read_text())["cases"]
     assert [c["kernel"] for c in cases] == ["rmsnorm", "silu_and_mul", "matmul"]
     assert all(c["served_us"] > 0 and c["direct_us"] > 0 for c in cases)
+
+
+def test_the_oracle_benchmark_times_this_oracle_beside_another_file(tmp_path):
+    """bench_oracles.py times oracles/attention.py beside a given copy of it; a copy of itself agrees to the bit."""
+    import subprocess
+
+    oracle = Path(__file__).resolve().parents[1] / "oracles" / "attention.py"
+    cmd = [sys.executable, str(BENCH / "bench_oracles.py"), "--repeats", "1", "--oracle-file", str(oracle)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert [line.split()[:2] for line in lines[:4]] == [["this", "decode"], ["this", "prefill"], ["other", "decode"],
+                                                       ["other", "prefill"]]  # fmt: skip
+    assert lines[4].endswith("0.00e+00") and lines[5].endswith("0.00e+00")
