@@ -67,7 +67,7 @@ No-bit fields: `GROUP_M` only changes which program computes which tile, never h
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import triton
 import triton.language as tl
@@ -77,7 +77,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _workspace
-from nbxcert.kernels.prune import next_pow2, prune_with, registers_refusal, shared_memory_refusal
+from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty
 from nbxcert.oracles import matmul as _oracle
@@ -573,28 +573,6 @@ def _prune_mm(candidates: Sequence[Config], problem: Mapping[str, Any], profile)
         return shared_memory_refusal(smem_estimate(c), profile)
 
     return prune_with(candidates, profile, check)
-
-
-def gemv_prune(smem: Callable[[Config], int]):
-    """The prune of a SIMT GEMV (this module's and `quant.dequant_gemv`): refuse configs whose float32 partial sum
-    [BLOCK_M, BLOCK_K, BLOCK_N] exceeds a thread's registers or whose `smem(config)` exceeds shared memory."""
-
-    def prune(candidates: Sequence[Config], problem: Mapping[str, Any], profile) -> PruneResult:
-        block_m = next_pow2(problem["M"])
-
-        def check(c: Config) -> str | None:
-            # The partial sum is live across the whole K loop: past the register budget it must spill. (AMD files
-            # state no per-thread register limit: their VGPR budget trades against occupancy, so there is nothing to
-            # check against there.)
-            if profile.vendor != "amd":
-                reason = registers_refusal(block_m * c["BLOCK_K"] * c["BLOCK_N"], 1, c, profile, "gemv partial sum")
-                if reason:
-                    return reason
-            return shared_memory_refusal(smem(c), profile)
-
-        return prune_with(candidates, profile, check)
-
-    return prune
 
 
 _prune_gemv = gemv_prune(smem_estimate)

@@ -6,7 +6,7 @@ Only facts of the device file are used (never a guess). A fact stated as `null` 
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import triton
 
@@ -99,3 +99,25 @@ def next_pow2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1): a tile that holds n rows (`triton.next_power_of_2`, which
     gives 0 for 0)."""
     return triton.next_power_of_2(max(1, int(n)))
+
+
+def gemv_prune(smem: Callable[[Config], int]):
+    """The prune of a SIMT GEMV (`matmul.gemv` and `quant.dequant_gemv`): refuse configs whose float32 partial sum
+    [BLOCK_M, BLOCK_K, BLOCK_N] exceeds a thread's registers or whose `smem(config)` exceeds shared memory."""
+
+    def prune(candidates: Sequence[Config], problem: Mapping[str, Any], profile) -> PruneResult:
+        block_m = next_pow2(problem["M"])
+
+        def check(c: Config) -> str | None:
+            # The partial sum is live across the whole K loop: past the register budget it must spill. (AMD files
+            # state no per-thread register limit: their VGPR budget trades against occupancy, so there is nothing to
+            # check against there.)
+            if profile.vendor != "amd":
+                reason = registers_refusal(block_m * c["BLOCK_K"] * c["BLOCK_N"], 1, c, profile, "gemv partial sum")
+                if reason:
+                    return reason
+            return shared_memory_refusal(smem(c), profile)
+
+        return prune_with(candidates, profile, check)
+
+    return prune

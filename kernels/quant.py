@@ -42,8 +42,7 @@ from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _split_workspace
 from nbxcert.kernels.launch import KernelLaunch, run_all
-from nbxcert.kernels.matmul import gemv_prune
-from nbxcert.kernels.prune import next_pow2, prune_with, shared_memory_refusal
+from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal
 from nbxcert.kernels.rows import narrow, upcast
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
@@ -247,7 +246,7 @@ def mm_smem_estimate(config: Config) -> int:
     return max(pipeline, bm * bn * 4)
 
 
-# the SIMT GEMV's prune, as `matmul.gemv`'s, with this kernel's reduction staging
+# the SIMT GEMV's prune (`prune.gemv_prune`), with this kernel's reduction staging
 prune_gemv = gemv_prune(gemv_smem_estimate)
 
 
