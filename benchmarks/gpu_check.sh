@@ -5,8 +5,10 @@
 # gpu_env.sh); the benchmarks' torch peers run in their own processes.
 #   SET=core     bash benchmarks/gpu_check.sh   # #9, #4, #6: judge/warm/reliability, rows/elementwise, bench_autotune
 #   SET=families bash benchmarks/gpu_check.sh   # #11: sampling, quant, moe, vision tests and benchmarks
-#   SET_A=s5a SET_B=s5b bash benchmarks/gpu_pair.sh  # the fourth session's leftovers, on two GPUs; then SET=s5c alone
-# (the sets of earlier calls, rest/last/next/next2/next3, are in the history at the commits RESULTS.md names)
+#   SET=matmul   bash benchmarks/gpu_check.sh   # #3: bench_matmul.py alone on a machine of one H200
+#   SET=sq       bash benchmarks/gpu_check.sh   # #11: sampling and quant GPU tests (every kept candidate)
+# (the sets of earlier calls, rest/last/next/next2/next3/s5a/s5b/s5c, are in the history at the commits RESULTS.md
+# names)
 set -u
 source "$(dirname "$0")/gpu_env.sh"
 step() {
@@ -35,22 +37,13 @@ case "${SET:-}" in
     step bench_moe 120 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json" \
       --shapes mixtral:up:64,mixtral:down:512,qwen3:up:512,qwen3:down:64
     ;;
-  s5a)  # what the fourth session left, tests (#11, #5): fused_moe at 512 tokens (out of memory then: the compile
-        # workers kept their inputs; fixed) and the attention tests with the TMA candidates
-    step tests_moe 300 "${TESTS[@]}" tests/kernels/test_moe.py -k "fused_moe or group_m"
-    step tests_attention 250 "${TESTS[@]}" tests/kernels/test_attention.py
-    ;;
-  s5b)  # ... and benchmarks (#4, #11): the element-wise table with torch's column (and the int32 cast), bench_moe's
-        # five unmeasured shapes (about 23 s a shape in the fourth session), sampling with topk's radix variant
-    step bench_elementwise 150 python3 benchmarks/bench_elementwise.py --warmup 10 --rep 40 \
-      --out "$OUT/bench_elementwise.json"
-    step bench_moe 200 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json" \
-      --shapes qwen3:up:4096,qwen3:down:1,qwen3:down:64,qwen3:down:512,qwen3:down:4096
-    step bench_sampling 110 python3 benchmarks/bench_sampling.py --warmup 10 --rep 40 --out "$OUT/bench_sampling.json"
-    step tests_topk 90 "${TESTS[@]}" tests/kernels/test_sampling.py -k topk
-    ;;
-  s5c)  # #3: bench_matmul alone on the machine (its fourth-session run shared the host with bench_attention)
+  matmul)  # #3 on a machine of one H200, alone: the fourth and fifth sessions' runs shared the host with the other
+           # GPU's work and timed the 4096^3 winner 10% slower than the second session's run on one H200 did
     step bench_matmul 250 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
     ;;
-  *) echo "SET must be core, families, s5a, s5b or s5c" >&2; exit 2 ;;
+  sq)  # #11: every kept candidate of sampling and quant on the card, the variants added after the third session's
+       # run included (dequant_gemv split-K, log_softmax/cross_entropy split, topk radix)
+    step tests_sampling_quant 280 "${TESTS[@]}" tests/kernels/test_sampling.py tests/kernels/test_quant.py
+    ;;
+  *) echo "SET must be core, families, matmul or sq" >&2; exit 2 ;;
 esac

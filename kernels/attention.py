@@ -955,7 +955,7 @@ def _flash_inputs(problem: Mapping[str, Any], dtypes: tuple[str, ...], seed: int
 
     def tensor(shape, scale=1.0):
         # aligned=0: the tensor starts one element into its buffer, so TMA cannot read it
-        flat = from_numpy(gen.standard_normal(math.prod(shape) + 1 - aligned) * scale, dtype, device)
+        flat = _inputs.randn(gen, math.prod(shape) + 1 - aligned, dtype, device, scale)
         return flat[1 - aligned :].view(*shape)
 
     tensors = {
@@ -999,14 +999,11 @@ def decode_inputs(
     b, h, hkv, d, kv_len = (int(problem[n]) for n in ("batch", "heads", "kv_heads", "head_dim", "kv_len"))
     capacity = kv_len + 7
     lengths = seeded_lengths(gen, b, kv_len) if lengths is None else np.asarray(lengths, dtype=np.int32)
-    q = gen.standard_normal((b, h, d)) * 2.0
-    caches = []
-    for _ in range(2):
-        c = gen.standard_normal((b, hkv, capacity, d))
-        past = np.arange(capacity)[None, None, :, None] >= lengths[:, None, None, None]
-        caches.append(from_numpy(np.where(past, np.nan, c), dtype, device))
+    q = _inputs.randn(gen, (b, h, d), dtype, device, 2.0)
+    past = np.arange(capacity)[None, None, :, None] >= lengths[:, None, None, None]
+    caches = [_inputs.randn(gen, (b, hkv, capacity, d), dtype, device, nan_where=past) for _ in range(2)]
     tensors = {
-        "q": from_numpy(q, dtype, device),
+        "q": q,
         "k_cache": caches[0],
         "v_cache": caches[1],
         "lengths": from_numpy(lengths, "int32", device),
@@ -1060,12 +1057,10 @@ def paged_inputs(
         taken += n_blocks
         positions = np.arange(int(lengths[i]))
         used[table[i, positions // bs], positions % bs] = True
-    pools = []
-    for _ in range(2):
-        pool = gen.standard_normal((num_blocks, bs, hkv, d))
-        pools.append(from_numpy(np.where(used[:, :, None, None], pool, np.nan), dtype, device))
+    unused = ~used[:, :, None, None]
+    pools = [_inputs.randn(gen, (num_blocks, bs, hkv, d), dtype, device, nan_where=unused) for _ in range(2)]
     tensors = {
-        "q": from_numpy(gen.standard_normal((b, h, d)) * 2.0, dtype, device),
+        "q": _inputs.randn(gen, (b, h, d), dtype, device, 2.0),
         "k_pool": pools[0],
         "v_pool": pools[1],
         "block_table": from_numpy(table, "int32", device),

@@ -76,3 +76,46 @@ def test_a_large_tensor_is_drawn_in_parts_the_same_whatever_the_threads(monkeypa
     small = I.randn(I.rng(4), (4, 1000), "float16", "cpu")  # below LARGE: float64 draws, as before
     assert np.array_equal(small.float64(), D.encode(np.random.default_rng(4).standard_normal((4, 1000)), D.float16)
                           .astype(np.float64))  # fmt: skip
+
+
+class _IntegersOnly:
+    """A generator that draws integers and refuses floats: under shape_only an input maker may draw only these."""
+
+    def __init__(self, gen):
+        self._gen = gen
+
+    def integers(self, *args, **kwargs):
+        return self._gen.integers(*args, **kwargs)
+
+    def permutation(self, *args, **kwargs):
+        return self._gen.permutation(*args, **kwargs)
+
+    def spawn(self, n):
+        return [_IntegersOnly(g) for g in self._gen.spawn(n)]
+
+    def __getattr__(self, name):
+        raise AssertionError(f"a random float draw ({name}) under shape_only")
+
+
+@pytest.mark.parametrize("name,i", CASES)
+def test_shape_only_inputs_draw_no_float(name, i, monkeypatch):
+    """A compile worker's inputs cost no random floats: every family's input maker, under shape_only, draws from
+    the generator only integers (a decode cache of batch 48 at 8192 positions took 117 s of a key's sweep on the
+    H200 when the attention inputs drew float64 caches for every compile request)."""
+    spec = load_all()[name]
+    real = np.random.default_rng
+    monkeypatch.setattr(np.random, "default_rng", lambda seed: _IntegersOnly(real(seed)))
+    with I.shape_only():
+        spec.make_inputs(spec.example_problems[i], spec.dtypes[0], 3, "cpu")
+    with pytest.raises(AssertionError, match="a random float draw"):  # outside the block, floats are drawn
+        spec.make_inputs(spec.example_problems[i], spec.dtypes[0], 3, "cpu")
+
+
+def test_the_shape_only_generator_draws_integers_like_the_real_one():
+    with I.shape_only():
+        gen = I.rng(7)
+        normal, uniform, one = gen.standard_normal((2, 3)), gen.uniform(0.1, 1.0, size=4), gen.random()
+        ids = gen.integers(0, 100, 6)
+    assert np.array_equal(ids, np.random.default_rng(7).integers(0, 100, 6))
+    assert normal.shape == (2, 3) and not normal.any() and np.array_equal(uniform, np.full(4, 0.1)) and one == 0.0
+    assert isinstance(I.rng(7), np.random.Generator)  # outside the block, the real generator
