@@ -4,21 +4,32 @@
 # every process, each for at most $VERIFY_S seconds (then interrupted: its log says how far it got). Each shard's log
 # (a line per key, then its `[nbxcert] verify (shard i/N): ...` line) is written under $OUT as it runs, so it comes
 # back even when the call itself is cut short; $OUT/verify_W.txt holds the summary lines and the wall time.
+# PER_GPU=2 runs two shards on each GPU at once, each with its share of the cores (a key's check is mostly host work:
+# inputs and float64 oracles, so a GPU waits on one process's host). A workload too long for one call is split into
+# more shards than run at once: OF=8 FIRST=0 runs shards 0..3 of 8 (PER_GPU=2 on two GPUs), a later call OF=8 FIRST=4
+# the rest (each shard's line names it; together they cover every key).
 set -u
 WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
 VERIFY_S=${VERIFY_S:-540}
+PER_GPU=${PER_GPU:-1}
 source "$(dirname "$0")/gpu_env.sh"
+GPUS=$SHARDS
+RUNS=$(( GPUS * PER_GPU ))
+JOBS=$(( $(nproc) / RUNS )); [ "$JOBS" -ge 1 ] || JOBS=1
+OF=${OF:-$RUNS}
+FIRST=${FIRST:-0}
 for w in $WORKLOADS; do
   start=$(date +%s)
-  for i in $(seq 0 $(( SHARDS - 1 ))); do
-    CUDA_VISIBLE_DEVICES=$i OMP_NUM_THREADS=$JOBS OPENBLAS_NUM_THREADS=$JOBS MKL_NUM_THREADS=$JOBS \
+  for j in $(seq 0 $(( RUNS - 1 ))); do
+    i=$(( FIRST + j ))
+    CUDA_VISIBLE_DEVICES=$(( j % GPUS )) OMP_NUM_THREADS=$JOBS OPENBLAS_NUM_THREADS=$JOBS MKL_NUM_THREADS=$JOBS \
       PYTHONPATH=/tmp/notorch timeout -s INT "$VERIFY_S" python3 -m nbxcert verify --profile hopper \
-      --workload "$w" --dir certificates --certified-only --shard "$i/$SHARDS" --jobs "$JOBS" \
+      --workload "$w" --dir certificates --certified-only --shard "$i/$OF" --jobs "$JOBS" \
       > "$OUT/verify_$w.$i.log" 2>&1 &
   done
   wait
-  { for i in $(seq 0 $(( SHARDS - 1 ))); do
-      grep -hE "^\[nbxcert\] verify( \(shard [0-9/]+\))?: |^missing|^mismatched" "$OUT/verify_$w.$i.log"
+  { for j in $(seq 0 $(( RUNS - 1 ))); do
+      grep -hE "^\[nbxcert\] verify( \(shard [0-9/]+\))?: |^missing|^mismatched" "$OUT/verify_$w.$(( FIRST + j )).log"
     done
     echo "verify of $w: $(( $(date +%s) - start )) s"; } | tee "$OUT/verify_$w.txt"
 done
