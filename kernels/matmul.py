@@ -149,6 +149,25 @@ def _epilogue_store(
 
 
 @jit
+def _store_pair(
+    left, right, WIDTH: tl.constexpr, c_ptr, bias_ptr, offs_m, off_n, M, N,
+    stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+):  # fmt: skip
+    """Two adjacent column slices of a tile ([BM, WIDTH] each) through `_epilogue_store`: `left` at columns
+    off_n .. off_n + WIDTH - 1, `right` after it."""
+    offs_n = off_n + tl.arange(0, WIDTH)
+    _epilogue_store(
+        left, c_ptr, bias_ptr, offs_m, offs_n, M, N,
+        stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
+    )  # fmt: skip
+    _epilogue_store(
+        right, c_ptr, bias_ptr, offs_m, offs_n + WIDTH, M, N,
+        stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
+    )  # fmt: skip
+
+
+@jit
 def _mm_tiled_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr,
     M, N, K,
@@ -298,6 +317,7 @@ def _mm_tma_persistent_kernel(
     TRANS_A: tl.constexpr, TRANS_B: tl.constexpr, BATCHED: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    EPILOGUE_PARTS: tl.constexpr,
 ):  # fmt: skip
     """Persistent tiles through TMA. Grid: (num_programs,); program p computes tiles p, p + num_programs, ...
 
@@ -307,7 +327,8 @@ def _mm_tma_persistent_kernel(
     beta, HAS_BIAS, ACTIVATION, DOT_PRECISION, UPCAST: as in `_mm_tiled_kernel`. M, N, K: sizes. batch_count: batch
     size. a_batch_step, b_batch_step: 1, or 0 for an operand broadcast over the batch (its descriptor has batch 1).
     num_programs: the grid size (the SM count). TRANS_A, TRANS_B: operand layouts. BATCHED: descriptors have a batch
-    dimension. BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M: as in `_mm_tiled_kernel`.
+    dimension. BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M: as in `_mm_tiled_kernel`. EPILOGUE_PARTS: 2 or 4, the number of
+    column slices the tile is stored in (see below).
     """
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -343,23 +364,32 @@ def _mm_tma_persistent_kernel(
                 a = a.to(tl.float32)
                 b = b.to(tl.float32)
             acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
-        # The epilogue stores the tile in two halves along N: the pipeline's buffers stay live across it (the loop is
-        # flattened so the next tile's loads overlap this store), so its layout-conversion scratch adds to them, and
-        # a half tile bounds that scratch at BLOCK_M * BLOCK_N / 2 float32 values (see `smem_estimate`).
-        halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-        acc_lo, acc_hi = tl.split(halves)
+        # The epilogue stores the tile in EPILOGUE_PARTS column slices: the pipeline's buffers stay live across it
+        # (the loop is flattened so the next tile's loads overlap this store), so its layout-conversion scratch adds
+        # to them, and a slice bounds that scratch at BLOCK_M * BLOCK_N / EPILOGUE_PARTS float32 values (see
+        # `smem_estimate`): quarters let the 128x256 tile keep 4 stages within Hopper's 227 KiB.
         offs_m = off_m + tl.arange(0, BLOCK_M)
-        offs_n = off_n + tl.arange(0, BLOCK_N // 2)
         c_b = c_ptr + batch.to(tl.int64) * stride_cb
         bias_b = bias_ptr + batch.to(tl.int64) * stride_biasb
-        _epilogue_store(
-            acc_lo, c_b, bias_b, offs_m, offs_n, M, N,
-            stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
-        )  # fmt: skip
-        _epilogue_store(
-            acc_hi, c_b, bias_b, offs_m, offs_n + BLOCK_N // 2, M, N,
-            stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
-        )  # fmt: skip
+        if EPILOGUE_PARTS == 2:
+            acc_lo, acc_hi = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+            _store_pair(
+                acc_lo, acc_hi, BLOCK_N // 2, c_b, bias_b, offs_m, off_n, M, N,
+                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
+            )  # fmt: skip
+        else:
+            # column a * BLOCK_N / 2 + b * BLOCK_N / 4 + c is element (a, b, c) of [2, 2, BLOCK_N / 4]; split b, then a
+            b0, b1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, 2, BLOCK_N // 4)), (0, 3, 1, 2)))
+            q00, q10 = tl.split(b0)
+            q01, q11 = tl.split(b1)
+            _store_pair(
+                q00, q01, BLOCK_N // 4, c_b, bias_b, offs_m, off_n, M, N,
+                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
+            )  # fmt: skip
+            _store_pair(
+                q10, q11, BLOCK_N // 4, c_b, bias_b, offs_m, off_n + BLOCK_N // 2, M, N,
+                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
+            )  # fmt: skip
 
 
 @jit
@@ -475,9 +505,15 @@ def split_k_configs() -> list[Config]:
     return out
 
 
+def epilogue_parts(config: Config) -> int:
+    """The column slices a tma_persistent config stores its tile in: its EPILOGUE_PARTS (4), else 2."""
+    return config.params.get("EPILOGUE_PARTS", 2)
+
+
 def tma_persistent_configs() -> list[Config]:
     """Persistent TMA configs for Hopper, after Triton's persistent-matmul tutorial: 128-byte K rows (the 128B
-    swizzle), warp-group-sized programs (4 or 8 warps), 3 to 5 stages."""
+    swizzle), warp-group-sized programs (4 or 8 warps), 3 to 5 stages; the 128x256 tile also with 4 stages and its
+    epilogue in quarters (EPILOGUE_PARTS=4), which the halved epilogue's scratch keeps out of 227 KiB."""
     shapes = (
         (128, 256, 128, 8, 3),
         (128, 256, 128, 8, 4),
@@ -489,7 +525,9 @@ def tma_persistent_configs() -> list[Config]:
         (64, 128, 128, 4, 4),
         (128, 128, 256, 8, 3),
     )
-    return [_tile("tma_persistent", *s) for s in shapes]
+    return [_tile("tma_persistent", *s) for s in shapes] + [
+        _tile("tma_persistent", 128, 256, 128, 8, 4, EPILOGUE_PARTS=4)
+    ]
 
 
 def mm_configs() -> list[Config]:
@@ -530,8 +568,9 @@ def smem_estimate(config: Config) -> int:
     tiled / split_k: (BLOCK_M + BLOCK_N) · K_BYTES · num_stages (the pipelined A and B tiles; the epilogue's layout
     conversion reuses them, and is at most BLOCK_M·BLOCK_N·4 bytes, so the max of the two is taken).
     tma_persistent: the pipelined tiles plus the epilogue's conversion scratch, which cannot reuse them (the flattened
-    loop keeps the pipeline buffers live across the epilogue): the kernel stores the tile in two halves, so that
-    scratch is at most BLOCK_M·BLOCK_N/2 float32 values; plus one 8-byte mbarrier per stage.
+    loop keeps the pipeline buffers live across the epilogue): the kernel stores the tile in EPILOGUE_PARTS column
+    slices (2 or 4), so that scratch is at most BLOCK_M·BLOCK_N/EPILOGUE_PARTS float32 values; plus one 8-byte
+    mbarrier per stage.
     gemv: with num_stages > 1 the X and W chunks are pipelined through shared memory, (BLOCK_M + BLOCK_N) · BLOCK_K
     elements per stage; the final reduction over the K chunk may stage the whole float32 partial sum there,
     BLOCK_M·BLOCK_K·BLOCK_N·4 bytes, once the pipeline's buffers are dead (so the max of the two is taken). BLOCK_M
@@ -545,7 +584,7 @@ def smem_estimate(config: Config) -> int:
     pipeline = (p["BLOCK_M"] + p["BLOCK_N"]) * p["K_BYTES"] * config.num_stages
     epilogue = p["BLOCK_M"] * p["BLOCK_N"] * _EPILOGUE_BYTES
     if p["KIND"] == "tma_persistent":
-        return pipeline + epilogue // 2 + 8 * config.num_stages
+        return pipeline + epilogue // epilogue_parts(config) + 8 * config.num_stages
     return max(pipeline, epilogue)
 
 
@@ -777,11 +816,13 @@ def _programs(device_index: int) -> int:
 
 @functools.lru_cache(maxsize=None)
 def _plan(config: Config, itemsize: int) -> tuple:
-    """A config's launch parameters, derived once: (KIND, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K)."""
+    """A config's launch parameters, derived once: (KIND, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K,
+    EPILOGUE_PARTS)."""
     p = config.params
     if p["KIND"] not in ("tiled", "split_k", "tma_persistent"):
         raise LaunchError(f"config {config.label()} has KIND={p['KIND']!r}, not a matmul kernel")
-    return p["KIND"], p["BLOCK_M"], p["BLOCK_N"], p["K_BYTES"] // itemsize, p["GROUP_M"], p.get("SPLIT_K", 1)
+    block_k = p["K_BYTES"] // itemsize
+    return p["KIND"], p["BLOCK_M"], p["BLOCK_N"], block_k, p["GROUP_M"], p.get("SPLIT_K", 1), epilogue_parts(config)
 
 
 def _launch_mm(
@@ -811,7 +852,7 @@ def _launch_mm(
     _check_offsets("out", c_st, m, n)
     if batch > 65535:
         raise LaunchError(f"batch {batch} exceeds the grid's 65535 programs along the batch axis")
-    kind, bm, bn, block_k, group_m, split_k = _plan(config, a.itemsize)
+    kind, bm, bn, block_k, group_m, split_k, parts = _plan(config, a.itemsize)
     upcast = a.dtype.name == "bfloat16" and _interpreting()
     has_bias = bias is not None
     if has_bias:
@@ -848,7 +889,7 @@ def _launch_mm(
             a_desc, b_desc, out, bias, m, n, k, batch, a_step, b_step, programs, *c_st, *bias_st, alpha, beta,
             TRANS_A=trans_a, TRANS_B=trans_b, BATCHED=batch > 1, HAS_BIAS=has_bias, ACTIVATION=activation,
             DOT_PRECISION="ieee", UPCAST=upcast, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, GROUP_M=group_m,
-            num_warps=warps, num_stages=stages,
+            EPILOGUE_PARTS=parts, num_warps=warps, num_stages=stages,
         )  # fmt: skip
 
 
