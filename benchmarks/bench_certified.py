@@ -146,6 +146,17 @@ def _peer_case(key, problem: dict) -> dict | None:
     return None
 
 
+def _shard(text: str) -> tuple[int, int]:
+    """ "i/n" -> (i, n), refused unless 0 <= i < n."""
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise SystemExit(f"--shard {text!r}: expected i/n, e.g. 0/2") from None
+    if not 0 <= index < count:
+        raise SystemExit(f"--shard {text!r}: i must be in 0..n-1")
+    return index, count
+
+
 def _correct_configs(spec, entry: dict, problems: dict, profile) -> list:
     """The candidates the certificate found correct: kept by the prune at both ends of the bucket, not refused."""
     from nbxcert.kernels.spec import Config
@@ -166,6 +177,32 @@ def quality(args) -> dict:
     keys = [k for k in _workload_keys(args.workload, profile) if k.text() in entries]
     if args.limit:
         keys = keys[: args.limit]
+    index, count = _shard(args.shard)
+    resweep = {k.text() for i, k in enumerate(keys) if args.resweep_every and i % args.resweep_every == 0}
+    keys = keys[index::count]
+    plan = {}  # key -> the configs it times: the winner, the default (when the sweep timed one), a re-sweep's set
+    for key in keys:
+        entry, spec = entries[key.text()], get_spec(key.kernel)
+        configs = [Config.from_dict(entry["winner"]["config"])]
+        if entry.get("default") is not None:
+            configs.append(spec.default)
+        if key.text() in resweep:
+            configs += _correct_configs(spec, entry, entry["certified_problems"], profile)
+        plan[key.text()] = list(dict.fromkeys(configs))
+    if not interpreted:  # every config of every key compiled at once in a pool, not one by one at its first launch
+        from nbxcert.warm import compile_all, compile_request
+
+        t0 = time.perf_counter()
+        requests = []
+        for key in keys:
+            entry, spec = entries[key.text()], get_spec(key.kernel)
+            timing = entry["certified_problems"]["timing"]
+            same = {"smallest": timing, "largest": timing}
+            requests += [compile_request(spec, c, key.dtypes, same, entry["seed"], profile.key)
+                         for c in plan[key.text()]]  # fmt: skip
+        done = sum(r.get("status") == "compiled" for r in compile_all(requests, args.jobs))
+        print(f"[quality] compiled {done} of {len(requests)} configs ahead in {time.perf_counter() - t0:.1f} s",
+              file=sys.stderr)  # fmt: skip
     rows, peer_cases = [], []
     for i, key in enumerate(keys):
         entry = entries[key.text()]
@@ -179,7 +216,7 @@ def quality(args) -> dict:
         if entry.get("default") is not None:
             row["default_us"] = _time_us(spec, spec.default, inputs, profile, interpreted)
             row["x_default"] = row["default_us"] / row["winner_us"]
-        if args.resweep_every and i % args.resweep_every == 0:
+        if key.text() in resweep:
             times = {c.label(): _time_us(spec, c, inputs, profile, interpreted)
                      for c in _correct_configs(spec, entry, problems, profile)}  # fmt: skip
             best = min(times, key=times.get)
@@ -206,6 +243,7 @@ def quality(args) -> dict:
     return {
         "workload": args.workload,
         "profile": profile.key,
+        "shard": args.shard,
         "keys_in_workload": len(_workload_keys(args.workload, profile)),
         "keys_measured": len(rows),
         "x_default": distribution(rows, "x_default"),
@@ -437,6 +475,8 @@ def main(argv=None) -> int:
     q.add_argument("--resweep-every", type=int, default=10, help="re-sweep one key in N (0: none)")
     q.add_argument("--limit", type=int, default=0, help="only the first N certified keys (0: all)")
     q.add_argument("--no-peer", action="store_true")
+    q.add_argument("--shard", default="0/1", help="i/n: every n-th certified key from the i-th (one shard per GPU)")
+    q.add_argument("--jobs", type=int, default=0, help="compile workers (0: the CPU count)")
     c = sub.add_parser("coldstart", help="a workload's launch sequence in a fresh process: certified vs swept")
     c.add_argument("--workload", required=True)
     c.add_argument("--dir", default="certificates")

@@ -7,6 +7,7 @@
 #   SET=families bash benchmarks/gpu_check.sh   # #11: sampling, quant, moe, vision tests and benchmarks
 #   SET=matmul   bash benchmarks/gpu_check.sh   # #3: bench_matmul.py alone on a machine of one H200
 #   SET=sq       bash benchmarks/gpu_check.sh   # #11: sampling and quant GPU tests (every kept candidate)
+#   SET_A=quality SET_B=quality QUALITY_OF=2 WORKLOAD=tinyllama-1.1b bash benchmarks/gpu_pair.sh   # #8: quality
 # (the sets of earlier calls, rest/last/next/next2/next3/s5a/s5b/s5c, are in the history at the commits RESULTS.md
 # names)
 set -u
@@ -45,5 +46,11 @@ case "${SET:-}" in
        # run included (dequant_gemv split-K, log_softmax/cross_entropy split, topk radix)
     step tests_sampling_quant 280 "${TESTS[@]}" tests/kernels/test_sampling.py tests/kernels/test_quant.py
     ;;
-  *) echo "SET must be core, families, matmul or sq" >&2; exit 2 ;;
+  quality)  # #8's first measurement for $WORKLOAD, one shard of its keys per GPU: run it through gpu_pair.sh
+            # (SET_A=quality SET_B=quality QUALITY_OF=2), each shard taking the GPU it was given and half the cores
+    of=${QUALITY_OF:-1}
+    step quality 540 python3 benchmarks/bench_certified.py quality --workload "${WORKLOAD:?}" --dir certificates \
+      --shard "${CUDA_VISIBLE_DEVICES:-0}/$of" --jobs $(( $(nproc) / of )) --out "$OUT/quality.json"
+    ;;
+  *) echo "SET must be core, families, matmul, sq or quality" >&2; exit 2 ;;
 esac

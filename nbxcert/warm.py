@@ -45,6 +45,18 @@ def compile_request(spec, config, dtypes, problems: dict, seed, profile_key: str
             "problems": problems, "seed": int(seed), "profile": profile_key}  # fmt: skip
 
 
+def compile_all(requests: Sequence[dict], jobs: int | None = None) -> list[dict]:
+    """Compile `requests` (`compile_request`) in a pool of `jobs` worker processes (default: the CPU count), filling
+    Triton's on-disk cache; the replies in the requests' order (status "compiled", or the refusal and its reason)."""
+    from nbxcert.worker import CompilePool
+
+    pool = CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
+    try:
+        return pool.compile_all(list(requests), TIMEOUT_S)
+    finally:
+        pool.close()
+
+
 def warm(
     profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None = None, jobs: int | None = None
 ) -> WarmReport:
@@ -54,7 +66,6 @@ def warm(
     from nbxcert.certify import resolve_profile
     from nbxcert.kernels.backends import select
     from nbxcert.kernels.spec import get_spec
-    from nbxcert.worker import CompilePool
 
     profile, _how = resolve_profile(profile_name)
     choice = select()
@@ -76,12 +87,7 @@ def warm(
         names.append(text)
     t0 = time.perf_counter()
     if choice.name == "cuda" and requests:
-        pool = CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
-        try:
-            replies = pool.compile_all(requests, TIMEOUT_S)
-        finally:
-            pool.close()
-        for text, reply in zip(names, replies):
+        for text, reply in zip(names, compile_all(requests, jobs)):
             if reply.get("status") == "compiled":
                 report.compiled += 1
             else:

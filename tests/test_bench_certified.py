@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_certified as bc  # noqa: E402
 
@@ -77,3 +81,28 @@ def test_winners_reads_every_entry_with_a_timed_default():
     assert sum(k["keys"] for k in out["kernels"].values()) == len(timed)
     best = max(e["default"]["timing"]["median_us"] / e["winner"]["timing"]["median_us"] for e in timed)
     assert out["best"]["x_default"] == best
+
+
+def test_shard_text_is_read_and_refused_when_out_of_range():
+    assert bc._shard("1/2") == (1, 2)
+    for bad in ("2/2", "x", "1/0", "-1/2"):
+        with pytest.raises(SystemExit, match="--shard"):
+            bc._shard(bad)
+
+
+def test_quality_of_a_shard_times_every_nth_key(tmp_path, monkeypatch):
+    """`quality --shard 1/2` measures the second and fourth of the workload's first four certified keys
+    (interpreter: the figures only exercise the script) and says which shard it is."""
+    monkeypatch.setenv("NBXCERT_BACKEND", "interpreter")
+
+    def rows(shard):
+        out = tmp_path / f"q{shard.replace('/', '_')}.json"
+        args = ["quality", "--workload", "demo", "--dir", str(ROOT / "certificates"), "--limit", "4", "--shard", shard,
+                "--resweep-every", "0", "--out", str(out)]  # fmt: skip
+        assert bc.main(args) == 0
+        result = json.loads(out.read_text())
+        assert result["shard"] == shard
+        return [r["key"] for r in result["rows"]]
+
+    every = rows("0/1")
+    assert len(every) == 4 and rows("1/2") == every[1::2]
