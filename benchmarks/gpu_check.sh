@@ -6,7 +6,8 @@
 #   SET=core     bash benchmarks/gpu_check.sh   # #9, #4, #6: judge/warm/reliability, rows/elementwise, bench_autotune
 #   SET=families bash benchmarks/gpu_check.sh   # #11: sampling, quant, moe, vision tests and benchmarks
 #   SET=matmul   bash benchmarks/gpu_check.sh   # #3: bench_matmul.py alone on a machine of one H200
-#   SET=sq       bash benchmarks/gpu_check.sh   # #11: sampling and quant GPU tests (every kept candidate)
+#   SET=sq       bash benchmarks/gpu_check.sh   # #11, #4: sampling, quant and element-wise GPU tests
+#   SET=moe      bash benchmarks/gpu_check.sh   # #11: fused_moe GPU tests and bench_moe at Qwen3 4096 tokens
 #   SET_A=quality SET_B=quality QUALITY_OF=2 WORKLOAD=tinyllama-1.1b bash benchmarks/gpu_pair.sh   # #8: quality
 # (the sets of earlier calls, rest/last/next/next2/next3/s5a/s5b/s5c, are in the history at the commits RESULTS.md
 # names)
@@ -42,9 +43,17 @@ case "${SET:-}" in
            # GPU's work and timed the 4096^3 winner 10% slower than the second session's run on one H200 did
     step bench_matmul 250 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
     ;;
-  sq)  # #11: every kept candidate of sampling and quant on the card, the variants added after the third session's
-       # run included (dequant_gemv split-K, log_softmax/cross_entropy split, topk radix)
+  sq)  # #11 and #4: every kept candidate of sampling, quant and the element-wise kernels on the card, the code changed
+       # since the third session's run included (dequant_gemv split-K, log_softmax/cross_entropy split, topk radix,
+       # cast through 32-bit integers)
     step tests_sampling_quant 280 "${TESTS[@]}" tests/kernels/test_sampling.py tests/kernels/test_quant.py
+    step tests_elementwise 200 "${TESTS[@]}" tests/kernels/test_elementwise.py
+    ;;
+  moe)  # #11: every kept fused_moe candidate on the card again (one added after the fifth session's run: the 128x256x64
+        # tile with GROUP_M 1), and bench_moe at the two shapes where that config was vLLM's best
+    step tests_moe 300 "${TESTS[@]}" tests/kernels/test_moe.py -k "fused_moe or group_m"
+    step bench_moe 120 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json" \
+      --shapes qwen3:up:4096,qwen3:down:4096
     ;;
   quality)  # #8's first measurement for $WORKLOAD, one shard of its keys per GPU: run it through gpu_pair.sh
             # (SET_A=quality SET_B=quality QUALITY_OF=2), each shard taking the GPU it was given and half the cores
@@ -52,5 +61,5 @@ case "${SET:-}" in
     step quality 540 python3 benchmarks/bench_certified.py quality --workload "${WORKLOAD:?}" --dir certificates \
       --shard "${CUDA_VISIBLE_DEVICES:-0}/$of" --jobs $(( $(nproc) / of )) --out "$OUT/quality.json"
     ;;
-  *) echo "SET must be core, families, matmul, sq or quality" >&2; exit 2 ;;
+  *) echo "SET must be core, families, matmul, sq, moe or quality" >&2; exit 2 ;;
 esac

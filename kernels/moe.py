@@ -321,7 +321,9 @@ def decode_configs() -> list[Config]:
 def prefill_configs() -> list[Config]:
     """64- to 256-row blocks for many tokens per expert: the 128x256x64 tile with 8 warps that vLLM's H200 tables
     pick from 1024 tokens up (4 stages; 3 for devices with less shared memory), and the 64-row tiles they pick in
-    between; GROUP_M 16, the group those tables use most for large batches."""
+    between; GROUP_M 16, the group those tables use most for large batches. The 128x256x64 tile with 4 stages also
+    with GROUP_M 1: with 128 experts, the best of vLLM's H200 space at 4096 tokens (0.4716 against 0.5074 ms for
+    GROUP_M 16 at Qwen3-30B-A3B's up projection, benchmarks/RESULTS.md)."""
     shapes = (
         (64, 64, 64, 4, 3),
         (64, 128, 64, 4, 3),
@@ -332,7 +334,7 @@ def prefill_configs() -> list[Config]:
         (128, 256, 64, 8, 4),
         (256, 128, 64, 8, 3),
     )
-    return [_moe(*s, group_m=16) for s in shapes]
+    return [_moe(*s, group_m=16) for s in shapes] + [_moe(128, 256, 64, 8, 4, group_m=1)]
 
 
 def unpipelined_configs() -> list[Config]:
