@@ -8,6 +8,8 @@ bits (uint16 / uint8) and are converted here, exactly, with round-to-nearest-eve
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -133,15 +135,27 @@ def float32_to_bfloat16_bits(x: np.ndarray) -> np.ndarray:
 _CHUNK = 1 << 20
 
 
+def _map_chunks(fn, x: np.ndarray, out_dtype) -> np.ndarray:
+    """`fn` (element-wise) over `x` in flat chunks of _CHUNK elements, on threads (numpy's loops release the GIL), into
+    one array of x's shape: the same values as one call, in a fraction of the time on a many-core host (a decode
+    cache of 400M values took 13 s to round into bfloat16 on one core)."""
+    flat = x.reshape(-1)
+    out = np.empty(flat.shape, dtype=out_dtype)
+    starts = range(0, flat.size, _CHUNK)
+
+    def one(i: int) -> None:
+        out[i : i + _CHUNK] = fn(flat[i : i + _CHUNK])
+
+    with ThreadPoolExecutor(max_workers=min(len(starts), os.cpu_count() or 1)) as pool:
+        list(pool.map(one, starts))
+    return out.reshape(x.shape)
+
+
 def to_bfloat16_bits(x) -> np.ndarray:
     """Any float values (float16/32/64) -> bfloat16 bits, rounded once to nearest-even."""
     x = np.asarray(x)
     if x.size > _CHUNK:
-        flat = x.reshape(-1)
-        out = np.empty(flat.shape, dtype=np.uint16)
-        for i in range(0, flat.size, _CHUNK):
-            out[i : i + _CHUNK] = to_bfloat16_bits(flat[i : i + _CHUNK])
-        return out.reshape(x.shape)
+        return _map_chunks(to_bfloat16_bits, x, np.uint16)
     if x.dtype == np.float64:
         x = _f64_to_f32_round_to_odd(x)
     return float32_to_bfloat16_bits(x.astype(np.float32))
@@ -215,6 +229,8 @@ def _fp8_bits_to_float64(b, name: str) -> np.ndarray:
 def encode(values, dtype: DType) -> np.ndarray:
     """Values (any numpy numbers) -> the storage array of `dtype` (raw bits for bfloat16/float8), rounded once."""
     values = np.asarray(values)
+    if values.size > _CHUNK and dtype.is_float:
+        return _map_chunks(lambda chunk: encode(chunk, dtype), values, dtype.storage)
     if dtype is bfloat16:
         return to_bfloat16_bits(values if values.dtype.kind == "f" else values.astype(np.float64))
     if dtype in (float8_e4m3fn, float8_e5m2):
@@ -228,6 +244,8 @@ def encode(values, dtype: DType) -> np.ndarray:
 def decode(storage: np.ndarray, dtype: DType) -> np.ndarray:
     """The storage array of `dtype` -> float64 values (exact for every float type nbxcert has; ints as float64)."""
     storage = np.asarray(storage)
+    if storage.size > _CHUNK:
+        return _map_chunks(lambda chunk: decode(chunk, dtype), storage, np.float64)
     if dtype is bfloat16:
         with np.errstate(invalid="ignore"):  # signalling-NaN patterns widen to quiet NaNs, which is what we want
             return bfloat16_bits_to_float32(storage).astype(np.float64)

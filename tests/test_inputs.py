@@ -119,3 +119,17 @@ def test_the_shape_only_generator_draws_integers_like_the_real_one():
     assert np.array_equal(ids, np.random.default_rng(7).integers(0, 100, 6))
     assert normal.shape == (2, 3) and not normal.any() and np.array_equal(uniform, np.full(4, 0.1)) and one == 0.0
     assert isinstance(I.rng(7), np.random.Generator)  # outside the block, the real generator
+
+
+@pytest.mark.parametrize("name", ["float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2"])
+def test_chunked_encode_and_decode_equal_the_one_shot_conversions(name, monkeypatch):
+    """Large conversions run in chunks on threads: the bits and values are those of one call over the whole array."""
+    dtype = D.get_dtype(name)
+    gen = np.random.default_rng(9)
+    x = np.concatenate([gen.standard_normal(6000) * np.exp2(gen.integers(-30, 30, 6000)), [np.nan, -np.inf, -0.0]])
+    whole = D.encode(x, dtype)
+    back = D.decode(whole, dtype)
+    monkeypatch.setattr(D, "_CHUNK", 997)
+    chunked = D.encode(x.reshape(-1, 3), dtype)
+    assert chunked.shape == (x.size // 3, 3) and chunked.reshape(-1).tobytes() == whole.tobytes()  # bits, NaN too
+    assert np.array_equal(D.decode(chunked, dtype).reshape(-1), back, equal_nan=True)
