@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -525,10 +526,14 @@ def coverage(
     else:
         for k in report.missing:
             print(f"missing: {k}")
-        print(
+        line = (
             f"[nbxcert] coverage {report.profile}: {len(report.certified)}/{len(report.keys)} keys certified "
             f"({100 * report.fraction:.1f}%), minimum {100 * min_fraction:.1f}%"
         )
+        if report.fraction < min_fraction:  # the keys it takes, since a rounded percentage can read as the minimum
+            needed = math.ceil(min_fraction * len(report.keys) - 1e-9)
+            line += f": below it, {needed - len(report.certified)} more certified keys needed ({needed})"
+        print(line)
     raise typer.Exit(0 if report.fraction >= min_fraction else 1)
 
 
