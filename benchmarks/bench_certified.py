@@ -294,9 +294,13 @@ print(json.dumps({"launches": n, "inputs_s": made, "warm_s": warm_s, "in_process
 """
 
 
-def _cold_run(workload: str, profile, directory: str, certified_only: bool, limit_s: float, warm: bool = False) -> dict:
+def _cold_run(
+    workload: str, profile, directory: str, certified_only: bool, limit_s: float, warm: bool = False, gpu: str = ""
+) -> dict:
     env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton-cold-"),
            "NBXCERT_CACHE_DIR": tempfile.mkdtemp(prefix="nbx-cold-"), "NBXCERT_UNCERTIFIED": "sweep"}  # fmt: skip
+    if gpu:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
     arg = {"workload": workload, "profile": profile.key, "dir": directory, "certified_only": certified_only}
     arg["warm"] = warm
     t0 = time.perf_counter()
@@ -308,15 +312,30 @@ def _cold_run(workload: str, profile, directory: str, certified_only: bool, limi
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         return {"wall_s": wall, "error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
-    return {"wall_s": wall, **json.loads(proc.stdout.strip().splitlines()[-1])}
+    return {"wall_s": wall, **json.loads(proc.stdout.strip().splitlines()[-1]), **({"gpu": gpu} if gpu else {})}
 
 
 def coldstart(args) -> dict:
+    """The three runs one after another on this process's GPU; with --gpus (e.g. "0,1") at once, the GPUs dealt out
+    in turn (certified, warmed, swept): each run's wall time then includes the others' load on the host."""
     _choice, profile = _device()
-    certified = _cold_run(args.workload, profile, args.dir, True, args.certified_limit)
-    warmed = _cold_run(args.workload, profile, args.dir, True, args.certified_limit, warm=True)
     empty = tempfile.mkdtemp(prefix="nbx-empty-")
-    swept = _cold_run(args.workload, profile, empty, False, args.sweep_limit)
+    runs = {
+        "certified": (args.dir, True, args.certified_limit, False),
+        "warmed": (args.dir, True, args.certified_limit, True),
+        "swept": (empty, False, args.sweep_limit, False),
+    }
+    gpus = [g for g in args.gpus.split(",") if g] if args.gpus else []
+    if gpus:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(runs)) as pool:
+            futures = {name: pool.submit(_cold_run, args.workload, profile, *run, gpu=gpus[i % len(gpus)])
+                       for i, (name, run) in enumerate(runs.items())}  # fmt: skip
+            results = {name: f.result() for name, f in futures.items()}
+    else:
+        results = {name: _cold_run(args.workload, profile, *run) for name, run in runs.items()}
+    certified, warmed, swept = results["certified"], results["warmed"], results["swept"]
 
     def ratio(run: dict) -> float | None:
         return swept["wall_s"] / run["wall_s"] if "error" not in run and "error" not in swept else None
@@ -324,6 +343,7 @@ def coldstart(args) -> dict:
     return {
         "workload": args.workload,
         "profile": profile.key,
+        "concurrent_on_gpus": gpus,
         "certified": certified,
         "certified_warmed": warmed,
         "runtime_sweep": swept,
@@ -482,6 +502,7 @@ def main(argv=None) -> int:
     c.add_argument("--dir", default="certificates")
     c.add_argument("--certified-limit", type=float, default=600.0)
     c.add_argument("--sweep-limit", type=float, default=600.0)
+    c.add_argument("--gpus", default="", help='run the three at once on these GPUs, e.g. "0,1" (default: in turn)')
     s = sub.add_parser("serving", help="per-launch cost of the served path against a direct launch")
     s.add_argument("--dir", default="certificates")
     s.add_argument("--rows", type=int, default=1)

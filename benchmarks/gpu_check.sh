@@ -9,6 +9,7 @@
 #   SET=sq       bash benchmarks/gpu_check.sh   # #11, #4: sampling, quant and element-wise GPU tests
 #   SET=moe      bash benchmarks/gpu_check.sh   # #11: fused_moe GPU tests and bench_moe at Qwen3 4096 tokens
 #   SET_A=quality SET_B=quality QUALITY_OF=2 WORKLOAD=tinyllama-1.1b bash benchmarks/gpu_pair.sh   # #8: quality
+#   SET=cold WORKLOAD=tinyllama-1.1b bash benchmarks/gpu_check.sh   # #8: cold start, its three runs over the GPUs
 # (the sets of earlier calls, rest/last/next/next2/next3/s5a/s5b/s5c, are in the history at the commits RESULTS.md
 # names)
 set -u
@@ -55,11 +56,16 @@ case "${SET:-}" in
     step bench_moe 120 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json" \
       --shapes qwen3:up:4096,qwen3:down:4096
     ;;
+  cold)  # #8's cold start for $WORKLOAD: certified, warmed and swept runs at once, dealt over the machine's GPUs
+    gpus=$(seq -s, 0 $(( $(nvidia-smi -L | wc -l) - 1 )))
+    step coldstart 580 python3 benchmarks/bench_certified.py coldstart --workload "${WORKLOAD:?}" --dir certificates \
+      --gpus "$gpus" --certified-limit 540 --sweep-limit 540 --out "$OUT/coldstart.json"
+    ;;
   quality)  # #8's first measurement for $WORKLOAD, one shard of its keys per GPU: run it through gpu_pair.sh
             # (SET_A=quality SET_B=quality QUALITY_OF=2), each shard taking the GPU it was given and half the cores
     of=${QUALITY_OF:-1}
     step quality 540 python3 benchmarks/bench_certified.py quality --workload "${WORKLOAD:?}" --dir certificates \
       --shard "${CUDA_VISIBLE_DEVICES:-0}/$of" --jobs $(( $(nproc) / of )) --out "$OUT/quality.json"
     ;;
-  *) echo "SET must be core, families, matmul, sq, moe or quality" >&2; exit 2 ;;
+  *) echo "SET must be core, families, matmul, sq, moe, quality or cold" >&2; exit 2 ;;
 esac
