@@ -47,7 +47,7 @@ case "${SET:-}" in
   sq)  # #11 and #4: every kept candidate of sampling, quant and the element-wise kernels on the card, the code changed
        # since the third session's run included (dequant_gemv split-K, log_softmax/cross_entropy split, topk radix,
        # cast through 32-bit integers)
-    step tests_sampling_quant 280 "${TESTS[@]}" tests/kernels/test_sampling.py tests/kernels/test_quant.py
+    step tests_sampling_quant 320 "${TESTS[@]}" tests/kernels/test_sampling.py tests/kernels/test_quant.py
     step tests_elementwise 200 "${TESTS[@]}" tests/kernels/test_elementwise.py
     ;;
   moe)  # #11: every kept fused_moe candidate on the card again (one added after the fifth session's run: the 128x256x64
