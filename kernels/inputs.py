@@ -20,8 +20,9 @@ _SHAPE_ONLY = contextvars.ContextVar("nbxcert_shape_only", default=False)
 def shape_only():
     """Inputs made only to be compiled for (what Triton specialises on: dtypes, shapes, strides, alignment), never run
     or judged: `randn` and `uniform` then allocate their tensor without drawing or rounding a value (its contents are
-    undefined). A fused_moe weight of Mixtral (8 x 28672 x 4096) costs seconds of random numbers and gigabytes of
-    float64 per compile worker otherwise. Integer draws stay real, so host-side checks of ids still hold."""
+    undefined), and `rng` hands out a `ShapeOnlyGenerator`, whose float draws are constants. A fused_moe weight of
+    Mixtral (8 x 28672 x 4096) costs seconds of random numbers and gigabytes of float64 per compile worker otherwise.
+    Integer draws stay real, so host-side checks of ids still hold."""
     token = _SHAPE_ONLY.set(True)
     try:
         yield
