@@ -82,11 +82,11 @@ def handled(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             if os.environ.get("NBXCERT_DEBUG") == "1":
                 raise
-            print(
-                "nbxcert: interrupted; every certificate entry written so far is kept (a rerun of the same command "
-                "resumes where this one stopped)",
-                file=sys.stderr,
+            kept = (
+                "; every certificate entry written so far is kept (a rerun of the same command resumes where this "
+                "one stopped)"
             )
+            print(f"nbxcert: interrupted{kept if fn.__name__ == 'certify' else ''}", file=sys.stderr)
             raise typer.Exit(130) from None
 
     return wrapper
@@ -440,6 +440,7 @@ def verify(
                     "swept": report.swept,
                     "missing": report.missing,
                     "mismatched": [{"key": k, "config": c, "report": r} for k, c, r in report.mismatched],
+                    "interrupted_of": report.interrupted_of,
                 },
                 indent=2,
             )
@@ -450,7 +451,7 @@ def verify(
         for k, c, r in report.mismatched:
             print(f"mismatched: {k} with config {c}\n{r}", file=sys.stderr)
         print(report.line())
-    raise typer.Exit(0 if report.ok else 1)
+    raise typer.Exit(130 if report.interrupted_of else 0 if report.ok else 1)
 
 
 @app.command()

@@ -29,16 +29,18 @@ class VerifyReport:
     missing: list[str] = field(default_factory=list)
     mismatched: list[tuple[str, str, str]] = field(default_factory=list)  # key, config, report
     shard: str = ""  # "i/n" when only a share of the keys was verified
+    interrupted_of: int = 0  # the keys asked for, when an interrupt (Ctrl-C, `timeout -s INT`) stopped the run early
 
     @property
     def ok(self) -> bool:
-        return not self.missing and not self.mismatched
+        return not self.missing and not self.mismatched and not self.interrupted_of
 
     def line(self) -> str:
         share = f" (shard {self.shard})" if self.shard else ""
+        cut = f"; interrupted: {self.keys} of {self.interrupted_of} keys reached" if self.interrupted_of else ""
         return (
             f"[nbxcert] verify{share}: {self.keys} keys, {self.served} served, {self.swept} swept at run time, "
-            f"{len(self.missing)} missing, {len(self.mismatched)} mismatched"
+            f"{len(self.missing)} missing, {len(self.mismatched)} mismatched{cut}"
         )
 
 
@@ -54,11 +56,10 @@ def verify(
 ) -> VerifyReport:
     """Each key through the serving path, checked against its oracle at its bucket's smallest and largest member.
     The certified winners are first compiled in a pool of `jobs` processes (`nbxcert.warm`; `on_warmed(report)` is
-    told when that is done); `progress(key text)` as each key starts."""
+    told when that is done); `progress(key text)` as each key starts. An interrupt while the keys are checked ends
+    the run with what it found so far (`interrupted_of` set)."""
     from nbxcert.certify import resolve_profile
     from nbxcert.kernels.backends import select
-    from nbxcert.kernels.check import run_checked
-    from nbxcert.kernels.spec import get_spec
     from nbxcert.warm import warm
 
     profile, _how = resolve_profile(profile_name)
@@ -68,6 +69,17 @@ def verify(
         on_warmed(warmed)
     device = select().device
     report = VerifyReport(profile.key)
+    try:
+        _verify_keys(report, profile, keys, certified_only, seed, device, progress)
+    except KeyboardInterrupt:  # what was verified so far is reported (the key in hand counts as reached, unjudged)
+        report.interrupted_of = len(keys)
+    return report
+
+
+def _verify_keys(report: VerifyReport, profile, keys, certified_only: bool, seed: int, device, progress) -> None:
+    from nbxcert.kernels.check import run_checked
+    from nbxcert.kernels.spec import get_spec
+
     for key in keys:
         report.keys += 1
         if progress:
@@ -99,7 +111,6 @@ def verify(
             if bad is not None:
                 report.mismatched.append((key.text(), cfg.label(), bad.report))
                 break
-    return report
 
 
 @dataclass

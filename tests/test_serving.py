@@ -143,3 +143,29 @@ def test_serving_imports_no_sweep_cli_or_oracle():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "torch" not in os.environ.get("PYTHONPATH", "")
+
+
+def test_an_interrupted_verify_reports_the_keys_it_reached(serving, backend, monkeypatch):
+    """An interrupt (`timeout -s INT` on a long GPU run) ends verify with what it found so far, never a lost report:
+    the line says how many keys were reached, and the report is not ok."""
+    if backend.name != "interpreter":
+        pytest.skip("the demo certificates are conformance certificates of cpu/interpreter")
+    from nbxcert.kernels import check
+    from nbxcert.profiles import get_profile
+    from nbxcert.verify import verify
+    from nbxcert.workload import load_workload, workload_keys
+
+    keys = workload_keys(load_workload("demo"), get_profile("cpu/interpreter"))[:4]
+    real, calls = check.run_checked, []
+
+    def interrupted_at_the_third(*args, **kwargs):  # two checks a key: the third is the second key's first
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(check, "run_checked", interrupted_at_the_third)
+    certs = Path(__file__).resolve().parent.parent / "certificates"
+    report = verify("interpreter", keys, [certs], certified_only=True)
+    assert (report.keys, report.served, report.interrupted_of, report.ok) == (2, 2, 4, False)
+    assert report.line().endswith("0 missing, 0 mismatched; interrupted: 2 of 4 keys reached")
