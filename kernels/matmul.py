@@ -622,24 +622,30 @@ _prune_gemv = gemv_prune(smem_estimate)
 # ======================================================================================================================
 def _col_major(t: Tensor) -> int:
     """1 when the last two dimensions are column-major (unit stride on the row axis), else 0."""
-    return int(t.stride(-1) != 1 and t.stride(-2) == 1)
+    strides = t.stride()
+    return int(strides[-1] != 1 and strides[-2] == 1)
 
 
-def _tma_ready(t: Tensor) -> bool:
-    """Whether TMA can read `t` ([..., rows, cols]) as it lies: a unit inner stride, a 16-byte aligned base pointer and
-    outer strides that are multiples of 16 bytes (size-1 dimensions' strides do not count)."""
-    item = t.itemsize
+def _tma_ready(t: Tensor, col_major: int) -> bool:
+    """Whether TMA can read `t` ([..., rows, cols], `col_major` as `_col_major` says) as it lies: a unit inner
+    stride, a 16-byte aligned base pointer and outer strides that are multiples of 16 bytes (size-1 dimensions'
+    strides do not count). On every served launch, so written for the host's time (tuples read once)."""
     if t.data_ptr() % 16:
         return False
-    inner = -1 if not _col_major(t) else -2
-    if t.shape[inner] > 1 and t.stride(inner) != 1:
+    shape, strides, item = t.shape, t.stride(), t.itemsize
+    inner = len(shape) - 2 if col_major else len(shape) - 1
+    if shape[inner] > 1 and strides[inner] != 1:
         return False
-    for d in range(t.ndim):
-        if d == inner % t.ndim or t.shape[d] == 1 or t.stride(d) == 0:
-            continue
-        if (t.stride(d) * item) % 16:
+    for d, (size, stride) in enumerate(zip(shape, strides)):
+        if d != inner and size != 1 and stride != 0 and (stride * item) % 16:
             return False
     return True
+
+
+def _layout_fields(a: Tensor, b: Tensor) -> dict[str, int]:
+    """The key fields both products take from their operands' layouts: trans_a, trans_b and aligned (TMA-legal)."""
+    trans_a, trans_b = _col_major(a), _col_major(b)
+    return {"trans_a": trans_a, "trans_b": trans_b, "aligned": int(_tma_ready(a, trans_a) and _tma_ready(b, trans_b))}
 
 
 def _problem_2d(a: Tensor, b: Tensor, out: Tensor | None) -> dict[str, Any]:
@@ -647,14 +653,7 @@ def _problem_2d(a: Tensor, b: Tensor, out: Tensor | None) -> dict[str, Any]:
         raise ShapeMismatch(f"matmul takes 2-d A and B, got {a.shape} and {b.shape}")
     if a.shape[1] != b.shape[0]:
         raise ShapeMismatch(f"matmul inner dimensions differ: A {a.shape}, B {b.shape}")
-    return {
-        "M": a.shape[0],
-        "N": b.shape[1],
-        "K": a.shape[1],
-        "trans_a": _col_major(a),
-        "trans_b": _col_major(b),
-        "aligned": int(_tma_ready(a) and _tma_ready(b)),
-    }
+    return {"M": a.shape[0], "N": b.shape[1], "K": a.shape[1], **_layout_fields(a, b)}
 
 
 def _problem_3d(a: Tensor, b: Tensor) -> dict[str, Any]:
@@ -668,11 +667,9 @@ def _problem_3d(a: Tensor, b: Tensor) -> dict[str, Any]:
         "M": a.shape[1],
         "N": b.shape[2],
         "K": a.shape[2],
-        "trans_a": _col_major(a),
-        "trans_b": _col_major(b),
         "bcast_a": int(batch > 1 and a.stride(0) == 0),
         "bcast_b": int(batch > 1 and b.stride(0) == 0),
-        "aligned": int(_tma_ready(a) and _tma_ready(b)),
+        **_layout_fields(a, b),
     }
 
 
