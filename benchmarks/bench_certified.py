@@ -178,17 +178,13 @@ def quality(args) -> dict:
     if args.limit:
         keys = keys[: args.limit]
     index, count = _shard(args.shard)
-    resweep = {k.text() for i, k in enumerate(keys) if args.resweep_every and i % args.resweep_every == 0}
+    chosen = {k.text() for i, k in enumerate(keys) if args.resweep_every and i % args.resweep_every == 0}
     keys = keys[index::count]
-    plan = {}  # key -> the configs it times: the winner, the default (when the sweep timed one), a re-sweep's set
-    for key in keys:
-        entry, spec = entries[key.text()], get_spec(key.kernel)
-        configs = [Config.from_dict(entry["winner"]["config"])]
-        if entry.get("default") is not None:
-            configs.append(spec.default)
-        if key.text() in resweep:
-            configs += _correct_configs(spec, entry, entry["certified_problems"], profile)
-        plan[key.text()] = list(dict.fromkeys(configs))
+    # the candidates a re-swept key times: those its certificate found correct
+    resweep = {}
+    for key in (k for k in keys if k.text() in chosen):
+        entry = entries[key.text()]
+        resweep[key.text()] = _correct_configs(get_spec(key.kernel), entry, entry["certified_problems"], profile)
     if not interpreted:  # every config of every key compiled at once in a pool, not one by one at its first launch
         from nbxcert.warm import compile_all, compile_request
 
@@ -196,10 +192,13 @@ def quality(args) -> dict:
         requests = []
         for key in keys:
             entry, spec = entries[key.text()], get_spec(key.kernel)
+            configs = [Config.from_dict(entry["winner"]["config"])]
+            if entry.get("default") is not None:
+                configs.append(spec.default)
             timing = entry["certified_problems"]["timing"]
             same = {"smallest": timing, "largest": timing}
             requests += [compile_request(spec, c, key.dtypes, same, entry["seed"], profile.key)
-                         for c in plan[key.text()]]  # fmt: skip
+                         for c in dict.fromkeys(configs + resweep.get(key.text(), []))]  # fmt: skip
         done = sum(r.get("status") == "compiled" for r in compile_all(requests, args.jobs))
         print(f"[quality] compiled {done} of {len(requests)} configs ahead in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)  # fmt: skip
@@ -217,8 +216,7 @@ def quality(args) -> dict:
             row["default_us"] = _time_us(spec, spec.default, inputs, profile, interpreted)
             row["x_default"] = row["default_us"] / row["winner_us"]
         if key.text() in resweep:
-            times = {c.label(): _time_us(spec, c, inputs, profile, interpreted)
-                     for c in _correct_configs(spec, entry, problems, profile)}  # fmt: skip
+            times = {c.label(): _time_us(spec, c, inputs, profile, interpreted) for c in resweep[key.text()]}
             best = min(times, key=times.get)
             row.update(resweep_best=best, resweep_best_us=times[best], resweep_candidates=len(times))
             row["x_resweep"] = times[best] / row["winner_us"]

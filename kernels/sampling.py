@@ -640,7 +640,8 @@ def topk_candidates() -> tuple[Config, ...]:
     program would only serialise more); split: CHUNK {4096, 16384} x (BLOCK_N, warps) in SPLIT_TILES; radix: a
     4096-column chunk in one tile of 4, 8 or 16 warps, or a 16384-column chunk in tiles of 4096 (8 warps). The H200
     measured split and loop at 0.30-0.53x of torch.topk (2026-11-29): every insertion is a few reductions one after
-    another, and a chunk's first tile inserts k of them; radix's count is 32 reductions per chunk whatever k."""
+    another, and a chunk's first tile inserts k of them; radix's count is 16 to 32 reductions per chunk (by dtype)
+    whatever k."""
     loop = [loop_config(b, w) for b, w in LOOP_TILES]
     split = [split_config(chunk, b, w) for chunk in (4096, 16384) for b, w in SPLIT_TILES]
     radix = [radix_config(4096, 4096, w) for w in (4, 8, 16)] + [radix_config(16384, 4096, 8)]

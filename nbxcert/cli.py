@@ -67,8 +67,9 @@ def error_line(e: errors.NbxcertError) -> str:
     return line
 
 
-def handled(fn: Callable) -> Callable:
-    """Turn an `NbxcertError` into one line on stderr and exit code 1 (traceback with NBXCERT_DEBUG=1)."""
+def handled(fn: Callable, interrupted: str = "") -> Callable:
+    """Turn an `NbxcertError` into one line on stderr and exit code 1 (traceback with NBXCERT_DEBUG=1); an interrupt
+    into "nbxcert: interrupted" plus `interrupted` (what the command keeps) and exit code 130."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -82,14 +83,18 @@ def handled(fn: Callable) -> Callable:
         except KeyboardInterrupt:
             if os.environ.get("NBXCERT_DEBUG") == "1":
                 raise
-            kept = (
-                "; every certificate entry written so far is kept (a rerun of the same command resumes where this "
-                "one stopped)"
-            )
-            print(f"nbxcert: interrupted{kept if fn.__name__ == 'certify' else ''}", file=sys.stderr)
+            print(f"nbxcert: interrupted{interrupted}", file=sys.stderr)
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def resumable(fn: Callable) -> Callable:
+    """`handled` for a command whose work survives an interrupt (certify writes each key's entry as it is done)."""
+    return handled(
+        fn,
+        "; every certificate entry written so far is kept (a rerun of the same command resumes where this one stopped)",
+    )
 
 
 def _key_line(kr, bar, task) -> str:
@@ -294,7 +299,7 @@ def keys(
 
 
 @app.command()
-@handled
+@resumable
 def certify(
     profile: Annotated[str, typer.Option(help="The profile to certify for; must match the device in force.")],
     workload: Annotated[Optional[str], typer.Option(help="A shipped workload name or a workload YAML file.")] = None,

@@ -56,8 +56,8 @@ def test_chunked_bfloat16_rounding_equals_the_one_shot_rounding(monkeypatch):
     gen = np.random.default_rng(5)
     x = np.concatenate([gen.standard_normal(5000) * np.exp2(gen.integers(-140, 130, 5000)), [np.nan, -np.inf, 0.0]])
     whole = D.to_bfloat16_bits(x)
-    monkeypatch.setattr(D, "_CHUNK", 997)  # chunks that split the array unevenly
-    chunked = D.to_bfloat16_bits(x.reshape(-1, 1))
+    monkeypatch.setattr(D, "_CHUNK", 997)  # chunks that split the array unevenly (`encode` chunks, on threads)
+    chunked = D.encode(x.reshape(-1, 1), D.bfloat16)
     assert chunked.shape == (x.size, 1)
     assert np.array_equal(chunked.reshape(-1), whole)
 
