@@ -147,14 +147,15 @@ def _peer_case(key, problem: dict) -> dict | None:
 
 
 def _shard(text: str) -> tuple[int, int]:
-    """ "i/n" -> (i, n), refused unless 0 <= i < n."""
+    """ "i/n" -> (i, n), read as `certify --shard` reads it (`nbxcert.certify.parse_shard`); a bad one ends the
+    script with that message."""
+    from nbxcert.certify import parse_shard
+    from nbxcert.errors import UsageError
+
     try:
-        index, count = (int(x) for x in text.split("/"))
-    except ValueError:
-        raise SystemExit(f"--shard {text!r}: expected i/n, e.g. 0/2") from None
-    if not 0 <= index < count:
-        raise SystemExit(f"--shard {text!r}: i must be in 0..n-1")
-    return index, count
+        return parse_shard(text) or (0, 1)
+    except UsageError as e:
+        raise SystemExit(e.message) from None
 
 
 def _correct_configs(spec, entry: dict, problems: dict, profile) -> list:
