@@ -20,7 +20,9 @@ coldstart   A fresh process runs the workload's launch sequence once (every laun
             an empty Triton cache of its own. The sweep is given --sweep-limit seconds; a run cut there reports a
             lower bound.
 serving     The per-launch host cost of the served path (the user-facing `rmsnorm` on a decode-sized row, its key
-            certified) against launching the same config directly (`spec.launch`), averaged over --calls launches.
+            certified) against `kernel[grid](...)` of the same config with its arguments built once ("raw", the
+            issue's baseline) and against `spec.launch` (the launch built per call), averaged over --calls launches,
+            the paths interleaved over --repeats rounds; --profile adds cProfile's top functions of served and raw.
 winners     Read from the certificates alone (no device): per kernel, the certified winner's time against the untuned
             default's, both as the sweep measured them in the same run (its full budget).
 throughput  From `nbxcert certify` logs (one line per key): keys certified per minute and the share of time in
@@ -384,22 +386,58 @@ def serving(args) -> dict:
         sync()
         return (time.perf_counter() - t0) / args.calls * 1e6
 
-    served = [per_call_us(lambda: rows.rmsnorm(x, w, 1e-6, out=out)) for _ in range(args.repeats)]
-    direct = [per_call_us(lambda: rows.RMSNORM.launch(config, inputs)) for _ in range(args.repeats)]
-    lookup = [per_call_us(lambda: serve.config_for(rows.RMSNORM, problem, ("float16", "float16")))
-              for _ in range(args.repeats)]  # fmt: skip
-    s, d = statistics.median(served), statistics.median(direct)
-    return {
+    t = inputs.tensors
+    (launch,) = rows.norm_launches(config, t["x"], None, t["weight"], None, t["y"], None, inputs.scalars["eps"], True)
+    kernel, grid, largs, kwargs = launch.kernel, launch.grid, launch.args, launch.kwargs
+    paths = {
+        "served": lambda: rows.rmsnorm(x, w, 1e-6, out=out),  # checks, key, certified config, launch built, launch
+        "direct": lambda: rows.RMSNORM.launch(config, inputs),  # the same config's launch built, then made
+        "raw": lambda: kernel[grid](*largs, **kwargs),  # kernel[grid](...) with the arguments built once
+        "lookup": lambda: serve.config_for(rows.RMSNORM, problem, ("float16", "float16")),
+    }
+    times: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(args.repeats):  # interleaved, so a drift of the machine falls on every path alike
+        for name, fn in paths.items():
+            times[name].append(per_call_us(fn))
+    med = {name: statistics.median(v) for name, v in times.items()}
+    result = {
         "backend": choice.name,
         "problem": problem,
         "config": config.label(),
         "calls": args.calls,
-        "served_us": s,
-        "direct_us": d,
-        "overhead_us": s - d,
-        "lookup_us": statistics.median(lookup),
+        "served_us": med["served"],
+        "direct_us": med["direct"],
+        "raw_us": med["raw"],
+        "overhead_us": med["served"] - med["raw"],
+        "overhead_vs_direct_us": med["served"] - med["direct"],
+        "lookup_us": med["lookup"],
+        "runs_us": times,
         "target_us": 2.0,
     }
+    if args.profile:
+        result["profiles"] = {name: _profile_top(paths[name], args.calls, sync) for name in ("served", "raw")}
+    return result
+
+
+def _profile_top(fn, calls: int, sync, top: int = 30) -> list[str]:
+    """cProfile of `calls` calls of fn: the `top` functions by their own time, then by their cumulative time, as
+    pstats prints them."""
+    import cProfile
+    import io
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        fn()
+    sync()
+    prof.disable()
+    lines = []
+    for order in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).sort_stats(order).print_stats(top)
+        lines += buf.getvalue().splitlines()
+    return lines
 
 
 # --- sweep throughput -------------------------------------------------------------------------------------------------
@@ -508,6 +546,7 @@ def main(argv=None) -> int:
     s.add_argument("--cols", type=int, default=2048)
     s.add_argument("--calls", type=int, default=20000)
     s.add_argument("--repeats", type=int, default=5)
+    s.add_argument("--profile", action="store_true", help="also cProfile the served and raw paths (top functions)")
     t = sub.add_parser("throughput", help="keys per minute and the share of each phase, from certify logs")
     t.add_argument("logs", nargs="+")
     t.add_argument("--workload", default="")

@@ -20,16 +20,19 @@ OF=${OF:-$RUNS}
 FIRST=${FIRST:-0}
 for w in $WORKLOADS; do
   start=$(date +%s)
-  for j in $(seq 0 $(( RUNS - 1 ))); do
-    i=$(( FIRST + j ))
-    CUDA_VISIBLE_DEVICES=$(( j % GPUS )) OMP_NUM_THREADS=$JOBS OPENBLAS_NUM_THREADS=$JOBS MKL_NUM_THREADS=$JOBS \
+  j=0
+  for i in ${SHARD_LIST:-$(seq "$FIRST" $(( FIRST + RUNS - 1 )))}; do
+    gpu=$(( j % GPUS )); j=$(( j + 1 ))
+    CUDA_VISIBLE_DEVICES=$gpu OMP_NUM_THREADS=$JOBS OPENBLAS_NUM_THREADS=$JOBS MKL_NUM_THREADS=$JOBS \
       PYTHONPATH=/tmp/notorch timeout -s INT "$VERIFY_S" python3 -m nbxcert verify --profile hopper \
       --workload "$w" --dir certificates --certified-only --shard "$i/$OF" --jobs "$JOBS" \
       > "$OUT/verify_$w.$i.log" 2>&1 &
   done
   wait
-  { for j in $(seq 0 $(( RUNS - 1 ))); do
-      grep -hE "^\[nbxcert\] verify( \(shard [0-9/]+\))?: |^missing|^mismatched" "$OUT/verify_$w.$(( FIRST + j )).log"
+  { for i in ${SHARD_LIST:-$(seq "$FIRST" $(( FIRST + RUNS - 1 )))}; do
+      grep -hE "^\[nbxcert\] verify( \(shard [0-9/]+\))?: |^missing|^mismatched" "$OUT/verify_$w.$i.log"
     done
     echo "verify of $w: $(( $(date +%s) - start )) s"; } | tee "$OUT/verify_$w.txt"
+  # a call returns at most 8 files: a finished workload's logs go back as one archive
+  tar czf "$OUT/verify_$w.logs.tgz" -C "$OUT" $(cd "$OUT" && ls verify_"$w".*.log) && rm -f "$OUT"/verify_"$w".*.log
 done

@@ -237,7 +237,8 @@ def encode(values, dtype: DType) -> np.ndarray:
         return _to_fp8_bits(values, dtype.name)
     if not dtype.is_float and values.dtype.kind == "f" and not np.all(np.isfinite(values)):
         raise DTypeError(f"cannot store non-finite values in an integer tensor of dtype {dtype.name}")
-    with np.errstate(over="ignore"):
+    # overflow to inf is the rounding asked for; signalling-NaN patterns narrow to quiet NaNs (numpy calls both invalid)
+    with np.errstate(over="ignore", invalid="ignore" if dtype.is_float else "warn"):
         return values.astype(dtype.storage)
 
 
@@ -251,7 +252,8 @@ def decode(storage: np.ndarray, dtype: DType) -> np.ndarray:
             return bfloat16_bits_to_float32(storage).astype(np.float64)
     if dtype in (float8_e4m3fn, float8_e5m2):
         return _fp8_bits_to_float64(storage, dtype.name)
-    return storage.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # as above: signalling NaNs widen to quiet NaNs
+        return storage.astype(np.float64)
 
 
 def finfo(dtype: DType) -> dict:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_certified as bc  # noqa: E402
+from clitools import check  # noqa: E402
 
 
 def test_a_certify_log_is_read_line_by_line():
@@ -106,3 +109,23 @@ def test_quality_of_a_shard_times_every_nth_key(tmp_path, monkeypatch):
 
     every = rows("0/1")
     assert len(every) == 4 and rows("1/2") == every[1::2]
+
+
+def test_serving_times_the_served_the_built_and_the_raw_launch_and_profiles_them(tmp_path):
+    """The serving measurement on the interpreter, over a directory holding its one certified key: every path is
+    timed in each round, the overhead is taken against the raw `kernel[grid](...)`, and --profile records both."""
+    env = dict(os.environ, NBXCERT_BACKEND="interpreter")
+    key = "rmsnorm[n_cols=64,n_rows=1;float16,float16]@v1"
+    run = [sys.executable, "-m", "nbxcert", "certify", "--profile", "interpreter", "--key", key, "--out", str(tmp_path)]
+    check(subprocess.run(run, env=env, capture_output=True, text=True, timeout=600), 0)
+    out = tmp_path / "serving.json"
+    bench = [sys.executable, str(ROOT / "benchmarks" / "bench_certified.py"), "serving", "--dir", str(tmp_path)]
+    bench += ["--cols", "64", "--calls", "3", "--repeats", "2", "--profile", "--out", str(out)]
+    check(subprocess.run(bench, env=env, capture_output=True, text=True, timeout=600), 0)
+    result = json.loads(out.read_text())
+    assert result["backend"] == "interpreter" and result["problem"] == {"n_rows": 1, "n_cols": 64}
+    assert {name: len(v) for name, v in result["runs_us"].items()} == {"served": 2, "direct": 2, "raw": 2, "lookup": 2}
+    assert result["overhead_us"] == pytest.approx(result["served_us"] - result["raw_us"])
+    assert all(any("function calls" in line for line in result["profiles"][p]) for p in ("served", "raw"))
+    assert any("(rmsnorm)" in line for line in result["profiles"]["served"])
+    assert not any("(rmsnorm)" in line for line in result["profiles"]["raw"])
