@@ -17,8 +17,10 @@ coldstart   A fresh process runs the workload's launch sequence once (every laun
             serving path `nbxcert.serve.config_for`), from process start to the last result: with the certificates
             of --dir, the same after `nbxcert.warm.warm` of the workload inside that process (its winners compiled
             at once in a pool), then with an empty certificate directory (a run-time sweep of every key), each with
-            an empty Triton cache of its own. The sweep is given --sweep-limit seconds; a run cut there reports a
-            lower bound.
+            an empty Triton cache of its own. With --autotune, also triton.autotune's procedure on the same
+            candidates (each key's kept candidates compiled in turn and timed by Triton's benchmarker with the
+            autotuner's defaults, no output checked; the fastest launched). The sweep and the autotuned run are
+            given --sweep-limit seconds; a run cut there reports a lower bound.
 serving     The per-launch host cost of the served path (the user-facing `rmsnorm` on a decode-sized row, its key
             certified) against `kernel[grid](...)` of the same config with its arguments built once ("raw", the
             issue's baseline) and against `spec.launch` (the launch built per call), averaged over --calls launches,
@@ -45,6 +47,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import common  # noqa: E402
 
 
 # --- shared ---------------------------------------------------------------------------------------------------------
@@ -275,6 +279,22 @@ if a["warm"]:  # compile every certified winner of the workload at once, in a po
     warm(profile.key, workload_keys(load_workload(a["workload"]), profile), [a["dir"]])
     warm_s = time.perf_counter() - t0
 serve.configure(dirs=[a["dir"]], certified_only=a["certified_only"])
+if a["autotune"]:
+    # triton.autotune's procedure on the same candidates: at a key's first launch every candidate the profile keeps
+    # is compiled in turn (on its first run) and timed by Triton's benchmarker with the autotuner's defaults
+    # (do_bench, warm-up 25 ms, 100 ms, the median), no output checked; the fastest runs, and the key's later
+    # launches reuse it. A candidate that fails is skipped and counted, as the autotuner skips OutOfResources.
+    import statistics
+    if choice.name == "cuda":
+        import triton
+        bench = triton.runtime.driver.active.get_benchmarker()
+    else:  # the interpreter has no events: the wall clock over a few runs (a test of the procedure, not a figure)
+        def bench(fn, quantiles=None, warmup=None, rep=None):
+            times = []
+            for _ in range(3):
+                t = time.perf_counter(); fn(); times.append((time.perf_counter() - t) * 1e3)
+            return [statistics.median(times)]
+    tuned, skipped = {}, []
 made = 0.0
 n = 0
 for launch in launches(load_workload(a["workload"]), profile):
@@ -282,28 +302,51 @@ for launch in launches(load_workload(a["workload"]), profile):
     t0 = time.perf_counter()
     inputs = spec.make_inputs(launch.problem, launch.dtypes, 0, choice.device)
     made += time.perf_counter() - t0
-    cfg = serve.config_for(spec, launch.problem, launch.dtypes, serve.RuntimeLaunch(
-        run=lambda c, inputs=inputs, spec=spec: spec.launch(c, inputs),
-        outputs=[inputs.tensors[o] for o in inputs.outputs],
-        restore=[inputs.tensors[o] for o in inputs.inplace]))
+    if a["autotune"]:
+        key = (launch.kernel, tuple(sorted(launch.problem.items())), tuple(launch.dtypes))
+        cfg = tuned.get(key)
+        if cfg is None:
+            times = {}
+            for c in spec.pruned_for(launch.problem, profile).kept:
+                try:
+                    times[c] = bench(lambda c=c: spec.launch(c, inputs), quantiles=(0.5, 0.2, 0.8), warmup=25,
+                                     rep=100)[0]
+                except Exception as e:
+                    skipped.append(f"{launch.kernel} {c.label()}: {type(e).__name__}")
+            cfg = tuned[key] = min(times, key=times.get)
+    else:
+        cfg = serve.config_for(spec, launch.problem, launch.dtypes, serve.RuntimeLaunch(
+            run=lambda c, inputs=inputs, spec=spec: spec.launch(c, inputs),
+            outputs=[inputs.tensors[o] for o in inputs.outputs],
+            restore=[inputs.tensors[o] for o in inputs.inplace]))
     spec.launch(cfg, inputs)
     n += 1
 if choice.name == "cuda":
     from nbxcert.kernels.backends import cuda
     cuda.synchronize()
-print(json.dumps({"launches": n, "inputs_s": made, "warm_s": warm_s, "in_process_s": time.perf_counter() - t_start}))
+result = {"launches": n, "inputs_s": made, "warm_s": warm_s, "in_process_s": time.perf_counter() - t_start}
+if a["autotune"]:
+    result.update(keys_tuned=len(tuned), candidates_skipped=len(skipped), skipped_first=skipped[:5])
+print(json.dumps(result))
 """
 
 
 def _cold_run(
-    workload: str, profile, directory: str, certified_only: bool, limit_s: float, warm: bool = False, gpu: str = ""
+    workload: str,
+    profile,
+    directory: str,
+    certified_only: bool,
+    limit_s: float,
+    warm: bool = False,
+    gpu: str = "",
+    autotune: bool = False,
 ) -> dict:
     env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton-cold-"),
            "NBXCERT_CACHE_DIR": tempfile.mkdtemp(prefix="nbx-cold-"), "NBXCERT_UNCERTIFIED": "sweep"}  # fmt: skip
     if gpu:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     arg = {"workload": workload, "profile": profile.key, "dir": directory, "certified_only": certified_only}
-    arg["warm"] = warm
+    arg.update(warm=warm, autotune=autotune)
     t0 = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, "-c", COLD_CHILD, json.dumps(arg)], capture_output=True, text=True,
@@ -317,29 +360,32 @@ def _cold_run(
 
 
 def coldstart(args) -> dict:
-    """The three runs one after another on this process's GPU; with --gpus (e.g. "0,1") at once, the GPUs dealt out
-    in turn (certified, warmed, swept): each run's wall time then includes the others' load on the host."""
+    """The three runs (four with --autotune) one after another on this process's GPU; with --gpus (e.g. "0,1") at
+    once, the GPUs dealt out in turn (certified, warmed, swept, autotuned): each run's wall time then includes the
+    others' load on the host."""
     _choice, profile = _device()
     empty = tempfile.mkdtemp(prefix="nbx-empty-")
     runs = {
-        "certified": (args.dir, True, args.certified_limit, False),
-        "warmed": (args.dir, True, args.certified_limit, True),
-        "swept": (empty, False, args.sweep_limit, False),
+        "certified": dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit),
+        "warmed": dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit, warm=True),
+        "swept": dict(directory=empty, certified_only=False, limit_s=args.sweep_limit),
     }
+    if args.autotune:
+        runs["autotuned"] = dict(directory=empty, certified_only=False, limit_s=args.sweep_limit, autotune=True)
     gpus = [g for g in args.gpus.split(",") if g] if args.gpus else []
     if gpus:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(len(runs)) as pool:
-            futures = {name: pool.submit(_cold_run, args.workload, profile, *run, gpu=gpus[i % len(gpus)])
+            futures = {name: pool.submit(_cold_run, args.workload, profile, gpu=gpus[i % len(gpus)], **run)
                        for i, (name, run) in enumerate(runs.items())}  # fmt: skip
             results = {name: f.result() for name, f in futures.items()}
     else:
-        results = {name: _cold_run(args.workload, profile, *run) for name, run in runs.items()}
+        results = {name: _cold_run(args.workload, profile, **run) for name, run in runs.items()}
     certified, warmed, swept = results["certified"], results["warmed"], results["swept"]
 
-    def ratio(run: dict) -> float | None:
-        return swept["wall_s"] / run["wall_s"] if "error" not in run and "error" not in swept else None
+    def ratio(run: dict, other: dict = swept) -> float | None:
+        return other["wall_s"] / run["wall_s"] if "error" not in run and "error" not in other else None
 
     return {
         "workload": args.workload,
@@ -351,6 +397,15 @@ def coldstart(args) -> dict:
         "speedup": ratio(certified),
         "speedup_warmed": ratio(warmed),
         "speedup_is_lower_bound": bool(swept.get("cut_at_limit")),
+        **(
+            {
+                "triton_autotune": results["autotuned"],
+                "speedup_vs_autotune": ratio(certified, results["autotuned"]),
+                "speedup_vs_autotune_is_lower_bound": bool(results["autotuned"].get("cut_at_limit")),
+            }
+            if "autotuned" in results
+            else {}
+        ),
     }
 
 
@@ -386,13 +441,12 @@ def serving(args) -> dict:
         sync()
         return (time.perf_counter() - t0) / args.calls * 1e6
 
-    t = inputs.tensors
-    (launch,) = rows.norm_launches(config, t["x"], None, t["weight"], None, t["y"], None, inputs.scalars["eps"], True)
-    kernel, grid, largs, kwargs = launch.kernel, launch.grid, launch.args, launch.kwargs
+    served = lambda: rows.rmsnorm(x, w, 1e-6, out=out)  # noqa: E731
+    raw = common.replay(common.capture_launches(served))
     paths = {
-        "served": lambda: rows.rmsnorm(x, w, 1e-6, out=out),  # checks, key, certified config, launch built, launch
+        "served": served,  # checks, key, certified config, launch built, launch
         "direct": lambda: rows.RMSNORM.launch(config, inputs),  # the same config's launch built, then made
-        "raw": lambda: kernel[grid](*largs, **kwargs),  # kernel[grid](...) with the arguments built once
+        "raw": raw,  # the served call's own kernel[grid](...), its arguments built once (captured)
         "lookup": lambda: serve.config_for(rows.RMSNORM, problem, ("float16", "float16")),
     }
     times: dict[str, list[float]] = {name: [] for name in paths}
@@ -539,6 +593,7 @@ def main(argv=None) -> int:
     c.add_argument("--dir", default="certificates")
     c.add_argument("--certified-limit", type=float, default=600.0)
     c.add_argument("--sweep-limit", type=float, default=600.0)
+    c.add_argument("--autotune", action="store_true", help="also a run with triton.autotune's procedure")
     c.add_argument("--gpus", default="", help='run the three at once on these GPUs, e.g. "0,1" (default: in turn)')
     s = sub.add_parser("serving", help="per-launch cost of the served path against a direct launch")
     s.add_argument("--dir", default="certificates")

@@ -1,5 +1,6 @@
 """Host-side cost of a launch, on a machine with no GPU: the served path (a user-facing function: checks, the key,
-the certified config looked up, the launch built) against launching the same config directly (`spec.launch`), with
+the certified config looked up, the launch built) against the same launches made directly (`kernel[grid](...)` with
+the arguments the served call built, captured once: the issue's baseline) and against `spec.launch`, with
 Triton's dispatch but no kernel run (Triton compiles for sm_90 through the census's cross-compiling driver, and each
 `kernel[grid](...)` stops after its dispatch: binding, specialisation, cache lookup). What it leaves out, the C
 launcher and the driver call, is the same for both paths, so the difference is the serving overhead (issue #8's
@@ -24,6 +25,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import common  # noqa: E402
 
 
 def _cross_compiling() -> None:
@@ -80,12 +83,21 @@ def main(argv=None) -> int:
     for name, served_call, spec, problem, dtypes in cases:
         config = serve.config_for(spec, problem, dtypes)
         inputs = spec.make_inputs(problem, dtypes, 0, "cpu")
-        served = statistics.median(per_call_us(served_call) for _ in range(args.repeats))
-        direct = statistics.median(per_call_us(lambda: spec.launch(config, inputs)) for _ in range(args.repeats))
+        paths = {
+            "served": served_call,
+            "direct": lambda: spec.launch(config, inputs),
+            "raw": common.replay(common.capture_launches(served_call)),
+        }
+        runs = {path: [] for path in paths}
+        for _ in range(args.repeats):  # interleaved: a drift of the machine falls on every path alike
+            for path, fn in paths.items():
+                runs[path].append(per_call_us(fn))
+        served, direct, raw = (statistics.median(runs[p]) for p in ("served", "direct", "raw"))
         results.append({"kernel": name, "problem": problem, "config": config.label(), "served_us": served,
-                        "direct_us": direct, "overhead_us": served - direct})  # fmt: skip
-        print(f"{name:13s} served {served:6.1f} us  direct {direct:6.1f} us  overhead {served - direct:5.1f} us  "
-              f"({config.label()})")  # fmt: skip
+                        "direct_us": direct, "raw_us": raw, "overhead_us": served - raw,
+                        "overhead_vs_direct_us": served - direct})  # fmt: skip
+        print(f"{name:13s} served {served:6.1f} us  raw {raw:6.1f} us  overhead {served - raw:5.1f} us  "
+              f"(spec.launch {direct:6.1f} us; {config.label()})")  # fmt: skip
     if args.out:
         Path(args.out).write_text(json.dumps({"calls": args.calls, "cases": results, "target_us": 2.0}, indent=1))
     return 0

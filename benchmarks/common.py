@@ -170,3 +170,42 @@ def time_or_refuse(config, fn, warmup_ms: float, rep_ms: float, refused: list, l
         if cuda.context_poisoned() is not None:
             raise
         return None
+
+
+def capture_launches(fn) -> list:
+    """Call fn once and return every kernel launch it made, as `KernelLaunch`es that replay them with
+    `kernel[grid](*args, **kwargs)`: the same kernels, grids and arguments (tensors included), so the replay is a
+    direct launch of the same config with the host work before it left out. Records at Triton's `run`, which every
+    `kernel[grid]` launcher calls (a served call's cached launchers too); compiled and interpreted kernels alike."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    from nbxcert.kernels.launch import KernelLaunch
+
+    seen: list = []
+    originals = {cls: cls.__dict__["run"] for cls in (JITFunction, InterpretedFunction)}
+
+    def recording(original):
+        def run(self, *args, grid, warmup, **kwargs):
+            if not warmup:
+                seen.append(KernelLaunch(self, grid, args, kwargs))
+            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+        return run
+
+    for cls, original in originals.items():
+        cls.run = recording(original)
+    try:
+        fn()
+    finally:
+        for cls, original in originals.items():
+            cls.run = original
+    return seen
+
+
+def replay(launches: list):
+    """A function making the captured launches again, in order (one launch: a bare `kernel[grid](...)`)."""
+    if len(launches) == 1:
+        kernel, grid, args, kwargs = launches[0].kernel, launches[0].grid, launches[0].args, launches[0].kwargs
+        return lambda: kernel[grid](*args, **kwargs)
+    return lambda: [launch() for launch in launches]

@@ -42,14 +42,13 @@ import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import triton
 import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import KernelLaunch
+from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import limit, prune_with, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
@@ -487,12 +486,12 @@ TMA_BARRIER_BYTES = 1024  # the most Triton's TMA pipeline was seen to add above
 
 def block_d(head_dim: int) -> int:
     """The power-of-two tile a head dim runs in (80 -> 128, 96 -> 128)."""
-    return max(16, triton.next_power_of_2(int(head_dim)))
+    return max(16, next_power_of_2(int(head_dim)))
 
 
 def block_h(group: int) -> int:
     """Query-head rows of a decode program: the group, padded to a power of two and to tl.dot's minimum of 16."""
-    return max(16, triton.next_power_of_2(int(group)))
+    return max(16, next_power_of_2(int(group)))
 
 
 def flash_shared_bytes(config: Config, head_dim: int, pre_ampere: bool = False) -> int:
@@ -637,7 +636,7 @@ def flash_launches(
     args += (heads, heads // kv_heads, q_len, kv_len, scale * LOG2E)
     kwargs = dict(HEAD_DIM=head_dim, BLOCK_D=bd, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(causal), TMA=tma)
     kwargs.update(UPCAST=_upcast(), num_warps=config.num_warps, num_stages=config.num_stages)
-    return [KernelLaunch(_flash_fwd_kernel, (triton.cdiv(q_len, bm), batch * heads), args, kwargs)]
+    return [KernelLaunch(_flash_fwd_kernel, (cdiv(q_len, bm), batch * heads), args, kwargs)]
 
 
 def tma_ready(t: Tensor) -> bool:

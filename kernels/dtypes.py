@@ -19,7 +19,10 @@ from nbxcert.errors import DTypeError
 
 @dataclass(frozen=True, eq=False)
 class DType:
-    """One element type: `name` (torch-style, what Triton maps), `itemsize`, `triton` type name, numpy `storage`."""
+    """One element type: `name` (torch-style, what Triton maps), `itemsize`, `triton` type name, numpy `storage`.
+
+    One object per type (`get_dtype`; copies and pickles come back as it): equality and hash are identity's, the
+    hash object's own C one (Triton hashes each tensor argument's dtype on every launch)."""
 
     name: str
     itemsize: int
@@ -33,9 +36,6 @@ class DType:
 
     def __repr__(self) -> str:
         return f"nbxcert.{self.name}"
-
-    def __hash__(self) -> int:
-        return hash(("nbxcert.dtype", self.name))
 
     def __reduce__(self):  # singletons survive copy/deepcopy/multiprocessing as themselves
         return (get_dtype, (self.name,))

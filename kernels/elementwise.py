@@ -33,18 +33,27 @@ import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import triton
 import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import KernelLaunch
+from nbxcert.kernels.launch import KernelLaunch, LaunchPlan, cdiv, constexprs, next_power_of_2
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.rows import as_rows, both, compute_type, narrow, upcast
-from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
+from nbxcert.kernels.spec import (
+    Config,
+    Inputs,
+    KernelSpec,
+    KeyField,
+    PruneResult,
+    Reference,
+    choose_config,
+    register,
+    served_plans,
+)
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import elementwise as _oracle
 
@@ -378,7 +387,7 @@ def prune_flat(candidates: Sequence[Config], problem: Mapping[str, Any], profile
 
 def rope_block_half(rot_dim: int) -> int:
     """The power-of-two tile that covers rot_dim / 2 frequencies."""
-    return triton.next_power_of_2(max(1, int(rot_dim) // 2))
+    return next_power_of_2(max(1, int(rot_dim) // 2))
 
 
 def prune_rope(candidates: Sequence[Config], problem: Mapping[str, Any], profile) -> PruneResult:
@@ -402,10 +411,15 @@ def silu_and_mul_launches(config: Config, x: Tensor, y: Tensor) -> list[KernelLa
     n_rows, d = y.shape
     if n_rows == 0 or d == 0:
         return []
-    rows, block = config["ROWS"], config["BLOCK"]
+    dtype_name = x.dtype.name
+
+    def make() -> dict:
+        kwargs = dict(ROWS=config["ROWS"], BLOCK=config["BLOCK"], CDT=compute_type(dtype_name), UPCAST=upcast())
+        return dict(kwargs, **_warps(config))
+
+    kwargs = constexprs((_silu_and_mul_kernel, config, dtype_name), make)
     args = (x, y, n_rows, d, x.stride(0), y.stride(0))
-    kwargs = dict(ROWS=rows, BLOCK=block, CDT=compute_type(x.dtype.name), UPCAST=upcast(), **_warps(config))
-    return [KernelLaunch(_silu_and_mul_kernel, (triton.cdiv(n_rows, rows), triton.cdiv(d, block)), args, kwargs)]
+    return [KernelLaunch(_silu_and_mul_kernel, (cdiv(n_rows, kwargs["ROWS"]), cdiv(d, kwargs["BLOCK"])), args, kwargs)]
 
 
 def gelu_launches(config: Config, x: Tensor, y: Tensor, approximate: str) -> list[KernelLaunch]:
@@ -415,7 +429,7 @@ def gelu_launches(config: Config, x: Tensor, y: Tensor, approximate: str) -> lis
         return []
     block = config["BLOCK"]
     kwargs = dict(TANH=approximate == "tanh", BLOCK=block, CDT=compute_type(x.dtype.name), UPCAST=upcast())
-    return [KernelLaunch(_gelu_kernel, (triton.cdiv(n, block),), (x, y, n), dict(kwargs, **_warps(config)))]
+    return [KernelLaunch(_gelu_kernel, (cdiv(n, block),), (x, y, n), dict(kwargs, **_warps(config)))]
 
 
 def broadcast_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
@@ -469,7 +483,7 @@ def add_mul_launches(config: Config, a: Tensor, b: Tensor, out: Tensor, op: str)
     block = config["BLOCK"]
     args = (a, b, out, n, sizes[1], sizes[2], sizes[3], *ma, *mb)
     kwargs = dict(MUL=op == "mul", DENSE=dense, BLOCK=block, CDT=compute_type(out.dtype.name), UPCAST=upcast())
-    return [KernelLaunch(_add_mul_kernel, (triton.cdiv(n, block),), args, dict(kwargs, **_warps(config)))]
+    return [KernelLaunch(_add_mul_kernel, (cdiv(n, block),), args, dict(kwargs, **_warps(config)))]
 
 
 def _bits_view(t: Tensor) -> Tensor:
@@ -486,7 +500,7 @@ def cast_launches(config: Config, x: Tensor, y: Tensor) -> list[KernelLaunch]:
     we, wm = FORMATS["float64" if 52 in (sm, dm) else "float32"]
     block = config["BLOCK"]
     kwargs = dict(SRC_E=se, SRC_M=sm, DST_E=de, DST_M=dm, WIDE_E=we, WIDE_M=wm, BLOCK=block, **_warps(config))
-    return [KernelLaunch(_cast_kernel, (triton.cdiv(n, block),), (_bits_view(x), _bits_view(y), n), kwargs)]
+    return [KernelLaunch(_cast_kernel, (cdiv(n, block),), (_bits_view(x), _bits_view(y), n), kwargs)]
 
 
 def rope_launches(
@@ -503,7 +517,7 @@ def rope_launches(
         args = (x, positions, cache, n_tokens, n_heads, x.stride(0), x.stride(1), cache.stride(0))
         kwargs = dict(HALF=half, BLOCK_HALF=rope_block_half(rot_dim), NEOX=style == "neox", TOKENS=tokens)
         kwargs.update(BLOCK_H=block_h, CDT=compute_type(x.dtype.name), UPCAST=upcast(), **_warps(config))
-        grid = (triton.cdiv(n_tokens, tokens), triton.cdiv(n_heads, block_h))
+        grid = (cdiv(n_tokens, tokens), cdiv(n_heads, block_h))
         launches.append(KernelLaunch(_rope_kernel, grid, args, kwargs))
     return launches
 
@@ -516,7 +530,7 @@ def embedding_launches(config: Config, table: Tensor, ids: Tensor, out: Tensor) 
     tokens, block_d = config["TOKENS"], config["BLOCK_D"]
     args = (table, ids, out, n_tokens, dim, table.stride(0), out.stride(0))
     kwargs = dict(TOKENS=tokens, BLOCK_D=block_d, **_warps(config))
-    return [KernelLaunch(_embedding_kernel, (triton.cdiv(n_tokens, tokens), triton.cdiv(dim, block_d)), args, kwargs)]
+    return [KernelLaunch(_embedding_kernel, (cdiv(n_tokens, tokens), cdiv(dim, block_d)), args, kwargs)]
 
 
 def check_ids(ids: Tensor, size: int, what: str = "embedding", name: str = "id") -> None:
@@ -556,8 +570,18 @@ def silu_and_mul_problem(x: Tensor, **_) -> dict:
     return {"n_rows": n_rows, "d": n_cols // 2}
 
 
+_SILU_PLANS = served_plans()
+
+
 def silu_and_mul(x: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """silu(x[..., :d]) * x[..., d:] for x [..., 2d] -> [..., d]."""
+    if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
+        sig = (x.shape, x.strides, x.dtype, None if out is None else (out.shape, out.strides, out.dtype))
+        plan = _SILU_PLANS.get(sig)
+        if plan:
+            y = out if out is not None else empty(x.shape[:-1] + (x.shape[-1] // 2,), x.dtype, x.device)
+            plan((x, y))
+            return y
     _float("silu_and_mul: x", x, HALF_AND_SINGLE)
     if x.shape[-1] % 2:
         raise ShapeMismatch(f"silu_and_mul: the last dimension {x.shape[-1]} is not even")
@@ -568,7 +592,11 @@ def silu_and_mul(x: Tensor, out: Tensor | None = None, config: Config | None = N
     def run(c: Config) -> None:
         _run(silu_and_mul_launches(c, rows_x, rows_y))
 
-    run(choose_config(SILU_AND_MUL, silu_and_mul_problem(x), (x.dtype.name,), config, run=run, outputs=(y,)))
+    cfg = choose_config(SILU_AND_MUL, silu_and_mul_problem(x), (x.dtype.name,), config, run=run, outputs=(y,))
+    made = silu_and_mul_launches(cfg, rows_x, rows_y)
+    _run(made)
+    if config is None:
+        _SILU_PLANS[sig] = LaunchPlan.of(made, (x, y)) or False
     return y
 
 

@@ -16,11 +16,11 @@ raw integer storage). This is not an oracle: the reference is the float64 oracle
 from __future__ import annotations
 
 import numpy as np
-import triton
 import triton.language as tl
 
 from nbxcert.kernels.compare import Judge, Verdict
 from nbxcert.kernels.jit import jit
+from nbxcert.kernels.launch import cdiv
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 
 BLOCK = 2048
@@ -81,7 +81,7 @@ class DeviceJudge:
     def verdict_of(self, tensor: Tensor, context: str = "") -> Verdict:
         original = tensor
         n = tensor.numel
-        programs = triton.cdiv(n, BLOCK)
+        programs = cdiv(n, BLOCK)
         stats = empty((programs, 4), "float64", self.device)
         bf16 = tensor.dtype.name == "bfloat16"
         if bf16:  # the same bytes read as int16 (same element size, same strides)

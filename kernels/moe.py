@@ -56,13 +56,13 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import triton
 import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo
 from nbxcert.kernels.jit import jit
+from nbxcert.kernels.launch import cdiv
 from nbxcert.kernels.prune import lanes_refusal, next_pow2, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
@@ -436,7 +436,7 @@ def _host_layout(ids: np.ndarray, experts: int, block: int) -> tuple[np.ndarray,
     pairs = flat.size
     length = layout_length(pairs, experts, block)
     sorted_ids = np.full(length, pairs, dtype=np.int32)
-    expert_ids = np.full(triton.cdiv(length, block), -1, dtype=np.int32)
+    expert_ids = np.full(cdiv(length, block), -1, dtype=np.int32)
     order = np.argsort(flat, kind="stable")
     counts = np.bincount(flat, minlength=experts)
     slot, done = 0, 0
@@ -444,7 +444,7 @@ def _host_layout(ids: np.ndarray, experts: int, block: int) -> tuple[np.ndarray,
         n = int(counts[e])
         sorted_ids[slot : slot + n] = order[done : done + n]
         expert_ids[slot // block : (slot + n + block - 1) // block] = e
-        slot += triton.cdiv(n, block) * block
+        slot += cdiv(n, block) * block
         done += n
     return sorted_ids, expert_ids, np.array([slot], dtype=np.int32)
 
@@ -471,14 +471,14 @@ def _interpreting() -> bool:
 # moe_align: problem, inputs, launch
 # ======================================================================================================================
 def _align_programs(pairs: int, config: Config) -> int:
-    return max(triton.cdiv(pairs, config["TILE"] * config["STEPS"]), 1)
+    return max(cdiv(pairs, config["TILE"] * config["STEPS"]), 1)
 
 
 def _align_workspace_len(pairs: int, experts: int) -> int:
     """int32 elements of the workspace for any candidate: the [programs, E_BLOCK] table at the fewest pairs per
     program, then E_BLOCK expert starts."""
     fewest = min(c["TILE"] * c["STEPS"] for c in ALIGN_CANDIDATES)
-    return (max(triton.cdiv(pairs, fewest), 1) + 1) * next_pow2(experts)
+    return (max(cdiv(pairs, fewest), 1) + 1) * next_pow2(experts)
 
 
 def _launch_align(config: Config, ids: Tensor, experts: int, block: int, sorted_ids, expert_ids, num_padded, ws):
@@ -490,7 +490,7 @@ def _launch_align(config: Config, ids: Tensor, experts: int, block: int, sorted_
     starts = ws[programs * e_block : (programs + 1) * e_block]
     length = sorted_ids.numel
     tile, steps, warps = config["TILE"], config["STEPS"], config.num_warps
-    fill = triton.cdiv(triton.cdiv(length, programs), tile) * tile
+    fill = cdiv(cdiv(length, programs), tile) * tile
     _align_count_kernel[(programs,)](
         ids, ws, sorted_ids, pairs, length, fill, TILE=tile, STEPS=steps, E_BLOCK=e_block, num_warps=warps,
         num_stages=1,
@@ -510,7 +510,7 @@ def _align_outputs(pairs: int, experts: int, block: int, device) -> tuple[Tensor
     length = layout_length(pairs, experts, block)
     return (
         empty((length,), "int32", device),
-        empty((triton.cdiv(length, block),), "int32", device),
+        empty((cdiv(length, block),), "int32", device),
         empty((1,), "int32", device),
         empty((_align_workspace_len(pairs, experts),), "int32", device),
     )
@@ -568,12 +568,12 @@ def _launch_moe(config: Config, a: Tensor, w: Tensor, out: Tensor, weights: Tens
         return
     bm, bn, bk, group_m = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["GROUP_M"]
     blocks_m = expert_ids.numel
-    if blocks_m != triton.cdiv(sorted_ids.numel, bm):
+    if blocks_m != cdiv(sorted_ids.numel, bm):
         raise LaunchError(f"fused_moe: a layout of {blocks_m} blocks for {sorted_ids.numel} slots is not one for "
                           f"BLOCK_M {bm}")  # fmt: skip
     upcast = a.dtype.name == "bfloat16" and _interpreting()
     # a block row is read only below the padded count, a multiple of BLOCK_M within the layout: never past its end
-    _fused_moe_kernel[(blocks_m * triton.cdiv(n, bn),)](
+    _fused_moe_kernel[(blocks_m * cdiv(n, bn),)](
         a, w, out, weights, sorted_ids, expert_ids, num_padded, n, k, pairs, blocks_m,
         a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2), out.stride(0), out.stride(1),
         A_DIV=1 if pair_rows else top_k, MUL_WEIGHT=bool(mul_weight), UPCAST=upcast, EVEN_K=(k % bk == 0),
@@ -663,7 +663,7 @@ def _launch_sum(config: Config, x: Tensor, out: Tensor) -> None:
     if m == 0 or n == 0:
         return
     bn = config["BLOCK_N"]
-    _moe_sum_kernel[(m, triton.cdiv(n, bn))](
+    _moe_sum_kernel[(m, cdiv(n, bn))](
         x, out, n, *x.strides, *out.strides, TOP_K=top_k, BLOCK_N=bn, num_warps=config.num_warps, num_stages=1
     )
 

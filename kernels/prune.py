@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-import triton
-
+from nbxcert.kernels.launch import next_power_of_2
 from nbxcert.kernels.spec import Config, PruneResult
 
 
@@ -98,7 +97,7 @@ def registers_refusal(
 def next_pow2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1): a tile that holds n rows (`triton.next_power_of_2`, which
     gives 0 for 0)."""
-    return triton.next_power_of_2(max(1, int(n)))
+    return next_power_of_2(max(1, int(n)))
 
 
 def gemv_prune(smem: Callable[[Config], int]):

@@ -33,7 +33,6 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import triton
 import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
@@ -41,7 +40,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _split_workspace
-from nbxcert.kernels.launch import KernelLaunch, run_all
+from nbxcert.kernels.launch import KernelLaunch, cdiv, run_all
 from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal
 from nbxcert.kernels.rows import narrow, upcast
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
@@ -301,22 +300,22 @@ def quant_launches(config: Config, gemv: bool, fmt: str, x, qweight, scales, qze
     if gemv:
         split_k = config.params.get("SPLIT_K", 1)
         block_k = config["BLOCK_K"]
-        k_per = triton.cdiv(triton.cdiv(k, block_k), split_k) * block_k
+        k_per = cdiv(cdiv(k, block_k), split_k) * block_k
         ws = out
         if split_k > 1:
             with _split_workspace.lock:
                 ws = _split_workspace.get(split_k * m * n, x.device)
         gemv_args = args[:5] + (ws, m, n, k, k_per) + args[8:]
-        grid = (triton.cdiv(n, config["BLOCK_N"]), split_k)
+        grid = (cdiv(n, config["BLOCK_N"]), split_k)
         kwargs = dict(kwargs, BLOCK_M=next_pow2(m), SPLIT_K=split_k)
         launches = [KernelLaunch(_dequant_gemv_kernel, grid, gemv_args, kwargs)]
         if split_k > 1:
             reduce_kw = dict(INT4=int4, UPCAST=upcast(), SPLIT_K=split_k, BLOCK=_REDUCE_BLOCK, num_warps=4)
             reduce_args = (ws, scales, out, m, n, out.stride(0))
-            launches.append(KernelLaunch(_gemv_split_reduce_kernel, (triton.cdiv(m * n, _REDUCE_BLOCK),), reduce_args,
+            launches.append(KernelLaunch(_gemv_split_reduce_kernel, (cdiv(m * n, _REDUCE_BLOCK),), reduce_args,
                                          reduce_kw))  # fmt: skip
         return launches
-    grid = (triton.cdiv(m, config["BLOCK_M"]), triton.cdiv(n, config["BLOCK_N"]))
+    grid = (cdiv(m, config["BLOCK_M"]), cdiv(n, config["BLOCK_N"]))
     return [KernelLaunch(_dequant_mm_kernel, grid, args, dict(kwargs, BLOCK_M=config["BLOCK_M"]))]
 
 

@@ -48,17 +48,26 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import triton
 import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch, ViewError
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import KernelLaunch
+from nbxcert.kernels.launch import KernelLaunch, LaunchPlan, cdiv, constexprs, next_power_of_2
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
+from nbxcert.kernels.spec import (
+    Config,
+    Inputs,
+    KernelSpec,
+    KeyField,
+    PruneResult,
+    Reference,
+    choose_config,
+    register,
+    served_plans,
+)
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import rows as _oracle
 
@@ -418,7 +427,7 @@ SMALLEST_SPLIT_BLOCK = 1024  # make_inputs sizes the split workspace for the mos
 # --- prune: device facts only -----------------------------------------------------------------------------------------
 def row_tile(n_cols: int) -> int:
     """The `tile` variant's tile: the smallest power of two >= n_cols."""
-    return triton.next_power_of_2(max(1, int(n_cols)))
+    return next_power_of_2(max(1, int(n_cols)))
 
 
 # 32-bit registers per tile element each kernel keeps live at its peak on the float32 path, counted from the kernels
@@ -532,9 +541,9 @@ def softmax_launches(
         rows = config["ROWS"]
         args = (x, y, m, *common, y.stride(0), mask_stride, mask_rows, max(1, q_len), float(scale))
         kwargs = dict(MASK=kind, ROWS=rows, BLOCK_N=block, CDT=cdt, UPCAST=upcast(), **_warps(config))
-        return [KernelLaunch(kernel, (triton.cdiv(n_rows, rows),), args, kwargs)]
+        return [KernelLaunch(kernel, (cdiv(n_rows, rows),), args, kwargs)]
     block = config["BLOCK_N"]
-    n_chunks = triton.cdiv(n_cols, block)
+    n_chunks = cdiv(n_cols, block)
     need = n_rows * n_chunks * 2
     if workspace is None or workspace.numel < need or workspace.dtype.name != _workspace_dtype(x.dtype.name):
         raise LaunchError(
@@ -545,7 +554,7 @@ def softmax_launches(
     stats_args += (n_chunks,)
     out_args = (x, y, workspace, m, n_rows, n_cols, x.stride(0), y.stride(0), mask_stride, mask_rows, max(1, q_len))
     out_args += (float(scale), n_chunks)
-    chunks = triton.next_power_of_2(n_chunks)
+    chunks = next_power_of_2(n_chunks)
     return [
         KernelLaunch(
             _softmax_split_stats_kernel, grid, stats_args, dict(MASK=kind, BLOCK_N=block, CDT=cdt, **_warps(config))
@@ -565,7 +574,7 @@ def _workspace_dtype(dtype_name: str) -> str:
 
 def split_workspace(n_rows: int, n_cols: int, dtype_name: str, device, block_n: int = SMALLEST_SPLIT_BLOCK) -> Tensor:
     """A workspace for the split softmax of [n_rows, n_cols] rows with chunks of >= block_n columns."""
-    return empty((max(1, n_rows * triton.cdiv(max(1, n_cols), block_n) * 2),), _workspace_dtype(dtype_name), device)
+    return empty((max(1, n_rows * cdiv(max(1, n_cols), block_n) * 2),), _workspace_dtype(dtype_name), device)
 
 
 def norm_launches(
@@ -583,17 +592,23 @@ def norm_launches(
     n_rows, n_cols = x.shape
     if n_rows == 0 or n_cols == 0:
         return []
-    one_tile = config["VARIANT"] == "tile"
-    block = row_tile(n_cols) if one_tile else config["BLOCK_N"]
-    rows = config["ROWS"]
+    dtype_name = x.dtype.name
+    key = (_norm_kernel, config, dtype_name, bool(rms), residual is not None, n_cols)
+
+    def make() -> dict:
+        one_tile = config["VARIANT"] == "tile"
+        block = row_tile(n_cols) if one_tile else config["BLOCK_N"]
+        kwargs = dict(RMS=bool(rms), RESIDUAL=residual is not None, ONE_TILE=one_tile, ROWS=config["ROWS"])
+        kwargs.update(BLOCK_N=block, CDT=compute_type(dtype_name), UPCAST=upcast(), **_warps(config))
+        return kwargs
+
+    kwargs = constexprs(key, make)
     res = residual if residual is not None else x
     out_s = s if s is not None else y
     b = bias if bias is not None else weight
     args = (x, res, weight, b, y, out_s, n_rows, n_cols, x.stride(0), res.stride(0), y.stride(0), out_s.stride(0))
     args += (float(eps),)
-    kwargs = dict(RMS=bool(rms), RESIDUAL=residual is not None, ONE_TILE=one_tile, ROWS=rows, BLOCK_N=block)
-    kwargs.update(CDT=compute_type(x.dtype.name), UPCAST=upcast(), **_warps(config))
-    return [KernelLaunch(_norm_kernel, (triton.cdiv(n_rows, rows),), args, kwargs)]
+    return [KernelLaunch(_norm_kernel, (cdiv(n_rows, kwargs["ROWS"]),), args, kwargs)]
 
 
 def row_reduce_launches(config: Config, x: Tensor, out: Tensor, op: str, correction: int) -> list[KernelLaunch]:
@@ -604,15 +619,18 @@ def row_reduce_launches(config: Config, x: Tensor, out: Tensor, op: str, correct
     rows = config["ROWS"]
     args = (x, out, n_rows, n_cols, x.stride(0), int(correction))
     kwargs = dict(OP=OPS[op], ROWS=rows, BLOCK_N=config["BLOCK_N"], CDT=compute_type(x.dtype.name), UPCAST=upcast())
-    return [KernelLaunch(_row_reduce_kernel, (triton.cdiv(n_rows, rows),), args, dict(kwargs, **_warps(config)))]
+    return [KernelLaunch(_row_reduce_kernel, (cdiv(n_rows, rows),), args, dict(kwargs, **_warps(config)))]
 
 
 # --- user-facing functions --------------------------------------------------------------------------------------------
-def as_rows(t: Tensor, name: str) -> Tensor:
+def as_rows(t: Tensor, name: str, role: str = "") -> Tensor:
     """`t` as a [n_rows, n_cols] view over its last dimension (contiguous columns), without a copy; `LaunchError`
-    when its strides cannot express that (make it `.contiguous()` first)."""
+    when its strides cannot express that (make it `.contiguous()` first). Errors name it "name: role" (made only
+    then: a served launch formats no message)."""
     if t.ndim == 2 and (t.shape[1] <= 1 or t.strides[1] == 1):
         return t  # already rows (the served path's common case: no view made per launch)
+    if role:
+        name = f"{name}: {role}"
     if t.ndim == 0:
         raise LaunchError(f"{name}: a 0-d tensor has no rows")
     n_cols = t.shape[-1]
@@ -625,8 +643,9 @@ def as_rows(t: Tensor, name: str) -> Tensor:
     return v
 
 
-def _check_float(name: str, t: Tensor) -> None:
+def _check_float(name: str, t: Tensor, role: str = "") -> None:
     if t.dtype.name not in FLOAT_DTYPES:
+        name = f"{name}: {role}" if role else name
         raise ShapeMismatch(f"{name} has dtype {t.dtype.name}; one of {', '.join(FLOAT_DTYPES)} is required")
 
 
@@ -696,9 +715,26 @@ def norm_problem(x: Tensor, *_, **__) -> dict:
     return {"n_rows": x.numel // max(1, n_cols), "n_cols": n_cols}
 
 
+_NORM_PLANS = served_plans()
+
+
+def _signature(t: Tensor | None):
+    return None if t is None else (t.shape, t.strides, t.dtype)
+
+
 def _norm(spec, x, residual, weight, bias, eps, out, out_sum, config, rms):
+    if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
+        sig = (spec.name, eps, x.shape, x.strides, x.dtype, weight.shape, weight.strides, weight.dtype, _signature(out))
+        if residual is not None or bias is not None or out_sum is not None:
+            sig += (_signature(residual), _signature(bias), _signature(out_sum))
+        plan = _NORM_PLANS.get(sig)
+        if plan:
+            y = out if out is not None else empty(x.shape, x.dtype, x.device)
+            s = None if residual is None else out_sum if out_sum is not None else empty(x.shape, x.dtype, x.device)
+            plan((x, residual, weight, bias, y, s))
+            return y if s is None else (s, y)
     name = spec.name
-    _check_float(f"{name}: x", x)
+    _check_float(name, x, "x")
     n_cols = x.shape[-1]
     if weight.shape != (n_cols,) or (bias is not None and bias.shape != (n_cols,)):
         raise ShapeMismatch(f"{name}: weight/bias must have shape ({n_cols},)")
@@ -710,23 +746,28 @@ def _norm(spec, x, residual, weight, bias, eps, out, out_sum, config, rms):
     s = _out_like(out_sum, x, name) if residual is not None else None
     problem = norm_problem(x)
 
-    def run(c: Config) -> None:
-        _run(
-            norm_launches(
-                c,
-                as_rows(x, f"{name}: x"),
-                None if residual is None else as_rows(residual, f"{name}: residual"),
-                weight,
-                bias,
-                as_rows(y, f"{name}: out"),
-                None if s is None else as_rows(s, f"{name}: out_sum"),
-                eps,
-                rms,
-            )
+    def launches(c: Config) -> list[KernelLaunch]:
+        return norm_launches(
+            c,
+            as_rows(x, name, "x"),
+            None if residual is None else as_rows(residual, name, "residual"),
+            weight,
+            bias,
+            as_rows(y, name, "out"),
+            None if s is None else as_rows(s, name, "out_sum"),
+            eps,
+            rms,
         )
 
+    def run(c: Config) -> None:
+        _run(launches(c))
+
     outputs = (y,) if s is None else (y, s)
-    run(choose_config(spec, problem, (x.dtype.name, weight.dtype.name), config, run=run, outputs=outputs))
+    cfg = choose_config(spec, problem, (x.dtype.name, weight.dtype.name), config, run=run, outputs=outputs)
+    made = launches(cfg)
+    _run(made)
+    if config is None:
+        _NORM_PLANS[sig] = LaunchPlan.of(made, (x, residual, weight, bias, y, s)) or False
     return y if s is None else (s, y)
 
 

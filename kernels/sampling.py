@@ -51,13 +51,12 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import triton
 import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import KernelLaunch
+from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.rows import as_rows, both, compute_type, narrow, upcast
@@ -680,7 +679,7 @@ LSE_REGS = 3
 
 def k_pad(k: int) -> int:
     """topk's running-set slots: the smallest power of two >= k."""
-    return triton.next_power_of_2(max(1, int(k)))
+    return next_power_of_2(max(1, int(k)))
 
 
 def shared_bytes(config: Config, kp: int = 0) -> int:
@@ -739,7 +738,7 @@ def _check_cols(name: str, n_cols: int) -> None:
 
 def workspace_elements(n_rows: int, n_cols: int, k: int, chunk: int) -> int:
     """int32 elements of the split variant's workspace: one (argmax, k = 1) or k candidates per row and chunk."""
-    return max(1, n_rows * triton.cdiv(max(1, n_cols), chunk) * k)
+    return max(1, n_rows * cdiv(max(1, n_cols), chunk) * k)
 
 
 def split_workspace(n_rows: int, n_cols: int, k: int, device, chunk: int = SMALLEST_CHUNK) -> Tensor:
@@ -774,9 +773,9 @@ def argmax_launches(config: Config, x: Tensor, out: Tensor, workspace: Tensor | 
         rows = config["ROWS"]
         args = (x, out, n_rows, n_cols, x.stride(0))
         kwargs = dict(ROWS=rows, BLOCK_N=config["BLOCK_N"], **_warps(config))
-        return [KernelLaunch(_argmax_loop_kernel, (triton.cdiv(n_rows, rows),), args, kwargs)]
+        return [KernelLaunch(_argmax_loop_kernel, (cdiv(n_rows, rows),), args, kwargs)]
     chunk, block = config["CHUNK"], config["BLOCK_N"]
-    n_chunks = triton.cdiv(n_cols, chunk)
+    n_chunks = cdiv(n_cols, chunk)
     ws = _workspace_ok(workspace, n_rows * n_chunks, "argmax")
     return [
         KernelLaunch(
@@ -789,7 +788,7 @@ def argmax_launches(config: Config, x: Tensor, out: Tensor, workspace: Tensor | 
             _argmax_combine_kernel,
             (n_rows,),
             (x, ws, out, x.stride(0), n_chunks),
-            dict(CHUNKS=triton.next_power_of_2(n_chunks), **_warps(config)),
+            dict(CHUNKS=next_power_of_2(n_chunks), **_warps(config)),
         ),
     ]
 
@@ -809,9 +808,9 @@ def topk_launches(
         rows = config["ROWS"]
         args = (x, values, indices, n_rows, n_cols, k, x.stride(0), values.stride(0), indices.stride(0))
         kwargs = dict(ROWS=rows, BLOCK_N=block, K_PAD=kp, **_warps(config))
-        return [KernelLaunch(_topk_loop_kernel, (triton.cdiv(n_rows, rows),), args, kwargs)]
+        return [KernelLaunch(_topk_loop_kernel, (cdiv(n_rows, rows),), args, kwargs)]
     chunk = config["CHUNK"]
-    n_chunks = triton.cdiv(n_cols, chunk)
+    n_chunks = cdiv(n_cols, chunk)
     ws = _workspace_ok(workspace, n_rows * n_chunks * k, "topk")
     # step 1 per (row, chunk) into the workspace, then the combine per row; radix selects where split inserts
     step_kw = dict(CHUNK=chunk, BLOCK_N=block, **_warps(config))
@@ -820,7 +819,7 @@ def topk_launches(
         step, combine = _topk_radix_kernel, _topk_radix_combine_kernel
         shift = RADIX_SHIFT[x.dtype.name]
         step_kw.update(SHIFT=shift)
-        combine_kw.update(SHIFT=shift, TILES=triton.cdiv(n_chunks * k, block))
+        combine_kw.update(SHIFT=shift, TILES=cdiv(n_chunks * k, block))
     else:
         step, combine = _topk_split_kernel, _topk_combine_kernel
         step_kw.update(K_PAD=kp)
@@ -839,7 +838,7 @@ def _lse_partial(config: Config, x: Tensor, workspace: Tensor | None, name: str)
     """Step 1 of a split log_softmax / cross_entropy: its launch, the workspace and the number of chunks."""
     n_rows, n_cols = x.shape
     chunk = config["CHUNK"]
-    n_chunks = triton.cdiv(n_cols, chunk)
+    n_chunks = cdiv(n_cols, chunk)
     ws = _lse_workspace_ok(workspace, 2 * n_rows * n_chunks, name)
     kwargs = dict(CHUNK=chunk, BLOCK_N=config["BLOCK_N"], CDT=compute_type(x.dtype.name), **_warps(config))
     launch = KernelLaunch(_lse_partial_kernel, (n_rows, n_chunks), (x, ws, n_cols, x.stride(0), n_chunks), kwargs)
@@ -854,14 +853,14 @@ def log_softmax_launches(config: Config, x: Tensor, y: Tensor, workspace: Tensor
         return []
     if config["VARIANT"] == "split":
         partial, ws, n_chunks = _lse_partial(config, x, workspace, "log_softmax")
-        kwargs = dict(CHUNK=config["CHUNK"], BLOCK_N=config["BLOCK_N"], NCH=triton.next_power_of_2(n_chunks),
+        kwargs = dict(CHUNK=config["CHUNK"], BLOCK_N=config["BLOCK_N"], NCH=next_power_of_2(n_chunks),
                       CDT=compute_type(x.dtype.name), UPCAST=upcast(), **_warps(config))  # fmt: skip
         args = (x, y, ws, n_cols, x.stride(0), y.stride(0), n_chunks)
         return [partial, KernelLaunch(_log_softmax_split_kernel, (n_rows, n_chunks), args, kwargs)]
     rows = config["ROWS"]
     args = (x, y, n_rows, n_cols, x.stride(0), y.stride(0))
     kwargs = dict(ROWS=rows, BLOCK_N=config["BLOCK_N"], CDT=compute_type(x.dtype.name), UPCAST=upcast())
-    return [KernelLaunch(_log_softmax_kernel, (triton.cdiv(n_rows, rows),), args, dict(kwargs, **_warps(config)))]
+    return [KernelLaunch(_log_softmax_kernel, (cdiv(n_rows, rows),), args, dict(kwargs, **_warps(config)))]
 
 
 def cross_entropy_launches(
@@ -875,14 +874,14 @@ def cross_entropy_launches(
     _check_cols("cross_entropy", n_cols)
     if config["VARIANT"] == "split":
         partial, ws, n_chunks = _lse_partial(config, x, workspace, "cross_entropy")
-        kwargs = dict(NCH=triton.next_power_of_2(n_chunks), CDT=compute_type(x.dtype.name), UPCAST=upcast(),
+        kwargs = dict(NCH=next_power_of_2(n_chunks), CDT=compute_type(x.dtype.name), UPCAST=upcast(),
                       **_warps(config))  # fmt: skip
         args = (x, target, loss, ws, n_cols, x.stride(0), int(ignore_index), n_chunks)
         return [partial, KernelLaunch(_cross_entropy_split_kernel, (n_rows,), args, kwargs)]
     rows = config["ROWS"]
     args = (x, target, loss, n_rows, n_cols, x.stride(0), int(ignore_index))
     kwargs = dict(ROWS=rows, BLOCK_N=config["BLOCK_N"], CDT=compute_type(x.dtype.name), UPCAST=upcast())
-    return [KernelLaunch(_cross_entropy_kernel, (triton.cdiv(n_rows, rows),), args, dict(kwargs, **_warps(config)))]
+    return [KernelLaunch(_cross_entropy_kernel, (cdiv(n_rows, rows),), args, dict(kwargs, **_warps(config)))]
 
 
 # --- user-facing functions --------------------------------------------------------------------------------------------

@@ -266,6 +266,20 @@ def choose_config(spec: KernelSpec, problem: Mapping[str, Any], dtypes, config: 
 
 
 _serve_module = None
+_plans: list[dict] = []
+
+
+def served_plans() -> dict:
+    """A family's memo of `LaunchPlan`s by call signature; emptied with serving's state (`forget_plans`)."""
+    memo: dict = {}
+    _plans.append(memo)
+    return memo
+
+
+def forget_plans() -> None:
+    """Drop every family's launch plans: the configs they were made with may no longer be the ones served."""
+    for memo in _plans:
+        memo.clear()
 
 
 def _serving():

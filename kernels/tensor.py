@@ -194,8 +194,8 @@ class Tensor:
     def storage_offset(self) -> int:
         return self._offset
 
-    def data_ptr(self) -> int:
-        return self._storage.data_ptr() + self._offset * self.itemsize
+    def data_ptr(self) -> int:  # Triton reads it for every pointer argument of every launch
+        return self._storage.data_ptr() + self._offset * self.dtype.itemsize
 
     def untyped_storage(self) -> Storage:
         return self._storage

@@ -64,14 +64,13 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 import numpy as np
-import triton
 import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import KernelLaunch
+from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.matmul import _tile_coords
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
@@ -438,7 +437,7 @@ def prune_group_norm(candidates: Sequence[Config], problem: Mapping[str, Any], p
         )
         if reason or c["VARIANT"] != "split":
             return reason
-        chunks = triton.next_power_of_2(triton.cdiv(max(1, size), block))
+        chunks = next_power_of_2(cdiv(max(1, size), block))
         if chunks > MAX_TILE:
             return f"split: {chunks} chunk statistics > TRITON_MAX_TENSOR_NUMEL={MAX_TILE}"
         return registers_refusal(
@@ -617,7 +616,7 @@ def conv2d_launches(
     kg = k // groups
     m = n * oh * ow
     bm, bn = config["BLOCK_M"], config["BLOCK_N"]
-    grid = (triton.cdiv(m, bm) * triton.cdiv(kg, bn), groups)
+    grid = (cdiv(m, bm) * cdiv(kg, bn), groups)
     args = (x, weight, bias if bias is not None else y, y, cg, h, w, kg, oh, ow, m)
     args += tuple(x.strides) + tuple(weight.strides) + tuple(y.strides)
     kwargs = dict(R=r, S=s, STRIDE=stride, PAD=padding, DIL=dilation, HAS_BIAS=bias is not None, UPCAST=upcast())
@@ -632,7 +631,7 @@ def _workspace_dtype(dtype_name: str) -> str:
 def split_workspace(problem: Mapping[str, Any], dtype_name: str, device, block: int = SMALLEST_SPLIT_BLOCK) -> Tensor:
     """A workspace for the split group_norm of `problem` with chunks of >= block elements."""
     rows = int(problem["batch"]) * int(problem["groups"])
-    return empty((max(1, rows * triton.cdiv(group_size(problem), block) * 2),), _workspace_dtype(dtype_name), device)
+    return empty((max(1, rows * cdiv(group_size(problem), block) * 2),), _workspace_dtype(dtype_name), device)
 
 
 def group_norm_launches(
@@ -658,7 +657,7 @@ def group_norm_launches(
         args = (x, y, weight, bias, groups, cg, hw, float(eps)) + strides
         kwargs = dict(SILU=bool(silu), UPCAST=upcast(), **common)
         return [KernelLaunch(_group_norm_loop_kernel, (n * groups,), args, kwargs)]
-    n_chunks = triton.cdiv(cg * hw, block)
+    n_chunks = cdiv(cg * hw, block)
     need = n * groups * n_chunks * 2
     want = _workspace_dtype(x.dtype.name)
     if workspace is None or workspace.numel < need or workspace.dtype.name != want:
@@ -666,7 +665,7 @@ def group_norm_launches(
     grid = (n * groups, n_chunks)
     stats_args = (x, workspace, groups, cg, hw, n_chunks) + strides[:3]
     apply_args = (x, y, weight, bias, workspace, groups, cg, hw, n_chunks, float(eps)) + strides
-    apply_kwargs = dict(SILU=bool(silu), CHUNKS=triton.next_power_of_2(n_chunks), UPCAST=upcast(), **common)
+    apply_kwargs = dict(SILU=bool(silu), CHUNKS=next_power_of_2(n_chunks), UPCAST=upcast(), **common)
     return [
         KernelLaunch(_group_norm_stats_kernel, grid, stats_args, common),
         KernelLaunch(_group_norm_apply_kernel, grid, apply_args, apply_kwargs),
@@ -692,7 +691,7 @@ def upsample_launches(config: Config, x: Tensor, y: Tensor, scale_h: int, scale_
     args = (xb, yb, rows, inner, dims[1], dims[2])
     args += tuple(x.stride(a) for a in x_axes) + tuple(y.stride(a) for a in y_axes)
     kwargs = dict(SCALE_1=scales[0], SCALE_2=scales[1], SCALE_I=scales[2], BLOCK_R=br, BLOCK_I=bi, **_warps(config))
-    return [KernelLaunch(_upsample_nearest2d_kernel, (triton.cdiv(rows, br), triton.cdiv(inner, bi)), args, kwargs)]
+    return [KernelLaunch(_upsample_nearest2d_kernel, (cdiv(rows, br), cdiv(inner, bi)), args, kwargs)]
 
 
 # ======================================================================================================================

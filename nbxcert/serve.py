@@ -151,10 +151,13 @@ def state() -> _State:
 def reset() -> None:
     """Forget the process's serving state (tests, or after changing NBXCERT_* variables)."""
     global _state
+    from nbxcert.kernels.spec import forget_plans
+
     with _lock:
         _state = None
         _fast.clear()
         _said.clear()
+        forget_plans()
 
 
 UNCERTIFIED_MODES = ("sweep", "default")

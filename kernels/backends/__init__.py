@@ -55,6 +55,9 @@ def _decide() -> BackendChoice:
 def select() -> BackendChoice:
     """The backend of this process, decided on first call and then fixed. Sets up Triton for it."""
     global _choice
+    choice = _choice
+    if choice is not None:  # decided: no lock (every launch asks, through `upcast()`)
+        return choice
     with _lock:
         if _choice is None:
             choice = _decide()

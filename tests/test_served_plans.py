@@ -1,0 +1,157 @@
+"""Served launch plans (`nbxcert.kernels.launch.LaunchPlan`): a served call like one served before replays the
+launches that call made, with its own tensors, instead of checking, keying, looking up and building them again.
+They must be exactly the launches the full path makes, never outlive serving's state, never hold a call's tensors,
+and never exist for launches holding anything but the call's tensors and plain scalars."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import common  # noqa: E402
+
+from nbxcert.errors import ShapeMismatch  # noqa: E402
+from nbxcert.kernels import elementwise as ew  # noqa: E402
+from nbxcert.kernels import matmul as mm  # noqa: E402
+from nbxcert.kernels import rows  # noqa: E402
+from nbxcert.kernels.inputs import randn, rng  # noqa: E402
+from nbxcert.kernels.launch import KernelLaunch, LaunchPlan  # noqa: E402
+from nbxcert.kernels.tensor import empty  # noqa: E402
+
+
+@pytest.fixture
+def served(monkeypatch, tmp_path, backend):
+    """Serving with no certificate and the untuned default served for every key (a served path with no sweep)."""
+    from nbxcert import serve
+
+    monkeypatch.setenv("NBXCERT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("NBXCERT_CERTIFIED_ONLY", "0")
+    monkeypatch.setenv("NBXCERT_UNCERTIFIED", "default")
+    serve.configure(dirs=[tmp_path / "none"])
+    yield backend.device
+    serve.reset()
+
+
+def _cases(device):
+    gen = rng(7)
+    x, w = randn(gen, (3, 64), "float16", device), randn(gen, (64,), "float16", device)
+    r = randn(gen, (3, 64), "float16", device)
+    xs = randn(gen, (3, 2 * 48), "float16", device)
+    a, b = randn(gen, (5, 32), "float16", device), randn(gen, (48, 32), "float16", device).T
+    return {
+        "rmsnorm": (lambda: rows.rmsnorm(x, w, 1e-6, out=empty((3, 64), "float16", device)), rows._NORM_PLANS),
+        "add_rmsnorm": (lambda: rows.add_rmsnorm(x, r, w, 1e-6), rows._NORM_PLANS),
+        "silu_and_mul": (lambda: ew.silu_and_mul(xs), ew._SILU_PLANS),
+        "matmul": (lambda: mm.matmul(a, b), mm._MATMUL_PLANS),
+    }
+
+
+def _same_launches(full: list[KernelLaunch], planned: list[KernelLaunch]) -> None:
+    assert len(full) == len(planned) == 1
+    f, p = full[0], planned[0]
+    assert p.kernel is f.kernel and p.grid == f.grid and p.kwargs == f.kwargs
+    assert len(p.args) == len(f.args)
+    for i, (fa, pa) in enumerate(zip(f.args, p.args)):
+        if hasattr(fa, "data_ptr"):  # the output may be a fresh tensor; every other tensor is the call's own
+            assert (pa.shape, pa.strides, pa.dtype) == (fa.shape, fa.strides, fa.dtype), i
+        else:
+            assert pa == fa and type(pa) is type(fa), i
+
+
+@pytest.mark.parametrize("name", ["rmsnorm", "add_rmsnorm", "silu_and_mul", "matmul"])
+def test_a_plan_makes_the_launches_and_the_bits_of_the_full_path(served, name):
+    call, plans = _cases(served)[name]
+    plans.clear()
+    full = common.capture_launches(call)  # no plan yet: checks, key, config, launch built; the plan kept
+    assert [v for v in plans.values() if v], "the first served call left no plan"
+    planned = common.capture_launches(call)  # the same call again: replayed from the plan
+    _same_launches(full, planned)
+    first, again = call(), call()
+    first, again = first if isinstance(first, tuple) else (first,), again if isinstance(again, tuple) else (again,)
+    for f, a in zip(first, again):
+        assert np.array_equal(f.numpy().view(np.uint16), a.numpy().view(np.uint16))
+
+
+def test_the_inputs_of_a_replayed_call_are_its_own(served):
+    gen = rng(3)
+    w = randn(gen, (64,), "float16", served)
+    x1, x2 = randn(gen, (2, 64), "float16", served), randn(gen, (2, 64), "float16", served)
+    y1 = rows.rmsnorm(x1, w)  # makes the plan
+    y2 = rows.rmsnorm(x2, w)  # replays it on x2
+    want = rows.rmsnorm(x2, w, config=rows.RMSNORM.default)  # an explicit config: never a plan
+    assert np.array_equal(y2.numpy().view(np.uint16), want.numpy().view(np.uint16))
+    assert not np.array_equal(y1.numpy().view(np.uint16), y2.numpy().view(np.uint16))
+
+
+def test_plans_are_forgotten_with_serving_state(served):
+    from nbxcert import serve
+
+    call, plans = _cases(served)["rmsnorm"]
+    call()
+    assert plans
+    serve.reset()
+    assert not plans
+
+
+def test_a_plan_holds_no_tensor_of_the_call_that_made_it(served):
+    gen = rng(5)
+    x, w = randn(gen, (2, 64), "float16", served), randn(gen, (64,), "float16", served)
+    y = rows.rmsnorm(x, w)
+    refs = [weakref.ref(t) for t in (x, y)]
+    del x, y
+    gc.collect()
+    assert all(r() is None for r in refs)
+    assert any(rows._NORM_PLANS.values())
+
+
+def test_a_new_signature_is_checked_in_full(served):
+    gen = rng(9)
+    w = randn(gen, (64,), "float16", served)
+    rows.rmsnorm(randn(gen, (2, 64), "float16", served), w)
+    with pytest.raises(ShapeMismatch, match="weight/bias must have shape"):
+        rows.rmsnorm(randn(gen, (2, 32), "float16", served), w)
+
+
+def test_a_call_needing_a_view_gets_no_plan_and_stays_right(served):
+    gen = rng(11)
+    x, w = randn(gen, (2, 3, 64), "float16", served), randn(gen, (64,), "float16", served)
+    rows._NORM_PLANS.clear()
+    y = rows.rmsnorm(x, w)  # x is viewed as [6, 64] rows: a tensor of this call alone
+    assert list(rows._NORM_PLANS.values()) == [False]
+    again = rows.rmsnorm(x, w)
+    assert np.array_equal(y.numpy().view(np.uint16), again.numpy().view(np.uint16))
+
+
+def test_launches_holding_other_objects_get_no_plan():
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: None
+
+    x, y, workspace = object(), object(), empty((4,), "float32", "cpu")
+    k = Kernel()
+    assert LaunchPlan.of([KernelLaunch(k, (1,), (x, y, 3, 1.5, None), {"BLOCK": 8})], (x, y)) is not None
+    assert LaunchPlan.of([KernelLaunch(k, (1,), (x, workspace, 3), {})], (x, y)) is None  # a workspace
+    assert LaunchPlan.of([KernelLaunch(k, (1,), (x, [1, 2]), {})], (x, y)) is None  # anything else
+    assert LaunchPlan.of([KernelLaunch(k, (1,), (x,), {"DESC": object()})], (x, y)) is None
+    assert LaunchPlan.of([], (x, y)) is None  # nothing launched: nothing to replay
+
+
+def test_a_plan_puts_each_call_tensor_in_its_slots():
+    made = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: made.append((grid, args, kwargs))
+
+    x, y, x2, y2 = (object() for _ in range(4))
+    plan = LaunchPlan.of([KernelLaunch(Kernel(), (2, 1), (x, x, y, 7, 0.5), {"B": 4})], (x, y))
+    plan((x2, y2))
+    assert made == [((2, 1), (x2, x2, y2, 7, 0.5), {"B": 4})]
