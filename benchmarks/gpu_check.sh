@@ -63,8 +63,15 @@ case "${SET:-}" in
     ;;
   quality)  # #8's first measurement for $WORKLOAD, one shard of its keys per GPU: run it through gpu_pair.sh
             # (SET_A=quality SET_B=quality QUALITY_OF=2), each shard taking the GPU it was given and half the cores
+    # (and on GPU 0 first, #8's third measurement: the serving overhead with its profile, ~30 s)
     of=${QUALITY_OF:-1}
-    step quality 540 python3 benchmarks/bench_certified.py quality --workload "${WORKLOAD:?}" --dir certificates \
+    q=540
+    if [ "${CUDA_VISIBLE_DEVICES:-0}" = 0 ]; then
+      step serving 60 env PYTHONPATH=/tmp/notorch python3 benchmarks/bench_certified.py serving --profile \
+        --out "$OUT/serving.json"
+      q=470
+    fi
+    step quality $q python3 benchmarks/bench_certified.py quality --workload "${WORKLOAD:?}" --dir certificates \
       --shard "${CUDA_VISIBLE_DEVICES:-0}/$of" --jobs $(( $(nproc) / of )) --out "$OUT/quality.json"
     ;;
   *) echo "SET must be core, families, matmul, sq, moe, quality or cold" >&2; exit 2 ;;

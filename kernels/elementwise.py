@@ -51,6 +51,7 @@ from nbxcert.kernels.spec import (
     PruneResult,
     Reference,
     choose_config,
+    keep_plan,
     register,
     served_plans,
 )
@@ -596,7 +597,7 @@ def silu_and_mul(x: Tensor, out: Tensor | None = None, config: Config | None = N
     made = silu_and_mul_launches(cfg, rows_x, rows_y)
     _run(made)
     if config is None:
-        _SILU_PLANS[sig] = LaunchPlan.of(made, (x, y)) or False
+        keep_plan(_SILU_PLANS, sig, LaunchPlan.of(made, (x, y)))
     return y
 
 

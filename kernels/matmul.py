@@ -86,6 +86,7 @@ from nbxcert.kernels.spec import (
     PruneResult,
     Reference,
     choose_config,
+    keep_plan,
     register,
     served_plans,
 )
@@ -1260,7 +1261,7 @@ def matmul(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | Non
     m, n, k, a_st, b_st, c_st, bias_st = _operands(a, b, out, None, 1)
     made = _launch_mm(cfg, 1, m, n, k, a, a_st, b, b_st, out, c_st, None, bias_st, 1.0, 1.0, "none")
     if config is None:
-        _MATMUL_PLANS[sig] = made is not None and LaunchPlan.of(made, (a, b, out)) or False
+        keep_plan(_MATMUL_PLANS, sig, made and LaunchPlan.of(made, (a, b, out)))
     return out
 
 

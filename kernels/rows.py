@@ -65,6 +65,7 @@ from nbxcert.kernels.spec import (
     PruneResult,
     Reference,
     choose_config,
+    keep_plan,
     register,
     served_plans,
 )
@@ -767,7 +768,7 @@ def _norm(spec, x, residual, weight, bias, eps, out, out_sum, config, rms):
     made = launches(cfg)
     _run(made)
     if config is None:
-        _NORM_PLANS[sig] = LaunchPlan.of(made, (x, residual, weight, bias, y, s)) or False
+        keep_plan(_NORM_PLANS, sig, LaunchPlan.of(made, (x, residual, weight, bias, y, s)))
     return y if s is None else (s, y)
 
 

@@ -269,11 +269,24 @@ _serve_module = None
 _plans: list[dict] = []
 
 
+MAX_PLANS = 4096  # signatures one family keeps; a process serving more distinct shapes starts its memo afresh
+
+
 def served_plans() -> dict:
-    """A family's memo of `LaunchPlan`s by call signature; emptied with serving's state (`forget_plans`)."""
+    """A family's memo of `LaunchPlan`s by call signature; emptied with serving's state (`forget_plans`). Fill it
+    through `keep_plan`, which bounds it."""
     memo: dict = {}
     _plans.append(memo)
     return memo
+
+
+def keep_plan(memo: dict, signature: tuple, plan) -> None:
+    """Remember `plan` (a `LaunchPlan`, or None where the call's launches cannot be replayed: kept as False, so the
+    call takes the full path without trying again) for `signature`; past MAX_PLANS signatures the memo is cleared
+    first (shapes that vary without end, such as every prefill length, must not grow it without bound)."""
+    if len(memo) >= MAX_PLANS:
+        memo.clear()
+    memo[signature] = plan or False
 
 
 def forget_plans() -> None:

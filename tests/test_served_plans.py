@@ -37,7 +37,7 @@ def served(monkeypatch, tmp_path, backend):
     monkeypatch.setenv("NBXCERT_UNCERTIFIED", "default")
     serve.configure(dirs=[tmp_path / "none"])
     yield backend.device
-    serve.reset()
+    serve.configure()  # no directory override left for the tests after this one
 
 
 def _cases(device):
@@ -155,3 +155,15 @@ def test_a_plan_puts_each_call_tensor_in_its_slots():
     plan = LaunchPlan.of([KernelLaunch(Kernel(), (2, 1), (x, x, y, 7, 0.5), {"B": 4})], (x, y))
     plan((x2, y2))
     assert made == [((2, 1), (x2, x2, y2, 7, 0.5), {"B": 4})]
+
+
+def test_the_memo_of_plans_is_bounded(served, monkeypatch):
+    from nbxcert.kernels import spec
+
+    monkeypatch.setattr(spec, "MAX_PLANS", 3)
+    gen = rng(13)
+    w = randn(gen, (64,), "float16", served)
+    rows._NORM_PLANS.clear()
+    for n_rows in range(1, 8):  # seven signatures: a prefill length each
+        rows.rmsnorm(randn(gen, (n_rows, 64), "float16", served), w)
+        assert 1 <= len(rows._NORM_PLANS) <= 3
