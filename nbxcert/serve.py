@@ -426,7 +426,7 @@ def _time(runtime: RuntimeLaunch, cfg) -> dict:
         times = sorted(triton_cuda.do_bench_events(lambda: runtime.run(cfg), 5.0, 20.0))
         med = statistics.median(times)
         lo, hi = times[int(0.2 * (len(times) - 1))], times[int(0.8 * (len(times) - 1))]
-        return {"median_us": med * 1e3, "spread": (hi - lo) / med if med > 0 else 0.0}
+        return {"median_us": med * 1e3, "spread": (hi - lo) / med if med > 0 else 0.0, "reps": len(times)}
     t0 = time.perf_counter()
     runtime.run(cfg)
-    return {"median_us": (time.perf_counter() - t0) * 1e6, "spread": 0.0}
+    return {"median_us": (time.perf_counter() - t0) * 1e6, "spread": 0.0, "reps": 1}

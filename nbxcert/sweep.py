@@ -11,8 +11,9 @@
 4. Each correct candidate is screened at the bucket's largest member with a brief budget (CUDA events, L2 flushed);
    the fastest few and the untuned default are timed again at the full budget (`runner.SCREEN_MS`, `FULL_MS`). Under
    the interpreter the checked launch's CPU time is the timing.
-5. Winner = fastest of the fully timed; a candidate within the winner's measured noise is preferred when it is the
-   kernel's untuned default, then when it is simpler, so certificates do not flip between runs. The winner runs three
+5. Winner = fastest of the fully timed; a candidate whose median cannot be told apart from the fastest's (within `Z`
+   standard errors of the difference of the medians) is preferred when it is the kernel's untuned default, then when
+   it is simpler, so certificates do not flip between runs. The winner runs three
    more times on the same inputs, each run judged against the oracle and the runs' bits compared: a winner wrong on
    a re-run (a candidate right only on its first launch passes an exact key's one checked launch), crashed, hung, or
    not bit-identical though its spec claims determinism is refused like any candidate and the winner chosen again.
@@ -21,6 +22,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,15 +80,32 @@ def simplicity(config: Config) -> tuple:
     return (config.num_stages, config.num_warps, sum(ints), config.label())
 
 
+# Two medians are told apart when they differ by more than Z standard errors of their difference (about 95% for
+# normal errors). A median's standard error is taken as (p80 - p20) / (1.2 * sqrt(reps)): 60% of the repetitions lie
+# between p20 and p80, so the density near the median is about 0.6 / (p80 - p20), and the sample median's standard
+# error is 1 / (2 * density * sqrt(reps)).
+Z = 2.0
+
+
+def median_se(o: Outcome) -> float:
+    """The standard error of a timed candidate's median, from its spread and repetitions (see Z)."""
+    t = o.timing or {}
+    reps = int(t.get("reps") or 0)
+    spread = float(t.get("spread") or 0.0)
+    return spread * o.median / (1.2 * math.sqrt(reps)) if reps > 0 else spread * o.median
+
+
 def choose_winner(correct: list[Outcome], default: Config) -> tuple[Outcome | None, Outcome | None]:
-    """Fastest correct; within the fastest's measured noise (its (p80 - p20) / median), prefer the untuned default,
-    then the simplest. Returns (winner, runner-up)."""
+    """Fastest correct; among the candidates whose median cannot be told apart from the fastest's (within Z standard
+    errors of the difference), prefer the untuned default, then the simplest. Returns (winner, runner-up).
+
+    The band is the medians' uncertainty, not the spread of single runs: a fast candidate with noisy runs (a spread
+    of 100% over 360 repetitions) must not let a default 78% slower and steady win, as the raw spread did."""
     if not correct:
         return None, None
     ranked = sorted(correct, key=lambda o: (o.median, simplicity(o.config)))
     best = ranked[0]
-    noise = best.timing.get("spread", 0.0) if best.timing else 0.0
-    band = [o for o in ranked if o.median <= best.median * (1.0 + noise)]
+    band = [o for o in ranked if o.median - best.median <= Z * math.hypot(median_se(o), median_se(best))]
     winner = next((o for o in band if o.config == default), None) or min(band, key=lambda o: simplicity(o.config))
     rest = [o for o in ranked if o is not winner]
     return winner, (rest[0] if rest else None)

@@ -124,7 +124,13 @@ def test_serving_times_the_served_the_built_and_the_raw_launch_and_profiles_them
     check(subprocess.run(bench, env=env, capture_output=True, text=True, timeout=600), 0)
     result = json.loads(out.read_text())
     assert result["backend"] == "interpreter" and result["problem"] == {"n_rows": 1, "n_cols": 64}
-    assert {name: len(v) for name, v in result["runs_us"].items()} == {"served": 2, "direct": 2, "raw": 2, "lookup": 2}
+    assert {name: len(v) for name, v in result["runs_us"].items()} == {
+        "served": 2,
+        "served_alloc": 2,
+        "direct": 2,
+        "raw": 2,
+        "lookup": 2,
+    }
     assert result["overhead_us"] == pytest.approx(result["served_us"] - result["raw_us"])
     assert all(any("function calls" in line for line in result["profiles"][p]) for p in ("served", "raw"))
     assert any("(rmsnorm)" in line for line in result["profiles"]["served"])

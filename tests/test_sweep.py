@@ -58,11 +58,11 @@ def test_one_sweep_refuses_each_fault_with_its_reason_and_certifies_the_good_one
     assert runner.restarts >= 2, "the crashed and the hung worker were both replaced"
 
 
-def _o(label_kwargs, median, spread=0.0, warps=4, stages=2):
+def _o(label_kwargs, median, spread=0.0, warps=4, stages=2, reps=10):
     return Outcome(
         Config.make(num_warps=warps, num_stages=stages, **label_kwargs),
         "correct",
-        timing={"median_us": median, "min_us": median, "spread": spread, "reps": 10, "kind": "cuda_events"},
+        timing={"median_us": median, "min_us": median, "spread": spread, "reps": reps, "kind": "cuda_events"},
     )
 
 
@@ -73,11 +73,31 @@ def test_winner_is_fastest_when_outside_noise():
 
 
 def test_within_noise_the_default_wins_then_the_simplest():
-    a, b, c = _o({"B": 128}, 10.0, spread=0.05), _o({"B": 64}, 10.3), _o({"B": 32}, 10.4)
+    # the fastest's median: standard error 0.2 * 10 / (1.2 * sqrt(10)) = 0.53 us; 10.3 and 10.4 are within 2 of them
+    a, b, c = _o({"B": 128}, 10.0, spread=0.2), _o({"B": 64}, 10.3), _o({"B": 32}, 10.4)
     winner, _ = choose_winner([a, b, c], default=b.config)
     assert winner is b, "the untuned default within the noise band is preferred"
     winner, _ = choose_winner([a, b, c], default=Config.make(B=999))
     assert winner is c, "without the default in the band, the simplest (smallest tiles) wins"
+
+
+def test_a_noisy_fastest_does_not_let_a_much_slower_default_win():
+    """As certified on the H200 under the old rule (the band was the fastest's raw spread, 103%): a matmul whose
+    fastest candidate timed 26.0 us (spread 1.03 over 360 runs) lost to the default at 46.6 us (spread 0.03)."""
+    fast = _o({"B": 32}, 26.0, spread=1.031, reps=360)
+    default = _o({"B": 128}, 46.56, spread=0.029, reps=374)
+    winner, runner_up = choose_winner([default, fast], default=default.config)
+    assert winner is fast and runner_up is default
+
+
+def test_the_band_narrows_with_repetitions():
+    """The same medians and spreads: with 10 runs each the two cannot be told apart (the default wins), with 1000
+    they can (the fastest wins)."""
+    for reps, want in ((10, "default"), (1000, "fast")):
+        fast = _o({"B": 32}, 10.0, spread=0.3, reps=reps)
+        default = _o({"B": 128}, 10.8, spread=0.3, reps=reps)
+        winner, _ = choose_winner([fast, default], default=default.config)
+        assert winner is {"fast": fast, "default": default}[want], reps
 
 
 def test_no_correct_candidate_means_no_winner():
