@@ -3,6 +3,8 @@
 # `nbxcert certify --profile hopper` over the keys of $WORKLOADS into certificates/nvidia/hopper, for at most
 # $CERTIFY_S seconds (resumable: a later call continues where this one stopped), with torch made unimportable in every
 # process (a sitecustomize whose meta_path finder refuses it).
+# KEYS=file certifies the keys of a keys file instead (JSON lines, as `nbxcert keys --json` writes them); a key certified
+# by another nbxcert version or card is swept again, one certified by this one is skipped (resumable).
 # With several GPUs the keys are split into one `--shard i/N` per GPU (CUDA_VISIBLE_DEVICES=i), run at once, each
 # with its share of the CPU cores for compiling; they write into the same directory (writes are atomic and locked).
 # Logs (one line per key, and each shard's JSON summary when it finishes) and the certificates come back packed in
@@ -13,10 +15,14 @@ CERTIFY_S=${CERTIFY_S:-300}
 mkdir -p /tmp/certify-logs
 source "$(dirname "$0")/gpu_env.sh"
 : > /tmp/certify-logs/keys.jsonl
-for w in $WORKLOADS; do
-  python3 -m nbxcert keys --profile hopper --workload "$w" --json >> /tmp/certify-logs/keys.jsonl
-done
-echo "$(wc -l < /tmp/certify-logs/keys.jsonl) keys of $WORKLOADS over $SHARDS shard(s), $JOBS compile jobs each"
+if [ -n "${KEYS:-}" ]; then  # a keys file instead (e.g. benchmarks/stale_hopper_0.1.0.jsonl: keys to sweep again)
+  cp "$KEYS" /tmp/certify-logs/keys.jsonl
+else
+  for w in $WORKLOADS; do
+    python3 -m nbxcert keys --profile hopper --workload "$w" --json >> /tmp/certify-logs/keys.jsonl
+  done
+fi
+echo "$(wc -l < /tmp/certify-logs/keys.jsonl) keys of ${KEYS:-$WORKLOADS} over $SHARDS shard(s), $JOBS compile jobs each"
 mkdir -p certificates/nvidia/hopper
 start=$(date +%s)
 for i in $(seq 0 $(( SHARDS - 1 ))); do

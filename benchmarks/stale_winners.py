@@ -1,0 +1,64 @@
+"""Keys whose certified winner is significantly slower than their own runner-up, read from the certificates alone.
+
+The sweep's winner rule (`nbxcert.sweep.choose_winner`) prefers the untuned default, then the simplest candidate,
+among those whose median cannot be told apart from the fastest's. nbxcert 0.1.0 judged "cannot be told apart" by the
+fastest's raw spread, which a noisy fastest candidate made as wide as 100% and more. Under today's rule (medians
+within `Z` standard errors of their difference) a certificate names another winner exactly when its winner's median
+lies outside today's band around the fastest finalist, which is its runner-up whenever the runner-up is faster (a
+winner that is the fastest, or inside today's band, is chosen again: today's band is narrower and holds the fastest).
+So these keys, and only these, need their sweep again; the list is a keys file for `nbxcert certify --keys`.
+
+    python3 benchmarks/stale_winners.py certificates/nvidia/hopper --out stale.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+
+def stale(entry: dict) -> float | None:
+    """The winner's median over its runner-up's where the runner-up is significantly faster, else None."""
+    from nbxcert.kernels.spec import Config
+    from nbxcert.sweep import Outcome, Z, median_se
+
+    runner = entry.get("runner_up")
+    if not runner:
+        return None
+    winner = Outcome(Config.from_dict(entry["winner"]["config"]), "correct", timing=entry["winner"]["timing"])
+    best = Outcome(Config.from_dict(runner["config"]), "correct", timing=runner["timing"])
+    if best.median >= winner.median:
+        return None
+    if winner.median - best.median <= Z * math.hypot(median_se(winner), median_se(best)):
+        return None
+    return winner.median / best.median
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("directory", help="a profile's certificate directory, e.g. certificates/nvidia/hopper")
+    parser.add_argument("--out", help="write the keys as JSON lines (nbxcert certify --keys) to this file")
+    args = parser.parse_args(argv)
+    found, total = [], 0
+    for path in sorted(Path(args.directory).glob("*.json")):
+        for key, entry in json.loads(path.read_text())["entries"].items():
+            total += 1
+            ratio = stale(entry)
+            if ratio is not None:
+                found.append((key, ratio))
+    for key, ratio in sorted(found, key=lambda kr: -kr[1])[:10]:
+        print(f"{ratio:5.2f}x  {key}")
+    ratios = sorted(r for _, r in found)
+    median = ratios[len(ratios) // 2] if ratios else 0.0
+    print(f"{len(found)} of {total} certified winners are significantly slower than their runner-up"
+          + (f" (median {median:.3f}x, worst {ratios[-1]:.2f}x)" if ratios else ""))  # fmt: skip
+    if args.out:
+        Path(args.out).write_text("".join(json.dumps({"key": key}) + "\n" for key, _ in found))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
