@@ -7,6 +7,8 @@ within `Z` standard errors of their difference) a certificate names another winn
 lies outside today's band around the fastest finalist, which is its runner-up whenever the runner-up is faster (a
 winner that is the fastest, or inside today's band, is chosen again: today's band is narrower and holds the fastest).
 So these keys, and only these, need their sweep again; the list is a keys file for `nbxcert certify --keys`.
+Certificates made by nbxcert 0.2.0 on keep every fully timed candidate (`finalists`): for them the rule itself is
+applied to all of them, whatever it becomes.
 
     python3 benchmarks/stale_winners.py certificates/nvidia/hopper --out stale.jsonl
 """
@@ -20,16 +22,26 @@ import sys
 from pathlib import Path
 
 
-def stale(entry: dict) -> float | None:
-    """The winner's median over its runner-up's where the runner-up is significantly faster, else None."""
+def stale(entry: dict, kernel: str | None = None) -> float | None:
+    """The certified winner's median over the one today's rule chooses, where they differ; else None. A certificate
+    with `finalists` (nbxcert 0.2.0 on) is judged by the rule itself over all of them (the kernel names the untuned
+    default); one without, by its runner-up (see the module doc)."""
     from nbxcert.kernels.spec import Config
-    from nbxcert.sweep import Outcome, Z, median_se
+    from nbxcert.sweep import Outcome, Z, choose_winner, median_se
 
+    def outcome(side: dict) -> Outcome:
+        return Outcome(Config.from_dict(side["config"]), "correct", timing=side["timing"])
+
+    winner = outcome(entry["winner"])
+    if entry.get("finalists") and kernel is not None:
+        from nbxcert.kernels.spec import get_spec
+
+        chosen, _ = choose_winner([outcome(f) for f in entry["finalists"]], get_spec(kernel).default)
+        return None if chosen.config == winner.config else winner.median / chosen.median
     runner = entry.get("runner_up")
     if not runner:
         return None
-    winner = Outcome(Config.from_dict(entry["winner"]["config"]), "correct", timing=entry["winner"]["timing"])
-    best = Outcome(Config.from_dict(runner["config"]), "correct", timing=runner["timing"])
+    best = outcome(runner)
     if best.median >= winner.median:
         return None
     if winner.median - best.median <= Z * math.hypot(median_se(winner), median_se(best)):
@@ -44,16 +56,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     found, total = [], 0
     for path in sorted(Path(args.directory).glob("*.json")):
-        for key, entry in json.loads(path.read_text())["entries"].items():
+        doc = json.loads(path.read_text())
+        for key, entry in doc["entries"].items():
             total += 1
-            ratio = stale(entry)
+            ratio = stale(entry, doc.get("kernel"))
             if ratio is not None:
                 found.append((key, ratio))
     for key, ratio in sorted(found, key=lambda kr: -kr[1])[:10]:
         print(f"{ratio:5.2f}x  {key}")
     ratios = sorted(r for _, r in found)
     median = ratios[len(ratios) // 2] if ratios else 0.0
-    print(f"{len(found)} of {total} certified winners are significantly slower than their runner-up"
+    print(f"{len(found)} of {total} certified winners are not the one today's rule chooses (significantly slower)"
           + (f" (median {median:.3f}x, worst {ratios[-1]:.2f}x)" if ratios else ""))  # fmt: skip
     if args.out:
         Path(args.out).write_text("".join(json.dumps({"key": key}) + "\n" for key, _ in found))

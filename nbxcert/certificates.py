@@ -168,7 +168,7 @@ def validate_entry(path, key_text: str, entry: Any, kernel: str, dtype: str, spe
         raise _fail(path, key_text, None, f"key does not parse: {e.message}") from None
     if key.kernel != kernel:
         raise _fail(path, key_text, None, f"key's kernel '{key.kernel}' is not the file's kernel '{kernel}'")
-    _check_keys(path, key_text, "", entry, _ENTRY_REQUIRED)
+    _check_keys(path, key_text, "", entry, _ENTRY_REQUIRED, {"finalists": list})
     for role in ("winner", "default"):
         if role == "default" and entry[role] is None:
             continue  # the untuned default was refused on this device (its refusal is in the counts)
@@ -177,6 +177,10 @@ def validate_entry(path, key_text: str, entry: Any, kernel: str, dtype: str, spe
         _check_keys(path, key_text, f"{role}.timing", entry[role]["timing"], _TIMING)
         if entry[role]["timing"]["kind"] not in TIMING_KINDS:
             raise _fail(path, key_text, f"{role}.timing.kind", f"must be one of {TIMING_KINDS}")
+    for i, f in enumerate(entry.get("finalists") or ()):  # optional: certificates before nbxcert 0.2.0 lack it
+        _check_keys(path, key_text, f"finalists[{i}]", f, {"config": dict, "timing": dict})
+        check_config(path, key_text, f"finalists[{i}].config", f["config"], spec)
+        _check_keys(path, key_text, f"finalists[{i}].timing", f["timing"], _TIMING)
     if entry["runner_up"] is not None:
         _check_keys(path, key_text, "runner_up", entry["runner_up"], {"config": dict, "timing": dict})
         check_config(path, key_text, "runner_up.config", entry["runner_up"]["config"], spec)

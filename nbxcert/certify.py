@@ -179,6 +179,13 @@ def entry_of(result: SweepResult, spec, profile, prov, seed: int) -> dict[str, A
             for o in result.outcomes
             if o.status != "correct"
         ],
+        # every candidate timed at the full budget, fastest first: what the winner was chosen from, so the choice can
+        # be audited, and a change of the winner rule applied to a certificate without sweeping its key again
+        "finalists": [
+            {"config": o.config.as_dict(), "timing": o.timing}
+            for o in sorted(result.outcomes, key=lambda o: o.median)
+            if o.status == "correct" and o.phase == "final" and o.timing
+        ],
     }
 
 

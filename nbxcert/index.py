@@ -194,6 +194,10 @@ class _DigestMemo:
             pass  # an unwritable cache costs a re-hash next time, nothing else
 
 
+# Certificate fields that serving never reads, left out of the index (they stay in the JSON for review)
+AUDIT_ONLY = ("finalists",)
+
+
 def _collect(dirs: list[Path], profile_key: str, memory_class: str) -> dict[str, bytes]:
     """Every certification of the memory class as canonical JSON bytes; the first directory (then the first file in
     path order) wins a key. Every file is validated whole, other memory classes included, or nothing is returned."""
@@ -206,7 +210,8 @@ def _collect(dirs: list[Path], profile_key: str, memory_class: str) -> dict[str,
                 raise certificates._fail(path, None, "profile", reason)  # file, key, field, reason, as validate_doc
             for key_text, entry in cert.entries.items():
                 if entry["memory_class"] == memory_class and key_text not in chosen:
-                    text = json.dumps(entry, sort_keys=True, separators=(",", ":"), allow_nan=False)
+                    served = {k: v for k, v in entry.items() if k not in AUDIT_ONLY}
+                    text = json.dumps(served, sort_keys=True, separators=(",", ":"), allow_nan=False)
                     chosen[key_text] = text.encode()
     return chosen
 
