@@ -67,9 +67,9 @@ case "${SET:-}" in
     of=${QUALITY_OF:-1}
     q=540
     if [ "${CUDA_VISIBLE_DEVICES:-0}" = 0 ]; then
-      step serving 60 env PYTHONPATH=/tmp/notorch python3 benchmarks/bench_certified.py serving --profile \
+      step serving 100 env PYTHONPATH=/tmp/notorch python3 benchmarks/bench_certified.py serving --profile \
         --out "$OUT/serving.json"
-      q=470
+      q=430
     fi
     step quality $q python3 benchmarks/bench_certified.py quality --workload "${WORKLOAD:?}" --dir certificates \
       --shard "${CUDA_VISIBLE_DEVICES:-0}/$of" --jobs $(( $(nproc) / of )) --out "$OUT/quality.json"
