@@ -3,7 +3,7 @@
 # `nbxcert certify --profile hopper` over the keys of $WORKLOADS into certificates/nvidia/hopper, for at most
 # $CERTIFY_S seconds (resumable: a later call continues where this one stopped), with torch made unimportable in every
 # process (a sitecustomize whose meta_path finder refuses it).
-# KEYS=file certifies the keys of a keys file instead (JSON lines, as `nbxcert keys --json` writes them); a key certified
+# KEYS="file ..." certifies the keys of keys files instead (JSON lines, as `nbxcert keys --json` writes them); a key certified
 # by another nbxcert version or card is swept again, one certified by this one is skipped (resumable).
 # With several GPUs the keys are split into one `--shard i/N` per GPU (CUDA_VISIBLE_DEVICES=i), run at once, each
 # with its share of the CPU cores for compiling; they write into the same directory (writes are atomic and locked).
@@ -15,8 +15,8 @@ CERTIFY_S=${CERTIFY_S:-300}
 mkdir -p /tmp/certify-logs
 source "$(dirname "$0")/gpu_env.sh"
 : > /tmp/certify-logs/keys.jsonl
-if [ -n "${KEYS:-}" ]; then  # a keys file instead (e.g. benchmarks/stale_hopper_0.1.0.jsonl: keys to sweep again)
-  cp "$KEYS" /tmp/certify-logs/keys.jsonl
+if [ -n "${KEYS:-}" ]; then  # keys files instead (e.g. benchmarks/stale_hopper_0.1.0.jsonl: keys to sweep again)
+  cat $KEYS > /tmp/certify-logs/keys.jsonl
 else
   for w in $WORKLOADS; do
     python3 -m nbxcert keys --profile hopper --workload "$w" --json >> /tmp/certify-logs/keys.jsonl

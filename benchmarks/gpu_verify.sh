@@ -7,8 +7,8 @@
 # PER_GPU=2 runs two shards on each GPU at once, each with its share of the cores (a key's check is mostly host work:
 # inputs and float64 oracles, so a GPU waits on one process's host). A workload too long for one call is split into
 # more shards than run at once: OF=8 FIRST=0 runs shards 0..3 of 8 (PER_GPU=2 on two GPUs), a later call OF=8 FIRST=4
-# the rest (each shard's line names it; together they cover every key). KEYS=file (with WORKLOADS=name, a label then)
-# verifies the keys of a keys file instead of a workload's.
+# the rest (each shard's line names it; together they cover every key). SHARD_LIST="0 1 3" runs those shards of OF.
+# KEYS="file ..." (with WORKLOADS=name, then only a label) verifies the keys of keys files instead of a workload's.
 set -u
 WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
 VERIFY_S=${VERIFY_S:-540}
@@ -19,6 +19,7 @@ RUNS=$(( GPUS * PER_GPU ))
 JOBS=$(( $(nproc) / RUNS )); [ "$JOBS" -ge 1 ] || JOBS=1
 OF=${OF:-$RUNS}
 FIRST=${FIRST:-0}
+[ -z "${KEYS:-}" ] || cat $KEYS > /tmp/verify-keys.jsonl  # KEYS="file ...": their keys, as one file
 for w in $WORKLOADS; do
   start=$(date +%s)
   j=0
@@ -26,7 +27,7 @@ for w in $WORKLOADS; do
     gpu=$(( j % GPUS )); j=$(( j + 1 ))
     CUDA_VISIBLE_DEVICES=$gpu OMP_NUM_THREADS=$JOBS OPENBLAS_NUM_THREADS=$JOBS MKL_NUM_THREADS=$JOBS \
       PYTHONPATH=/tmp/notorch timeout -s INT "$VERIFY_S" python3 -m nbxcert verify --profile hopper \
-      $(if [ -n "${KEYS:-}" ]; then echo --keys "$KEYS"; else echo --workload "$w"; fi) \
+      $(if [ -n "${KEYS:-}" ]; then echo --keys /tmp/verify-keys.jsonl; else echo --workload "$w"; fi) \
       --dir certificates --certified-only --shard "$i/$OF" --jobs "$JOBS" \
       > "$OUT/verify_$w.$i.log" 2>&1 &
   done
