@@ -1239,7 +1239,8 @@ _MATMUL_PLANS = served_plans()
 def matmul(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """C = A @ B for 2-d A (M, K) and B (K, N) of one dtype (float16, bfloat16, float32); returns C (M, N)."""
     if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
-        sig = (a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype)
+        # the key's `aligned` field reads the operands' base addresses too (16-byte alignment, for TMA)
+        sig = (a.shape, a.strides, a.dtype, a.data_ptr() % 16, b.shape, b.strides, b.dtype, b.data_ptr() % 16)
         if out is not None:
             sig += (out.shape, out.strides, out.dtype)
         plan = _MATMUL_PLANS.get(sig)

@@ -167,3 +167,21 @@ def test_the_memo_of_plans_is_bounded(served, monkeypatch):
     for n_rows in range(1, 8):  # seven signatures: a prefill length each
         rows.rmsnorm(randn(gen, (n_rows, 64), "float16", served), w)
         assert 1 <= len(rows._NORM_PLANS) <= 3
+
+
+def test_a_matmul_on_misaligned_operands_is_keyed_apart(served):
+    """The matmul key's `aligned` field reads the operands' base addresses: a call on a view one element into its
+    buffer (the same shapes and strides) is another key, so it must not replay the aligned call's plan."""
+    from nbxcert.kernels.tensor import Tensor
+
+    gen = rng(17)
+    a, b = randn(gen, (4, 32), "float16", served), randn(gen, (32, 48), "float16", served)
+    mm._MATMUL_PLANS.clear()
+    mm.matmul(a, b)
+    buf = randn(gen, (4 * 32 + 1,), "float16", served)
+    shifted = Tensor(buf.untyped_storage(), (4, 32), (32, 1), "float16", 1)  # base address 2 bytes off
+    assert mm._problem_matmul(shifted, b)["aligned"] == 0 and mm._problem_matmul(a, b)["aligned"] == 1
+    got = mm.matmul(shifted, b)
+    assert len(mm._MATMUL_PLANS) == 2
+    want = mm.matmul(shifted, b, config=mm.MATMUL.default)
+    assert np.array_equal(got.numpy().view(np.uint16), want.numpy().view(np.uint16))
