@@ -61,6 +61,7 @@ def constexprs(key: Any, make) -> dict[str, Any]:
 
 
 _PLAIN = (int, float, bool, str, type(None))
+ALIASED = object()  # LaunchPlan.of's answer for a call whose tensors alias each other (see there)
 
 
 class LaunchPlan:
@@ -77,7 +78,13 @@ class LaunchPlan:
         self.steps = steps  # ((launcher, args template, ((position, tensor index), ...), kwargs), ...)
 
     @staticmethod
-    def of(launches: Sequence[KernelLaunch], tensors: Sequence[Any]) -> LaunchPlan | None:
+    def of(launches: Sequence[KernelLaunch], tensors: Sequence[Any]) -> LaunchPlan | None | object:
+        """The plan of these launches, None where they cannot be replayed, or ALIASED where one tensor filled two of
+        the call's places (out=x, or x @ x): which place an argument came from is then unknown, so this call makes no
+        plan, and a later call of the same signature without the aliasing makes it."""
+        present = [id(t) for t in tensors if t is not None]
+        if len(set(present)) != len(present):
+            return ALIASED
         index = {id(t): i for i, t in enumerate(tensors) if t is not None}
         steps = []
         for launch in launches:

@@ -281,9 +281,13 @@ def served_plans() -> dict:
 
 
 def keep_plan(memo: dict, signature: tuple, plan) -> None:
-    """Remember `plan` (a `LaunchPlan`, or None where the call's launches cannot be replayed: kept as False, so the
-    call takes the full path without trying again) for `signature`; past MAX_PLANS signatures the memo is cleared
-    first (shapes that vary without end, such as every prefill length, must not grow it without bound)."""
+    """Remember `plan` for `signature`: a `LaunchPlan`; None where the call's launches cannot be replayed (kept as
+    False, so such calls take the full path without trying again); ALIASED: nothing kept. Past MAX_PLANS signatures
+    the memo is cleared first (shapes that vary without end, such as every prefill length, must not grow it)."""
+    from nbxcert.kernels.launch import ALIASED
+
+    if plan is ALIASED:  # this call's tensors alias each other: no plan from it, none refused either
+        return
     if len(memo) >= MAX_PLANS:
         memo.clear()
     memo[signature] = plan or False

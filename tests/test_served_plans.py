@@ -185,3 +185,30 @@ def test_a_matmul_on_misaligned_operands_is_keyed_apart(served):
     assert len(mm._MATMUL_PLANS) == 2
     want = mm.matmul(shifted, b, config=mm.MATMUL.default)
     assert np.array_equal(got.numpy().view(np.uint16), want.numpy().view(np.uint16))
+
+
+def test_a_call_whose_tensors_alias_makes_no_plan_for_the_calls_that_do_not(served):
+    """out=x (in place) or x @ x: one tensor fills two places, so a plan made from that call could not tell which
+    place an argument came from; a later call of the same signature with separate tensors must read its own x."""
+    gen = rng(19)
+    w = randn(gen, (64,), "float16", served)
+    x = randn(gen, (2, 64), "float16", served)
+    rows._NORM_PLANS.clear()
+    rows.rmsnorm(x, w, out=x)  # in place: no plan kept
+    assert not rows._NORM_PLANS
+    x2, y2 = randn(gen, (2, 64), "float16", served), empty((2, 64), "float16", served)
+    rows.rmsnorm(x2, w, out=y2)
+    x3, y3 = randn(gen, (2, 64), "float16", served), empty((2, 64), "float16", served)
+    rows.rmsnorm(x3, w, out=y3)  # replayed from x2's plan
+    want = rows.rmsnorm(x3, w, config=rows.RMSNORM.default)
+    assert np.array_equal(y3.numpy().view(np.uint16), want.numpy().view(np.uint16))
+
+    a = randn(gen, (32, 32), "float16", served)
+    mm._MATMUL_PLANS.clear()
+    mm.matmul(a, a)
+    assert not mm._MATMUL_PLANS
+    a2, b2 = randn(gen, (32, 32), "float16", served), randn(gen, (32, 32), "float16", served)
+    mm.matmul(a2, b2)
+    got = mm.matmul(a2, b2)
+    want = mm.matmul(a2, b2, config=mm.MATMUL.default)
+    assert np.array_equal(got.numpy().view(np.uint16), want.numpy().view(np.uint16))
