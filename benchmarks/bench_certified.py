@@ -210,33 +210,42 @@ def quality(args) -> dict:
         print(f"[quality] compiled {done} of {len(requests)} configs ahead in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)  # fmt: skip
     rows, peer_cases = [], []
-    for i, key in enumerate(keys):
-        entry = entries[key.text()]
-        spec = get_spec(key.kernel)
-        problems = entry["certified_problems"]
-        inputs = spec.make_inputs(problems["timing"], tuple(key.dtypes), int(entry["seed"]), choice.device)
-        winner = Config.from_dict(entry["winner"]["config"])
-        row = {"key": key.text(), "kernel": key.kernel, "winner": winner.label()}
-        row["winner_us"] = _time_us(spec, winner, inputs, profile, interpreted)
-        row["certified_us"] = entry["winner"]["timing"]["median_us"]
-        if entry.get("default") is not None:
-            row["default_us"] = _time_us(spec, spec.default, inputs, profile, interpreted)
-            row["x_default"] = row["default_us"] / row["winner_us"]
-        if key.text() in resweep:
-            times = {c.label(): _time_us(spec, c, inputs, profile, interpreted) for c in resweep[key.text()]}
-            best = min(times, key=times.get)
-            row.update(resweep_best=best, resweep_best_us=times[best], resweep_candidates=len(times))
-            row["x_resweep"] = times[best] / row["winner_us"]
-        rows.append(row)
-        case = _peer_case(parse_key(key.text()), problems["timing"])
-        if case is not None:
-            peer_cases.append(case)
-        print(f"[quality] {i + 1}/{len(keys)} {key.text()}: winner {row['winner_us']:.1f} us"
-              + (f", x default {row['x_default']:.2f}" if "x_default" in row else ""), file=sys.stderr)  # fmt: skip
+    interrupted = False
+    try:  # a device call's time limit (SIGINT) ends the loop, not the report: the keys measured so far are kept
+        for i, key in enumerate(keys):
+            entry = entries[key.text()]
+            spec = get_spec(key.kernel)
+            problems = entry["certified_problems"]
+            inputs = spec.make_inputs(problems["timing"], tuple(key.dtypes), int(entry["seed"]), choice.device)
+            winner = Config.from_dict(entry["winner"]["config"])
+            row = {"key": key.text(), "kernel": key.kernel, "winner": winner.label()}
+            row["winner_us"] = _time_us(spec, winner, inputs, profile, interpreted)
+            row["certified_us"] = entry["winner"]["timing"]["median_us"]
+            if entry.get("default") is not None:
+                row["default_us"] = _time_us(spec, spec.default, inputs, profile, interpreted)
+                row["x_default"] = row["default_us"] / row["winner_us"]
+            if key.text() in resweep:
+                times = {c.label(): _time_us(spec, c, inputs, profile, interpreted) for c in resweep[key.text()]}
+                best = min(times, key=times.get)
+                row.update(resweep_best=best, resweep_best_us=times[best], resweep_candidates=len(times))
+                row["x_resweep"] = times[best] / row["winner_us"]
+            rows.append(row)
+            case = _peer_case(parse_key(key.text()), problems["timing"])
+            if case is not None:
+                peer_cases.append(case)
+            print(f"[quality] {i + 1}/{len(keys)} {key.text()}: winner {row['winner_us']:.1f} us"
+                  + (f", x default {row['x_default']:.2f}" if "x_default" in row else ""), file=sys.stderr)  # fmt: skip
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"[quality] interrupted: {len(rows)} of {len(keys)} keys measured", file=sys.stderr)
+
     peer = {}
-    if peer_cases and not args.no_peer and not interpreted:
-        proc = subprocess.run([sys.executable, "-c", PEER_SCRIPT, json.dumps(peer_cases)], capture_output=True,
-                              text=True, timeout=3600)  # fmt: skip
+    if peer_cases and not args.no_peer and not interpreted and not interrupted:
+        try:
+            proc = subprocess.run([sys.executable, "-c", PEER_SCRIPT, json.dumps(peer_cases)], capture_output=True,
+                                  text=True, timeout=3600)  # fmt: skip
+        except KeyboardInterrupt:  # the time limit came during the peer's run: our figures are still reported
+            proc = subprocess.CompletedProcess([], 130, "", "the peer's run was interrupted by the time limit")
         if proc.returncode != 0:
             peer = {"error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
         else:
@@ -251,6 +260,7 @@ def quality(args) -> dict:
         "shard": args.shard,
         "keys_in_workload": len(_workload_keys(args.workload, profile)),
         "keys_measured": len(rows),
+        "interrupted": interrupted,
         "x_default": distribution(rows, "x_default"),
         "x_resweep": distribution(rows, "x_resweep"),
         "x_peer": distribution(rows, "x_peer"),
