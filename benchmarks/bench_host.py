@@ -44,12 +44,15 @@ def main(argv=None) -> int:
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     _cross_compiling()
+    import numpy as np
+
     from nbxcert import serve
+    from nbxcert.kernels import attention as at
     from nbxcert.kernels import elementwise as ew
     from nbxcert.kernels import matmul as mm
     from nbxcert.kernels import rows
     from nbxcert.kernels.inputs import randn, rng
-    from nbxcert.kernels.tensor import empty
+    from nbxcert.kernels.tensor import empty, from_numpy
     from nbxcert.profiles import get_profile
 
     serve.profile_in_force = lambda: (get_profile("hopper"), "141GB")  # the stand-in device has no memory class
@@ -64,8 +67,31 @@ def main(argv=None) -> int:
     a = randn(gen, (1, 2048), "float16", "cpu")
     b = randn(gen, (2560, 2048), "float16", "cpu").T
     c = empty((1, 2560), "float16", "cpu")
+    # the rest of a decode step's launches (batch 1, KV 1024): their served paths, no plan for the ones whose host
+    # checks read run-time integers (ids, positions, lengths) or that use a workspace
+    r = randn(gen, (1, 2048), "float16", "cpu")
+    s_out = empty((1, 2048), "float16", "cpu")
+    logits, probs = randn(gen, (1, 32000), "float16", "cpu"), empty((1, 32000), "float16", "cpu")
+    table, ids, emb = randn(gen, (32000, 2048), "float16", "cpu"), from_numpy(np.array([7]), "int32", "cpu"), y
+    q, kq = randn(gen, (1, 32, 64), "float16", "cpu"), randn(gen, (1, 4, 64), "float16", "cpu")
+    positions = from_numpy(np.array([1000]), "int32", "cpu")
+    cos_sin = from_numpy(ew.rope_cache(64), "float32", "cpu")
+    kc, vc = randn(gen, (1, 4, 1024, 64), "float16", "cpu"), randn(gen, (1, 4, 1024, 64), "float16", "cpu")
+    lengths, att = from_numpy(np.array([1024]), "int32", "cpu"), empty((1, 32, 64), "float16", "cpu")
+    ws = at.decode_workspace(1, 32, 64, "cpu")
+    decode = {"batch": 1, "heads": 32, "kv_heads": 4, "head_dim": 64, "kv_len": 1024}
     cases = [
         ("rmsnorm", lambda: rows.rmsnorm(x, w, 1e-6, out=y), rows.RMSNORM, {"n_rows": 1, "n_cols": 2048}, f16),
+        ("add_rmsnorm", lambda: rows.add_rmsnorm(x, r, w, 1e-6, out=y, out_sum=s_out), rows.ADD_RMSNORM,
+         {"n_rows": 1, "n_cols": 2048}, f16),
+        ("softmax", lambda: rows.softmax(logits, out=probs), rows.SOFTMAX,
+         {"n_rows": 1, "n_cols": 32000, "mask": "none"}, ("float16",)),
+        ("embedding", lambda: ew.embedding(table, ids, out=emb), ew.EMBEDDING, {"n_tokens": 1, "dim": 2048},
+         ("float16", "int32")),
+        ("rope", lambda: ew.rope(q, kq, positions, cos_sin), ew.ROPE,
+         ew.rope_problem(q, kq, positions, cos_sin, None, "neox"), ("float16",)),
+        ("decode_attention", lambda: at.decode_attention(q, kc, vc, lengths, att, workspace=ws),
+         at.DECODE_ATTENTION, decode, ("float16",)),
         ("silu_and_mul", lambda: ew.silu_and_mul(xs, out=ys), ew.SILU_AND_MUL, ew.silu_and_mul_problem(xs),
          ("float16",)),
         ("matmul", lambda: mm.matmul(a, b, out=c), mm.MATMUL, mm._problem_matmul(a, b), f16),
