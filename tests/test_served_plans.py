@@ -51,6 +51,8 @@ def _cases(device):
         "add_rmsnorm": (lambda: rows.add_rmsnorm(x, r, w, 1e-6), rows._NORM_PLANS),
         "silu_and_mul": (lambda: ew.silu_and_mul(xs), ew._SILU_PLANS),
         "matmul": (lambda: mm.matmul(a, b), mm._MATMUL_PLANS),
+        "softmax": (lambda: rows.softmax(x, 0.5), rows._SOFTMAX_PLANS),
+        "softmax_masked": (lambda: rows.softmax(x, mask=r), rows._SOFTMAX_PLANS),
     }
 
 
@@ -66,7 +68,7 @@ def _same_launches(full: list[KernelLaunch], planned: list[KernelLaunch]) -> Non
             assert pa == fa and type(pa) is type(fa), i
 
 
-@pytest.mark.parametrize("name", ["rmsnorm", "add_rmsnorm", "silu_and_mul", "matmul"])
+@pytest.mark.parametrize("name", ["rmsnorm", "add_rmsnorm", "silu_and_mul", "matmul", "softmax", "softmax_masked"])
 def test_a_plan_makes_the_launches_and_the_bits_of_the_full_path(served, name):
     call, plans = _cases(served)[name]
     plans.clear()
@@ -212,3 +214,20 @@ def test_a_call_whose_tensors_alias_makes_no_plan_for_the_calls_that_do_not(serv
     got = mm.matmul(a2, b2)
     want = mm.matmul(a2, b2, config=mm.MATMUL.default)
     assert np.array_equal(got.numpy().view(np.uint16), want.numpy().view(np.uint16))
+
+
+def test_a_split_softmax_gets_a_plan_only_with_the_callers_workspace(served, monkeypatch):
+    from nbxcert import serve
+
+    split = next(c for c in rows.SOFTMAX.candidates if c["VARIANT"] == "split")
+    monkeypatch.setattr(serve, "config_for", lambda *args, **kwargs: split)  # as if certified
+    gen = rng(23)
+    x = randn(gen, (2, 3000), "float16", served)
+    rows._SOFTMAX_PLANS.clear()
+    y = rows.softmax(x)  # its workspace made for the call: no plan
+    assert list(rows._SOFTMAX_PLANS.values()) == [False]
+    ws = rows.split_workspace(2, 3000, "float16", served, split["BLOCK_N"])
+    rows.softmax(x, workspace=ws)
+    assert sum(bool(p) for p in rows._SOFTMAX_PLANS.values()) == 1
+    again = rows.softmax(x, workspace=ws)  # replayed
+    assert np.array_equal(y.numpy().view(np.uint16), again.numpy().view(np.uint16))
