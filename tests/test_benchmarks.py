@@ -52,7 +52,7 @@ def test_a_failed_check_is_printed_under_its_case(bench_elementwise):
 
 def test_the_host_cost_benchmark_runs_without_a_gpu(tmp_path):
     """bench_host.py dispatches through Triton (cross-compiled for sm_90) and serves the shipped hopper certificates
-    on a machine with no GPU; a short run reports each case's served and direct cost."""
+    on a machine with no GPU; a short run reports each case's served, raw and direct cost."""
     import json
     import subprocess
 
@@ -61,8 +61,10 @@ def test_the_host_cost_benchmark_runs_without_a_gpu(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     cases = json.loads(out.read_text())["cases"]
-    assert [c["kernel"] for c in cases] == ["rmsnorm", "silu_and_mul", "matmul"]
-    assert all(c["served_us"] > 0 and c["direct_us"] > 0 for c in cases)
+    kernels = ["rmsnorm", "add_rmsnorm", "softmax", "embedding", "rope", "decode_attention", "silu_and_mul", "matmul"]
+    assert [c["kernel"] for c in cases] == kernels
+    assert all(c["served_us"] > 0 and c["direct_us"] > 0 and c["raw_us"] > 0 for c in cases)
+    assert all(c["overhead_us"] == c["served_us"] - c["raw_us"] for c in cases)
 
 
 def test_the_oracle_benchmark_times_this_oracle_beside_another_file(tmp_path):
