@@ -39,22 +39,20 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import KernelLaunch, LaunchPlan, cdiv, constexprs, next_power_of_2
+from nbxcert.kernels.launch import (
+    KernelLaunch,
+    LaunchPlan,
+    cdiv,
+    constexprs,
+    keep_plan,
+    next_power_of_2,
+    served_plans,
+    signature,
+)
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.rows import as_rows, both, compute_type, narrow, upcast
-from nbxcert.kernels.spec import (
-    Config,
-    Inputs,
-    KernelSpec,
-    KeyField,
-    PruneResult,
-    Reference,
-    choose_config,
-    keep_plan,
-    register,
-    served_plans,
-)
+from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import elementwise as _oracle
 
@@ -577,7 +575,7 @@ _SILU_PLANS = served_plans()
 def silu_and_mul(x: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """silu(x[..., :d]) * x[..., d:] for x [..., 2d] -> [..., d]."""
     if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
-        sig = (x.shape, x.strides, x.dtype, None if out is None else (out.shape, out.strides, out.dtype))
+        sig = (x.shape, x.strides, x.dtype, signature(out))
         plan = _SILU_PLANS.get(sig)
         if plan:
             y = out if out is not None else empty(x.shape[:-1] + (x.shape[-1] // 2,), x.dtype, x.device)

@@ -82,10 +82,9 @@ class LaunchPlan:
         """The plan of these launches, None where they cannot be replayed, or ALIASED where one tensor filled two of
         the call's places (out=x, or x @ x): which place an argument came from is then unknown, so this call makes no
         plan, and a later call of the same signature without the aliasing makes it."""
-        present = [id(t) for t in tensors if t is not None]
-        if len(set(present)) != len(present):
-            return ALIASED
         index = {id(t): i for i, t in enumerate(tensors) if t is not None}
+        if len(index) != sum(t is not None for t in tensors):
+            return ALIASED
         steps = []
         for launch in launches:
             slots = []
@@ -107,6 +106,41 @@ class LaunchPlan:
             for position, i in slots:
                 args[position] = tensors[i]
             launcher(*args, **kwargs)
+
+
+def signature(t: Tensor | None):
+    """What a launch plan's signature holds of one tensor of the call (None for an absent one): its shape, strides
+    and dtype; the families add the scalars, and anything else their key reads."""
+    return None if t is None else (t.shape, t.strides, t.dtype)
+
+
+MAX_PLANS = 4096  # signatures one family keeps; a process serving more distinct shapes starts its memo afresh
+_plans: list[dict] = []
+
+
+def served_plans() -> dict:
+    """A family's memo of `LaunchPlan`s by call signature; emptied with serving's state (`forget_plans`). Fill it
+    through `keep_plan`, which bounds it."""
+    memo: dict = {}
+    _plans.append(memo)
+    return memo
+
+
+def keep_plan(memo: dict, signature: tuple, plan) -> None:
+    """Remember `plan` for `signature`: a `LaunchPlan`; None where the call's launches cannot be replayed (kept as
+    False, so such calls take the full path without trying again); ALIASED: nothing kept. Past MAX_PLANS signatures
+    the memo is cleared first (shapes that vary without end, such as every prefill length, must not grow it)."""
+    if plan is ALIASED:  # this call's tensors alias each other: no plan from it, none refused either
+        return
+    if len(memo) >= MAX_PLANS:
+        memo.clear()
+    memo[signature] = plan or False
+
+
+def forget_plans() -> None:
+    """Drop every family's launch plans: the configs they were made with may no longer be the ones served."""
+    for memo in _plans:
+        memo.clear()
 
 
 def _is_constexpr_value(value: Any) -> bool:

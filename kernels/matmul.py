@@ -76,20 +76,9 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _workspace
-from nbxcert.kernels.launch import KernelLaunch, LaunchPlan, cdiv
+from nbxcert.kernels.launch import KernelLaunch, LaunchPlan, cdiv, keep_plan, served_plans, signature
 from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal
-from nbxcert.kernels.spec import (
-    Config,
-    Inputs,
-    KernelSpec,
-    KeyField,
-    PruneResult,
-    Reference,
-    choose_config,
-    keep_plan,
-    register,
-    served_plans,
-)
+from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty
 from nbxcert.oracles import matmul as _oracle
 
@@ -1241,8 +1230,7 @@ def matmul(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | Non
     if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
         # the key's `aligned` field reads the operands' base addresses too (16-byte alignment, for TMA)
         sig = (a.shape, a.strides, a.dtype, a.data_ptr() % 16, b.shape, b.strides, b.dtype, b.data_ptr() % 16)
-        if out is not None:
-            sig += (out.shape, out.strides, out.dtype)
+        sig += (signature(out),)
         plan = _MATMUL_PLANS.get(sig)
         if plan:
             c = out if out is not None else empty((a.shape[0], b.shape[1]), a.dtype, a.device)

@@ -54,21 +54,19 @@ from nbxcert.errors import LaunchError, ShapeMismatch, ViewError
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import KernelLaunch, LaunchPlan, cdiv, constexprs, next_power_of_2
+from nbxcert.kernels.launch import (
+    KernelLaunch,
+    LaunchPlan,
+    cdiv,
+    constexprs,
+    keep_plan,
+    next_power_of_2,
+    served_plans,
+    signature,
+)
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.spec import (
-    Config,
-    Inputs,
-    KernelSpec,
-    KeyField,
-    PruneResult,
-    Reference,
-    choose_config,
-    keep_plan,
-    register,
-    served_plans,
-)
+from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import rows as _oracle
 
@@ -681,8 +679,8 @@ def softmax(
     or an additive Tensor [q_len, n_cols] (x's dtype, may hold -inf) added to row r as mask[r mod q_len]. A fully
     masked row comes out as zeros. `workspace`: for the split variant (allocated when None)."""
     if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
-        masking = mask if mask is None or isinstance(mask, str) else _signature(mask)
-        sig = (x.shape, x.strides, x.dtype, scale, masking, _signature(out), _signature(workspace))
+        masking = mask if mask is None or isinstance(mask, str) else signature(mask)
+        sig = (x.shape, x.strides, x.dtype, scale, masking, signature(out), signature(workspace))
         plan = _SOFTMAX_PLANS.get(sig)
         if plan:
             y = out if out is not None else empty(x.shape, x.dtype, x.device)
@@ -738,15 +736,11 @@ _NORM_PLANS = served_plans()
 _SOFTMAX_PLANS = served_plans()
 
 
-def _signature(t: Tensor | None):
-    return None if t is None else (t.shape, t.strides, t.dtype)
-
-
 def _norm(spec, x, residual, weight, bias, eps, out, out_sum, config, rms):
     if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
-        sig = (spec.name, eps, x.shape, x.strides, x.dtype, weight.shape, weight.strides, weight.dtype, _signature(out))
+        sig = (spec.name, eps, x.shape, x.strides, x.dtype, weight.shape, weight.strides, weight.dtype, signature(out))
         if residual is not None or bias is not None or out_sum is not None:
-            sig += (_signature(residual), _signature(bias), _signature(out_sum))
+            sig += (signature(residual), signature(bias), signature(out_sum))
         plan = _NORM_PLANS.get(sig)
         if plan:
             y = out if out is not None else empty(x.shape, x.dtype, x.device)

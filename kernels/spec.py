@@ -266,37 +266,6 @@ def choose_config(spec: KernelSpec, problem: Mapping[str, Any], dtypes, config: 
 
 
 _serve_module = None
-_plans: list[dict] = []
-
-
-MAX_PLANS = 4096  # signatures one family keeps; a process serving more distinct shapes starts its memo afresh
-
-
-def served_plans() -> dict:
-    """A family's memo of `LaunchPlan`s by call signature; emptied with serving's state (`forget_plans`). Fill it
-    through `keep_plan`, which bounds it."""
-    memo: dict = {}
-    _plans.append(memo)
-    return memo
-
-
-def keep_plan(memo: dict, signature: tuple, plan) -> None:
-    """Remember `plan` for `signature`: a `LaunchPlan`; None where the call's launches cannot be replayed (kept as
-    False, so such calls take the full path without trying again); ALIASED: nothing kept. Past MAX_PLANS signatures
-    the memo is cleared first (shapes that vary without end, such as every prefill length, must not grow it)."""
-    from nbxcert.kernels.launch import ALIASED
-
-    if plan is ALIASED:  # this call's tensors alias each other: no plan from it, none refused either
-        return
-    if len(memo) >= MAX_PLANS:
-        memo.clear()
-    memo[signature] = plan or False
-
-
-def forget_plans() -> None:
-    """Drop every family's launch plans: the configs they were made with may no longer be the ones served."""
-    for memo in _plans:
-        memo.clear()
 
 
 def _serving():

@@ -151,7 +151,7 @@ def state() -> _State:
 def reset() -> None:
     """Forget the process's serving state (tests, or after changing NBXCERT_* variables)."""
     global _state
-    from nbxcert.kernels.spec import forget_plans
+    from nbxcert.kernels.launch import forget_plans
 
     with _lock:
         _state = None

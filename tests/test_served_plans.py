@@ -160,9 +160,9 @@ def test_a_plan_puts_each_call_tensor_in_its_slots():
 
 
 def test_the_memo_of_plans_is_bounded(served, monkeypatch):
-    from nbxcert.kernels import spec
+    from nbxcert.kernels import launch
 
-    monkeypatch.setattr(spec, "MAX_PLANS", 3)
+    monkeypatch.setattr(launch, "MAX_PLANS", 3)
     gen = rng(13)
     w = randn(gen, (64,), "float16", served)
     rows._NORM_PLANS.clear()
