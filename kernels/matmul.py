@@ -1207,10 +1207,12 @@ def _out(out: Tensor | None, shape: tuple[int, ...], like: Tensor) -> Tensor:
     return out
 
 
-def _run_mm(cfg, a, b, out, bias, batch, alpha, beta, activation) -> Tensor:
+def _run_mm(cfg, a, b, out, bias, batch, alpha, beta, activation) -> list[KernelLaunch] | None:
+    """The product into `out`; returns what `_launch_mm` does (the launch a plan may replay, or None)."""
     m, n, k, a_st, b_st, c_st, bias_st = _operands(a, b, out, bias, batch)
-    _launch_mm(cfg, batch, m, n, k, a, a_st, b, b_st, out, c_st, bias, bias_st, float(alpha), float(beta), activation)
-    return out
+    return _launch_mm(
+        cfg, batch, m, n, k, a, a_st, b, b_st, out, c_st, bias, bias_st, float(alpha), float(beta), activation
+    )
 
 
 def _run_gemv(cfg, x, w, out, bias, alpha, beta, activation) -> Tensor:
@@ -1247,8 +1249,7 @@ def matmul(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | Non
         run=lambda c: _run_mm(c, a, b, out, None, 1, 1.0, 1.0, "none"),
         outputs=(out,),
     )
-    m, n, k, a_st, b_st, c_st, bias_st = _operands(a, b, out, None, 1)
-    made = _launch_mm(cfg, 1, m, n, k, a, a_st, b, b_st, out, c_st, None, bias_st, 1.0, 1.0, "none")
+    made = _run_mm(cfg, a, b, out, None, 1, 1.0, 1.0, "none")
     if config is None:
         keep_plan(_MATMUL_PLANS, sig, made and LaunchPlan.of(made, (a, b, out)))
     return out
@@ -1278,7 +1279,8 @@ def addmm(
         run=lambda c: _run_mm(c, a, b, out, bias, 1, alpha, beta, activation),
         outputs=(out,),
     )
-    return _run_mm(cfg, a, b, out, bias, 1, alpha, beta, activation)
+    _run_mm(cfg, a, b, out, bias, 1, alpha, beta, activation)
+    return out
 
 
 def bmm(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
@@ -1294,7 +1296,8 @@ def bmm(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | None =
         run=lambda c: _run_mm(c, a, b, out, None, problem["batch"], 1.0, 1.0, "none"),
         outputs=(out,),
     )
-    return _run_mm(cfg, a, b, out, None, problem["batch"], 1.0, 1.0, "none")
+    _run_mm(cfg, a, b, out, None, problem["batch"], 1.0, 1.0, "none")
+    return out
 
 
 def baddbmm(
@@ -1320,7 +1323,8 @@ def baddbmm(
         run=lambda c: _run_mm(c, a, b, out, bias, problem["batch"], alpha, beta, activation),
         outputs=(out,),
     )
-    return _run_mm(cfg, a, b, out, bias, problem["batch"], alpha, beta, activation)
+    _run_mm(cfg, a, b, out, bias, problem["batch"], alpha, beta, activation)
+    return out
 
 
 def gemv(x: Tensor, w: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:

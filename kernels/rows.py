@@ -706,20 +706,19 @@ def softmax(
         raise LaunchError(f"softmax: mask must be None, 'causal' or a Tensor, got {mask!r}")
     problem = softmax_problem(x, scale, mask)
 
-    def run(c: Config) -> None:
+    def launches(c: Config) -> list[KernelLaunch]:
         ws = workspace
-        if c["VARIANT"] == "split" and ws is None:
+        if c["VARIANT"] == "split" and ws is None:  # made for this call: its launches get no plan (LaunchPlan.of)
             ws = split_workspace(rows_x.shape[0], rows_x.shape[1], x.dtype.name, x.device, c["BLOCK_N"])
-        _run(softmax_launches(c, rows_x, rows_y, scale, kind, q_len, additive, ws))
+        return softmax_launches(c, rows_x, rows_y, scale, kind, q_len, additive, ws)
 
-    cfg = choose_config(SOFTMAX, problem, (x.dtype.name,), config, run=run, outputs=(rows_y,))
-    ws = workspace
-    if cfg["VARIANT"] == "split" and ws is None:  # made for this call: its launches get no plan (LaunchPlan.of)
-        ws = split_workspace(rows_x.shape[0], rows_x.shape[1], x.dtype.name, x.device, cfg["BLOCK_N"])
-    made = softmax_launches(cfg, rows_x, rows_y, scale, kind, q_len, additive, ws)
+    def run(c: Config) -> None:
+        _run(launches(c))
+
+    made = launches(choose_config(SOFTMAX, problem, (x.dtype.name,), config, run=run, outputs=(rows_y,)))
     _run(made)
     if config is None:
-        # a workspace made above is no tensor of the call: LaunchPlan.of refuses launches holding it
+        # a workspace made in launches() is no tensor of the call: LaunchPlan.of refuses launches holding it
         keep_plan(
             _SOFTMAX_PLANS, sig, LaunchPlan.of(made, (x, y, mask if isinstance(mask, Tensor) else None, workspace))
         )
