@@ -153,14 +153,7 @@ class Tensor:
             raise ViewError(f"shape {shape} and strides {strides} differ in rank")
         if 0 in shape:
             return  # no element: nothing is read, whatever the offset
-        lo = hi = offset
-        for n, st in zip(shape, strides):
-            if st > 0:
-                hi += st * (n - 1)
-            elif st < 0:
-                lo += st * (n - 1)
-        item = dtype.itemsize
-        lo, hi = lo * item, (hi + 1) * item
+        lo, hi = self._span()
         if lo < 0 or hi > storage.nbytes:
             raise ViewError(
                 f"view shape={self.shape} strides={self._strides} offset={self._offset} reaches bytes "
@@ -216,11 +209,16 @@ class Tensor:
 
     def _span(self) -> tuple[int, int]:
         """[first byte, one past the last byte) this view touches in its storage."""
-        if self.numel == 0:
-            return (self._offset * self.itemsize, self._offset * self.itemsize)
-        lo = self._offset + sum(s * (n - 1) for n, s in zip(self.shape, self._strides) if s < 0)
-        hi = self._offset + sum(s * (n - 1) for n, s in zip(self.shape, self._strides) if s > 0)
-        return lo * self.itemsize, (hi + 1) * self.itemsize
+        item = self.dtype.itemsize
+        lo = hi = self._offset
+        if 0 in self.shape:
+            return (lo * item, lo * item)
+        for n, st in zip(self.shape, self._strides):  # one pass: every view's constructor calls this
+            if st > 0:
+                hi += st * (n - 1)
+            elif st < 0:
+                lo += st * (n - 1)
+        return lo * item, (hi + 1) * item
 
     def __repr__(self) -> str:
         return f"Tensor(shape={self.shape}, strides={self._strides}, dtype={self.dtype.name}, device={self.device})"
