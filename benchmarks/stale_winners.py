@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 
 
 def stale(entry: dict, kernel: str | None = None) -> float | None:
-    """The certified winner's median over the one today's rule chooses, where they differ; else None. A certificate
-    with `finalists` (nbxcert 0.2.0 on) is judged by the rule itself over all of them (the kernel names the untuned
-    default); one without, by its runner-up (see the module doc)."""
+    """The certified winner's median over the one today's rule chooses, where they differ; else None. Today's rule
+    (`choose_winner`) is what judges: over a certificate's `finalists` (nbxcert 0.2.0 on; the kernel names the untuned
+    default) or, for an older one, over its winner and runner-up with the winner in the default's place (the module
+    doc says why that is the same question)."""
     from nbxcert.kernels.spec import Config
-    from nbxcert.sweep import Outcome, Z, choose_winner, median_se
+    from nbxcert.sweep import Outcome, choose_winner
 
     def outcome(side: dict) -> Outcome:
         return Outcome(Config.from_dict(side["config"]), "correct", timing=side["timing"])
@@ -36,17 +36,13 @@ def stale(entry: dict, kernel: str | None = None) -> float | None:
     if entry.get("finalists") and kernel is not None:
         from nbxcert.kernels.spec import get_spec
 
-        chosen, _ = choose_winner([outcome(f) for f in entry["finalists"]], get_spec(kernel).default)
-        return None if chosen.config == winner.config else winner.median / chosen.median
-    runner = entry.get("runner_up")
-    if not runner:
+        candidates, default = [outcome(f) for f in entry["finalists"]], get_spec(kernel).default
+    elif entry.get("runner_up"):
+        candidates, default = [winner, outcome(entry["runner_up"])], winner.config
+    else:
         return None
-    best = outcome(runner)
-    if best.median >= winner.median:
-        return None
-    if winner.median - best.median <= Z * math.hypot(median_se(winner), median_se(best)):
-        return None
-    return winner.median / best.median
+    chosen, _ = choose_winner(candidates, default)
+    return None if chosen.config == winner.config else winner.median / chosen.median
 
 
 def main(argv=None) -> int:
