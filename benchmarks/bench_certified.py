@@ -441,16 +441,6 @@ def serving(args) -> dict:
 
             cuda.synchronize()
 
-    def per_call_us(fn, calls: int) -> float:
-        for _ in range(min(200, calls)):
-            fn()
-        sync()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        return (time.perf_counter() - t0) / calls * 1e6
-
     served = lambda: rows.rmsnorm(x, w, 1e-6, out=out)  # noqa: E731
     raw = common.replay(common.capture_launches(served))
     paths = {
@@ -461,11 +451,9 @@ def serving(args) -> dict:
         "raw": raw,  # the served call's own kernel[grid](...), its arguments built once (captured)
         "lookup": lambda: serve.config_for(rows.RMSNORM, problem, ("float16", "float16")),
     }
-    times: dict[str, list[float]] = {name: [] for name in paths}
-    for _ in range(args.repeats):  # interleaved, so a drift of the machine falls on every path alike
-        for name, fn in paths.items():
-            # an allocation and a free per call may cost far more than a launch: a tenth of the calls
-            times[name].append(per_call_us(fn, max(1, args.calls // 10) if name == "served_alloc" else args.calls))
+    # an allocation and a free per call may cost far more than a launch: the allocating path gets a tenth of the calls
+    calls = {name: max(1, args.calls // 10) if name == "served_alloc" else args.calls for name in paths}
+    times = common.interleaved_us(paths, calls, args.repeats, sync)
     med = {name: statistics.median(v) for name, v in times.items()}
     result = {
         "backend": choice.name,

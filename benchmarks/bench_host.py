@@ -21,7 +21,6 @@ import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,14 +96,6 @@ def main(argv=None) -> int:
         ("matmul", lambda: mm.matmul(a, b, out=c), mm.MATMUL, mm._problem_matmul(a, b), f16),
     ]  # fmt: skip
 
-    def per_call_us(fn) -> float:
-        for _ in range(200):
-            fn()
-        t0 = time.perf_counter()
-        for _ in range(args.calls):
-            fn()
-        return (time.perf_counter() - t0) / args.calls * 1e6
-
     results = []
     for name, served_call, spec, problem, dtypes in cases:
         config = serve.config_for(spec, problem, dtypes)
@@ -114,10 +105,7 @@ def main(argv=None) -> int:
             "direct": lambda: spec.launch(config, inputs),
             "raw": common.replay(common.capture_launches(served_call)),
         }
-        runs = {path: [] for path in paths}
-        for _ in range(args.repeats):  # interleaved: a drift of the machine falls on every path alike
-            for path, fn in paths.items():
-                runs[path].append(per_call_us(fn))
+        runs = common.interleaved_us(paths, args.calls, args.repeats)
         served, direct, raw = (statistics.median(runs[p]) for p in ("served", "direct", "raw"))
         results.append({"kernel": name, "problem": problem, "config": config.label(), "served_us": served,
                         "direct_us": direct, "raw_us": raw, "overhead_us": served - raw,

@@ -8,6 +8,7 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from typing import Any
 
 
@@ -209,3 +210,23 @@ def replay(launches: list):
         kernel, grid, args, kwargs = launches[0].kernel, launches[0].grid, launches[0].args, launches[0].kwargs
         return lambda: kernel[grid](*args, **kwargs)
     return lambda: [launch() for launch in launches]
+
+
+def interleaved_us(paths: dict, calls, repeats: int, sync=None) -> dict[str, list[float]]:
+    """Host microseconds per call of each path (name -> function), `repeats` rounds each timing every path once in
+    turn (so a drift of the machine falls on every path alike), after min(200, calls) warm-up calls; `calls` is one
+    count, or a count per name; `sync` (waiting for the device) closes each warm-up and each timed run."""
+    sync = sync or (lambda: None)
+    runs: dict[str, list[float]] = {name: [] for name in paths}
+    for _ in range(repeats):
+        for name, fn in paths.items():
+            n = calls[name] if isinstance(calls, dict) else calls
+            for _ in range(min(200, n)):
+                fn()
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            sync()
+            runs[name].append((time.perf_counter() - t0) / n * 1e6)
+    return runs
