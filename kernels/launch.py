@@ -16,8 +16,8 @@ from nbxcert.kernels.tensor import Tensor, empty
 class KernelLaunch:
     """One kernel launch: the kernel, its grid, its positional arguments and its keyword arguments.
 
-    A plain class with slots, made once per served launch: a frozen dataclass's constructor cost three times as much
-    (0.38 against 0.12 us on the project machine). Treat it as immutable."""
+    A plain class with slots (one is built for every launch a family function makes, and a frozen dataclass's
+    constructor costs several times more). Treat it as immutable."""
 
     __slots__ = ("kernel", "grid", "args", "kwargs")
 
@@ -36,8 +36,9 @@ class KernelLaunch:
 
 
 def cdiv(a: int, b: int) -> int:
-    """ceil(a / b) for a launch's host arithmetic (grids, chunk counts). `triton.cdiv` gives the same, but as a
-    constexpr function its wrapper costs about 1.4 us a call on the host, most of a served launch's overhead budget."""
+    """ceil(a / b) for a launch's host arithmetic (grids, chunk counts). `triton.cdiv` gives the same, but it is a
+    constexpr function whose wrapper costs more than a served launch's whole overhead budget (the cost is compared in
+    tests/kernels/test_launch.py)."""
     return -(-a // b)
 
 

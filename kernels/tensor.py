@@ -143,7 +143,7 @@ class Tensor:
     """A strided view of a `Storage`. Strides and offsets count elements, as in torch and Triton."""
 
     def __init__(self, storage: Storage, shape, strides, dtype: DType | str, offset: int = 0):
-        # made for every view, so on a served launch's path: written for the host's time (about 1 us)
+        # made for every view, so on a served launch's path: written for the host's time (benchmarks/RESULTS.md)
         self._storage = storage
         self.shape = shape = _check_shape(shape)
         self._strides = strides = tuple(map(int, strides))
