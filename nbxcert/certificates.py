@@ -43,7 +43,10 @@ PROVENANCE_FIELDS = {
     "host_os": str,
     "backend": str,
 }
-TIMING_KINDS = ("cuda_events", "interpreter_cpu")
+# cuda_events: event pairs around each call as the host queued it (nbxcert < 0.3.0; a kernel shorter than its launch
+# on the host was timed by the launch); cuda_events_gated: repetitions queued behind a held stream and run back to
+# back (`triton_cuda.time_events`); cuda_events_waiting: a launch that waits for the device itself, timed ungated.
+TIMING_KINDS = ("cuda_events", "cuda_events_gated", "cuda_events_waiting", "interpreter_cpu")
 
 
 @dataclass(frozen=True)

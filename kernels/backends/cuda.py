@@ -46,6 +46,9 @@ CUDA_ERROR_OUT_OF_MEMORY = 2
 CU_STREAM_NON_BLOCKING = 0x1  # CUstream_flags: no implicit synchronization with the legacy default stream
 CU_EVENT_DEFAULT = 0x0
 CU_EVENT_DISABLE_TIMING = 0x2
+CU_MEMHOSTALLOC_PORTABLE = 0x1  # pinned host memory usable from every context
+CU_MEMHOSTALLOC_DEVICEMAP = 0x2  # ... and mapped into the device's address space
+CU_STREAM_WAIT_VALUE_GEQ = 0x0  # cuStreamWaitValue32: wait until (int32_t)(*addr - value) >= 0
 
 # cuMemAlloc hands out memory aligned to at least this (the driver's documented guarantee is "suitably aligned for
 # any kind of variable"; every driver since CUDA 2 aligns to 256 bytes or more).
@@ -167,6 +170,16 @@ _FUNCTIONS: tuple[tuple[str, tuple[str, ...], list[Any]], ...] = (
     ("cuStreamCreate", ("cuStreamCreate",), [_P(_CUstream), ctypes.c_uint]),
     ("cuStreamDestroy", ("cuStreamDestroy_v2",), [_CUstream]),
     ("cuStreamSynchronize", ("cuStreamSynchronize",), [_CUstream]),
+    # the V2 stream memory operations are enabled by default on every platform (the V1 ones need a kernel module
+    # parameter), so only the _v2 symbol is bound
+    ("cuStreamWaitValue32", ("cuStreamWaitValue32_v2",), [_CUstream, _CUdeviceptr, ctypes.c_uint32, ctypes.c_uint]),
+    ("cuMemHostAlloc", ("cuMemHostAlloc",), [_P(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_uint]),
+    (
+        "cuMemHostGetDevicePointer",
+        ("cuMemHostGetDevicePointer_v2",),
+        [_P(_CUdeviceptr), ctypes.c_void_p, ctypes.c_uint],
+    ),
+    ("cuMemFreeHost", ("cuMemFreeHost",), [ctypes.c_void_p]),
     ("cuEventCreate", ("cuEventCreate",), [_P(_CUevent), ctypes.c_uint]),
     ("cuEventDestroy", ("cuEventDestroy_v2",), [_CUevent]),
     ("cuEventRecord", ("cuEventRecord",), [_CUevent, _CUstream]),
@@ -261,6 +274,8 @@ def _call(api: str, *args: Any, what: str = "") -> None:
     """Call a bound driver function and check its status; remember a status that poisons the context."""
     global _poisoned
     lib = _lib()
+    if api in WAITING_CALLS and getattr(_tls, "gates", 0):
+        raise GateHeld(f"{lib.symbols[api]} waits for the device, and this thread holds a stream gate it would wait on")
     status = getattr(lib, api)(*args)
     if status != CUDA_SUCCESS:
         if status in POISONING_STATUSES and _poisoned is None:
@@ -270,6 +285,19 @@ def _call(api: str, *args: Any, what: str = "") -> None:
 
 
 _STATUS_IN_MESSAGE = re.compile(r"\((\d+)\)\s*$")
+
+
+# The driver calls that wait for queued device work (explicitly, or as the synchronous copies and memsets do). Made by
+# the thread that holds a `StreamGate` shut, any of them would wait for work that waits for that thread: `_call`
+# raises `GateHeld` instead, and a device allocation collected meanwhile is freed when the gate opens.
+WAITING_CALLS = frozenset({
+    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemFree", "cuMemFreeHost", "cuMemcpyHtoD",
+    "cuMemcpyDtoH", "cuMemcpyDtoD", "cuMemsetD8", "cuMemsetD32",
+})  # fmt: skip
+
+
+class GateHeld(RuntimeError):
+    """A call that waits for the device, made while this thread holds a stream gate shut (see `StreamGate`)."""
 
 
 def launch_error_poisons_context(err: CudaError) -> bool:
@@ -487,6 +515,9 @@ def _owned_here(pid: int) -> bool:
 
 
 def _free_device_memory(ptr: int, device: int, pid: int) -> None:
+    if getattr(_tls, "gates", 0):  # cuMemFree waits for the device, which waits for this thread: after the gate
+        _tls.deferred_frees.append((ptr, device, pid))
+        return
     if _owned_here(pid):
         with _in_context(device):
             _call("cuMemFree", ptr, what=f"device {device}")
@@ -759,3 +790,83 @@ class Event:
 
     def __repr__(self) -> str:
         return f"Event(handle=0x{self.handle:x}, device={self.device})"
+
+
+# --- stream gates -----------------------------------------------------------------------------------------------------
+def _free_host_memory(ptr: int, device: int, pid: int) -> None:
+    if _owned_here(pid) and not getattr(_tls, "gates", 0):
+        with _in_context(device):
+            _call("cuMemFreeHost", ptr, what=f"device {device}")
+
+
+class StreamGate:
+    """Holds a stream at a point until the host opens it, so a batch of work queued behind it runs back to back.
+
+    A word of pinned host memory mapped into the device: `hold(stream)` queues `cuStreamWaitValue32` (GEQ) for the
+    next value of a counter, `open()` writes that value. Timing with events needs it: a start event the GPU reaches
+    before the host has queued the timed kernel times the host's launch, not the kernel. While a gate is held, a call
+    of the holding thread that waits for the device raises `GateHeld` (it would wait for itself), and device memory
+    collected meanwhile is freed when the gate opens.
+    """
+
+    def __init__(self, device: int | None = None):
+        self.device = current_device() if device is None else device
+        host = ctypes.c_void_p()
+        mapped = _CUdeviceptr()
+        with _in_context(self.device):
+            _call("cuMemHostAlloc", ctypes.byref(host), 4, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP,
+                  what=f"a gate word for device {self.device}")  # fmt: skip
+            self._finalizer = weakref.finalize(self, _free_host_memory, host.value, self.device, os.getpid())
+            self._finalizer.atexit = False
+            _call("cuMemHostGetDevicePointer", ctypes.byref(mapped), host.value, 0, what=f"device {self.device}")
+        self._word = ctypes.c_uint32.from_address(host.value or 0)
+        self._word.value = 0
+        self._mapped = mapped.value
+        self._target = 0
+        self._lock = threading.Lock()
+        self.forced = False  # the last hold was opened by its time limit, not by `open()`
+
+    @property
+    def shut(self) -> bool:
+        return self._word.value != self._target
+
+    def hold(self, stream: Stream | int) -> None:
+        """Queue a wait on `stream`: the work queued after it runs once `open()` is called."""
+        if self.shut:
+            raise RuntimeError("this gate is already held; open it before holding it again")
+        target = (self._target + 1) & 0xFFFFFFFF
+        with _in_context(self.device):
+            _call("cuStreamWaitValue32", _stream_handle(stream), self._mapped, target, CU_STREAM_WAIT_VALUE_GEQ,
+                  what=f"device {self.device}")  # fmt: skip
+        self._target = target
+        self.forced = False
+        _tls.gates = getattr(_tls, "gates", 0) + 1
+        if not hasattr(_tls, "deferred_frees"):
+            _tls.deferred_frees = []
+
+    def open(self, forced: bool = False) -> None:
+        """Let the held stream run (idempotent). `forced`: called by a time limit, from any thread."""
+        with self._lock:
+            if not self.shut:
+                return
+            self._word.value = self._target
+            self.forced = forced
+
+    @contextlib.contextmanager
+    def holding(self, stream: Stream | int, limit_s: float) -> Iterator[StreamGate]:
+        """Hold `stream` for the block; open the gate when it ends, or after `limit_s` seconds from another thread
+        (`forced` then says so: the block took longer than its limit to queue its work)."""
+        self.hold(stream)
+        timer = threading.Timer(limit_s, self.open, kwargs={"forced": True})
+        timer.daemon = True
+        timer.start()
+        try:
+            yield self
+        finally:
+            timer.cancel()
+            self.open()
+            _tls.gates -= 1
+            if not _tls.gates:
+                deferred, _tls.deferred_frees = _tls.deferred_frees, []
+                for ptr, device, pid in deferred:
+                    _free_device_memory(ptr, device, pid)

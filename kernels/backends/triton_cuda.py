@@ -28,6 +28,7 @@ import contextlib
 import math
 import statistics
 import threading
+from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import triton
@@ -172,55 +173,150 @@ class FlushBuffer:
         return self.allocation.ptr
 
 
-def do_bench_events(
+# Repetitions queued behind one hold of the stream gate: each is a flush, two events and the launches of one call
+# (a few commands), so a batch stays far below the depth of the driver's launch queue, which would otherwise block the
+# host while the stream waits for it.
+GATE_BATCH = 32
+# The longest the host may take to queue one batch before the gate is opened anyway (from another thread): the host
+# then ran so slowly that the batch is timed as if ungated, and the timing says so.
+GATE_LIMIT_S = 2.0
+
+
+@dataclass(frozen=True)
+class EventTimes:
+    """Each timed repetition's milliseconds, and how they were taken.
+
+    `gated`: every repetition was queued behind a held stream gate (`cuda.StreamGate`) and run back to back once the
+    host had queued its batch, so no event pair spans the host's launch. False when `fn` waits for the device itself
+    (a host read, a synchronous copy): no queue can run ahead of such a call, so each repetition includes `fn`'s own
+    wait and the launch that follows it.
+    """
+
+    times_ms: list[float]
+    gated: bool
+
+
+class _HostWaited(Exception):
+    """`fn` waited for the device (or queued too slowly) inside a held batch: time it ungated instead."""
+
+
+def _gate(device: int) -> cuda.StreamGate:
+    gates = _tls.__dict__.setdefault("gates", {})
+    if device not in gates:
+        gates[device] = cuda.StreamGate(device)
+    return gates[device]
+
+
+def time_events(
     fn: Callable[[], object],
     warmup_ms: float = 25.0,
     rep_ms: float = 100.0,
     flush_bytes: int | None = None,
     *,
-    max_repetitions: int = MAX_REPETITIONS,
-) -> list[float]:
-    """Time `fn` (which launches work on the current stream) with CUDA events; return each repetition's ms.
+    max_repetitions: int | None = None,
+    gated: bool = True,
+) -> EventTimes:
+    """Time `fn` (which launches work on the current stream) with CUDA events.
 
     Triton's `do_bench` scheme without torch: one call to compile and warm up, five to estimate the time per call,
     then about `warmup_ms` of untimed calls and `rep_ms` of timed ones (at least one, at most `max_repetitions`),
     each preceded by an L2 flush of `flush_bytes` (None: `flush_bytes_for(device)`; 0: no flush) queued before the
-    start event so it is not timed. Exceptions from `fn` propagate.
+    start event so it is not timed; `max_repetitions` None: `MAX_REPETITIONS`. Unlike `do_bench`, the estimate and
+    the timed repetitions are queued in batches behind a held stream gate and released together, so the GPU never
+    reaches a start event before the host has queued the call it times: a kernel shorter than its own launch on the
+    host is timed, not its launch. A `fn` that waits for the device cannot be queued ahead; it is timed without the
+    gate (`EventTimes.gated` False).
+    Exceptions from `fn` propagate.
     """
     device = _thread_ready()
     stream = current_stream(device)
     flush = None
     if flush_bytes is None or flush_bytes > 0:
         flush = FlushBuffer(flush_bytes_for(device) if flush_bytes is None else flush_bytes, device)
+    if max_repetitions is None:
+        max_repetitions = MAX_REPETITIONS
 
     fn()
     cuda.stream_synchronize(stream)
+    if gated:
+        try:
+            return EventTimes(_timed(fn, stream, flush, warmup_ms, rep_ms, max_repetitions, _gate(device)), True)
+        except _HostWaited:
+            cuda.stream_synchronize(stream)
+    return EventTimes(_timed(fn, stream, flush, warmup_ms, rep_ms, max_repetitions, None), False)
 
+
+def _timed(fn, stream, flush, warmup_ms, rep_ms, max_repetitions, gate) -> list[float]:
+    device = gate.device if gate is not None else cuda.current_device()
+
+    def queue(pairs) -> None:
+        for start, end in pairs:
+            if flush is not None:
+                flush.zero_()
+            start.record(stream)
+            fn()
+            end.record(stream)
+
+    def run(pairs) -> None:  # behind the gate when there is one, GATE_BATCH repetitions a hold
+        if gate is None:
+            queue(pairs)
+            return
+        for i in range(0, len(pairs), GATE_BATCH):
+            try:
+                with gate.holding(stream, GATE_LIMIT_S):
+                    queue(pairs[i : i + GATE_BATCH])
+            except cuda.GateHeld as e:
+                raise _HostWaited() from e
+            if gate.forced:
+                raise _HostWaited()
+
+    # the estimate: five calls between one pair of events (each call's flush inside it, as Triton does)
     start, end = cuda.Event(device), cuda.Event(device)
-    start.record(stream)
-    for _ in range(5):
-        if flush is not None:
-            flush.zero_()
-        fn()
-    end.record(stream)
+    if gate is None:
+        start.record(stream)
+        for _ in range(5):
+            if flush is not None:
+                flush.zero_()
+            fn()
+        end.record(stream)
+    else:
+        try:
+            with gate.holding(stream, GATE_LIMIT_S):
+                start.record(stream)
+                for _ in range(5):
+                    if flush is not None:
+                        flush.zero_()
+                    fn()
+                end.record(stream)
+        except cuda.GateHeld as e:
+            raise _HostWaited() from e
+        if gate.forced:
+            raise _HostWaited()
     end.synchronize()
     # A floor of the event resolution (0.5 us), so an empty fn cannot divide by zero.
     estimate_ms = max(cuda.Event.elapsed_ms(start, end) / 5, 0.0005)
 
-    n_warmup = max(1, int(warmup_ms / estimate_ms))
-    n_repeat = min(max(1, int(rep_ms / estimate_ms)), max(1, max_repetitions))
-    starts = [cuda.Event(device) for _ in range(n_repeat)]
-    ends = [cuda.Event(device) for _ in range(n_repeat)]
+    cap = max(1, max_repetitions)
+    n_warmup = min(max(1, int(warmup_ms / estimate_ms)), cap)
+    n_repeat = min(max(1, int(rep_ms / estimate_ms)), cap)
     for _ in range(n_warmup):
         fn()
-    for i in range(n_repeat):
-        if flush is not None:
-            flush.zero_()
-        starts[i].record(stream)
-        fn()
-        ends[i].record(stream)
+    pairs = [(cuda.Event(device), cuda.Event(device)) for _ in range(n_repeat)]
+    run(pairs)
     cuda.stream_synchronize(stream)
-    return [cuda.Event.elapsed_ms(s, e) for s, e in zip(starts, ends)]
+    return [cuda.Event.elapsed_ms(s, e) for s, e in pairs]
+
+
+def do_bench_events(
+    fn: Callable[[], object],
+    warmup_ms: float = 25.0,
+    rep_ms: float = 100.0,
+    flush_bytes: int | None = None,
+    *,
+    max_repetitions: int | None = None,
+) -> list[float]:
+    """`time_events`' repetition times alone (gated wherever `fn` allows it)."""
+    return time_events(fn, warmup_ms, rep_ms, flush_bytes, max_repetitions=max_repetitions).times_ms
 
 
 def time_quantiles(times: Sequence[float], qs: Sequence[float]) -> list[float]:

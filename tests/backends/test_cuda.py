@@ -405,7 +405,10 @@ static __thread int depth = 0;
 #define NEED_DEV(d) NEED_INIT; if ((d) < 0 || (d) >= n_devices) return 101
 #define HEALTHY if (sticky) return sticky
 
-void fake_reset(void) { initialised = 0; sticky = 0; live = 0; stream_count = 0; event_count = 0; }
+static int held, n_pending;
+void fake_reset(void) {
+  initialised = 0; sticky = 0; live = 0; stream_count = 0; event_count = 0; held = 0; n_pending = 0;
+}
 void fake_set_sticky(int s) { sticky = s; }
 long fake_live_allocations(void) { return live; }
 long fake_live_streams(void) { return stream_count; }
@@ -454,7 +457,7 @@ CUresult cuDevicePrimaryCtxRetain(void **c, int d) { NEED_DEV(d); *c = CTX(d); r
 CUresult cuCtxSetCurrent(void *c) { NEED_INIT; if (depth == 0) depth = 1; stack[depth - 1] = c; return 0; }
 CUresult cuCtxPushCurrent_v2(void *c) { NEED_INIT; if (!c) return 201; stack[depth++] = c; return 0; }
 CUresult cuCtxPopCurrent_v2(void **c) { NEED_INIT; if (depth == 0) return 201; *c = stack[--depth]; return 0; }
-CUresult cuCtxSynchronize(void) { NEED_CTX; return sticky; }
+CUresult cuCtxSynchronize(void);
 CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {
   NEED_CTX; HEALTHY;
   if (n == 0) return 1;
@@ -465,7 +468,7 @@ CUresult cuMemAlloc_v2(uint64_t *p, size_t n) {
   live++;
   return 0;
 }
-CUresult cuMemFree_v2(uint64_t p) { NEED_CTX; HEALTHY; free(PTR(p)); live--; return 0; }
+CUresult cuMemFree_v2(uint64_t p);
 CUresult cuMemGetInfo_v2(size_t *f, size_t *t) {
   NEED_CTX;
   *t = (size_t)80 << 30;
@@ -492,7 +495,7 @@ CUresult cuStreamCreate(void **s, unsigned flags) {
   return 0;
 }
 CUresult cuStreamDestroy_v2(void *s) { NEED_INIT; free(s); stream_count--; return 0; }
-CUresult cuStreamSynchronize(void *s) { (void)s; NEED_CTX; return sticky; }
+CUresult cuStreamSynchronize(void *s);
 CUresult cuEventCreate(void **e, unsigned flags) {
   NEED_CTX;
   if (flags != 0) return 1; /* timing must stay enabled */
@@ -501,16 +504,71 @@ CUresult cuEventCreate(void **e, unsigned flags) {
   return 0;
 }
 CUresult cuEventDestroy_v2(void *e) { NEED_INIT; free(e); event_count--; return 0; }
+/* One held stream at most (the tests use one): work queued after cuStreamWaitValue32_v2 waits until the word
+   reaches the value, then runs at once. Events recorded meanwhile take the time the wait ended, as a GPU that runs
+   the held batch back to back would; the waiting calls below block until then, as the driver's do. */
+static volatile uint32_t *wait_word = 0;
+static uint32_t wait_value = 0;
+static int held, n_pending;
+static Event *pending[1 << 16];
+static void settle(void) {
+  if (held && (int32_t)(*wait_word - wait_value) >= 0) {
+    double t = now_ms();
+    for (int i = 0; i < n_pending; i++) { pending[i]->ms = t; pending[i]->recorded = 1; }
+    n_pending = 0;
+    held = 0;
+  }
+}
+static void wait_unheld(void) {
+  struct timespec pause = {0, 100000};
+  for (settle(); held; settle()) nanosleep(&pause, NULL);
+}
+int fake_held(void) { settle(); return held; }
+CUresult cuStreamWaitValue32_v2(void *s, uint64_t addr, uint32_t value, unsigned flags) {
+  (void)s;
+  NEED_CTX;
+  if (flags != 0) return 1; /* nbxcert asks for CU_STREAM_WAIT_VALUE_GEQ */
+  settle();
+  if (held) return 1;
+  wait_word = (volatile uint32_t *)(uintptr_t)addr;
+  wait_value = value;
+  held = 1;
+  settle();
+  return 0;
+}
+CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) {
+  NEED_CTX;
+  if (!(flags & 2)) return 1; /* must be mapped into the device */
+  *p = calloc(1, n < 8 ? 8 : n);
+  return *p ? 0 : 2;
+}
+CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned flags) {
+  NEED_CTX;
+  if (flags) return 1;
+  *d = (uint64_t)(uintptr_t)p;
+  return 0;
+}
+CUresult cuMemFreeHost(void *p) { NEED_INIT; wait_unheld(); free(p); return 0; }
 CUresult cuEventRecord(void *e, void *s) {
   (void)s;
   NEED_CTX;
+  settle();
+  if (held) {
+    ((Event *)e)->recorded = 0;
+    pending[n_pending++] = (Event *)e;
+    return 0;
+  }
   ((Event *)e)->ms = now_ms();
   ((Event *)e)->recorded = 1;
   return 0;
 }
-CUresult cuEventSynchronize(void *e) { (void)e; NEED_INIT; return sticky; }
+CUresult cuEventSynchronize(void *e) { (void)e; NEED_INIT; wait_unheld(); return sticky; }
+CUresult cuCtxSynchronize(void) { NEED_CTX; wait_unheld(); return sticky; }
+CUresult cuStreamSynchronize(void *s) { (void)s; NEED_CTX; wait_unheld(); return sticky; }
+CUresult cuMemFree_v2(uint64_t p) { NEED_CTX; HEALTHY; wait_unheld(); free(PTR(p)); live--; return 0; }
 CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) {
   NEED_INIT;
+  settle();
   if (!((Event *)a)->recorded || !((Event *)b)->recorded) return 400;
   *ms = (float)(((Event *)b)->ms - ((Event *)a)->ms);
   return 0;
@@ -557,7 +615,10 @@ def fake(monkeypatch, fake_libcuda_path):
     lib.fake_current_context.restype = ctypes.c_size_t
     lib.fake_reset()
     yield lib
-    # Collect what the test left behind while the fake is still the driver.
+    # Collect what the test left behind while the fake is still the driver (the timer's stream gates included).
+    from nbxcert.kernels.backends import triton_cuda
+
+    triton_cuda._tls.__dict__.pop("gates", None)
     gc.collect()
     lib.fake_reset()
 
@@ -787,17 +848,95 @@ def test_fake_do_bench_events_times_each_repetition(fake, monkeypatch):
         calls.append(1)
         time.sleep(0.0005)
 
-    times = triton_cuda.do_bench_events(fn, warmup_ms=1.0, rep_ms=5.0, flush_bytes=4096)
+    times = triton_cuda.time_events(fn, warmup_ms=1.0, rep_ms=5.0, flush_bytes=4096, gated=False).times_ms
     assert 1 <= len(times) <= 10
-    assert all(t > 0.3 for t in times)  # the fake's events run on the host clock
+    assert all(t > 0.3 for t in times)  # ungated, the fake's events time the host
     assert len(calls) >= 1 + 5 + 1 + len(times)
+    monkeypatch.setattr(triton_cuda, "MAX_REPETITIONS", 20)  # gated, the fake device's 0 ms would ask for the cap
     summary = triton_cuda.triton_benchmarker(fn, quantiles=(0.5, 0.2, 0.8), warmup=1, rep=3)
     assert len(summary) == 3 and summary[1] <= summary[0] <= summary[2]
-    assert triton_cuda.triton_benchmarker(fn, warmup=1, rep=2, return_mode="min") > 0
+    assert triton_cuda.triton_benchmarker(fn, warmup=1, rep=2, return_mode="min") >= 0  # gated: the fake's 0
     with pytest.raises(ValueError, match="return_mode"):
         triton_cuda.triton_benchmarker(fn, return_mode="p99")
     flush = triton_cuda.FlushBuffer(10)
     assert flush.nbytes == 12 and flush.zero_() is flush
+
+
+def test_fake_gated_timing_leaves_the_hosts_launch_out(fake, monkeypatch):
+    """The defect the H200 showed (seventh session): with each repetition queued as flush, start, fn, end, a GPU that
+    is faster than the host reaches the start event before fn is queued, and the pair times the host. On the fake,
+    events are host-clock stamps, so a fn that costs the host 0.5 ms and the device nothing is that ungated, and
+    nothing once its repetitions wait behind the gate and run together."""
+    triton_cuda = _fresh_triton_cuda(monkeypatch)
+    cuda.use_device(0)
+
+    def fn():
+        time.sleep(0.0005)
+
+    ungated = triton_cuda.time_events(fn, warmup_ms=1.0, rep_ms=5.0, flush_bytes=4096, gated=False)
+    assert not ungated.gated and min(ungated.times_ms) > 0.3
+    gated = triton_cuda.time_events(fn, warmup_ms=1.0, rep_ms=5.0, flush_bytes=4096, max_repetitions=100)
+    assert gated.gated
+    assert max(gated.times_ms) < 0.1 and len(gated.times_ms) == 100  # estimate ~0: the cap decides
+    assert fake.fake_held() == 0
+
+
+def test_fake_gated_timing_of_a_launch_that_waits_for_the_device(fake, monkeypatch):
+    """A fn that waits for the device (a host read) would wait for itself behind a held gate: the waiting call raises
+    `GateHeld` at once, the gate opens, and fn is timed ungated, said by `gated` False; never a hang."""
+    triton_cuda = _fresh_triton_cuda(monkeypatch)
+    cuda.use_device(0)
+    buf = cuda.mem_alloc(64, 0)
+    host = np.empty(64, np.uint8)
+
+    def reads_back():
+        cuda.memcpy_dtoh(host, buf.ptr, 64)
+
+    t0 = time.perf_counter()
+    timed = triton_cuda.time_events(reads_back, warmup_ms=1.0, rep_ms=2.0, flush_bytes=4096)
+    assert not timed.gated and timed.times_ms
+    assert time.perf_counter() - t0 < triton_cuda.GATE_LIMIT_S  # refused at once, not freed by the time limit
+    assert fake.fake_held() == 0
+    gate = cuda.StreamGate(0)
+    stream = triton_cuda.current_stream(0)
+    with gate.holding(stream, 5.0):
+        with pytest.raises(cuda.GateHeld, match="cuCtxSynchronize waits for the device"):
+            cuda.synchronize()
+        with pytest.raises(RuntimeError, match="already held"):
+            gate.hold(stream)
+    assert not gate.shut and not gate.forced
+    cuda.synchronize()  # after the gate: waits as always
+
+
+def test_fake_gated_timing_frees_memory_dropped_inside_a_batch(fake, monkeypatch):
+    """cuMemFree waits for the device: memory collected while a gate is held is freed when it opens, and the timing
+    stays gated."""
+    triton_cuda = _fresh_triton_cuda(monkeypatch)
+    cuda.use_device(0)
+    before = fake.fake_live_allocations()
+
+    def allocates():
+        cuda.mem_alloc(256, 0)  # dropped at once
+
+    timed = triton_cuda.time_events(allocates, warmup_ms=0.5, rep_ms=1.0, flush_bytes=4096, max_repetitions=50)
+    assert timed.gated
+    gc.collect()
+    assert fake.fake_live_allocations() == before
+
+
+def test_fake_gate_opened_by_its_time_limit(fake, monkeypatch):
+    """A host too slow to queue a batch within GATE_LIMIT_S: the gate is opened from another thread, and the timing
+    is taken again ungated, said by `gated` False."""
+    triton_cuda = _fresh_triton_cuda(monkeypatch)
+    monkeypatch.setattr(triton_cuda, "GATE_LIMIT_S", 0.005)
+    cuda.use_device(0)
+
+    def slow():
+        time.sleep(0.004)
+
+    timed = triton_cuda.time_events(slow, warmup_ms=1.0, rep_ms=10.0, flush_bytes=4096)
+    assert not timed.gated and min(timed.times_ms) > 2.0
+    assert fake.fake_held() == 0
     assert triton_cuda.flush_bytes_for(0) == triton_cuda.DEFAULT_FLUSH_BYTES  # 2 x the fake's 50 MB L2 is less
 
 
@@ -957,6 +1096,35 @@ print("NO_TORCH_MATMUL_OK", triton.__version__, rel)
 """,
     )
     assert "NO_TORCH_MATMUL_OK" in out
+
+
+@pytest.mark.gpu
+def test_gpu_gated_timing_leaves_the_hosts_launch_out(gpu, tmp_path):
+    """A 256^3 matmul (a few microseconds) whose call also costs the host 300 us: ungated, each event pair spans the
+    host's 300 us; behind the stream gate, the repetitions run back to back and time the kernel."""
+    out = _run_proof(
+        tmp_path,
+        MATMUL_KERNEL
+        + """
+import statistics, time
+C = DeviceArray.poisoned((M, N), FLOAT16)
+
+def slow_host():
+    run_matmul(C)
+    time.sleep(0.0003)
+
+ungated = triton_cuda.time_events(slow_host, 1.0, 20.0, gated=False)
+gated = triton_cuda.time_events(slow_host, 1.0, 20.0, max_repetitions=200)
+kernel = triton_cuda.time_events(lambda: run_matmul(C), 1.0, 20.0, max_repetitions=200)
+u, g, k = (statistics.median(t.times_ms) for t in (ungated, gated, kernel))
+assert not ungated.gated and gated.gated and kernel.gated
+assert u > 0.25, u
+assert g < 0.1 and abs(g - k) < 0.02, (g, k)
+assert "torch" not in sys.modules, "torch was imported"
+print("GATED_TIMING_OK", u, g, k)
+""",
+    )
+    assert "GATED_TIMING_OK" in out
 
 
 @pytest.mark.gpu
