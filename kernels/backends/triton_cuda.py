@@ -249,49 +249,35 @@ def time_events(
 def _timed(fn, stream, flush, warmup_ms, rep_ms, max_repetitions, gate) -> list[float]:
     device = gate.device if gate is not None else cuda.current_device()
 
-    def queue(pairs) -> None:
-        for start, end in pairs:
-            if flush is not None:
-                flush.zero_()
+    def repetition(start=None, end=None) -> None:
+        if flush is not None:
+            flush.zero_()
+        if start is not None:
             start.record(stream)
-            fn()
+        fn()
+        if end is not None:
             end.record(stream)
 
-    def run(pairs) -> None:  # behind the gate when there is one, GATE_BATCH repetitions a hold
+    def held(queue: Callable[[], None]) -> None:  # queued behind the gate when there is one, then released
         if gate is None:
-            queue(pairs)
+            queue()
             return
-        for i in range(0, len(pairs), GATE_BATCH):
-            try:
-                with gate.holding(stream, GATE_LIMIT_S):
-                    queue(pairs[i : i + GATE_BATCH])
-            except cuda.GateHeld as e:
-                raise _HostWaited() from e
-            if gate.forced:
-                raise _HostWaited()
-
-    # the estimate: five calls between one pair of events (each call's flush inside it, as Triton does)
-    start, end = cuda.Event(device), cuda.Event(device)
-    if gate is None:
-        start.record(stream)
-        for _ in range(5):
-            if flush is not None:
-                flush.zero_()
-            fn()
-        end.record(stream)
-    else:
         try:
             with gate.holding(stream, GATE_LIMIT_S):
-                start.record(stream)
-                for _ in range(5):
-                    if flush is not None:
-                        flush.zero_()
-                    fn()
-                end.record(stream)
+                queue()
         except cuda.GateHeld as e:
             raise _HostWaited() from e
         if gate.forced:
             raise _HostWaited()
+
+    def estimate_batch() -> None:  # five calls between one pair of events, each call's flush inside it (as Triton)
+        start.record(stream)
+        for _ in range(5):
+            repetition()
+        end.record(stream)
+
+    start, end = cuda.Event(device), cuda.Event(device)
+    held(estimate_batch)
     end.synchronize()
     # A floor of the event resolution (0.5 us), so an empty fn cannot divide by zero.
     estimate_ms = max(cuda.Event.elapsed_ms(start, end) / 5, 0.0005)
@@ -302,21 +288,21 @@ def _timed(fn, stream, flush, warmup_ms, rep_ms, max_repetitions, gate) -> list[
     for _ in range(n_warmup):
         fn()
     pairs = [(cuda.Event(device), cuda.Event(device)) for _ in range(n_repeat)]
-    run(pairs)
+    step = GATE_BATCH if gate is not None else n_repeat
+
+    def queue(batch) -> None:
+        for s, e in batch:
+            repetition(s, e)
+
+    for i in range(0, n_repeat, step):
+        held(lambda batch=pairs[i : i + step]: queue(batch))
     cuda.stream_synchronize(stream)
     return [cuda.Event.elapsed_ms(s, e) for s, e in pairs]
 
 
-def do_bench_events(
-    fn: Callable[[], object],
-    warmup_ms: float = 25.0,
-    rep_ms: float = 100.0,
-    flush_bytes: int | None = None,
-    *,
-    max_repetitions: int | None = None,
-) -> list[float]:
-    """`time_events`' repetition times alone (gated wherever `fn` allows it)."""
-    return time_events(fn, warmup_ms, rep_ms, flush_bytes, max_repetitions=max_repetitions).times_ms
+def do_bench_events(fn: Callable[[], object], *args, **kwargs) -> list[float]:
+    """`time_events`' repetition times alone (gated wherever `fn` allows it), with its arguments."""
+    return time_events(fn, *args, **kwargs).times_ms
 
 
 def time_quantiles(times: Sequence[float], qs: Sequence[float]) -> list[float]:
