@@ -19,8 +19,11 @@ coldstart   A fresh process runs the workload's launch sequence once (every laun
             at once in a pool), then with an empty certificate directory (a run-time sweep of every key), each with
             an empty Triton cache of its own. With --autotune, also triton.autotune's procedure on the same
             candidates (each key's kept candidates compiled in turn and timed by Triton's benchmarker with the
-            autotuner's defaults, no output checked; the fastest launched). The sweep and the autotuned run are
-            given --sweep-limit seconds; a run cut there reports a lower bound.
+            autotuner's defaults, no output checked; the fastest launched). Each launch's tensors are allocated at
+            their real shapes and left unfilled (`kernels.inputs.shape_only`), the same in every run. The sweep and
+            the autotuned run are given --sweep-limit seconds; a run cut there reports how many launches it reached
+            and when, and the speed-up over that common prefix of the sequence (each run records when each of its
+            launches was queued) beside the lower bound on the whole.
 serving     The per-launch host cost of the served path (the user-facing `rmsnorm` on a decode-sized row, its key
             certified) against `kernel[grid](...)` of the same config with its arguments built once ("raw", the
             issue's baseline) and against `spec.launch` (the launch built per call), averaged over --calls launches,
@@ -305,12 +308,17 @@ if a["autotune"]:
                 t = time.perf_counter(); fn(); times.append((time.perf_counter() - t) * 1e3)
             return [statistics.median(times)]
     tuned, skipped = {}, []
+from nbxcert.kernels.inputs import shape_only
 made = 0.0
 n = 0
+elapsed = []  # seconds from the process's start to the end of each launch (queued), for the common-prefix ratio
 for launch in launches(load_workload(a["workload"]), profile):
+    if a["max_launches"] and n >= a["max_launches"]:
+        break
     spec = get_spec(launch.kernel)
     t0 = time.perf_counter()
-    inputs = spec.make_inputs(launch.problem, launch.dtypes, 0, choice.device)
+    with shape_only():  # the launch's own tensors at their real shapes, not filled: every run's inputs cost the same
+        inputs = spec.make_inputs(launch.problem, launch.dtypes, 0, choice.device)
     made += time.perf_counter() - t0
     if a["autotune"]:
         key = (launch.kernel, tuple(sorted(launch.problem.items())), tuple(launch.dtypes))
@@ -331,10 +339,13 @@ for launch in launches(load_workload(a["workload"]), profile):
             restore=[inputs.tensors[o] for o in inputs.inplace]))
     spec.launch(cfg, inputs)
     n += 1
+    elapsed.append(round(time.perf_counter() - t_start, 4))
+    print(f"@ {n} {elapsed[-1]}", file=sys.stderr, flush=True)  # read back when the run is cut at its limit
 if choice.name == "cuda":
     from nbxcert.kernels.backends import cuda
     cuda.synchronize()
-result = {"launches": n, "inputs_s": made, "warm_s": warm_s, "in_process_s": time.perf_counter() - t_start}
+result = {"launches": n, "inputs_s": made, "warm_s": warm_s, "in_process_s": time.perf_counter() - t_start,
+          "elapsed": elapsed}
 if a["autotune"]:
     result.update(keys_tuned=len(tuned), candidates_skipped=len(skipped), skipped_first=skipped[:5])
 print(json.dumps(result))
@@ -350,54 +361,81 @@ def _cold_run(
     warm: bool = False,
     gpu: str = "",
     autotune: bool = False,
+    max_launches: int = 0,
 ) -> dict:
     env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton-cold-"),
            "NBXCERT_CACHE_DIR": tempfile.mkdtemp(prefix="nbx-cold-"), "NBXCERT_UNCERTIFIED": "sweep"}  # fmt: skip
     if gpu:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     arg = {"workload": workload, "profile": profile.key, "dir": directory, "certified_only": certified_only}
-    arg.update(warm=warm, autotune=autotune)
+    arg.update(warm=warm, autotune=autotune, max_launches=max_launches)
     t0 = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, "-c", COLD_CHILD, json.dumps(arg)], capture_output=True, text=True,
                               env=env, timeout=limit_s)  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return {"wall_s": time.perf_counter() - t0, "cut_at_limit": True}
+    except subprocess.TimeoutExpired as cut:
+        # how far it got: its last "@ launches seconds" line (the output so far comes back as bytes)
+        err = cut.stderr.decode(errors="replace") if isinstance(cut.stderr, bytes) else (cut.stderr or "")
+        marks = [line.split() for line in err.splitlines() if line.startswith("@ ")]
+        done = {"launches": int(marks[-1][1]), "elapsed_s": float(marks[-1][2])} if marks else {"launches": 0}
+        return {"wall_s": time.perf_counter() - t0, "cut_at_limit": True, "reached": done}
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         return {"wall_s": wall, "error": (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]}
     return {"wall_s": wall, **json.loads(proc.stdout.strip().splitlines()[-1]), **({"gpu": gpu} if gpu else {})}
 
 
+def prefix_ratio(fast: dict, slow: dict) -> dict | None:
+    """`slow`'s time to the last launch it reached over `fast`'s to the same launch, both from their process's start:
+    the speed-up over the part of the sequence both ran (all of it when neither was cut)."""
+    if "elapsed" not in fast:
+        return None
+    if slow.get("cut_at_limit"):
+        reached = slow.get("reached", {})
+        n, slow_s = reached.get("launches", 0), reached.get("elapsed_s")
+    else:
+        n, slow_s = slow.get("launches", 0), (slow.get("elapsed") or [None])[-1]
+    if not n or slow_s is None or n > len(fast["elapsed"]):
+        return None
+    return {"launches": n, "of": len(fast["elapsed"]), "slow_s": slow_s, "fast_s": fast["elapsed"][n - 1],
+            "ratio": slow_s / fast["elapsed"][n - 1]}  # fmt: skip
+
+
 def coldstart(args) -> dict:
-    """The three runs (four with --autotune) one after another on this process's GPU; with --gpus (e.g. "0,1") at
-    once, the GPUs dealt out in turn (certified, warmed, swept, autotuned): each run's wall time then includes the
-    others' load on the host."""
+    """The runs (four with --autotune) one after another on this process's GPU. With --gpus (e.g. "0,1"), in two
+    phases, the GPUs dealt out in turn within each: the certified runs at once, then the sweep and the autotuned run at
+    once (so no certified run shares the host with a sweep's compile workers)."""
     _choice, profile = _device()
     empty = tempfile.mkdtemp(prefix="nbx-empty-")
-    runs = {
-        "certified": dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit),
-        "warmed": dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit, warm=True),
-        "swept": dict(directory=empty, certified_only=False, limit_s=args.sweep_limit),
-    }
+    common = dict(max_launches=args.max_launches)
+    phases = [
+        {
+            "certified": dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit, **common),
+            "warmed": dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit, warm=True, **common),
+        },
+        {"swept": dict(directory=empty, certified_only=False, limit_s=args.sweep_limit, **common)},
+    ]
     if args.autotune:
-        runs["autotuned"] = dict(directory=empty, certified_only=False, limit_s=args.sweep_limit, autotune=True)
+        phases[1]["autotuned"] = dict(directory=empty, certified_only=False, limit_s=args.sweep_limit, autotune=True,
+                                      **common)  # fmt: skip
     gpus = [g for g in args.gpus.split(",") if g] if args.gpus else []
-    if gpus:
-        from concurrent.futures import ThreadPoolExecutor
+    results = {}
+    for runs in phases:
+        if gpus:
+            from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(len(runs)) as pool:
-            futures = {name: pool.submit(_cold_run, args.workload, profile, gpu=gpus[i % len(gpus)], **run)
-                       for i, (name, run) in enumerate(runs.items())}  # fmt: skip
-            results = {name: f.result() for name, f in futures.items()}
-    else:
-        results = {name: _cold_run(args.workload, profile, **run) for name, run in runs.items()}
+            with ThreadPoolExecutor(len(runs)) as pool:
+                futures = {name: pool.submit(_cold_run, args.workload, profile, gpu=gpus[i % len(gpus)], **run)
+                           for i, (name, run) in enumerate(runs.items())}  # fmt: skip
+                results.update({name: f.result() for name, f in futures.items()})
+        else:
+            results.update({name: _cold_run(args.workload, profile, **run) for name, run in runs.items()})
     certified, warmed, swept = results["certified"], results["warmed"], results["swept"]
 
     def ratio(run: dict, other: dict = swept) -> float | None:
         return other["wall_s"] / run["wall_s"] if "error" not in run and "error" not in other else None
 
-    return {
+    out = {
         "workload": args.workload,
         "profile": profile.key,
         "concurrent_on_gpus": gpus,
@@ -407,19 +445,18 @@ def coldstart(args) -> dict:
         "speedup": ratio(certified),
         "speedup_warmed": ratio(warmed),
         "speedup_is_lower_bound": bool(swept.get("cut_at_limit")),
-        **(
-            {
-                "triton_autotune": results["autotuned"],
-                "speedup_vs_autotune": ratio(certified, results["autotuned"]),
-                "speedup_vs_autotune_is_lower_bound": bool(results["autotuned"].get("cut_at_limit")),
-            }
-            if "autotuned" in results
-            else {}
-        ),
+        "speedup_over_common_prefix": prefix_ratio(certified, swept),
+        "speedup_warmed_over_common_prefix": prefix_ratio(warmed, swept),
     }
+    if "autotuned" in results:
+        autotuned = results["autotuned"]
+        out.update(triton_autotune=autotuned, speedup_vs_autotune=ratio(certified, autotuned),
+                   speedup_vs_autotune_is_lower_bound=bool(autotuned.get("cut_at_limit")),
+                   speedup_vs_autotune_over_common_prefix=prefix_ratio(certified, autotuned))  # fmt: skip
+    return out
 
 
-# --- serving overhead -------------------------------------------------------------------------------------------------
+# --- serving ----------------------------------------------------------------------------------------------------------
 def serving(args) -> dict:
     from nbxcert import serve
     from nbxcert.kernels import rows
@@ -596,7 +633,8 @@ def main(argv=None) -> int:
     c.add_argument("--certified-limit", type=float, default=600.0)
     c.add_argument("--sweep-limit", type=float, default=600.0)
     c.add_argument("--autotune", action="store_true", help="also a run with triton.autotune's procedure")
-    c.add_argument("--gpus", default="", help='run the three at once on these GPUs, e.g. "0,1" (default: in turn)')
+    c.add_argument("--gpus", default="", help='run each phase\'s runs at once on these GPUs, e.g. "0,1"')
+    c.add_argument("--max-launches", type=int, default=0, help="only the first N launches of the sequence (0: all)")
     s = sub.add_parser("serving", help="per-launch cost of the served path against a direct launch")
     s.add_argument("--dir", default="certificates")
     s.add_argument("--rows", type=int, default=1)

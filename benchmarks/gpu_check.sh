@@ -56,10 +56,11 @@ case "${SET:-}" in
     step bench_moe 120 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json" \
       --shapes qwen3:up:4096,qwen3:down:4096
     ;;
-  cold)  # #8's cold start for $WORKLOAD: certified, warmed, swept and autotuned runs at once, dealt over the GPUs
+  cold)  # #8's cold start for $WORKLOAD: the certified and warmed runs at once, then the swept and autotuned runs
+        # at once, dealt over the GPUs (no certified run shares the host with a sweep's compile workers)
     gpus=$(seq -s, 0 $(( $(nvidia-smi -L | wc -l) - 1 )))
     step coldstart 580 python3 benchmarks/bench_certified.py coldstart --workload "${WORKLOAD:?}" --dir certificates \
-      --gpus "$gpus" --certified-limit 540 --sweep-limit 540 --autotune --out "$OUT/coldstart.json"
+      --gpus "$gpus" --certified-limit 150 --sweep-limit 400 --autotune --out "$OUT/coldstart.json"
     ;;
   quality)  # #8's first measurement for $WORKLOAD, one shard of its keys per GPU: run it through gpu_pair.sh
             # (SET_A=quality SET_B=quality QUALITY_OF=2), each shard taking the GPU it was given and half the cores

@@ -69,10 +69,11 @@ def _summary(times_ms: list[float], kind: str) -> dict[str, Any]:
 # certified winner, runner-up and default are measured alike. Triton's `do_bench` spends 25 + 100 ms on every config.
 SCREEN_MS = (1.0, 4.0)
 FULL_MS = (5.0, 30.0)
-# At most this many timed repetitions (and warm-up calls) a candidate: a kernel of 3 us would otherwise be called 10000
-# times in a full budget, each call costing the host its launch (30-40 us on the H200's host) and the GPU its L2 flush;
-# 2000 repetitions put a median's standard error well under 1% of a steady kernel's time.
-MAX_TIMED_REPETITIONS = 2000
+# At most this many timed repetitions (and as many warm-up calls) a candidate, by budget. Behind the stream gate a
+# kernel of 3 us would otherwise be called 10000 times in a full budget, each call costing the host its launch
+# (30-40 us on the H200's host) and the GPU its L2 flush. The screen only ranks; a median over 1000 repetitions has a
+# standard error well under 1% of a steady kernel's time.
+MAX_TIMED_REPETITIONS = {SCREEN_MS: 200, FULL_MS: 1000}
 # How many prepared problems a runner keeps (a key has two: its bucket's smallest and largest members).
 PREPARED_KEPT = 4
 _prepared: OrderedDict = OrderedDict()
@@ -113,7 +114,7 @@ def time_launch(spec, config: Config, inputs, profile, budget_ms: tuple[float, f
 
     l2 = max(s.l2_bytes for s in profile.skus)
     timed = triton_cuda.time_events(lambda: spec.launch(config, inputs), *budget_ms, flush_bytes=2 * l2,
-                                    max_repetitions=MAX_TIMED_REPETITIONS)  # fmt: skip
+                                    max_repetitions=MAX_TIMED_REPETITIONS.get(tuple(budget_ms)))  # fmt: skip
     return _summary(timed.times_ms, "cuda_events_gated" if timed.gated else "cuda_events_waiting")
 
 

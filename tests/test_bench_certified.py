@@ -135,3 +135,31 @@ def test_serving_times_the_served_the_built_and_the_raw_launch_and_profiles_them
     assert all(any("function calls" in line for line in result["profiles"][p]) for p in ("served", "raw"))
     assert any("(rmsnorm)" in line for line in result["profiles"]["served"])
     assert not any("(rmsnorm)" in line for line in result["profiles"]["raw"])
+
+
+def test_the_common_prefix_ratio_compares_the_same_launches():
+    fast = {"launches": 4, "elapsed": [1.0, 2.0, 3.0, 4.0]}
+    assert bc.prefix_ratio(fast, {"launches": 4, "elapsed": [10.0, 20.0, 30.0, 40.0]})["ratio"] == 10.0
+    cut = {"cut_at_limit": True, "reached": {"launches": 2, "elapsed_s": 30.0}}
+    assert bc.prefix_ratio(fast, cut) == {"launches": 2, "of": 4, "slow_s": 30.0, "fast_s": 2.0, "ratio": 15.0}
+    assert bc.prefix_ratio(fast, {"cut_at_limit": True, "reached": {"launches": 0}}) is None
+    assert bc.prefix_ratio({"wall_s": 1.0, "error": "x"}, cut) is None
+
+
+def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp_path, monkeypatch):
+    """On the interpreter, the demo's first three launches: the certified runs serve them (no sweep), the swept run
+    sweeps; with a limit the swept run cannot meet, it is cut and reports the launches it reached (possibly none)."""
+    monkeypatch.setenv("NBXCERT_BACKEND", "interpreter")
+    out = tmp_path / "cold.json"
+    args = ["coldstart", "--workload", "demo", "--dir", str(ROOT / "certificates"), "--max-launches", "3",
+            "--certified-limit", "300", "--sweep-limit", "300", "--out", str(out)]  # fmt: skip
+    assert bc.main(args) == 0
+    result = json.loads(out.read_text())
+    for run in ("certified", "certified_warmed", "runtime_sweep"):
+        assert result[run]["launches"] == 3 and len(result[run]["elapsed"]) == 3, result[run]
+        assert result[run]["elapsed"] == sorted(result[run]["elapsed"])
+    prefix = result["speedup_over_common_prefix"]
+    assert prefix["launches"] == 3 and prefix["ratio"] > 1.0
+    assert not result["speedup_is_lower_bound"]
+    cut = bc._cold_run("demo", bc._device()[1], str(tmp_path / "empty"), False, limit_s=1.0, max_launches=3)
+    assert cut["cut_at_limit"] and cut["reached"]["launches"] in (0, 1, 2)
