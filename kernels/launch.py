@@ -97,6 +97,12 @@ class LaunchPlan:
             if any(not isinstance(v, _PLAIN) and not _is_constexpr_value(v) for v in launch.kwargs.values()):
                 return None
             held = {position for position, _ in slots}  # the plan keeps no tensor of the call that made it
+            direct = _compiled_runner(launch) if DIRECT else None
+            if direct is not None:  # the compiled kernel's runner, on the kernel's whole argument list
+                runner, arguments = direct
+                template = tuple(None if position in held else arg for position, arg in enumerate(arguments))
+                steps.append((runner, template, tuple(slots), {}))
+                continue
             template = tuple(None if position in held else arg for position, arg in enumerate(launch.args))
             steps.append((launch.kernel[launch.grid], template, tuple(slots), launch.kwargs))
         return LaunchPlan(tuple(steps)) if steps else None
@@ -109,10 +115,40 @@ class LaunchPlan:
             launcher(*args, **kwargs)
 
 
+# Plans replay a compiled kernel through its own runner (`_compiled_runner`). False: through `kernel[grid](...)`,
+# Triton's whole dispatch, which is where `capture_launches` (benchmarks/common.py) sees launches, for tests that
+# compare a plan's launches with the full path's.
+DIRECT = True
+
+
+def _compiled_runner(launch: KernelLaunch):
+    """(runner, arguments) for replaying `launch` without Triton's dispatch: the runner of the kernel Triton compiled
+    for it (`CompiledKernel[grid]`, which takes the stream, launch hooks and scratch as `JITFunction.run` does) and
+    the kernel's whole argument list in its parameters' order, defaults filled, as `JITFunction.run` hands it to the
+    launcher. `JITFunction.run` would also bind and specialise the arguments again (most of a launch's host cost);
+    a plan needs neither, because its signature fixes everything Triton specialises on: dtypes, the scalars, and each
+    pointer's 16-byte alignment (`signature`). None for a kernel that is not a plain JITFunction (the interpreter's),
+    one with pre-run hooks, or one Triton did not compile here."""
+    from triton.runtime.jit import JITFunction
+
+    kernel = launch.kernel
+    if type(kernel) is not JITFunction or kernel.pre_run_hooks:
+        return None
+    compiled = kernel.run(*launch.args, grid=launch.grid, warmup=True, **launch.kwargs)  # found in Triton's cache
+    if compiled is None or not hasattr(compiled, "packed_metadata"):
+        return None
+    names = [p.name for p in kernel.params]
+    bound = kernel.signature.bind(*launch.args, **{k: v for k, v in launch.kwargs.items() if k in names})
+    bound.apply_defaults()
+    grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
+    return compiled[grid], tuple(bound.arguments[name] for name in names)
+
+
 def signature(t: Tensor | None):
-    """What a launch plan's signature holds of one tensor of the call (None for an absent one): its shape, strides
-    and dtype; the families add the scalars, and anything else their key reads."""
-    return None if t is None else (t.shape, t.strides, t.dtype)
+    """What a launch plan's signature holds of one tensor of the call (None for an absent one): its shape, strides,
+    dtype and whether its address is 16-byte aligned (Triton specialises pointers on it, and a plan replays the
+    kernel compiled for the call that made it); the families add the scalars, and anything else their key reads."""
+    return None if t is None else (t.shape, t.strides, t.dtype, t.data_ptr() % 16 == 0)
 
 
 MAX_PLANS = 4096  # signatures one family keeps; a process serving more distinct shapes starts its memo afresh

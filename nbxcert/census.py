@@ -645,6 +645,18 @@ def _compile_instead_of_launch() -> None:
         return kernel
 
     JITFunction.run = run
+    # A compiled kernel's own runner (`CompiledKernel[grid]`, which served launch plans replay) loads its binary first:
+    # here there is no device to load it on, so it gets a launcher that launches nothing, as `run` above does.
+    from triton.compiler.compiler import CompiledKernel
+
+    def no_device(self) -> None:
+        self.function, self._run = 0, _launch_nothing
+
+    CompiledKernel._init_handles = no_device
+
+
+def _launch_nothing(*args) -> None:
+    """The launcher of every compiled kernel when cross-compiling: the arguments are taken, nothing runs."""
 
 
 def _reuse_identical_lowering() -> None:

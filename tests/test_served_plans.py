@@ -20,8 +20,8 @@ import common  # noqa: E402
 
 from nbxcert.errors import ShapeMismatch  # noqa: E402
 from nbxcert.kernels import elementwise as ew  # noqa: E402
+from nbxcert.kernels import launch, rows  # noqa: E402
 from nbxcert.kernels import matmul as mm  # noqa: E402
-from nbxcert.kernels import rows  # noqa: E402
 from nbxcert.kernels.inputs import randn, rng  # noqa: E402
 from nbxcert.kernels.launch import KernelLaunch, LaunchPlan  # noqa: E402
 from nbxcert.kernels.tensor import empty  # noqa: E402
@@ -32,6 +32,7 @@ def served(monkeypatch, tmp_path, backend):
     """Serving with no certificate and the untuned default served for every key (a served path with no sweep)."""
     from nbxcert import serve
 
+    monkeypatch.setattr(launch, "DIRECT", False)  # plans replay through kernel[grid], where captures see them
     monkeypatch.setenv("NBXCERT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("NBXCERT_CERTIFIED_ONLY", "0")
     monkeypatch.setenv("NBXCERT_UNCERTIFIED", "default")
@@ -231,3 +232,89 @@ def test_a_split_softmax_gets_a_plan_only_with_the_callers_workspace(served, mon
     assert sum(bool(p) for p in rows._SOFTMAX_PLANS.values()) == 1
     again = rows.softmax(x, workspace=ws)  # replayed
     assert np.array_equal(y.numpy().view(np.uint16), again.numpy().view(np.uint16))
+
+
+DIRECT_SCRIPT = r"""
+import sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1] + "/benchmarks")
+from nbxcert import census
+census.cross_compile_here(census.Target("cuda", 90, 32, "nvidia/hopper", 132))
+from triton import knobs
+import common
+from nbxcert import serve
+from nbxcert.kernels import elementwise as ew, launch, matmul as mm, rows
+from nbxcert.kernels.inputs import randn, rng
+from nbxcert.kernels.tensor import empty
+
+launched = []  # what each compiled kernel's launcher was handed
+census._launch_nothing = lambda *args: launched.append(args)
+serve.configure(certified_only=False)
+gen = rng(3)
+
+def tensors():
+    return {"x": randn(gen, (2, 256), "float16", "cpu"), "w": randn(gen, (256,), "float16", "cpu"),
+            "r": randn(gen, (2, 256), "float16", "cpu"), "y": empty((2, 256), "float16", "cpu"),
+            "s": empty((2, 256), "float16", "cpu"), "xs": randn(gen, (2, 2 * 96), "float16", "cpu"),
+            "ys": empty((2, 96), "float16", "cpu"), "a": randn(gen, (2, 64), "float16", "cpu"),
+            "b": randn(gen, (96, 64), "float16", "cpu").T, "c": empty((2, 96), "float16", "cpu"),
+            "l": randn(gen, (2, 1000), "float16", "cpu"), "p": empty((2, 1000), "float16", "cpu")}
+
+calls = {
+    "rmsnorm": lambda t: rows.rmsnorm(t["x"], t["w"], 1e-6, out=t["y"]),
+    "add_rmsnorm": lambda t: rows.add_rmsnorm(t["x"], t["r"], t["w"], 1e-6, out=t["y"], out_sum=t["s"]),
+    "softmax": lambda t: rows.softmax(t["l"], out=t["p"]),
+    "silu_and_mul": lambda t: ew.silu_and_mul(t["xs"], out=t["ys"]),
+    "matmul": lambda t: mm.matmul(t["a"], t["b"], out=t["c"]),
+}
+
+def same(x, y):
+    return x is y if hasattr(x, "data_ptr") or hasattr(y, "data_ptr") else (x == y and type(x) is type(y))
+
+for name, call in calls.items():
+    call(tensors())  # the full path: compiled, and its plan made
+    second = tensors()
+    launched.clear()
+    call(second)  # replayed from the plan: each compiled kernel's runner, no JITFunction.run
+    direct = list(launched)
+    launch.forget_plans()
+    full = common.capture_launches(lambda: call(second))  # the same call through Triton's whole dispatch
+    assert direct and len(direct) == len(full), (name, len(direct), len(full))
+    for got, made in zip(direct, full):
+        binder = made.kernel.device_caches[0][4]  # Triton's own binding of the launch's arguments
+        bound = list(binder(*made.args, **made.kwargs)[0].values())
+        grid = tuple(made.grid) + (1,) * (3 - len(made.grid))
+        assert got[:3] == grid and got[3:5] == (0, 0), (name, got[:5])  # stream and function of the stand-in
+        compiled = made.kernel.run(*made.args, grid=made.grid, warmup=True, **made.kwargs)
+        assert got[5] == compiled.packed_metadata, name
+        assert type(got[6]) is type(compiled.launch_metadata(grid, 0, *bound)), name  # as JITFunction.run makes it
+        assert got[7:9] == (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook), name
+        bad = [(i, g, b) for i, (g, b) in enumerate(zip(got[9:], bound)) if not same(g, b)]
+        assert len(got) == 9 + len(bound) and not bad, (name, len(got), len(bound), bad)
+    print("DIRECT_OK", name, len(direct))
+"""
+
+
+def test_a_plan_replays_the_compiled_kernel_with_the_arguments_tritons_dispatch_binds(tmp_path):
+    """On a GPU a plan launches through each compiled kernel's own runner, skipping `JITFunction.run`'s binding and
+    specialisation. Cross-compiling for sm_90 with a launcher that records what it is handed: a replayed call hands
+    it exactly the grid, stream, function, metadata and arguments (by identity: the second call's tensors) that
+    Triton's own binder makes of the full path's launch."""
+    import os
+    import subprocess
+
+    env = dict(os.environ)
+    env.pop("NBXCERT_BACKEND", None)
+    env.update(NBXCERT_CACHE_DIR=str(tmp_path / "cache"), NBXCERT_UNCERTIFIED="default", TRITON_CACHE_DIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", DIRECT_SCRIPT, str(ROOT)], capture_output=True, text=True, env=env,
+                          timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("DIRECT_OK") == 5, proc.stdout
+
+
+def test_a_plans_signature_holds_each_pointers_alignment():
+    """Triton specialises pointers on 16-byte alignment and a plan replays the kernel compiled for its first call:
+    a view 2 bytes in must not share a plan with the aligned tensor it comes from."""
+    x = randn(rng(1), (4, 64), "float16", "cpu")
+    assert launch.signature(x)[3] is True
+    assert launch.signature(x[:, 1:])[3] is False and launch.signature(x[:, 8:])[3] is True
