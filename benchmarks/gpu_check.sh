@@ -5,6 +5,7 @@
 # gpu_env.sh); the benchmarks' torch peers run in their own processes.
 #   SET=core     bash benchmarks/gpu_check.sh   # #9, #4, #6: judge/warm/reliability, rows/elementwise, bench_autotune
 #   SET=families bash benchmarks/gpu_check.sh   # #11: sampling, quant, moe, vision tests and benchmarks
+#   SET=first    bash benchmarks/gpu_check.sh   # timer and plans GPU tests, serving (#8), bench_matmul (#3): one H200
 #   SET=matmul   bash benchmarks/gpu_check.sh   # #3: bench_matmul.py alone on a machine of one H200
 #   SET=sq       bash benchmarks/gpu_check.sh   # #11, #4: sampling, quant and element-wise GPU tests
 #   SET=moe      bash benchmarks/gpu_check.sh   # #11: fused_moe GPU tests and bench_moe at Qwen3 4096 tokens
@@ -39,6 +40,14 @@ case "${SET:-}" in
     step bench_vision 50 python3 benchmarks/bench_vision.py --warmup 10 --rep 40 --out "$OUT/bench_vision.json"
     step bench_moe 120 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$OUT/bench_moe.json" \
       --shapes mixtral:up:64,mixtral:down:512,qwen3:up:512,qwen3:down:64
+    ;;
+  first)  # the seventh session's code on the card before anything is certified with it: the stream-gated timer and
+          # the launch plans' direct replay (GPU tests), the serving overhead with its profile, then #3's bench_matmul
+          # (run this set on a machine of one H200, alone)
+    step tests_gate_plans 150 "${TESTS[@]}" tests/backends/test_cuda.py tests/test_served_plans.py
+    step serving 100 env PYTHONPATH=/tmp/notorch python3 benchmarks/bench_certified.py serving --profile \
+      --out "$OUT/serving.json"
+    step bench_matmul 250 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
     ;;
   matmul)  # #3 on a machine of one H200, alone: the fourth and fifth sessions' runs shared the host with the other
            # GPU's work and timed the 4096^3 winner 10% slower than the second session's run on one H200 did
@@ -75,5 +84,5 @@ case "${SET:-}" in
     step quality $q python3 benchmarks/bench_certified.py quality --workload "${WORKLOAD:?}" --dir certificates \
       --shard "${CUDA_VISIBLE_DEVICES:-0}/$of" --jobs $(( $(nproc) / of )) --out "$OUT/quality.json"
     ;;
-  *) echo "SET must be core, families, matmul, sq, moe, quality or cold" >&2; exit 2 ;;
+  *) echo "SET must be first, core, families, matmul, sq, moe, quality or cold" >&2; exit 2 ;;
 esac

@@ -318,3 +318,40 @@ def test_a_plans_signature_holds_each_pointers_alignment():
     x = randn(rng(1), (4, 64), "float16", "cpu")
     assert launch.signature(x)[3] is True
     assert launch.signature(x[:, 1:])[3] is False and launch.signature(x[:, 8:])[3] is True
+
+
+@pytest.mark.gpu
+def test_gpu_a_replayed_plan_computes_the_full_paths_bits(monkeypatch, tmp_path, backend):
+    """On the GPU, plans replay each compiled kernel's runner directly: a second call with new tensors (and one on a
+    view 2 bytes in, which must not replay the aligned kernel) gives the bits of the same config launched in full."""
+    if backend.name != "cuda":
+        pytest.skip("needs the cuda backend (plans replay compiled kernels only there)")
+    from nbxcert import serve
+
+    monkeypatch.setenv("NBXCERT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("NBXCERT_CERTIFIED_ONLY", "0")
+    monkeypatch.setenv("NBXCERT_UNCERTIFIED", "default")
+    serve.configure(dirs=[tmp_path / "none"])
+    try:
+        gen, dev = rng(13), backend.device
+
+        def bits(t):
+            return t.numpy().view(np.uint16)
+
+        w = randn(gen, (2048,), "float16", dev)
+        b = randn(gen, (2560, 2048), "float16", dev).T
+        cases = {
+            "rmsnorm": (lambda x: rows.rmsnorm(x, w, 1e-6),
+                        lambda x: rows.rmsnorm(x, w, 1e-6, config=rows.RMSNORM.default), 2048),
+            "silu_and_mul": (ew.silu_and_mul, lambda x: ew.silu_and_mul(x, config=ew.SILU_AND_MUL.default), 2 * 2048),
+            "softmax": (rows.softmax, lambda x: rows.softmax(x, config=rows.SOFTMAX.default), 2048),
+            "matmul": (lambda x: mm.matmul(x, b), lambda x: mm.matmul(x, b, config=mm.MATMUL.default), 2048),
+        }  # fmt: skip
+        for name, (served_call, full_call, cols) in cases.items():
+            served_call(randn(gen, (4, cols), "float16", dev))  # makes the plan
+            again = randn(gen, (4, cols), "float16", dev)
+            assert np.array_equal(bits(served_call(again)), bits(full_call(again))), name
+            wide = randn(gen, (4, cols + 1), "float16", dev)[:, 1:]  # 2 bytes in: another signature, its own kernel
+            assert np.array_equal(bits(served_call(wide)), bits(full_call(wide))), name
+    finally:
+        serve.configure()
