@@ -28,3 +28,31 @@ def test_the_host_versions_cost_less_than_tritons():
     ours = min(timeit.repeat(lambda: cdiv(4097, 128), number=20000, repeat=3))
     theirs = min(timeit.repeat(lambda: triton.cdiv(4097, 128), number=20000, repeat=3))
     assert ours * 2 < theirs, (ours, theirs)
+
+
+class _HostRead(Exception):
+    pass
+
+
+def test_no_kernels_sweep_launch_reads_the_device_back(monkeypatch):
+    """`spec.launch` is what the sweep times: a host read in it (a check of ids or positions) would wait for the device
+    inside every timed repetition, so the timer could not queue repetitions ahead of the GPU (`cuda_events_waiting`).
+    Every registered kernel's default launch at its first example problem, with every host read refused."""
+    from nbxcert.kernels import tensor
+    from nbxcert.kernels.spec import load_all
+
+    read = []
+    for spec in load_all().values():
+        inputs = spec.make_inputs(spec.example_problems[0], spec.dtypes[0], 0, "cpu")
+
+        def refuse(self, *args, name=spec.name, **kwargs):
+            read.append(name)
+            raise _HostRead()
+
+        with monkeypatch.context() as m:
+            m.setattr(tensor.Tensor, "numpy", refuse)
+            try:
+                spec.launch(spec.default, inputs)
+            except _HostRead:
+                pass
+    assert read == []
