@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -370,6 +371,9 @@ def _kill_and_resume(tmp_path: Path, kills: int, seed: int, delay: tuple[float, 
         orphans += _reap(p.pid)
         now = len(_entries(out)) if out.exists() else 0  # every file whole and valid after every kill
         at_kills.append(now)
+        if now == len(want) and killed < kills:  # a run finished the sweep before its kill: sweep afresh, so the
+            shutil.rmtree(out)  # kills left land mid-sweep (a fast machine may finish the demo within a few runs)
+            continue
         # a run killed before it certified anything (a slow key in flight) makes the next one wait longer, so the
         # kills move along the sweep instead of landing in the same key every time
         lo, hi = (wait, hi * 1.5) if now == before else delay
