@@ -73,7 +73,7 @@ FULL_MS = (5.0, 30.0)
 # kernel of 3 us would otherwise be called 10000 times in a full budget, each call costing the host its launch
 # (30-40 us on the H200's host) and the GPU its L2 flush. The screen only ranks; a median over 1000 repetitions has a
 # standard error well under 1% of a steady kernel's time.
-MAX_TIMED_REPETITIONS = {SCREEN_MS: 200, FULL_MS: 1000}
+MAX_TIMED_REPETITIONS = {SCREEN_MS: 100, FULL_MS: 1000}
 # How many prepared problems a runner keeps (a key has two: its bucket's smallest and largest members).
 PREPARED_KEPT = 4
 _prepared: OrderedDict = OrderedDict()
