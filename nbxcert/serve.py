@@ -423,7 +423,11 @@ def _time(runtime: RuntimeLaunch, cfg) -> dict:
 
         from nbxcert.kernels.backends import triton_cuda
 
-        times = sorted(triton_cuda.do_bench_events(lambda: runtime.run(cfg), 5.0, 20.0))
+        from nbxcert.runner import MAX_TIMED_REPETITIONS, SCREEN_MS
+
+        # the sweep's screen cap: a microsecond kernel would otherwise be called 10000 times, each a host launch
+        times = sorted(triton_cuda.do_bench_events(lambda: runtime.run(cfg), 5.0, 20.0,
+                                                   max_repetitions=MAX_TIMED_REPETITIONS[SCREEN_MS]))  # fmt: skip
         med = statistics.median(times)
         lo, hi = times[int(0.2 * (len(times) - 1))], times[int(0.8 * (len(times) - 1))]
         return {"median_us": med * 1e3, "spread": (hi - lo) / med if med > 0 else 0.0, "reps": len(times)}
