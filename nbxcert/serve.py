@@ -422,7 +422,6 @@ def _time(runtime: RuntimeLaunch, cfg) -> dict:
         import statistics
 
         from nbxcert.kernels.backends import triton_cuda
-
         from nbxcert.runner import MAX_TIMED_REPETITIONS, SCREEN_MS
 
         # the sweep's screen cap: a microsecond kernel would otherwise be called 10000 times, each a host launch
