@@ -553,10 +553,18 @@ def _cell(value):
     return Text(printable(value))
 
 
+# What a timing kind means for a reader, where it is not plain (`certificates.TIMING_KINDS`).
+_KIND_NOTES = {
+    "cuda_events": "ungated, nbxcert < 0.3.0: a kernel shorter than its host launch was timed by the launch",
+    "cuda_events_waiting": "ungated: the launch waits for the device itself",
+}
+
+
 def _timing_text(t: dict) -> str:
+    note = _KIND_NOTES.get(t["kind"])
     return (
         f"median {t['median_us']:.4g} us, min {t['min_us']:.4g} us, spread {100 * t['spread']:.1f}%, "
-        f"{t['reps']} reps ({t['kind']})"
+        f"{t['reps']} reps ({t['kind']}{'; ' + note if note else ''})"
     )
 
 

@@ -219,6 +219,17 @@ def test_show_prints_the_whole_certification(certs, tmp_path):
     )
 
 
+def test_show_says_what_an_old_or_waiting_timing_kind_means(certs, tmp_path):
+    certs.write_probe(tmp_path, {certs.probe_key(300): certs.probe_entry(300)})
+    path = tmp_path / "cpu" / "interpreter" / "fault_probe.float32.json"
+    path.write_text(path.read_text().replace("interpreter_cpu", "cuda_events"))
+    r = nbx("show", certs.probe_key(300), "--dir", tmp_path, env={"COLUMNS": "250"})
+    check(r, 0, must=["(cuda_events; ungated, nbxcert < 0.3.0: a kernel shorter than its host launch was timed by the"])
+    path.write_text(path.read_text().replace("cuda_events", "cuda_events_waiting"))
+    r = nbx("show", certs.probe_key(300), "--dir", tmp_path, env={"COLUMNS": "250"})
+    check(r, 0, must=["(cuda_events_waiting; ungated: the launch waits for the device itself)"])
+
+
 def test_show_searches_the_serving_path_first_directory_wins(certs, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     certs.write_probe(a, {certs.probe_key(300): certs.probe_entry(300, median_us=1000.0)})
