@@ -19,8 +19,8 @@ coldstart   A fresh process runs the workload's launch sequence once (every laun
             at once in a pool), then with an empty certificate directory (a run-time sweep of every key), each with
             an empty Triton cache of its own. With --autotune, also triton.autotune's procedure on the same
             candidates (each key's kept candidates compiled in turn and timed by Triton's benchmarker with the
-            autotuner's defaults, no output checked; the fastest launched). Each launch's tensors are allocated at
-            their real shapes and left unfilled (`kernels.inputs.shape_only`), the same in every run. The sweep and
+            autotuner's defaults, no output checked; the fastest launched). Each launch's float tensors are zeros at
+            their real shapes (`kernels.inputs.shape_only(zeroed=True)`), the same in every run. The sweep and
             the autotuned run are given --sweep-limit seconds; a run cut there reports how many launches it reached
             and when, and the speed-up over that common prefix of the sequence (each run records when each of its
             launches was queued) beside the lower bound on the whole.
@@ -319,7 +319,8 @@ for launch in launches(load_workload(a["workload"]), profile):
         break
     spec = get_spec(launch.kernel)
     t0 = time.perf_counter()
-    with shape_only():  # the launch's own tensors at their real shapes, not filled: every run's inputs cost the same
+    with shape_only(zeroed=True):  # the launch's tensors at their real shapes, zeros set on the device: every run's
+        # inputs cost the same (random draws were half the certified run), and a run-time sweep's consensus holds
         inputs = spec.make_inputs(launch.problem, launch.dtypes, 0, choice.device)
     made += time.perf_counter() - t0
     if a["autotune"]:

@@ -11,23 +11,30 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from nbxcert.kernels.dtypes import get_dtype
-from nbxcert.kernels.tensor import Tensor, empty, from_numpy
+from nbxcert.kernels.tensor import Tensor, empty, from_numpy, zeros
 
 _SHAPE_ONLY = contextvars.ContextVar("nbxcert_shape_only", default=False)
+_ZEROED = contextvars.ContextVar("nbxcert_shape_only_zeroed", default=False)
 
 
 @contextlib.contextmanager
-def shape_only():
+def shape_only(zeroed: bool = False):
     """Inputs made only to be compiled for (what Triton specialises on: dtypes, shapes, strides, alignment), never run
     or judged: `randn` and `uniform` then allocate their tensor without drawing or rounding a value (its contents are
-    undefined), and `rng` hands out a `ShapeOnlyGenerator`, whose float draws are constants. A fused_moe weight of
+    undefined; `zeroed`: zeros, set on the device, for inputs that are run but never judged, such as a cold-start
+    benchmark's), and `rng` hands out a `ShapeOnlyGenerator`, whose float draws are constants. A fused_moe weight of
     Mixtral (8 x 28672 x 4096) costs seconds of random numbers and gigabytes of float64 per compile worker otherwise.
     Integer draws stay real, so host-side checks of ids still hold."""
-    token = _SHAPE_ONLY.set(True)
+    token, zero_token = _SHAPE_ONLY.set(True), _ZEROED.set(zeroed)
     try:
         yield
     finally:
+        _ZEROED.reset(zero_token)
         _SHAPE_ONLY.reset(token)
+
+
+def _unfilled(shape, dtype, device: str) -> Tensor:
+    return (zeros if _ZEROED.get() else empty)(shape, get_dtype(dtype), device)
 
 
 def rng(seed: int):
@@ -100,7 +107,7 @@ def randn(gen: np.random.Generator, shape, dtype, device: str, scale: float = 1.
     in parallel parts for a tensor of at least LARGE elements. `nan_where`: a boolean array broadcast to `shape`,
     NaN where it holds (a cache's positions past a sequence's length, so a read past it shows)."""
     if _SHAPE_ONLY.get():
-        return empty(shape, get_dtype(dtype), device)
+        return _unfilled(shape, dtype, device)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if math.prod(shape) >= LARGE:
         values = _large_normal(gen, shape)
@@ -115,7 +122,7 @@ def randn(gen: np.random.Generator, shape, dtype, device: str, scale: float = 1.
 def uniform(gen: np.random.Generator, shape, dtype, device: str, low: float = -1.0, high: float = 1.0) -> Tensor:
     """Uniform values in [low, high), rounded once into `dtype` (undefined values under `shape_only`)."""
     if _SHAPE_ONLY.get():
-        return empty(shape, get_dtype(dtype), device)
+        return _unfilled(shape, dtype, device)
     return from_numpy(gen.uniform(low, high, size=shape), get_dtype(dtype), device)
 
 

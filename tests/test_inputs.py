@@ -133,3 +133,15 @@ def test_chunked_encode_and_decode_equal_the_one_shot_conversions(name, monkeypa
     chunked = D.encode(x.reshape(-1, 3), dtype)
     assert chunked.shape == (x.size // 3, 3) and chunked.reshape(-1).tobytes() == whole.tobytes()  # bits, NaN too
     assert np.array_equal(D.decode(chunked, dtype).reshape(-1), back, equal_nan=True)
+
+
+def test_shape_only_zeroed_gives_zeros_and_real_integers():
+    """A cold start's launch inputs: float tensors zeros (run, never judged), integer draws real."""
+    from nbxcert.kernels.inputs import randint, randn, rng, shape_only, uniform
+
+    with shape_only(zeroed=True):
+        gen = rng(5)
+        a, b = randn(gen, (3, 7), "float16", "cpu"), uniform(gen, (4,), "bfloat16", "cpu")
+        ids = randint(gen, (6,), 0, 1000, "int32", "cpu")
+    assert not a.numpy().any() and not b.numpy().any()
+    assert ids.numpy().any() and ids.numpy().max() < 1000
