@@ -575,7 +575,7 @@ _SILU_PLANS = served_plans()
 def silu_and_mul(x: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """silu(x[..., :d]) * x[..., d:] for x [..., 2d] -> [..., d]."""
     if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
-        sig = (x.shape, x.strides, x.dtype, signature(out))
+        sig = (signature(x), signature(out))
         plan = _SILU_PLANS.get(sig)
         if plan:
             y = out if out is not None else empty(x.shape[:-1] + (x.shape[-1] // 2,), x.dtype, x.device)

@@ -680,7 +680,7 @@ def softmax(
     masked row comes out as zeros. `workspace`: for the split variant (allocated when None)."""
     if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
         masking = mask if mask is None or isinstance(mask, str) else signature(mask)
-        sig = (x.shape, x.strides, x.dtype, scale, masking, signature(out), signature(workspace))
+        sig = (signature(x), scale, masking, signature(out), signature(workspace))
         plan = _SOFTMAX_PLANS.get(sig)
         if plan:
             y = out if out is not None else empty(x.shape, x.dtype, x.device)
@@ -737,7 +737,7 @@ _SOFTMAX_PLANS = served_plans()
 
 def _norm(spec, x, residual, weight, bias, eps, out, out_sum, config, rms):
     if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
-        sig = (spec.name, eps, x.shape, x.strides, x.dtype, weight.shape, weight.strides, weight.dtype, signature(out))
+        sig = (spec.name, eps, signature(x), signature(weight), signature(out))
         if residual is not None or bias is not None or out_sum is not None:
             sig += (signature(residual), signature(bias), signature(out_sum))
         plan = _NORM_PLANS.get(sig)

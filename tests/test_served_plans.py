@@ -6,6 +6,7 @@ and never exist for launches holding anything but the call's tensors and plain s
 from __future__ import annotations
 
 import gc
+import math
 import sys
 import weakref
 from pathlib import Path
@@ -320,10 +321,40 @@ def test_a_plans_signature_holds_each_pointers_alignment():
     assert launch.signature(x[:, 1:])[3] is False and launch.signature(x[:, 8:])[3] is True
 
 
+@pytest.mark.parametrize("name", ["rmsnorm", "add_rmsnorm", "silu_and_mul", "matmul", "softmax"])
+def test_an_input_of_the_same_shape_and_strides_but_misaligned_gets_its_own_plan(served, name):
+    """Same shape, strides and dtype, 2 bytes further in: another signature (each family's plan key holds every
+    tensor's alignment), so the kernel compiled for the aligned call is never replayed on it."""
+    gen = rng(17)
+
+    def two(shape):  # an aligned tensor and one of the same shape and strides starting 2 bytes in
+        flat = randn(gen, (2 * math.prod(shape) + 8,), "float16", served)
+        return flat[: math.prod(shape)].view(shape), flat[1 : 1 + math.prod(shape)].view(shape)
+
+    w, b = randn(gen, (64,), "float16", served), randn(gen, (48, 32), "float16", served).T
+    r = randn(gen, (3, 64), "float16", served)
+    calls = {
+        "rmsnorm": (lambda x: rows.rmsnorm(x, w, 1e-6), (3, 64), rows._NORM_PLANS),
+        "add_rmsnorm": (lambda x: rows.add_rmsnorm(x, r, w, 1e-6), (3, 64), rows._NORM_PLANS),
+        "silu_and_mul": (ew.silu_and_mul, (3, 96), ew._SILU_PLANS),
+        "matmul": (lambda x: mm.matmul(x, b), (5, 32), mm._MATMUL_PLANS),
+        "softmax": (rows.softmax, (3, 64), rows._SOFTMAX_PLANS),
+    }
+    call, shape, plans = calls[name]
+    aligned, shifted = two(shape)
+    assert (aligned.shape, aligned.strides) == (shifted.shape, shifted.strides)
+    assert aligned.data_ptr() % 16 == 0 and shifted.data_ptr() % 16 == 2
+    plans.clear()
+    call(aligned)
+    call(shifted)
+    assert len(plans) == 2, list(plans)
+
+
 @pytest.mark.gpu
 def test_gpu_a_replayed_plan_computes_the_full_paths_bits(monkeypatch, tmp_path, backend):
-    """On the GPU, plans replay each compiled kernel's runner directly: a second call with new tensors (and one on a
-    view 2 bytes in, which must not replay the aligned kernel) gives the bits of the same config launched in full."""
+    """On the GPU, plans replay each compiled kernel's runner directly: a second call with new tensors (and one of the
+    same shape and strides 2 bytes in, which must not replay the aligned kernel) gives the bits of the same config
+    launched in full."""
     if backend.name != "cuda":
         pytest.skip("needs the cuda backend (plans replay compiled kernels only there)")
     from nbxcert import serve
@@ -351,7 +382,8 @@ def test_gpu_a_replayed_plan_computes_the_full_paths_bits(monkeypatch, tmp_path,
             served_call(randn(gen, (4, cols), "float16", dev))  # makes the plan
             again = randn(gen, (4, cols), "float16", dev)
             assert np.array_equal(bits(served_call(again)), bits(full_call(again))), name
-            wide = randn(gen, (4, cols + 1), "float16", dev)[:, 1:]  # 2 bytes in: another signature, its own kernel
-            assert np.array_equal(bits(served_call(wide)), bits(full_call(wide))), name
+            flat = randn(gen, (4 * cols + 8,), "float16", dev)
+            shifted = flat[1 : 1 + 4 * cols].view(4, cols)  # again's shape and strides, 2 bytes in: its own kernel
+            assert np.array_equal(bits(served_call(shifted)), bits(full_call(shifted))), name
     finally:
         serve.configure()
