@@ -1100,8 +1100,9 @@ print("NO_TORCH_MATMUL_OK", triton.__version__, rel)
 
 @pytest.mark.gpu
 def test_gpu_gated_timing_leaves_the_hosts_launch_out(gpu, tmp_path):
-    """A 256^3 matmul (a few microseconds) whose call also costs the host 300 us: ungated, each event pair spans the
-    host's 300 us; behind the stream gate, the repetitions run back to back and time the kernel."""
+    """A 256^3 matmul (a few microseconds) whose call also costs the host 500 us: ungated, each event pair spans the
+    host's 500 us less the L2 flush queued before it (256 MB, under 0.2 ms); behind the stream gate, the repetitions
+    run back to back and time the kernel."""
     out = _run_proof(
         tmp_path,
         MATMUL_KERNEL
@@ -1111,14 +1112,14 @@ C = DeviceArray.poisoned((M, N), FLOAT16)
 
 def slow_host():
     run_matmul(C)
-    time.sleep(0.0003)
+    time.sleep(0.0005)
 
 ungated = triton_cuda.time_events(slow_host, 1.0, 20.0, gated=False)
 gated = triton_cuda.time_events(slow_host, 1.0, 20.0, max_repetitions=200)
 kernel = triton_cuda.time_events(lambda: run_matmul(C), 1.0, 20.0, max_repetitions=200)
 u, g, k = (statistics.median(t.times_ms) for t in (ungated, gated, kernel))
 assert not ungated.gated and gated.gated and kernel.gated
-assert u > 0.25, u
+assert u > 0.3, u
 assert g < 0.1 and abs(g - k) < 0.02, (g, k)
 assert "torch" not in sys.modules, "torch was imported"
 print("GATED_TIMING_OK", u, g, k)
