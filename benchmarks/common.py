@@ -201,6 +201,8 @@ def capture_launches(fn) -> list:
     finally:
         for cls, original in originals.items():
             cls.run = original
+    if not seen:  # e.g. a served call replaying a plan through compiled runners: nothing passes Triton's `run`
+        raise RuntimeError("captured no launch: the call made none through kernel[grid] (a launch plan replayed it?)")
     return seen
 
 
