@@ -16,8 +16,9 @@ quality     For every key of the workload certified in --dir for this device's p
 coldstart   A fresh process runs the workload's launch sequence once (every launch at its real shape, through the
             serving path `nbxcert.serve.config_for`), from process start to the last result: with the certificates
             of --dir, the same after `nbxcert.warm.warm` of the workload inside that process (its winners compiled
-            at once in a pool), then with an empty certificate directory (a run-time sweep of every key), each with
-            an empty Triton cache of its own. With --autotune, also triton.autotune's procedure on the same
+            at once in a pool), the certified run again with the Triton cache the first filled (a restart), then
+            with an empty certificate directory (a run-time sweep of every key), each but the restart with an empty
+            Triton cache of its own. With --autotune, also triton.autotune's procedure on the same
             candidates (each key's kept candidates compiled in turn and timed by Triton's benchmarker with the
             autotuner's defaults, no output checked; the fastest launched). Each launch's float tensors are zeros at
             their real shapes (`kernels.inputs.shape_only(zeroed=True)`), the same in every run. The sweep and
@@ -365,8 +366,11 @@ def _cold_run(
     gpu: str = "",
     autotune: bool = False,
     max_launches: int = 0,
+    triton_cache: str = "",
 ) -> dict:
-    env = {**os.environ, "TRITON_CACHE_DIR": tempfile.mkdtemp(prefix="triton-cold-"),
+    """One fresh process running the workload's launches; `triton_cache`: this Triton cache directory (default: an
+    empty one of its own)."""
+    env = {**os.environ, "TRITON_CACHE_DIR": triton_cache or tempfile.mkdtemp(prefix="triton-cold-"),
            "NBXCERT_CACHE_DIR": tempfile.mkdtemp(prefix="nbx-cold-"), "NBXCERT_UNCERTIFIED": "sweep"}  # fmt: skip
     if gpu:
         env["CUDA_VISIBLE_DEVICES"] = gpu
@@ -411,15 +415,19 @@ def coldstart(args) -> dict:
     _choice, profile = _device()
     empty = tempfile.mkdtemp(prefix="nbx-empty-")
     common = dict(max_launches=args.max_launches)
+    certified_cache = tempfile.mkdtemp(prefix="triton-cold-")
+    certified = dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit, **common)
     phases = [
         {
-            "certified": dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit, **common),
-            "warmed": dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit, warm=True, **common),
+            "certified": dict(certified, triton_cache=certified_cache),
+            "warmed": dict(certified, warm=True),
         },
+        # a restart: the certified run again, with the Triton cache the first one filled (what a second start costs)
+        {"certified_restart": dict(certified, triton_cache=certified_cache)},
         {"swept": dict(directory=empty, certified_only=False, limit_s=args.sweep_limit, **common)},
     ]
     if args.autotune:
-        phases[1]["autotuned"] = dict(directory=empty, certified_only=False, limit_s=args.sweep_limit, autotune=True,
+        phases[2]["autotuned"] = dict(directory=empty, certified_only=False, limit_s=args.sweep_limit, autotune=True,
                                       **common)  # fmt: skip
     gpus = [g for g in args.gpus.split(",") if g] if args.gpus else []
     results = {}
@@ -444,6 +452,7 @@ def coldstart(args) -> dict:
         "concurrent_on_gpus": gpus,
         "certified": certified,
         "certified_warmed": warmed,
+        "certified_restart": results["certified_restart"],
         "runtime_sweep": swept,
         "speedup": ratio(certified),
         "speedup_warmed": ratio(warmed),

@@ -155,7 +155,7 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
             "--certified-limit", "300", "--sweep-limit", "300", "--out", str(out)]  # fmt: skip
     assert bc.main(args) == 0
     result = json.loads(out.read_text())
-    for run in ("certified", "certified_warmed", "runtime_sweep"):
+    for run in ("certified", "certified_warmed", "certified_restart", "runtime_sweep"):
         assert result[run]["launches"] == 3 and len(result[run]["elapsed"]) == 3, result[run]
         assert result[run]["elapsed"] == sorted(result[run]["elapsed"])
     prefix = result["speedup_over_common_prefix"]
