@@ -69,7 +69,7 @@ case "${SET:-}" in
         # at once, dealt over the GPUs (no certified run shares the host with a sweep's compile workers)
     gpus=$(seq -s, 0 $(( $(nvidia-smi -L | wc -l) - 1 )))
     step coldstart 580 python3 benchmarks/bench_certified.py coldstart --workload "${WORKLOAD:?}" --dir certificates \
-      --gpus "$gpus" --certified-limit 150 --sweep-limit 400 --autotune --out "$OUT/coldstart.json"
+      --gpus "$gpus" --certified-limit 150 --sweep-limit 360 --autotune --out "$OUT/coldstart.json"
     ;;
   quality)  # #8's first measurement for $WORKLOAD, one shard of its keys per GPU: run it through gpu_pair.sh
             # (SET_A=quality SET_B=quality QUALITY_OF=2), each shard taking the GPU it was given and half the cores
