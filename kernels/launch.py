@@ -134,6 +134,8 @@ def _compiled_runner(launch: KernelLaunch):
     kernel = launch.kernel
     if type(kernel) is not JITFunction or kernel.pre_run_hooks:
         return None
+    if not hasattr(kernel, "signature") or not hasattr(kernel, "params"):  # a Triton without them: its own dispatch
+        return None
     compiled = kernel.run(*launch.args, grid=launch.grid, warmup=True, **launch.kwargs)  # found in Triton's cache
     if compiled is None or not hasattr(compiled, "packed_metadata"):
         return None
