@@ -148,9 +148,10 @@ def _compiled_runner(launch: KernelLaunch):
 
 def signature(t: Tensor | None):
     """What a launch plan's signature holds of one tensor of the call (None for an absent one): its shape, strides,
-    dtype and whether its address is 16-byte aligned (Triton specialises pointers on it, and a plan replays the
-    kernel compiled for the call that made it); the families add the scalars, and anything else their key reads."""
-    return None if t is None else (t.shape, t.strides, t.dtype, t.data_ptr() % 16 == 0)
+    dtype, whether its address is 16-byte aligned (Triton specialises pointers on it, and a plan replays the kernel
+    compiled for the call that made it) and its device (a compiled kernel is loaded on one device); the families add
+    the scalars, and anything else their key reads."""
+    return None if t is None else (t.shape, t.strides, t.dtype, t.data_ptr() % 16 == 0, t.device)
 
 
 MAX_PLANS = 4096  # signatures one family keeps; a process serving more distinct shapes starts its memo afresh

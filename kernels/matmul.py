@@ -1231,8 +1231,7 @@ def matmul(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | Non
     """C = A @ B for 2-d A (M, K) and B (K, N) of one dtype (float16, bfloat16, float32); returns C (M, N)."""
     if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
         # the key's `aligned` field reads the operands' base addresses too (16-byte alignment, for TMA)
-        sig = (a.shape, a.strides, a.dtype, a.data_ptr() % 16, b.shape, b.strides, b.dtype, b.data_ptr() % 16)
-        sig += (signature(out),)
+        sig = (signature(a), a.data_ptr() % 16, signature(b), b.data_ptr() % 16, signature(out))
         plan = _MATMUL_PLANS.get(sig)
         if plan:
             c = out if out is not None else empty((a.shape[0], b.shape[1]), a.dtype, a.device)
