@@ -1121,6 +1121,11 @@ u, g, k = (statistics.median(t.times_ms) for t in (ungated, gated, kernel))
 assert not ungated.gated and gated.gated and kernel.gated
 assert u > 0.3, u
 assert g < 0.1 and abs(g - k) < 0.02, (g, k)
+# a call that reads the device back cannot be queued ahead: refused inside the gate at once, timed ungated, no hang
+host = np.empty((M, N), np.float16)
+t0 = time.perf_counter()
+reading = triton_cuda.time_events(lambda: (run_matmul(C), cuda.memcpy_dtoh(host, C.data_ptr(), host.nbytes)), 1.0, 5.0)
+assert not reading.gated and reading.times_ms and time.perf_counter() - t0 < triton_cuda.GATE_LIMIT_S, reading.gated
 assert "torch" not in sys.modules, "torch was imported"
 print("GATED_TIMING_OK", u, g, k)
 """,
