@@ -34,6 +34,8 @@ Error scales (what `|kernel - reference|` is judged against, times the output dt
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -49,29 +51,69 @@ def _require_extended() -> None:
         )
 
 
+# Extended-precision loops run on one core (no SIMD for long double): an array of at least PARALLEL_AT elements is
+# cut into parts evaluated on threads (numpy's loops release the GIL), element by element the same values. A SwiGLU
+# of 4096 tokens x 14336 took seconds of one core per sweep of its key otherwise.
+PARALLEL_AT = 1 << 20
+
+
+def _threads() -> int:
+    """The cores this process may use: its affinity, within OMP_NUM_THREADS when that is set (the certify scripts
+    give each shard its share of the machine that way)."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    limit = os.environ.get("OMP_NUM_THREADS", "")
+    return max(1, min(n, int(limit))) if limit.isdigit() and int(limit) > 0 else n
+
+
+def _elementwise(fn, x: np.ndarray) -> np.ndarray:
+    """fn (float64 array -> float64 array, element by element) over x, in parts on threads when x is large."""
+    threads = _threads()
+    if x.size < PARALLEL_AT or threads == 1:
+        return fn(x)
+    flat = np.ascontiguousarray(x).reshape(-1)
+    out = np.empty_like(flat)
+    bounds = np.linspace(0, flat.size, threads + 1).astype(np.int64)
+
+    def part(i: int) -> None:
+        out[bounds[i] : bounds[i + 1]] = fn(flat[bounds[i] : bounds[i + 1]])
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(part, range(threads)))
+    return out.reshape(x.shape)
+
+
+def _exp_extended(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", under="ignore"):
+        return np.exp(x.astype(np.longdouble)).astype(np.float64)
+
+
+def _tanh_extended(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", under="ignore"):
+        return np.tanh(x.astype(np.longdouble)).astype(np.float64)
+
+
+def _sigmoid_extended(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore", under="ignore"):
+        xl = x.astype(np.longdouble)
+        return (np.longdouble(1) / (np.longdouble(1) + np.exp(-xl))).astype(np.float64)
+
+
 def exp(x) -> np.ndarray:
     """e^x in float64, within 1 ulp (computed in extended precision, rounded once)."""
     _require_extended()
-    x = np.asarray(x, dtype=np.float64)
-    with np.errstate(over="ignore", under="ignore"):
-        return np.exp(x.astype(np.longdouble)).astype(np.float64)
+    return _elementwise(_exp_extended, np.asarray(x, dtype=np.float64))
 
 
 def tanh(x) -> np.ndarray:
     """tanh(x) in float64, within 1 ulp (extended precision, rounded once)."""
     _require_extended()
-    x = np.asarray(x, dtype=np.float64)
-    with np.errstate(over="ignore", under="ignore"):
-        return np.tanh(x.astype(np.longdouble)).astype(np.float64)
+    return _elementwise(_tanh_extended, np.asarray(x, dtype=np.float64))
 
 
 def sigmoid(x) -> np.ndarray:
     """1 / (1 + e^-x) in float64, within 1 ulp (extended precision, rounded once)."""
     _require_extended()
-    x = np.asarray(x, dtype=np.float64)
-    with np.errstate(over="ignore", under="ignore"):
-        xl = x.astype(np.longdouble)
-        return (np.longdouble(1) / (np.longdouble(1) + np.exp(-xl))).astype(np.float64)
+    return _elementwise(_sigmoid_extended, np.asarray(x, dtype=np.float64))
 
 
 _erf = np.frompyfunc(math.erf, 1, 1)
