@@ -8,7 +8,8 @@
 # With several GPUs the keys are split into one `--shard i/N` per GPU (CUDA_VISIBLE_DEVICES=i), run at once, each
 # with its share of the CPU cores for compiling; they write into the same directory (writes are atomic and locked).
 # Logs (one line per key, and each shard's JSON summary when it finishes) and the certificates come back packed in
-# $OUT/hopper_certs.tgz; $OUT/coverage_*.txt says what is covered.
+# $OUT/hopper_certs.tgz; $OUT/coverage_*.txt says what is covered; the Triton cache comes back in parts
+# ($OUT/triton_cache.tgz.*: copy them into .triton-carry/ and name it in the next call's `carry`).
 set -u
 WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
 CERTIFY_S=${CERTIFY_S:-300}
@@ -40,3 +41,4 @@ for w in $WORKLOADS; do
 done
 rm -f certificates/nvidia/hopper/.lock
 tar czf "$OUT/hopper_certs.tgz" certificates/nvidia/hopper /tmp/certify-logs 2>/dev/null
+[ "${PACK_CACHE:-1}" = 1 ] && triton_cache_pack 3  # the next call carries it (.triton-carry) and compiles less
