@@ -41,7 +41,6 @@ from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import (
     KernelLaunch,
-    LaunchPlan,
     cdiv,
     constexprs,
     keep_plan,
@@ -595,7 +594,7 @@ def silu_and_mul(x: Tensor, out: Tensor | None = None, config: Config | None = N
     made = silu_and_mul_launches(cfg, rows_x, rows_y)
     _run(made)
     if config is None:
-        keep_plan(_SILU_PLANS, sig, LaunchPlan.of(made, (x, y)))
+        keep_plan(_SILU_PLANS, sig, made, (x, y))
     return y
 
 

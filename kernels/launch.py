@@ -166,10 +166,13 @@ def served_plans() -> dict:
     return memo
 
 
-def keep_plan(memo: dict, signature: tuple, plan) -> None:
-    """Remember `plan` for `signature`: a `LaunchPlan`; None where the call's launches cannot be replayed (kept as
-    False, so such calls take the full path without trying again); ALIASED: nothing kept. Past MAX_PLANS signatures
-    the memo is cleared first (shapes that vary without end, such as every prefill length, must not grow it)."""
+def keep_plan(memo: dict, signature: tuple, launches: Sequence[KernelLaunch] | None, tensors: Sequence[Any]) -> None:
+    """Remember for `signature` the plan of the `launches` a served call made with `tensors` (`LaunchPlan.of`;
+    `launches` None: the call made none a plan may replay). A call that cannot be replayed is kept as False, so such
+    calls take the full path without trying again; one whose tensors alias (ALIASED) keeps nothing. Past MAX_PLANS
+    signatures the memo is cleared first (shapes that vary without end, such as every prefill length, must not grow
+    it)."""
+    plan = LaunchPlan.of(launches, tensors) if launches else None
     if plan is ALIASED:  # this call's tensors alias each other: no plan from it, none refused either
         return
     if len(memo) >= MAX_PLANS:

@@ -76,7 +76,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _workspace
-from nbxcert.kernels.launch import KernelLaunch, LaunchPlan, cdiv, keep_plan, served_plans, signature
+from nbxcert.kernels.launch import KernelLaunch, cdiv, keep_plan, served_plans, signature
 from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty
@@ -1230,8 +1230,8 @@ _MATMUL_PLANS = served_plans()
 def matmul(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """C = A @ B for 2-d A (M, K) and B (K, N) of one dtype (float16, bfloat16, float32); returns C (M, N)."""
     if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
-        # the key's `aligned` field reads the operands' base addresses too (16-byte alignment, for TMA)
-        sig = (signature(a), a.data_ptr() % 16, signature(b), b.data_ptr() % 16, signature(out))
+        # `signature` holds what the key's `aligned` field reads too: strides and 16-byte base alignment (for TMA)
+        sig = (signature(a), signature(b), signature(out))
         plan = _MATMUL_PLANS.get(sig)
         if plan:
             c = out if out is not None else empty((a.shape[0], b.shape[1]), a.dtype, a.device)
@@ -1250,7 +1250,7 @@ def matmul(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | Non
     )
     made = _run_mm(cfg, a, b, out, None, 1, 1.0, 1.0, "none")
     if config is None:
-        keep_plan(_MATMUL_PLANS, sig, made and LaunchPlan.of(made, (a, b, out)))
+        keep_plan(_MATMUL_PLANS, sig, made, (a, b, out))
     return out
 
 

@@ -56,7 +56,6 @@ from nbxcert.kernels.backends import select
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import (
     KernelLaunch,
-    LaunchPlan,
     cdiv,
     constexprs,
     keep_plan,
@@ -719,9 +718,7 @@ def softmax(
     _run(made)
     if config is None:
         # a workspace made in launches() is no tensor of the call: LaunchPlan.of refuses launches holding it
-        keep_plan(
-            _SOFTMAX_PLANS, sig, LaunchPlan.of(made, (x, y, mask if isinstance(mask, Tensor) else None, workspace))
-        )
+        keep_plan(_SOFTMAX_PLANS, sig, made, (x, y, mask if isinstance(mask, Tensor) else None, workspace))
     return y
 
 
@@ -780,7 +777,7 @@ def _norm(spec, x, residual, weight, bias, eps, out, out_sum, config, rms):
     made = launches(cfg)
     _run(made)
     if config is None:
-        keep_plan(_NORM_PLANS, sig, LaunchPlan.of(made, (x, residual, weight, bias, y, s)))
+        keep_plan(_NORM_PLANS, sig, made, (x, residual, weight, bias, y, s))
     return y if s is None else (s, y)
 
 
