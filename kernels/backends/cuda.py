@@ -289,7 +289,7 @@ _STATUS_IN_MESSAGE = re.compile(r"\((\d+)\)\s*$")
 
 # The driver calls that wait for queued device work (explicitly, or as the synchronous copies and memsets do). Made by
 # the thread that holds a `StreamGate` shut, any of them would wait for work that waits for that thread: `_call`
-# raises `GateHeld` instead, and a device allocation collected meanwhile is freed when the gate opens.
+# raises `GateHeld` instead, and memory collected meanwhile is freed when the gate opens.
 WAITING_CALLS = frozenset({
     "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemFree", "cuMemFreeHost", "cuMemcpyHtoD",
     "cuMemcpyDtoH", "cuMemcpyDtoD", "cuMemsetD8", "cuMemsetD32",
@@ -514,9 +514,17 @@ def _owned_here(pid: int) -> bool:
     return pid == os.getpid() and _poisoned is None
 
 
+def _after_gates(free, *args) -> bool:
+    """Whether `free(*args)` was put off until this thread's stream gates open (True while one is held: a free waits
+    for the device, which waits for this thread)."""
+    if not getattr(_tls, "gates", 0):
+        return False
+    _tls.deferred_frees.append((free, args))
+    return True
+
+
 def _free_device_memory(ptr: int, device: int, pid: int) -> None:
-    if getattr(_tls, "gates", 0):  # cuMemFree waits for the device, which waits for this thread: after the gate
-        _tls.deferred_frees.append((ptr, device, pid))
+    if _after_gates(_free_device_memory, ptr, device, pid):
         return
     if _owned_here(pid):
         with _in_context(device):
@@ -794,7 +802,9 @@ class Event:
 
 # --- stream gates -----------------------------------------------------------------------------------------------------
 def _free_host_memory(ptr: int, device: int, pid: int) -> None:
-    if _owned_here(pid) and not getattr(_tls, "gates", 0):
+    if _after_gates(_free_host_memory, ptr, device, pid):
+        return
+    if _owned_here(pid):
         with _in_context(device):
             _call("cuMemFreeHost", ptr, what=f"device {device}")
 
@@ -805,8 +815,8 @@ class StreamGate:
     A word of pinned host memory mapped into the device: `hold(stream)` queues `cuStreamWaitValue32` (GEQ) for the
     next value of a counter, `open()` writes that value. Timing with events needs it: a start event the GPU reaches
     before the host has queued the timed kernel times the host's launch, not the kernel. While a gate is held, a call
-    of the holding thread that waits for the device raises `GateHeld` (it would wait for itself), and device memory
-    collected meanwhile is freed when the gate opens.
+    of the holding thread that waits for the device raises `GateHeld` (it would wait for itself), and memory collected
+    meanwhile is freed when the gate opens.
     """
 
     def __init__(self, device: int | None = None):
@@ -868,5 +878,5 @@ class StreamGate:
             _tls.gates -= 1
             if not _tls.gates:
                 deferred, _tls.deferred_frees = _tls.deferred_frees, []
-                for ptr, device, pid in deferred:
-                    _free_device_memory(ptr, device, pid)
+                for free, args in deferred:
+                    free(*args)

@@ -536,10 +536,13 @@ CUresult cuStreamWaitValue32_v2(void *s, uint64_t addr, uint32_t value, unsigned
   settle();
   return 0;
 }
+static long live_host = 0;
+long fake_live_host_allocations(void) { return live_host; }
 CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags) {
   NEED_CTX;
   if (!(flags & 2)) return 1; /* must be mapped into the device */
   *p = calloc(1, n < 8 ? 8 : n);
+  if (*p) live_host++;
   return *p ? 0 : 2;
 }
 CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned flags) {
@@ -548,7 +551,7 @@ CUresult cuMemHostGetDevicePointer_v2(uint64_t *d, void *p, unsigned flags) {
   *d = (uint64_t)(uintptr_t)p;
   return 0;
 }
-CUresult cuMemFreeHost(void *p) { NEED_INIT; wait_unheld(); free(p); return 0; }
+CUresult cuMemFreeHost(void *p) { NEED_INIT; wait_unheld(); free(p); live_host--; return 0; }
 CUresult cuEventRecord(void *e, void *s) {
   (void)s;
   NEED_CTX;
@@ -909,8 +912,8 @@ def test_fake_gated_timing_of_a_launch_that_waits_for_the_device(fake, monkeypat
 
 
 def test_fake_gated_timing_frees_memory_dropped_inside_a_batch(fake, monkeypatch):
-    """cuMemFree waits for the device: memory collected while a gate is held is freed when it opens, and the timing
-    stays gated."""
+    """cuMemFree and cuMemFreeHost wait for the device: memory collected while a gate is held is freed when it opens
+    (not leaked), and the timing stays gated."""
     triton_cuda = _fresh_triton_cuda(monkeypatch)
     cuda.use_device(0)
     before = fake.fake_live_allocations()
@@ -922,6 +925,14 @@ def test_fake_gated_timing_frees_memory_dropped_inside_a_batch(fake, monkeypatch
     assert timed.gated
     gc.collect()
     assert fake.fake_live_allocations() == before
+    fake.fake_live_host_allocations.restype = ctypes.c_long
+    hosts = fake.fake_live_host_allocations()
+    gate = cuda.StreamGate(0)
+    with gate.holding(triton_cuda.current_stream(0), 5.0):
+        cuda.StreamGate(0)  # its pinned word, collected inside the gate: freed when the gate opens, not leaked
+        gc.collect()
+        assert fake.fake_live_host_allocations() == hosts + 2
+    assert fake.fake_live_host_allocations() == hosts + 1
 
 
 def test_fake_gate_opened_by_its_time_limit(fake, monkeypatch):
