@@ -67,13 +67,12 @@ def _summary(times_ms: list[float], kind: str) -> dict[str, Any]:
 # Timing budgets (ms of warm-up, ms of timed repetitions). Every correct candidate is screened briefly; the fastest
 # few and the untuned default are then timed at the full budget, and the winner is chosen among those only, so the
 # certified winner, runner-up and default are measured alike. Triton's `do_bench` spends 25 + 100 ms on every config.
-SCREEN_MS = (1.0, 4.0)
-FULL_MS = (5.0, 30.0)
-# At most this many timed repetitions (and as many warm-up calls) a candidate, by budget. Behind the stream gate a
-# kernel of 3 us would otherwise be called 10000 times in a full budget, each call costing the host its launch
-# (30-40 us on the H200's host) and the GPU its L2 flush. The screen only ranks; a median over 1000 repetitions has a
-# standard error well under 1% of a steady kernel's time.
-MAX_TIMED_REPETITIONS = {SCREEN_MS: 100, FULL_MS: 1000}
+# Each budget: ms of warm-up, ms of timed repetitions, and at most this many of each. Behind the stream gate a kernel
+# of 3 us would otherwise be called 10000 times in a full budget, each call costing the host its launch (30-40 us on
+# the H200's host) and the GPU its L2 flush. The screen only ranks; a median over 1000 repetitions has a standard
+# error well under 1% of a steady kernel's time.
+SCREEN_MS = (1.0, 4.0, 100)
+FULL_MS = (5.0, 30.0, 1000)
 # How many prepared problems a runner keeps (a key has two: its bucket's smallest and largest members).
 PREPARED_KEPT = 4
 _prepared: OrderedDict = OrderedDict()
@@ -105,7 +104,7 @@ def prepared_for(spec, problem, dtypes, profile, seed, device) -> tuple[Prepared
     return value, (time.perf_counter() - t0) if made else 0.0
 
 
-def time_launch(spec, config: Config, inputs, profile, budget_ms: tuple[float, float] = FULL_MS) -> dict[str, Any]:
+def time_launch(spec, config: Config, inputs, profile, budget: tuple[float, float, int] = FULL_MS) -> dict[str, Any]:
     """Median/min/spread of the launch with CUDA events, the L2 flushed before every repetition with a buffer twice
     the largest L2 of the profile's SKUs (a device-file fact), the repetitions queued behind a held stream so the
     host's launch is not timed (kind `cuda_events_gated`; `cuda_events_waiting` for a launch that waits for the
@@ -113,8 +112,9 @@ def time_launch(spec, config: Config, inputs, profile, budget_ms: tuple[float, f
     from nbxcert.kernels.backends import triton_cuda
 
     l2 = max(s.l2_bytes for s in profile.skus)
-    timed = triton_cuda.time_events(lambda: spec.launch(config, inputs), *budget_ms, flush_bytes=2 * l2,
-                                    max_repetitions=MAX_TIMED_REPETITIONS.get(tuple(budget_ms)))  # fmt: skip
+    warmup_ms, rep_ms, most = budget
+    timed = triton_cuda.time_events(lambda: spec.launch(config, inputs), warmup_ms, rep_ms, flush_bytes=2 * l2,
+                                    max_repetitions=most)  # fmt: skip
     return _summary(timed.times_ms, "cuda_events_gated" if timed.gated else "cuda_events_waiting")
 
 

@@ -417,19 +417,14 @@ def runtime_sweep(spec, problem: Mapping[str, Any], profile, runtime: RuntimeLau
 
 def _time(runtime: RuntimeLaunch, cfg) -> dict:
     from nbxcert.kernels.backends import select
+    from nbxcert.runner import SCREEN_MS, _summary
 
     if select().name == "cuda":
-        import statistics
-
         from nbxcert.kernels.backends import triton_cuda
-        from nbxcert.runner import MAX_TIMED_REPETITIONS, SCREEN_MS
 
-        # the sweep's screen cap: a microsecond kernel would otherwise be called 10000 times, each a host launch
-        times = sorted(triton_cuda.do_bench_events(lambda: runtime.run(cfg), 5.0, 20.0,
-                                                   max_repetitions=MAX_TIMED_REPETITIONS[SCREEN_MS]))  # fmt: skip
-        med = statistics.median(times)
-        lo, hi = times[int(0.2 * (len(times) - 1))], times[int(0.8 * (len(times) - 1))]
-        return {"median_us": med * 1e3, "spread": (hi - lo) / med if med > 0 else 0.0, "reps": len(times)}
+        # 5 + 20 ms, at most the sweep's screen count of repetitions (each one is a host launch)
+        timed = triton_cuda.time_events(lambda: runtime.run(cfg), 5.0, 20.0, max_repetitions=SCREEN_MS[2])
+        return _summary(timed.times_ms, "cuda_events_gated" if timed.gated else "cuda_events_waiting")
     t0 = time.perf_counter()
     runtime.run(cfg)
-    return {"median_us": (time.perf_counter() - t0) * 1e6, "spread": 0.0, "reps": 1}
+    return _summary([(time.perf_counter() - t0) * 1e3], "interpreter_cpu")
