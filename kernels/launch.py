@@ -67,7 +67,7 @@ ALIASED = object()  # LaunchPlan.of's answer for a call whose tensors alias each
 
 class LaunchPlan:
     """The launches one served call made, with that call's tensors as slots: a later call with the same signature
-    (the same kernel, shapes, strides, dtypes and scalars: the caller's key) makes the same launches with its own
+    (the same kernel, scalars and tensors by `signature`: the caller's key) makes the same launches with its own
     tensors in the slots, and skips the checks, the key, the config lookup and the building that made them.
 
     `of` refuses (returns None) launches holding anything but the call's tensors and plain scalars: a workspace, a
@@ -96,15 +96,13 @@ class LaunchPlan:
                     return None
             if any(not isinstance(v, _PLAIN) and not _is_constexpr_value(v) for v in launch.kwargs.values()):
                 return None
-            held = {position for position, _ in slots}  # the plan keeps no tensor of the call that made it
+            launcher, arguments, kwargs = launch.kernel[launch.grid], launch.args, launch.kwargs
             direct = _compiled_runner(launch) if DIRECT else None
             if direct is not None:  # the compiled kernel's runner, on the kernel's whole argument list
-                runner, arguments = direct
-                template = tuple(None if position in held else arg for position, arg in enumerate(arguments))
-                steps.append((runner, template, tuple(slots), {}))
-                continue
-            template = tuple(None if position in held else arg for position, arg in enumerate(launch.args))
-            steps.append((launch.kernel[launch.grid], template, tuple(slots), launch.kwargs))
+                (launcher, arguments), kwargs = direct, {}
+            held = {position for position, _ in slots}  # the plan keeps no tensor of the call that made it
+            template = tuple(None if position in held else arg for position, arg in enumerate(arguments))
+            steps.append((launcher, template, tuple(slots), kwargs))
         return LaunchPlan(tuple(steps)) if steps else None
 
     def __call__(self, tensors: Sequence[Any]) -> None:
@@ -132,9 +130,8 @@ def _compiled_runner(launch: KernelLaunch):
     from triton.runtime.jit import JITFunction
 
     kernel = launch.kernel
-    if type(kernel) is not JITFunction or kernel.pre_run_hooks:
-        return None
-    if not hasattr(kernel, "signature") or not hasattr(kernel, "params"):  # a Triton without them: its own dispatch
+    # not a plain JITFunction (the interpreter's), hooks to run first, or a Triton whose JITFunction lacks these
+    if type(kernel) is not JITFunction or getattr(kernel, "pre_run_hooks", None) or not hasattr(kernel, "params"):
         return None
     compiled = kernel.run(*launch.args, grid=launch.grid, warmup=True, **launch.kwargs)  # found in Triton's cache
     if compiled is None or not hasattr(compiled, "packed_metadata"):
