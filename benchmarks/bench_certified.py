@@ -409,21 +409,22 @@ def prefix_ratio(fast: dict, slow: dict) -> dict | None:
 
 
 def coldstart(args) -> dict:
-    """The runs (four with --autotune) one after another on this process's GPU. With --gpus (e.g. "0,1"), in two
-    phases, the GPUs dealt out in turn within each: the certified runs at once, then the sweep and the autotuned run at
-    once (so no certified run shares the host with a sweep's compile workers)."""
+    """The runs (five with --autotune) in three phases, one after another on this process's GPU, or with --gpus
+    (e.g. "0,1") each phase's runs at once, the GPUs dealt out in turn: the certified and warmed runs, then the
+    restart, then the sweep and the autotuned run (so no certified run shares the host with a sweep's compile
+    workers)."""
     _choice, profile = _device()
     empty = tempfile.mkdtemp(prefix="nbx-empty-")
     common = dict(max_launches=args.max_launches)
     certified_cache = tempfile.mkdtemp(prefix="triton-cold-")
-    certified = dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit, **common)
+    served = dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit, **common)
     phases = [
         {
-            "certified": dict(certified, triton_cache=certified_cache),
-            "warmed": dict(certified, warm=True),
+            "certified": dict(served, triton_cache=certified_cache),
+            "warmed": dict(served, warm=True),
         },
         # a restart: the certified run again, with the Triton cache the first one filled (what a second start costs)
-        {"certified_restart": dict(certified, triton_cache=certified_cache)},
+        {"certified_restart": dict(served, triton_cache=certified_cache)},
         {"swept": dict(directory=empty, certified_only=False, limit_s=args.sweep_limit, **common)},
     ]
     if args.autotune:
