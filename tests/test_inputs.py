@@ -135,13 +135,18 @@ def test_chunked_encode_and_decode_equal_the_one_shot_conversions(name, monkeypa
     assert np.array_equal(D.decode(chunked, dtype).reshape(-1), back, equal_nan=True)
 
 
-def test_shape_only_zeroed_gives_zeros_and_real_integers():
-    """A cold start's launch inputs: float tensors zeros (run, never judged), integer draws real."""
-    from nbxcert.kernels.inputs import randint, randn, rng, shape_only, uniform
+def test_shape_only_zeroed_gives_zeros_and_real_integers(monkeypatch):
+    """A cold start's launch inputs: float tensors zeros (run, never judged), integer draws real. Unfilled memory is
+    made to read 7 here, so zeros can only come from `zeroed`."""
+    from nbxcert.kernels import inputs as I
+    from nbxcert.kernels.tensor import full
 
-    with shape_only(zeroed=True):
-        gen = rng(5)
-        a, b = randn(gen, (3, 7), "float16", "cpu"), uniform(gen, (4,), "bfloat16", "cpu")
-        ids = randint(gen, (6,), 0, 1000, "int32", "cpu")
+    monkeypatch.setattr(I, "empty", lambda shape, dtype, device: full(shape, 7.0, dtype, device))
+    with I.shape_only():
+        assert (I.randn(I.rng(5), (3, 7), "float16", "cpu").numpy() == 7).all()  # unfilled: whatever was there
+    with I.shape_only(zeroed=True):
+        gen = I.rng(5)
+        a, b = I.randn(gen, (3, 7), "float16", "cpu"), I.uniform(gen, (4,), "bfloat16", "cpu")
+        ids = I.randint(gen, (6,), 0, 1000, "int32", "cpu")
     assert not a.numpy().any() and not b.numpy().any()
     assert ids.numpy().any() and ids.numpy().max() < 1000
