@@ -122,7 +122,7 @@ PEER_SCRIPT = r"""
 import json, sys
 import torch, triton
 cases = json.loads(sys.argv[1])
-out = {}
+out, errors = {}, {}
 for c in cases:
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[c["dtype"]]
     if c["kind"] == "matmul":
@@ -130,14 +130,26 @@ for c in cases:
         w = torch.randn(c["N"], c["K"], device="cuda", dtype=dt)
         fn = lambda: torch.matmul(a, w.t())
     else:
-        b, h, hk, d = c["batch"], c["heads"], c["kv_heads"], c["head_dim"]
-        q = torch.randn(b, h, c["q_len"], d, device="cuda", dtype=dt)
-        k = torch.randn(b, h, c["kv_len"], d, device="cuda", dtype=dt)  # kv heads repeated before timing (GQA)
-        v = torch.randn(b, h, c["kv_len"], d, device="cuda", dtype=dt)
-        causal = bool(c["causal"])
-        fn = lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    out[c["key"]] = triton.testing.do_bench(fn, warmup=5, rep=30, return_mode="median") * 1e3
-print(json.dumps({"torch": torch.__version__, "us": out}))
+        b, h, hk, d, lq, lk = c["batch"], c["heads"], c["kv_heads"], c["head_dim"], c["q_len"], c["kv_len"]
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        q = torch.randn(b, h, lq, d, device="cuda", dtype=dt)
+        k = torch.randn(b, hk, lk, d, device="cuda", dtype=dt)
+        v = torch.randn(b, hk, lk, d, device="cuda", dtype=dt)
+        if c["causal"] and lq != lk:
+            # nbxcert's causal mask is bottom-right aligned (a prefill continuing a cache); SDPA's is_causal is
+            # top-left, which masks more keys when q_len < kv_len: the lower-right bias, on heads repeated before
+            # timing (the bias takes no grouped-query mode; prefill is bound by its products, not by reading K, V)
+            from torch.nn.attention.bias import causal_lower_right
+            bias = causal_lower_right(lq, lk)
+            k, v = k.repeat_interleave(h // hk, 1), v.repeat_interleave(h // hk, 1)
+            fn = lambda: sdpa(q, k, v, attn_mask=bias)
+        else:  # the cache at its own kv_heads, read through SDPA's grouped-query mode
+            fn = lambda: sdpa(q, k, v, is_causal=bool(c["causal"]), enable_gqa=hk != h)
+    try:
+        out[c["key"]] = triton.testing.do_bench(fn, warmup=5, rep=30, return_mode="median") * 1e3
+    except Exception as e:  # recorded by key and reported; that key has no peer figure
+        errors[c["key"]] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+print(json.dumps({"torch": torch.__version__, "us": out, "errors": errors}))
 """
 
 
@@ -257,6 +269,8 @@ def quality(args) -> dict:
         else:
             peer = json.loads(proc.stdout.strip().splitlines()[-1])
             for row in rows:
+                if row["key"] in peer["errors"]:
+                    row["peer_error"] = peer["errors"][row["key"]]
                 if row["key"] in peer["us"]:
                     row["peer_us"] = peer["us"][row["key"]]
                     row["x_peer"] = row["peer_us"] / row["winner_us"]
@@ -270,7 +284,7 @@ def quality(args) -> dict:
         "x_default": distribution(rows, "x_default"),
         "x_resweep": distribution(rows, "x_resweep"),
         "x_peer": distribution(rows, "x_peer"),
-        "peer": {k: v for k, v in peer.items() if k != "us"},
+        "peer": {k: v for k, v in peer.items() if k not in ("us", "errors")} | {"errors": len(peer.get("errors", {}))},
         "rows": rows,
     }
 
