@@ -72,7 +72,8 @@ case "${SET:-}" in
       --gpus "$gpus" --certified-limit 150 --sweep-limit 360 --autotune --out "$OUT/coldstart.json"
     ;;
   quality)  # #8's first measurement for $WORKLOAD, one shard of its keys per GPU: run it through gpu_pair.sh
-            # (SET_A=quality SET_B=quality QUALITY_OF=2), each shard taking the GPU it was given and half the cores
+            # (SET_A=quality SET_B=quality QUALITY_OF=2), each shard taking the GPU it was given and half the cores;
+            # a workload too long for one call in more shards: QUALITY_OF=4 QUALITY_FIRST=0, then QUALITY_FIRST=2
     # (and on GPU 0 first, #8's third measurement: the serving overhead with its profile, ~30 s)
     of=${QUALITY_OF:-1}
     q=540
@@ -82,7 +83,8 @@ case "${SET:-}" in
       q=430
     fi
     step quality $q python3 benchmarks/bench_certified.py quality --workload "${WORKLOAD:?}" --dir certificates \
-      --shard "${CUDA_VISIBLE_DEVICES:-0}/$of" --jobs $(( $(nproc) / of )) --out "$OUT/quality.json"
+      --shard "$(( ${QUALITY_FIRST:-0} + ${CUDA_VISIBLE_DEVICES:-0} ))/$of" --jobs $(( $(nproc) / (of < 2 ? 1 : 2) )) \
+      --out "$OUT/quality.json"
     ;;
   *) echo "SET must be first, core, families, matmul, sq, moe, quality or cold" >&2; exit 2 ;;
 esac
