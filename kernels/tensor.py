@@ -81,7 +81,7 @@ class Storage:
             cuda = _cuda()
             cuda.use_device(self.device.index)
             self._host = None
-            self._alloc = cuda.mem_alloc(max(self.nbytes, 1), self.device.index)
+            self._alloc = cuda.cached_alloc(max(self.nbytes, 1), self.device.index)
 
     def data_ptr(self) -> int:
         return self._host_ptr if self._alloc is None else int(self._alloc.ptr)

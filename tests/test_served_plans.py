@@ -387,3 +387,35 @@ def test_gpu_a_replayed_plan_computes_the_full_paths_bits(monkeypatch, tmp_path,
             assert np.array_equal(bits(served_call(shifted)), bits(full_call(shifted))), name
     finally:
         serve.configure()
+
+
+@pytest.mark.gpu
+def test_gpu_an_allocating_call_takes_the_block_its_last_output_freed(monkeypatch, tmp_path, backend):
+    """A served call that allocates its output takes the block the previous output gave back (no cuMemAlloc, no
+    cuMemFree's device wait), and computes into it in stream order: a matmul long enough to be running when its
+    output is dropped, then an rmsnorm into the reused block, read back bit for bit against the same rmsnorm into a
+    fresh block."""
+    if backend.name != "cuda":
+        pytest.skip("needs the cuda backend (the block cache is device memory's)")
+    from nbxcert import serve
+    from nbxcert.kernels.backends import cuda
+
+    if not cuda.block_cache_state()["in_use"]:
+        pytest.skip(f"the block cache was ended in this process: {cuda.block_cache_state()['ended_because']}")
+    monkeypatch.setenv("NBXCERT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("NBXCERT_CERTIFIED_ONLY", "0")
+    monkeypatch.setenv("NBXCERT_UNCERTIFIED", "default")
+    serve.configure(dirs=[tmp_path / "none"])
+    try:
+        gen, dev = rng(21), backend.device
+        x, w = randn(gen, (512, 2048), "float16", dev), randn(gen, (2048,), "float16", dev)
+        a, b = randn(gen, (512, 16384), "float16", dev), randn(gen, (16384, 2048), "float16", dev)
+        want = rows.rmsnorm(x, w, 1e-6).numpy().view(np.uint16)
+        product = mm.matmul(a, b)  # [512, 2048] float16: the rmsnorm output's size
+        ptr = product.data_ptr()
+        del product  # its block goes back to the cache while the matmul may still be running
+        got = rows.rmsnorm(x, w, 1e-6)
+        assert got.data_ptr() == ptr
+        assert np.array_equal(got.numpy().view(np.uint16), want)
+    finally:
+        serve.configure()

@@ -537,15 +537,26 @@ class DeviceAllocation:
     After `free()`, `ptr` reads 0, so a use after free is a null-pointer fault rather than a silent overwrite.
     """
 
-    def __init__(self, ptr: int, nbytes: int, device: int):
+    def __init__(self, ptr: int, nbytes: int, device: int, release=None):
         self.ptr = ptr
         self.nbytes = nbytes
         self.device = device
         self._finalizer: weakref.finalize | None = None
         if ptr:
-            self._finalizer = weakref.finalize(self, _free_device_memory, ptr, device, os.getpid())
+            if release is None:
+                self._finalizer = weakref.finalize(self, _free_device_memory, ptr, device, os.getpid())
+            else:  # `release(ptr, device, nbytes, pid)` instead of cuMemFree (the block cache's)
+                self._finalizer = weakref.finalize(self, release, ptr, device, nbytes, os.getpid())
             # At interpreter exit the driver releases the whole context; freeing one by one would only add work.
             self._finalizer.atexit = False
+
+    def detach(self) -> int:
+        """The pointer, which this object will no longer free (its new owner does)."""
+        ptr = self.ptr
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self.ptr = 0
+        return ptr
 
     def free(self) -> None:
         if self._finalizer is not None and self._finalizer.alive:
@@ -584,6 +595,108 @@ def mem_alloc(nbytes: int, device: int) -> DeviceAllocation:
     with _in_context(device):
         _call("cuMemAlloc", ctypes.byref(ptr), nbytes, what=f"{nbytes} bytes on device {device}")
     return DeviceAllocation(ptr.value, nbytes, device)
+
+
+# --- freed blocks kept for reuse --------------------------------------------------------------------------------------
+# A tensor's memory (`cached_alloc`, which `Tensor` storage uses) goes back to a per-device cache when it is freed, and
+# the next allocation of the same rounded size takes it from there without a driver call. cuMemFree waits for the
+# whole device, so a served call that allocates its output paid a device wait a call (70-92 us on the H200's host,
+# against 20 us with `out=`). Reuse is safe in stream order: every nbxcert launch goes to the legacy default stream,
+# which runs after the work queued before it (a block's last kernel before its next user's first), and every copy
+# synchronises the context. A stream other than the legacy one, once set for launches (`triton_cuda.set_stream`,
+# `using_stream`), ends the cache for the process: its blocks are freed, and so is every block freed after.
+# What the cache keeps is bounded: blocks up to BLOCK_CACHE_MAX_BLOCK bytes (decode-sized tensors: the largest
+# served output of the shipped workloads at decode, the logits of 64 tokens x 128256 vocabulary in 16 bits, is
+# 15.7 MiB; a larger tensor's kernels run long enough that a free's wait costs little beside them), at most
+# BLOCK_CACHE_MAX_BYTES a device, and all of them are released when an allocation runs out of memory (then retried).
+BLOCK_CACHE_MAX_BLOCK = 16 << 20
+BLOCK_CACHE_MAX_BYTES = 64 << 20
+BLOCK_GRANULE = 512  # sizes are rounded up to this, so tensors of nearby sizes share blocks
+
+
+class _BlockCache:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.free: dict[tuple[int, int], list[int]] = {}  # (device, rounded size) -> pointers
+        self.held: dict[int, int] = {}  # device -> bytes kept
+        self.ended: str | None = None  # why the cache was ended for this process (None: in use)
+
+    def take(self, device: int, size: int) -> int:
+        with self.lock:
+            ptrs = self.free.get((device, size))
+            if not ptrs:
+                return 0
+            self.held[device] -= size
+            return ptrs.pop()
+
+    def keep(self, ptr: int, device: int, size: int) -> bool:
+        """Whether the block was kept (False: the caller frees it)."""
+        with self.lock:
+            if self.ended is not None or self.held.get(device, 0) + size > BLOCK_CACHE_MAX_BYTES:
+                return False
+            self.free.setdefault((device, size), []).append(ptr)
+            self.held[device] = self.held.get(device, 0) + size
+            return True
+
+    def drain(self, device: int | None = None) -> list[tuple[int, int]]:
+        """Remove and return every kept (pointer, device), of one device or all."""
+        with self.lock:
+            out = []
+            for (dev, size), ptrs in list(self.free.items()):
+                if device is None or dev == device:
+                    out += [(p, dev) for p in ptrs]
+                    del self.free[(dev, size)]
+                    self.held[dev] = 0
+            return out
+
+
+_blocks = _BlockCache()
+
+
+def _return_block(ptr: int, device: int, size: int, pid: int) -> None:
+    if _owned_here(pid) and not _blocks.keep(ptr, device, size):
+        _free_device_memory(ptr, device, pid)
+
+
+def release_cached_blocks(device: int | None = None) -> int:
+    """Free every block the cache keeps (of `device`, or all); returns how many. Waits for the device (cuMemFree),
+    unless this thread holds a stream gate (then when it opens)."""
+    drained = _blocks.drain(device)
+    for ptr, dev in drained:
+        _free_device_memory(ptr, dev, os.getpid())
+    return len(drained)
+
+
+def end_block_cache(reason: str) -> None:
+    """Stop reusing freed blocks in this process (`reason` is kept for `block_cache_state`) and free those kept."""
+    if _blocks.ended is None:
+        _blocks.ended = reason
+        release_cached_blocks()
+
+
+def block_cache_state() -> dict[str, Any]:
+    """{"in_use": bool, "ended_because": str | None, "held_bytes": {device: bytes}}."""
+    with _blocks.lock:
+        return {"in_use": _blocks.ended is None, "ended_because": _blocks.ended, "held_bytes": dict(_blocks.held)}
+
+
+def cached_alloc(nbytes: int, device: int) -> DeviceAllocation:
+    """`nbytes` (> 0) of device memory on `device`, a freed block of the same rounded size reused when the cache holds
+    one; given back to the cache when freed or collected (see above). Out of memory: the cache's blocks of the device
+    are freed and the allocation tried once more."""
+    nbytes = _size(nbytes, "cached_alloc")
+    size = -(-max(nbytes, 1) // BLOCK_GRANULE) * BLOCK_GRANULE
+    if size > BLOCK_CACHE_MAX_BLOCK or _blocks.ended is not None:
+        return mem_alloc(nbytes, device)
+    ptr = _blocks.take(device, size)
+    if not ptr:
+        try:
+            ptr = mem_alloc(size, device).detach()
+        except CudaError as e:
+            if getattr(e, "status", None) != CUDA_ERROR_OUT_OF_MEMORY or not release_cached_blocks(device):
+                raise
+            ptr = mem_alloc(size, device).detach()
+    return DeviceAllocation(ptr, size, device, release=_return_block)
 
 
 def mem_get_info(device: int) -> tuple[int, int]:

@@ -76,6 +76,15 @@ def set_stream(stream: cuda.Stream | int, device: int | None = None) -> None:
     """Launch on `stream` (a cuda.Stream, kept alive while set, or a raw handle) for `device` on this thread."""
     device = cuda.current_device() if device is None else device
     _streams()[device] = stream
+    _leaving_the_legacy_stream(stream)
+
+
+def _leaving_the_legacy_stream(stream: cuda.Stream | int) -> None:
+    """Reusing a freed block is safe in the legacy default stream's order only (`cuda.cached_alloc`): launches on any
+    other stream end the block cache for the process."""
+    handle = stream.handle if isinstance(stream, cuda.Stream) else int(stream)
+    if handle != 0:
+        cuda.end_block_cache(f"launches were sent to stream 0x{handle:x}, not the legacy default stream")
 
 
 @contextlib.contextmanager
@@ -85,6 +94,7 @@ def using_stream(stream: cuda.Stream | int, device: int | None = None) -> Iterat
     streams = _streams()
     previous = streams.get(device, 0)
     streams[device] = stream
+    _leaving_the_legacy_stream(stream)
     try:
         yield current_stream(device)
     finally:

@@ -587,6 +587,7 @@ FAKE_STATE = {
     "_contexts": dict,
     "_last_device": 0,
     "_tls": threading.local,
+    "_blocks": lambda: cuda._BlockCache(),
 }
 
 
@@ -740,6 +741,95 @@ def test_fake_free_is_idempotent_and_collection_frees(fake):
     assert empty.ptr == 0 and empty.nbytes == 0
     empty.free()
     assert fake.fake_live_allocations() == 0
+
+
+def test_fake_cached_alloc_reuses_a_freed_block_of_its_size(fake):
+    cuda.use_device(0)
+    live = fake.fake_live_allocations()
+    a = cuda.cached_alloc(1000, 0)
+    ptr = a.ptr
+    assert a.nbytes == 1024 and ptr % cuda.ALLOCATION_ALIGNMENT == 0
+    a.free()
+    a.free()
+    assert a.ptr == 0 and a.freed
+    assert fake.fake_live_allocations() == live + 1  # kept for reuse, not given back to the driver
+    assert cuda.block_cache_state() == {"in_use": True, "ended_because": None, "held_bytes": {0: 1024}}
+    b = cuda.cached_alloc(600, 0)  # rounds to the same 1024 bytes: the kept block, no driver call
+    assert b.ptr == ptr and fake.fake_live_allocations() == live + 1
+    assert cuda.block_cache_state()["held_bytes"] == {0: 0}
+    c = cuda.cached_alloc(600, 0)  # none kept now: a new block
+    c_ptr = c.ptr
+    assert c_ptr != ptr and fake.fake_live_allocations() == live + 2
+    del b, c
+    gc.collect()
+    assert cuda.block_cache_state()["held_bytes"] == {0: 2048}
+    d = cuda.cached_alloc(2000, 0)  # another size never takes a kept block
+    assert d.ptr not in (ptr, c_ptr) and fake.fake_live_allocations() == live + 3
+    e = cuda.cached_alloc(1024, 0)
+    assert e.ptr in (ptr, c_ptr) and fake.fake_live_allocations() == live + 3
+    assert cuda.release_cached_blocks() == 1 and fake.fake_live_allocations() == live + 2
+    del d, e
+    gc.collect()
+    assert cuda.release_cached_blocks() == 2 and fake.fake_live_allocations() == live
+
+
+def test_fake_cached_alloc_keeps_what_its_bounds_allow(fake, monkeypatch):
+    cuda.use_device(0)
+    monkeypatch.setattr(cuda, "BLOCK_CACHE_MAX_BYTES", 2048)
+    live = fake.fake_live_allocations()
+    big = cuda.cached_alloc(cuda.BLOCK_CACHE_MAX_BLOCK + 1, 0)  # past the largest kept block: cuMemAlloc as ever
+    assert big.nbytes == cuda.BLOCK_CACHE_MAX_BLOCK + 1
+    big.free()
+    assert fake.fake_live_allocations() == live
+    blocks = [cuda.cached_alloc(1024, 0) for _ in range(3)]
+    for b in blocks:
+        b.free()
+    # two fit under 2048 bytes a device; the third went back to the driver
+    assert cuda.block_cache_state()["held_bytes"] == {0: 2048} and fake.fake_live_allocations() == live + 2
+
+
+def test_fake_cached_alloc_out_of_memory_frees_the_kept_blocks_and_retries(fake, monkeypatch):
+    cuda.use_device(0)
+    live = fake.fake_live_allocations()
+    cuda.cached_alloc(4096, 0).free()
+    assert fake.fake_live_allocations() == live + 1
+    real, calls = cuda.mem_alloc, []
+
+    def out_of_memory_once(nbytes, device):
+        calls.append(nbytes)
+        if len(calls) == 1:
+            cuda.check(cuda.CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc_v2")
+        return real(nbytes, device)
+
+    monkeypatch.setattr(cuda, "mem_alloc", out_of_memory_once)
+    a = cuda.cached_alloc(512, 0)
+    assert calls == [512, 512] and a.ptr != 0
+    assert cuda.block_cache_state()["held_bytes"] == {0: 0} and fake.fake_live_allocations() == live + 1
+    # nothing kept to free: the error is the caller's
+    calls.clear()
+    with pytest.raises(CudaError, match="CUDA_ERROR_OUT_OF_MEMORY"):
+        cuda.cached_alloc(512, 0)
+    assert calls == [512]
+
+
+def test_fake_a_stream_other_than_the_legacy_one_ends_the_block_cache(fake, monkeypatch):
+    triton_cuda = _fresh_triton_cuda(monkeypatch)
+    cuda.use_device(0)
+    live = fake.fake_live_allocations()
+    kept = cuda.cached_alloc(512, 0)
+    kept.free()
+    with triton_cuda.using_stream(0):  # the legacy stream itself: the cache stays
+        pass
+    assert cuda.block_cache_state()["in_use"] and fake.fake_live_allocations() == live + 1
+    stream = cuda.Stream()
+    with triton_cuda.using_stream(stream):
+        pass
+    state = cuda.block_cache_state()
+    assert not state["in_use"] and f"0x{stream.handle:x}" in state["ended_because"]
+    assert fake.fake_live_allocations() == live  # the kept block was freed
+    later = cuda.cached_alloc(512, 0)
+    later.free()  # and every block freed after
+    assert fake.fake_live_allocations() == live
 
 
 def test_fake_out_of_memory_names_the_size_and_does_not_poison(fake):
