@@ -5,6 +5,7 @@ and never exist for launches holding anything but the call's tensors and plain s
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
 import sys
@@ -31,15 +32,25 @@ from nbxcert.kernels.tensor import empty  # noqa: E402
 @pytest.fixture
 def served(monkeypatch, tmp_path, backend):
     """Serving with no certificate and the untuned default served for every key (a served path with no sweep)."""
+    monkeypatch.setattr(launch, "DIRECT", False)  # plans replay through kernel[grid], where captures see them
+    with _defaults_served(monkeypatch, tmp_path):
+        yield backend.device
+
+
+@contextlib.contextmanager
+def _defaults_served(monkeypatch, tmp_path):
+    """Serving with no certificate directory and the untuned default served for every key; no directory override
+    left for the tests after it."""
     from nbxcert import serve
 
-    monkeypatch.setattr(launch, "DIRECT", False)  # plans replay through kernel[grid], where captures see them
     monkeypatch.setenv("NBXCERT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("NBXCERT_CERTIFIED_ONLY", "0")
     monkeypatch.setenv("NBXCERT_UNCERTIFIED", "default")
     serve.configure(dirs=[tmp_path / "none"])
-    yield backend.device
-    serve.configure()  # no directory override left for the tests after this one
+    try:
+        yield
+    finally:
+        serve.configure()
 
 
 def _cases(device):
@@ -357,13 +368,7 @@ def test_gpu_a_replayed_plan_computes_the_full_paths_bits(monkeypatch, tmp_path,
     launched in full."""
     if backend.name != "cuda":
         pytest.skip("needs the cuda backend (plans replay compiled kernels only there)")
-    from nbxcert import serve
-
-    monkeypatch.setenv("NBXCERT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("NBXCERT_CERTIFIED_ONLY", "0")
-    monkeypatch.setenv("NBXCERT_UNCERTIFIED", "default")
-    serve.configure(dirs=[tmp_path / "none"])
-    try:
+    with _defaults_served(monkeypatch, tmp_path):
         gen, dev = rng(13), backend.device
 
         def bits(t):
@@ -385,8 +390,6 @@ def test_gpu_a_replayed_plan_computes_the_full_paths_bits(monkeypatch, tmp_path,
             flat = randn(gen, (4 * cols + 8,), "float16", dev)
             shifted = flat[1 : 1 + 4 * cols].view(4, cols)  # again's shape and strides, 2 bytes in: its own kernel
             assert np.array_equal(bits(served_call(shifted)), bits(full_call(shifted))), name
-    finally:
-        serve.configure()
 
 
 @pytest.mark.gpu
@@ -397,16 +400,11 @@ def test_gpu_an_allocating_call_takes_the_block_its_last_output_freed(monkeypatc
     fresh block."""
     if backend.name != "cuda":
         pytest.skip("needs the cuda backend (the block cache is device memory's)")
-    from nbxcert import serve
     from nbxcert.kernels.backends import cuda
 
     if not cuda.block_cache_state()["in_use"]:
         pytest.skip(f"the block cache was ended in this process: {cuda.block_cache_state()['ended_because']}")
-    monkeypatch.setenv("NBXCERT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("NBXCERT_CERTIFIED_ONLY", "0")
-    monkeypatch.setenv("NBXCERT_UNCERTIFIED", "default")
-    serve.configure(dirs=[tmp_path / "none"])
-    try:
+    with _defaults_served(monkeypatch, tmp_path):
         gen, dev = rng(21), backend.device
         x, w = randn(gen, (512, 2048), "float16", dev), randn(gen, (2048,), "float16", dev)
         a, b = randn(gen, (512, 16384), "float16", dev), randn(gen, (16384, 2048), "float16", dev)
@@ -417,5 +415,3 @@ def test_gpu_an_allocating_call_takes_the_block_its_last_output_freed(monkeypatc
         got = rows.rmsnorm(x, w, 1e-6)
         assert got.data_ptr() == ptr
         assert np.array_equal(got.numpy().view(np.uint16), want)
-    finally:
-        serve.configure()
