@@ -396,8 +396,8 @@ def test_gpu_a_replayed_plan_computes_the_full_paths_bits(monkeypatch, tmp_path,
 def test_gpu_an_allocating_call_takes_the_block_its_last_output_freed(monkeypatch, tmp_path, backend):
     """A served call that allocates its output takes the block the previous output gave back (no cuMemAlloc, no
     cuMemFree's device wait), and computes into it in stream order: a matmul long enough to be running when its
-    output is dropped, then an rmsnorm into the reused block, read back bit for bit against the same rmsnorm into a
-    fresh block."""
+    output is dropped, then an rmsnorm into the reused block, read back bit for bit against the same rmsnorm computed
+    before the matmul."""
     if backend.name != "cuda":
         pytest.skip("needs the cuda backend (the block cache is device memory's)")
     from nbxcert.kernels.backends import cuda
