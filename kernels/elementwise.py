@@ -36,6 +36,7 @@ import numpy as np
 import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
+from nbxcert.kernels import faults
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.jit import jit
@@ -248,8 +249,19 @@ def _cast_kernel(
 
 
 @jit
+def record_fault(fault_ptr, site: tl.constexpr, index, value, bound, bad):
+    """Write [site, index, value, bound] (int64) at fault_ptr where `bad` (a scalar) holds; the site last, so a record
+    whose site is set is whole once the launch has finished (`nbxcert.kernels.faults` reads it after a
+    synchronisation)."""
+    tl.store(fault_ptr + 1, index.to(tl.int64), mask=bad)
+    tl.store(fault_ptr + 2, value.to(tl.int64), mask=bad)
+    tl.store(fault_ptr + 3, tl.full((), bound, tl.int64), mask=bad)
+    tl.store(fault_ptr, tl.full((), site, tl.int64), mask=bad)
+
+
+@jit
 def _rope_kernel(
-    x_ptr, pos_ptr, cache_ptr, n_tokens, n_heads, tok_stride, head_stride, cache_stride,
+    x_ptr, pos_ptr, cache_ptr, fault_ptr, n_tokens, n_heads, tok_stride, head_stride, cache_stride, max_position,
     HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, NEOX: tl.constexpr, TOKENS: tl.constexpr, BLOCK_H: tl.constexpr,
     CDT: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
@@ -257,10 +269,11 @@ def _rope_kernel(
     the pair (x1, x2) becomes (x1 cos - x2 sin, x2 cos + x1 sin) with cos = cache[p, i], sin = cache[p, HALF + i].
 
     x_ptr: tokens `tok_stride` and heads `head_stride` elements apart, head dims contiguous. pos_ptr: [n_tokens]
-    integer positions. cache_ptr: [max_position, 2 HALF] float32, rows `cache_stride` apart. NEOX: pairs (i, i + HALF)
-    (GPT-NeoX, Llama); else pairs (2i, 2i + 1) (GPT-J). Head dims past 2 HALF are neither read nor written. Grid
-    (cdiv(n_tokens, TOKENS), cdiv(n_heads, BLOCK_H)). BLOCK_HALF: a power of two >= HALF. CDT: compute type. UPCAST:
-    interpreter backend."""
+    integer positions. cache_ptr: [max_position, 2 HALF] float32, rows `cache_stride` apart. A position outside
+    [0, max_position) is recorded at fault_ptr (`nbxcert.kernels.faults`) and its token left as it was. NEOX: pairs
+    (i, i + HALF) (GPT-NeoX, Llama); else pairs (2i, 2i + 1) (GPT-J). Head dims past 2 HALF are neither read nor
+    written. Grid (cdiv(n_tokens, TOKENS), cdiv(n_heads, BLOCK_H)). BLOCK_HALF: a power of two >= HALF. CDT: compute
+    type. UPCAST: interpreter backend."""
     pid_t = tl.program_id(0).to(tl.int64)
     heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     i = tl.arange(0, BLOCK_HALF)
@@ -275,6 +288,9 @@ def _rope_kernel(
         tok = pid_t * TOKENS + t
         tok_ok = tok < n_tokens
         pos = tl.load(pos_ptr + tok, mask=tok_ok, other=0).to(tl.int64)
+        bad = tok_ok & ((pos < 0) | (pos >= max_position))
+        record_fault(fault_ptr, 2, tok, pos, max_position, bad)
+        tok_ok = tok_ok & (bad == 0)
         cs = cache_ptr + pos * cache_stride
         cos = tl.load(cs + i, mask=both(i_ok, tok_ok), other=0.0).to(CDT)[None, :]
         sin = tl.load(cs + HALF + i, mask=both(i_ok, tok_ok), other=0.0).to(CDT)[None, :]
@@ -290,14 +306,14 @@ def _rope_kernel(
 
 @jit
 def _embedding_kernel(
-    table_ptr, ids_ptr, out_ptr, n_tokens, dim, table_stride, out_stride,
+    table_ptr, ids_ptr, out_ptr, fault_ptr, n_tokens, dim, table_stride, out_stride, vocab,
     TOKENS: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
     """out[t, :] = table[ids[t], :] (a copy of the bits).
 
-    table_ptr: [vocab, dim], rows `table_stride` apart; ids_ptr: [n_tokens] int32/int64 ids, already checked to lie
-    in [0, vocab) by the launch; out_ptr: [n_tokens, dim], rows `out_stride` apart. Grid (cdiv(n_tokens, TOKENS),
-    cdiv(dim, BLOCK_D))."""
+    table_ptr: [vocab, dim], rows `table_stride` apart; ids_ptr: [n_tokens] int32/int64 ids; out_ptr: [n_tokens,
+    dim], rows `out_stride` apart. An id outside [0, vocab) is recorded at fault_ptr (`nbxcert.kernels.faults`) and
+    its row of out is zeros. Grid (cdiv(n_tokens, TOKENS), cdiv(dim, BLOCK_D))."""
     pid_t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     c_ok = cols < dim
@@ -305,7 +321,9 @@ def _embedding_kernel(
         tok = pid_t * TOKENS + t
         tok_ok = tok < n_tokens
         idx = tl.load(ids_ptr + tok, mask=tok_ok, other=0).to(tl.int64)
-        v = tl.load(table_ptr + idx * table_stride + cols, mask=both(c_ok, tok_ok))
+        bad = tok_ok & ((idx < 0) | (idx >= vocab))
+        record_fault(fault_ptr, 1, tok, idx, vocab, bad)
+        v = tl.load(table_ptr + idx * table_stride + cols, mask=both(c_ok, tok_ok & (bad == 0)), other=0)
         tl.store(out_ptr + tok * out_stride + cols, v, mask=both(c_ok, tok_ok))
 
 
@@ -508,11 +526,13 @@ def rope_launches(
     launches = []
     tokens, block_h = config["TOKENS"], config["BLOCK_H"]
     half = rot_dim // 2
+    fault = faults.word(q.device)
     for x in (q, k):
         n_tokens, n_heads = x.shape[0], x.shape[1]
         if n_tokens == 0 or n_heads == 0 or half == 0:
             continue
-        args = (x, positions, cache, n_tokens, n_heads, x.stride(0), x.stride(1), cache.stride(0))
+        args = (x, positions, cache, fault, n_tokens, n_heads, x.stride(0), x.stride(1), cache.stride(0))
+        args += (cache.shape[0],)
         kwargs = dict(HALF=half, BLOCK_HALF=rope_block_half(rot_dim), NEOX=style == "neox", TOKENS=tokens)
         kwargs.update(BLOCK_H=block_h, CDT=compute_type(x.dtype.name), UPCAST=upcast(), **_warps(config))
         grid = (cdiv(n_tokens, tokens), cdiv(n_heads, block_h))
@@ -521,27 +541,14 @@ def rope_launches(
 
 
 def embedding_launches(config: Config, table: Tensor, ids: Tensor, out: Tensor) -> list[KernelLaunch]:
-    """table [vocab, dim], ids [n_tokens] (contiguous), out [n_tokens, dim]; ids already checked."""
+    """table [vocab, dim], ids [n_tokens] (contiguous), out [n_tokens, dim]; each id checked by the kernel."""
     n_tokens, dim = out.shape
     if n_tokens == 0 or dim == 0:
         return []
     tokens, block_d = config["TOKENS"], config["BLOCK_D"]
-    args = (table, ids, out, n_tokens, dim, table.stride(0), out.stride(0))
+    args = (table, ids, out, faults.word(out.device), n_tokens, dim, table.stride(0), out.stride(0), table.shape[0])
     kwargs = dict(TOKENS=tokens, BLOCK_D=block_d, **_warps(config))
     return [KernelLaunch(_embedding_kernel, (cdiv(n_tokens, tokens), cdiv(dim, block_d)), args, kwargs)]
-
-
-def check_ids(ids: Tensor, size: int, what: str = "embedding", name: str = "id") -> None:
-    """Refuse (`LaunchError`) any id outside [0, size), naming the first bad one and the size: the check runs on the
-    host before the launch (one copy of the ids), so no kernel ever reads past the table."""
-    host = ids.numpy().reshape(-1)
-    bad = np.flatnonzero((host < 0) | (host >= size))
-    if bad.size:
-        i = int(bad[0])
-        raise LaunchError(
-            f"{what}: {name} {int(host[i])} at index {i} is outside the table of {size} rows "
-            f"({bad.size} of {host.size} {name}s out of range)"
-        )
 
 
 # --- user-facing functions --------------------------------------------------------------------------------------------
@@ -716,7 +723,8 @@ def rope(
     config: Config | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Rotary embedding of q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim], IN PLACE, at `positions`
-    [tokens] (int32/int64, each in [0, max_position): checked on the host, `LaunchError` otherwise), with
+    [tokens] (int32/int64, each in [0, max_position): checked by the kernel, `LaunchError` otherwise, see
+    `nbxcert.kernels.faults`), with
     `cos_sin_cache` [max_position, rot_dim] float32 (cos then sin). `rot_dim` (default head_dim, even) dims rotate;
     the rest are untouched. Returns (q, k)."""
     _float("rope: q", q, HALF_AND_SINGLE)
@@ -736,13 +744,13 @@ def rope(
         raise ShapeMismatch("rope: cos_sin_cache rows must be contiguous and positions a contiguous [tokens] vector")
     if positions.dtype.name not in ("int32", "int64"):
         raise ShapeMismatch(f"rope: positions must be int32 or int64, got {positions.dtype.name}")
-    check_ids(positions, cos_sin_cache.shape[0], "rope", "position")
 
     def run(c: Config) -> None:
         _run(rope_launches(c, q, k, positions, cos_sin_cache, rot, style))
 
     # in place: a run-time sweep restores q and k before each candidate
     run(choose_config(ROPE, problem, (q.dtype.name,), config, run=run, outputs=(q, k), restore=(q, k)))
+    faults.after_launch(q.device)
     return q, k
 
 
@@ -752,13 +760,13 @@ def embedding_problem(table: Tensor, ids: Tensor, **_) -> dict:
 
 def embedding(table: Tensor, ids: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """table[ids] for table [vocab, dim] (rows contiguous) and integer ids of any shape -> [*ids.shape, dim]. An id
-    outside [0, vocab) raises `LaunchError` naming it and the table size, before any launch."""
+    outside [0, vocab) raises `LaunchError` naming it and the table size: at once under the interpreter, at the
+    first synchronisation after the launch on a GPU (the kernel checks each id; `nbxcert.kernels.faults`)."""
     _float("embedding: table", table, CAST_DTYPES)
     if ids.dtype.name not in ("int32", "int64"):
         raise ShapeMismatch(f"embedding: ids must be int32 or int64, got {ids.dtype.name}")
     if table.ndim != 2 or (table.shape[1] > 1 and table.stride(1) != 1):
         raise ShapeMismatch(f"embedding: table must be [vocab, dim] with contiguous rows, got {list(table.shape)}")
-    check_ids(ids, table.shape[0])
     flat_ids = ids.contiguous().view(-1)
     y = _contiguous_out(out, ids.shape + (table.shape[1],), table.dtype, table.device, "embedding")
     rows_y = y.view(-1, table.shape[1])
@@ -768,6 +776,7 @@ def embedding(table: Tensor, ids: Tensor, out: Tensor | None = None, config: Con
 
     dtypes = (table.dtype.name, ids.dtype.name)
     run(choose_config(EMBEDDING, embedding_problem(table, ids), dtypes, config, run=run, outputs=(y,)))
+    faults.after_launch(table.device)
     return y
 
 

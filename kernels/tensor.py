@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 
@@ -82,6 +82,13 @@ class Storage:
             cuda.use_device(self.device.index)
             self._host = None
             self._alloc = cuda.cached_alloc(max(self.nbytes, 1), self.device.index)
+
+    @classmethod
+    def over(cls, owner: Any, nbytes: int, device: str | Device) -> "Storage":
+        """A storage over `nbytes` of device memory that `owner` (anything with a `ptr`) holds; kept alive by it."""
+        self = cls.__new__(cls)
+        self.device, self.nbytes, self._host, self._alloc = as_device(device), int(nbytes), None, owner
+        return self
 
     def data_ptr(self) -> int:
         return self._host_ptr if self._alloc is None else int(self._alloc.ptr)

@@ -282,6 +282,22 @@ def _call(api: str, *args: Any, what: str = "") -> None:
             _poisoned = status
         call_name = lib.symbols[api] + (f" ({what})" if what else "")
         check(status, call_name)
+    if api in SYNCHRONISING_CALLS:
+        for hook in _sync_hooks:
+            hook()
+
+
+# The calls after which the work queued before them (on a stream, an event's, or every stream) has finished: the hooks
+# of `add_sync_hook` run after each (e.g. `nbxcert.kernels.faults` reads the faults kernels recorded).
+SYNCHRONISING_CALLS = frozenset({"cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize"})
+_sync_hooks: list = []
+
+
+def add_sync_hook(hook) -> None:
+    """Call `hook()` after every synchronising driver call of this process (once per hook); an exception it raises
+    propagates from that call, whose own work is done."""
+    if hook not in _sync_hooks:
+        _sync_hooks.append(hook)
 
 
 _STATUS_IN_MESSAGE = re.compile(r"\((\d+)\)\s*$")
@@ -920,6 +936,27 @@ def _free_host_memory(ptr: int, device: int, pid: int) -> None:
     if _owned_here(pid):
         with _in_context(device):
             _call("cuMemFreeHost", ptr, what=f"device {device}")
+
+
+class MappedHostWords:
+    """`count` int64 words of pinned host memory mapped into `device`'s address space: kernels write them through
+    `device_ptr`, the host reads them through `host` (a numpy view) with no copy and no wait. Zeroed when made; freed
+    with this object."""
+
+    def __init__(self, count: int, device: int | None = None):
+        self.device = current_device() if device is None else device
+        self.count = count
+        host = ctypes.c_void_p()
+        mapped = _CUdeviceptr()
+        with _in_context(self.device):
+            _call("cuMemHostAlloc", ctypes.byref(host), 8 * count, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP,
+                  what=f"{count} mapped words for device {self.device}")  # fmt: skip
+            self._finalizer = weakref.finalize(self, _free_host_memory, host.value, self.device, os.getpid())
+            self._finalizer.atexit = False
+            _call("cuMemHostGetDevicePointer", ctypes.byref(mapped), host.value, 0, what=f"device {self.device}")
+        self.host = np.ctypeslib.as_array((ctypes.c_int64 * count).from_address(host.value or 0))
+        self.host[:] = 0
+        self.ptr = self.device_ptr = mapped.value  # `ptr`: as a DeviceAllocation reads, for a storage over it
 
 
 class StreamGate:

@@ -588,6 +588,7 @@ FAKE_STATE = {
     "_last_device": 0,
     "_tls": threading.local,
     "_blocks": lambda: cuda._BlockCache(),
+    "_sync_hooks": list,
 }
 
 
@@ -830,6 +831,68 @@ def test_fake_a_stream_other_than_the_legacy_one_ends_the_block_cache(fake, monk
     later = cuda.cached_alloc(512, 0)
     later.free()  # and every block freed after
     assert fake.fake_live_allocations() == live
+
+
+def test_fake_sync_hooks_run_after_every_synchronising_call(fake):
+    cuda.use_device(0)
+    seen = []
+    cuda.add_sync_hook(lambda: seen.append(1))
+    buf = cuda.mem_alloc(16, 0)
+    seen.clear()
+    cuda.synchronize()
+    assert seen == [1]
+    cuda.memcpy_dtoh(np.zeros(16, np.uint8), buf.ptr, 16)  # its synchronisation before the copy
+    assert seen == [1, 1]
+    n = len(seen)
+    cuda.mem_alloc(16, 0)  # not a synchronising call
+    assert len(seen) == n
+
+    def fault():
+        raise RuntimeError("recorded by a kernel")
+
+    cuda.add_sync_hook(fault)
+    with pytest.raises(RuntimeError, match="recorded by a kernel"):
+        cuda.synchronize()
+
+
+def test_fake_mapped_host_words_are_zeroed_and_shared_with_the_device(fake):
+    cuda.use_device(0)
+    words = cuda.MappedHostWords(4, 0)
+    assert list(words.host) == [0, 0, 0, 0] and words.device_ptr != 0 and words.ptr == words.device_ptr
+    words.host[2] = -5
+    read = np.zeros(4, np.int64)
+    cuda.memcpy_dtoh(read, words.device_ptr, 32)  # the device's view of the same words (the fake maps 1:1)
+    assert list(read) == [0, 0, -5, 0]
+    hosts = fake.fake_live_host_allocations
+    hosts.restype = ctypes.c_long
+    before = hosts()
+    del words
+    gc.collect()
+    assert hosts() == before - 1
+
+
+def test_fake_a_fault_a_kernel_recorded_is_raised_at_the_next_synchronisation(fake, monkeypatch):
+    from nbxcert.errors import LaunchError
+    from nbxcert.kernels import faults
+
+    monkeypatch.setattr(faults, "_words", {})
+    cuda.use_device(0)
+    word = faults.word("cuda:0")
+    assert word.shape == (4,) and word.dtype.name == "int64" and word.device.type == "cuda"
+    owner = faults._words[word.device][0]
+    cuda.synchronize()  # nothing recorded: nothing raised
+    owner.host[:] = [faults.EMBEDDING_ID, 5, 32000, 32000]  # as the kernel writes it through its device pointer
+    with pytest.raises(LaunchError) as info:
+        cuda.synchronize()
+    assert str(info.value).startswith(
+        "embedding: id 32000 at index 5 is outside the table of 32000 rows (found by the kernel on cuda:0, reported "
+        "at the first synchronisation after the launch; that row of its output is zeros)"
+    )
+    assert list(owner.host) == [0, 0, 0, 0]
+    cuda.synchronize()  # reported once
+    del word, owner
+    faults._words.clear()  # freed while the fake is still the driver
+    gc.collect()
 
 
 def test_fake_out_of_memory_names_the_size_and_does_not_poison(fake):

@@ -148,8 +148,20 @@ def test_rope_user_facing_refuses_bad_positions_and_shapes(backend):
     assert rq is q and rk is k
     v = compare(q.float64(), *want_q, q.dtype, 2**-10)
     assert v.ok, v.report
-    with pytest.raises(LaunchError, match="position 16 at index 1 is outside the table of 16 rows"):
-        ew.rope(q, k, from_numpy(np.array([0, 16, 1, 2]), "int64", dev), cache)
+    # a bad position is refused by the kernel: never read through, its token left as it was, the others rotated
+    before_q, before_k = q.numpy().copy(), k.numpy().copy()
+    bad_pos = np.array([0, 16, 1, 2])
+    with pytest.raises(LaunchError, match="position 16 at index 1 is outside the cos/sin cache of 16 rows"):
+        ew.rope(q, k, from_numpy(bad_pos, "int64", dev), cache)
+        q.numpy()  # on a GPU the fault is reported at the first synchronisation after the launch
+    good = [0, 2, 3]
+    want_q = oracle.rope(before_q[good].astype(np.float64), bad_pos[good], cache.float64(), 64, "neox")
+    v = compare(q.float64()[good], *want_q, q.dtype, 2**-10)
+    assert v.ok, v.report
+    assert np.array_equal(q.numpy()[1].view(np.uint16), before_q[1].view(np.uint16))
+    assert np.array_equal(k.numpy()[1].view(np.uint16), before_k[1].view(np.uint16))
+    ew.rope(q, k, pos, cache)  # the fault was cleared when it was reported
+    q.numpy()
     with pytest.raises(LaunchError, match="rot_dim"):
         ew.rope(q, k, pos, cache, rot_dim=63)
 
@@ -157,13 +169,17 @@ def test_rope_user_facing_refuses_bad_positions_and_shapes(backend):
 # --- embedding --------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("bad", [-1, 50, 10**6])
 @pytest.mark.parametrize("id_dtype", ["int32", "int64"])
-def test_embedding_refuses_an_out_of_range_id_before_launching(bad, id_dtype, backend):
+def test_embedding_refuses_an_out_of_range_id_and_never_reads_through_it(bad, id_dtype, backend):
     table = from_numpy(np.arange(50 * 8, dtype=np.float64).reshape(50, 8), "float16", backend.device)
     ids = from_numpy(np.array([3, 7, bad, 0]), id_dtype, backend.device)
     out = from_numpy(np.full((4, 8), 7.0), "float16", backend.device)
-    with pytest.raises(LaunchError, match=rf"id {bad} at index 2 is outside the table of 50 rows"):
+    with pytest.raises(LaunchError, match=rf"embedding: id {bad} at index 2 is outside the table of 50 rows"):
         ew.embedding(table, ids, out=out)
-    assert np.all(out.float64() == 7.0), "nothing was launched"
+        out.numpy()  # on a GPU the fault is reported at the first synchronisation after the launch
+    got = out.float64()
+    assert np.array_equal(got[[0, 1, 3]], table.float64()[[3, 7, 0]])
+    assert np.all(got[2] == 0.0), "the bad id's row is zeros, not a read past the table"
+    assert np.array_equal(ew.embedding(table, ids[:2]).float64(), table.float64()[[3, 7]])  # the fault was cleared
 
 
 def test_embedding_user_facing_any_id_shape(backend):
@@ -291,3 +307,24 @@ def test_gpu_cast_is_bit_exact(src, backend):
             u = f"u{got.itemsize}"
             ok = (want.view(u) == got.view(u)) | (np.isnan(D.decode(want, D.get_dtype(dst))) & np.isnan(y.float64()))
             assert ok.all(), f"{src}->{dst} {config.label()}: {(~ok).sum()} differ"
+
+
+@pytest.mark.gpu
+def test_gpu_an_out_of_range_index_is_reported_at_the_next_synchronisation(backend):
+    """On a GPU the launch does not wait for the device to check its ids: the kernel records the bad one, and the
+    first synchronisation after it (here the read-back) raises; the launch's other rows are right."""
+    if backend.name != "cuda":
+        pytest.skip("needs the cuda backend (the interpreter reports at the launch)")
+    table = from_numpy(np.arange(50 * 8, dtype=np.float64).reshape(50, 8), "float16", backend.device)
+    ids = from_numpy(np.array([3, 7, 50, 0]), "int32", backend.device)
+    out = ew.embedding(table, ids, config=ew.EMBEDDING.default)  # queued: nothing is known on the host yet
+    with pytest.raises(LaunchError, match="id 50 at index 2 is outside the table of 50 rows .*first synchronisation"):
+        out.numpy()
+    got = out.float64()  # reported once
+    assert np.array_equal(got[[0, 1, 3]], table.float64()[[3, 7, 0]]) and np.all(got[2] == 0.0)
+    q = from_numpy(np.random.default_rng(2).standard_normal((4, 2, 64)), "float16", backend.device)
+    k = from_numpy(np.random.default_rng(3).standard_normal((4, 1, 64)), "float16", backend.device)
+    cache = from_numpy(ew.rope_cache(64, 16), "float32", backend.device)
+    ew.rope(q, k, from_numpy(np.array([0, 1, 2, -3]), "int64", backend.device), cache, config=ew.ROPE.default)
+    with pytest.raises(LaunchError, match="rope: position -3 at index 3 is outside the cos/sin cache of 16 rows"):
+        k.numpy()

@@ -1,0 +1,83 @@
+"""Faults a kernel finds on the device: an index read at run time that lies outside what it indexes.
+
+The kernels that index with run-time integers (embedding's ids, rope's positions) check each one where they read
+it: a bad one is not read through (its loads are masked, its output row is zeros) and is recorded in its device's
+fault word, int64 [site, index, value, bound]. On a GPU the word is pinned host memory mapped into the device, so the
+host reads it with no copy and no wait, and it does so after every synchronising driver call nbxcert makes (every
+copy to or from the device, `cuda.synchronize`, an event's or a stream's wait): a recorded fault raises `LaunchError`
+there, naming the kernel, the value, its index and the bound, and the word is cleared. No value can be read back from
+the device without passing such a point, so nothing computed from a bad index reaches the host unreported, and the
+launch itself never waits for the device (the host check these kernels made before was a copy of the indices to the
+host before each launch: a device wait per launch). Under the interpreter the word is read after each launch.
+
+When several indices of one launch are bad, the one reported is one of them (the last to be written), not
+necessarily the first."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from nbxcert.errors import LaunchError
+from nbxcert.kernels.tensor import Device, Storage, Tensor, as_device, from_numpy
+
+# site -> (kernel, what the value is, what it indexes given the bound, what the kernel did with it)
+SITES = {
+    1: ("embedding", "id", "the table of {bound} rows", "that row of its output is zeros"),
+    2: ("rope", "position", "the cos/sin cache of {bound} rows", "that token of q and k is left unrotated"),
+}
+EMBEDDING_ID, ROPE_POSITION = 1, 2
+WORDS = 4  # site, index, value, bound
+
+_lock = threading.Lock()
+_words: dict[Device, tuple[object, Tensor]] = {}  # device -> (its words' owner, the int64 [4] tensor kernels get)
+
+
+def word(device: str | Device) -> Tensor:
+    """The fault word of `device`, an int64 [4] tensor to pass to a checking kernel."""
+    device = as_device(device)
+    found = _words.get(device)
+    if found is not None:
+        return found[1]
+    with _lock:
+        if device not in _words:
+            if device.type == "cpu":
+                tensor = from_numpy(np.zeros(WORDS, np.int64), "int64", device)
+                _words[device] = (tensor, tensor)
+            else:
+                from nbxcert.kernels.backends import cuda
+
+                words = cuda.MappedHostWords(WORDS, device.index)
+                storage = Storage.over(words, 8 * WORDS, device)
+                _words[device] = (words, Tensor(storage, (WORDS,), (1,), "int64"))
+                cuda.add_sync_hook(raise_recorded)
+    return _words[device][1]
+
+
+def _host_view(owner) -> np.ndarray:
+    """The words as the host reads and writes them in place: the mapped memory's view, or the cpu tensor's bytes."""
+    return owner._storage._host.view(np.int64) if isinstance(owner, Tensor) else owner.host
+
+
+def raise_recorded() -> None:
+    """Raise `LaunchError` for a fault a kernel recorded (and clear it); nothing when none was."""
+    for device, (owner, tensor) in list(_words.items()):
+        view = _host_view(owner)
+        if view[0] == 0:
+            continue
+        site, index, value, bound = (int(v) for v in view)
+        view[:] = 0
+        kernel, name, where, effect = SITES.get(site, (f"fault site {site}", "value", "its bound {bound}", "?"))
+        later = "" if device.type == "cpu" else ", reported at the first synchronisation after the launch"
+        raise LaunchError(
+            f"{kernel}: {name} {value} at index {index} is outside {where.format(bound=bound)} (found by the kernel "
+            f"on {device}{later}; {effect})"
+        )
+
+
+def after_launch(device: Device) -> None:
+    """After a checking kernel's launch: under the interpreter (which runs the launch before returning) raise what it
+    recorded now; on a GPU the next synchronisation does."""
+    if device.type == "cpu":
+        raise_recorded()
