@@ -66,8 +66,8 @@ def main(argv=None) -> int:
     a = randn(gen, (1, 2048), "float16", "cpu")
     b = randn(gen, (2560, 2048), "float16", "cpu").T
     c = empty((1, 2560), "float16", "cpu")
-    # the rest of a decode step's launches (batch 1, KV 1024): their served paths, no plan for the ones whose host
-    # checks read run-time integers (ids, positions, lengths) or that use a workspace
+    # the rest of a decode step's launches (batch 1, KV 1024): their served paths (decode attention has no plan: it
+    # reads its lengths to the host, and uses a workspace)
     r = randn(gen, (1, 2048), "float16", "cpu")
     s_out = empty((1, 2048), "float16", "cpu")
     logits, probs = randn(gen, (1, 32000), "float16", "cpu"), empty((1, 32000), "float16", "cpu")

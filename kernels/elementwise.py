@@ -541,12 +541,13 @@ def rope_launches(
 
 
 def embedding_launches(config: Config, table: Tensor, ids: Tensor, out: Tensor) -> list[KernelLaunch]:
-    """table [vocab, dim], ids [n_tokens] (contiguous), out [n_tokens, dim]; each id checked by the kernel."""
-    n_tokens, dim = out.shape
+    """table [vocab, dim]; ids of any shape and out [*ids.shape, dim], both contiguous (the kernel reads them as
+    [n_tokens] and [n_tokens, dim]); each id checked by the kernel."""
+    n_tokens, dim = ids.numel, table.shape[1]
     if n_tokens == 0 or dim == 0:
         return []
     tokens, block_d = config["TOKENS"], config["BLOCK_D"]
-    args = (table, ids, out, faults.word(out.device), n_tokens, dim, table.stride(0), out.stride(0), table.shape[0])
+    args = (table, ids, out, faults.word(out.device), n_tokens, dim, table.stride(0), dim, table.shape[0])
     kwargs = dict(TOKENS=tokens, BLOCK_D=block_d, **_warps(config))
     return [KernelLaunch(_embedding_kernel, (cdiv(n_tokens, tokens), cdiv(dim, block_d)), args, kwargs)]
 
@@ -713,6 +714,9 @@ def rope_problem(q: Tensor, k: Tensor, positions: Tensor, cos_sin_cache: Tensor,
     }
 
 
+_ROPE_PLANS = served_plans()
+
+
 def rope(
     q: Tensor,
     k: Tensor,
@@ -727,6 +731,13 @@ def rope(
     `nbxcert.kernels.faults`), with
     `cos_sin_cache` [max_position, rot_dim] float32 (cos then sin). `rot_dim` (default head_dim, even) dims rotate;
     the rest are untouched. Returns (q, k)."""
+    if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
+        sig = (signature(q), signature(k), signature(positions), signature(cos_sin_cache), rot_dim, style)
+        plan = _ROPE_PLANS.get(sig)
+        if plan:
+            plan((q, k, positions, cos_sin_cache, faults.word(q.device)))
+            faults.after_launch(q.device)
+            return q, k
     _float("rope: q", q, HALF_AND_SINGLE)
     if k.dtype is not q.dtype or q.ndim != 3 or k.ndim != 3 or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
         raise ShapeMismatch(f"rope: q {q.dtype.name}{list(q.shape)} and k {k.dtype.name}{list(k.shape)} do not match")
@@ -749,7 +760,11 @@ def rope(
         _run(rope_launches(c, q, k, positions, cos_sin_cache, rot, style))
 
     # in place: a run-time sweep restores q and k before each candidate
-    run(choose_config(ROPE, problem, (q.dtype.name,), config, run=run, outputs=(q, k), restore=(q, k)))
+    cfg = choose_config(ROPE, problem, (q.dtype.name,), config, run=run, outputs=(q, k), restore=(q, k))
+    made = rope_launches(cfg, q, k, positions, cos_sin_cache, rot, style)
+    _run(made)
+    if config is None:
+        keep_plan(_ROPE_PLANS, sig, made, (q, k, positions, cos_sin_cache, faults.word(q.device)))
     faults.after_launch(q.device)
     return q, k
 
@@ -758,24 +773,39 @@ def embedding_problem(table: Tensor, ids: Tensor, **_) -> dict:
     return {"n_tokens": ids.numel, "dim": table.shape[1]}
 
 
+_EMBEDDING_PLANS = served_plans()
+
+
 def embedding(table: Tensor, ids: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """table[ids] for table [vocab, dim] (rows contiguous) and integer ids of any shape -> [*ids.shape, dim]. An id
     outside [0, vocab) raises `LaunchError` naming it and the table size: at once under the interpreter, at the
     first synchronisation after the launch on a GPU (the kernel checks each id; `nbxcert.kernels.faults`)."""
+    if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
+        sig = (signature(table), signature(ids), signature(out))
+        plan = _EMBEDDING_PLANS.get(sig)
+        if plan:  # the signature fixed ids' strides: contiguous, as the call that made the plan passed them
+            y = out if out is not None else empty(ids.shape + (table.shape[1],), table.dtype, table.device)
+            plan((table, ids, y, faults.word(table.device)))
+            faults.after_launch(table.device)
+            return y
     _float("embedding: table", table, CAST_DTYPES)
     if ids.dtype.name not in ("int32", "int64"):
         raise ShapeMismatch(f"embedding: ids must be int32 or int64, got {ids.dtype.name}")
     if table.ndim != 2 or (table.shape[1] > 1 and table.stride(1) != 1):
         raise ShapeMismatch(f"embedding: table must be [vocab, dim] with contiguous rows, got {list(table.shape)}")
-    flat_ids = ids.contiguous().view(-1)
     y = _contiguous_out(out, ids.shape + (table.shape[1],), table.dtype, table.device, "embedding")
-    rows_y = y.view(-1, table.shape[1])
+    given = ids
+    ids = ids if ids.is_contiguous() else ids.contiguous()
 
     def run(c: Config) -> None:
-        _run(embedding_launches(c, table, flat_ids, rows_y))
+        _run(embedding_launches(c, table, ids, y))
 
     dtypes = (table.dtype.name, ids.dtype.name)
-    run(choose_config(EMBEDDING, embedding_problem(table, ids), dtypes, config, run=run, outputs=(y,)))
+    cfg = choose_config(EMBEDDING, embedding_problem(table, ids), dtypes, config, run=run, outputs=(y,))
+    made = embedding_launches(cfg, table, ids, y)
+    _run(made)
+    if config is None:  # ids copied to be contiguous: not the call's own tensor, so no plan (None)
+        keep_plan(_EMBEDDING_PLANS, sig, made if ids is given else None, (table, ids, y, faults.word(table.device)))
     faults.after_launch(table.device)
     return y
 

@@ -55,6 +55,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import (
+    MAX_PLANS,
     KernelLaunch,
     cdiv,
     constexprs,
@@ -683,7 +684,9 @@ def softmax(
         plan = _SOFTMAX_PLANS.get(sig)
         if plan:
             y = out if out is not None else empty(x.shape, x.dtype, x.device)
-            plan((x, y, mask if isinstance(mask, Tensor) else None, workspace))
+            made = _SOFTMAX_WORKSPACES.get(sig)  # the split variant's workspace, made per call as the plan's was
+            ws = workspace if made is None else split_workspace(made[0], made[1], made[2], x.device, made[3])
+            plan((x, y, mask if isinstance(mask, Tensor) else None, ws))
             return y
     _check_float("softmax: x", x)
     rows_x = as_rows(x, "softmax: x")
@@ -705,20 +708,29 @@ def softmax(
         raise LaunchError(f"softmax: mask must be None, 'causal' or a Tensor, got {mask!r}")
     problem = softmax_problem(x, scale, mask)
 
-    def launches(c: Config) -> list[KernelLaunch]:
-        ws = workspace
-        if c["VARIANT"] == "split" and ws is None:  # made for this call: its launches get no plan (LaunchPlan.of)
-            ws = split_workspace(rows_x.shape[0], rows_x.shape[1], x.dtype.name, x.device, c["BLOCK_N"])
-        return softmax_launches(c, rows_x, rows_y, scale, kind, q_len, additive, ws)
+    def workspace_for(c: Config) -> tuple[Tensor | None, tuple | None]:
+        """The workspace c launches with, and how it was made when this call made it (None: the caller's)."""
+        if c["VARIANT"] != "split" or workspace is not None:
+            return workspace, None
+        made_as = (rows_x.shape[0], rows_x.shape[1], x.dtype.name, c["BLOCK_N"])
+        return split_workspace(made_as[0], made_as[1], made_as[2], x.device, made_as[3]), made_as
 
     def run(c: Config) -> None:
-        _run(launches(c))
+        _run(softmax_launches(c, rows_x, rows_y, scale, kind, q_len, additive, workspace_for(c)[0]))
 
-    made = launches(choose_config(SOFTMAX, problem, (x.dtype.name,), config, run=run, outputs=(rows_y,)))
+    cfg = choose_config(SOFTMAX, problem, (x.dtype.name,), config, run=run, outputs=(rows_y,))
+    ws, made_as = workspace_for(cfg)
+    made = softmax_launches(cfg, rows_x, rows_y, scale, kind, q_len, additive, ws)
     _run(made)
     if config is None:
-        # a workspace made in launches() is no tensor of the call: LaunchPlan.of refuses launches holding it
-        keep_plan(_SOFTMAX_PLANS, sig, made, (x, y, mask if isinstance(mask, Tensor) else None, workspace))
+        # a workspace this call made is a tensor of the call too: a replay makes its own alike (_SOFTMAX_WORKSPACES)
+        keep_plan(_SOFTMAX_PLANS, sig, made, (x, y, mask if isinstance(mask, Tensor) else None, ws))
+        if made_as is None:
+            _SOFTMAX_WORKSPACES.pop(sig, None)
+        else:
+            if len(_SOFTMAX_WORKSPACES) >= MAX_PLANS:  # bounded as the plans are
+                _SOFTMAX_WORKSPACES.clear()
+            _SOFTMAX_WORKSPACES[sig] = made_as
     return y
 
 
@@ -730,6 +742,9 @@ def norm_problem(x: Tensor, *_, **__) -> dict:
 
 _NORM_PLANS = served_plans()
 _SOFTMAX_PLANS = served_plans()
+# signature -> (n_rows, n_cols, dtype, BLOCK_N) of the split workspace the call that made its plan made for itself
+# (emptied with the plans: `forget_plans`)
+_SOFTMAX_WORKSPACES: dict = served_plans()
 
 
 def _norm(spec, x, residual, weight, bias, eps, out, out_sum, config, rms):

@@ -26,7 +26,7 @@ from nbxcert.kernels import launch, rows  # noqa: E402
 from nbxcert.kernels import matmul as mm  # noqa: E402
 from nbxcert.kernels.inputs import randn, rng  # noqa: E402
 from nbxcert.kernels.launch import KernelLaunch, LaunchPlan  # noqa: E402
-from nbxcert.kernels.tensor import empty  # noqa: E402
+from nbxcert.kernels.tensor import empty, from_numpy  # noqa: E402
 
 
 @pytest.fixture
@@ -59,6 +59,9 @@ def _cases(device):
     r = randn(gen, (3, 64), "float16", device)
     xs = randn(gen, (3, 2 * 48), "float16", device)
     a, b = randn(gen, (5, 32), "float16", device), randn(gen, (48, 32), "float16", device).T
+    table, ids = randn(gen, (50, 64), "float16", device), from_numpy(np.array([3, 0, 49]), "int32", device)
+    q0, k0 = randn(gen, (3, 4, 64), "float16", device), randn(gen, (3, 2, 64), "float16", device)
+    pos, cache = from_numpy(np.array([5, 0, 15]), "int64", device), from_numpy(ew.rope_cache(64, 16), "float32", device)
     return {
         "rmsnorm": (lambda: rows.rmsnorm(x, w, 1e-6, out=empty((3, 64), "float16", device)), rows._NORM_PLANS),
         "add_rmsnorm": (lambda: rows.add_rmsnorm(x, r, w, 1e-6), rows._NORM_PLANS),
@@ -66,22 +69,27 @@ def _cases(device):
         "matmul": (lambda: mm.matmul(a, b), mm._MATMUL_PLANS),
         "softmax": (lambda: rows.softmax(x, 0.5), rows._SOFTMAX_PLANS),
         "softmax_masked": (lambda: rows.softmax(x, mask=r), rows._SOFTMAX_PLANS),
+        "embedding": (lambda: ew.embedding(table, ids), ew._EMBEDDING_PLANS),
+        # in place: each call rotates fresh copies of the same q and k
+        "rope": (lambda: ew.rope(q0.clone(), k0.clone(), pos, cache), ew._ROPE_PLANS),
     }
 
 
 def _same_launches(full: list[KernelLaunch], planned: list[KernelLaunch]) -> None:
-    assert len(full) == len(planned) == 1
-    f, p = full[0], planned[0]
-    assert p.kernel is f.kernel and p.grid == f.grid and p.kwargs == f.kwargs
-    assert len(p.args) == len(f.args)
-    for i, (fa, pa) in enumerate(zip(f.args, p.args)):
-        if hasattr(fa, "data_ptr"):  # the output may be a fresh tensor; every other tensor is the call's own
-            assert (pa.shape, pa.strides, pa.dtype) == (fa.shape, fa.strides, fa.dtype), i
-        else:
-            assert pa == fa and type(pa) is type(fa), i
+    assert len(full) == len(planned) >= 1
+    for f, p in zip(full, planned):
+        assert p.kernel is f.kernel and p.grid == f.grid and p.kwargs == f.kwargs
+        assert len(p.args) == len(f.args)
+        for i, (fa, pa) in enumerate(zip(f.args, p.args)):
+            if hasattr(fa, "data_ptr"):  # the output may be a fresh tensor; every other tensor is the call's own
+                assert (pa.shape, pa.strides, pa.dtype) == (fa.shape, fa.strides, fa.dtype), i
+            else:
+                assert pa == fa and type(pa) is type(fa), i
 
 
-@pytest.mark.parametrize("name", ["rmsnorm", "add_rmsnorm", "silu_and_mul", "matmul", "softmax", "softmax_masked"])
+@pytest.mark.parametrize(
+    "name", ["rmsnorm", "add_rmsnorm", "silu_and_mul", "matmul", "softmax", "softmax_masked", "embedding", "rope"]
+)
 def test_a_plan_makes_the_launches_and_the_bits_of_the_full_path(served, name):
     call, plans = _cases(served)[name]
     plans.clear()
@@ -229,7 +237,9 @@ def test_a_call_whose_tensors_alias_makes_no_plan_for_the_calls_that_do_not(serv
     assert np.array_equal(got.numpy().view(np.uint16), want.numpy().view(np.uint16))
 
 
-def test_a_split_softmax_gets_a_plan_only_with_the_callers_workspace(served, monkeypatch):
+def test_a_split_softmax_replays_with_a_workspace_made_alike_or_the_callers(served, monkeypatch):
+    """The split variant's workspace: made per call when the caller gives none (a replay makes one alike, as the
+    call that made the plan did), else the caller's (a replay uses the next call's)."""
     from nbxcert import serve
 
     split = next(c for c in rows.SOFTMAX.candidates if c["VARIANT"] == "split")
@@ -237,13 +247,21 @@ def test_a_split_softmax_gets_a_plan_only_with_the_callers_workspace(served, mon
     gen = rng(23)
     x = randn(gen, (2, 3000), "float16", served)
     rows._SOFTMAX_PLANS.clear()
-    y = rows.softmax(x)  # its workspace made for the call: no plan
-    assert list(rows._SOFTMAX_PLANS.values()) == [False]
-    ws = rows.split_workspace(2, 3000, "float16", served, split["BLOCK_N"])
-    rows.softmax(x, workspace=ws)
+    rows._SOFTMAX_WORKSPACES.clear()
+    y = rows.softmax(x)
     assert sum(bool(p) for p in rows._SOFTMAX_PLANS.values()) == 1
-    again = rows.softmax(x, workspace=ws)  # replayed
+    assert list(rows._SOFTMAX_WORKSPACES.values()) == [(2, 3000, "float16", split["BLOCK_N"])]
+    made, real = [], rows.split_workspace
+    monkeypatch.setattr(rows, "split_workspace", lambda *a: made.append(a) or real(*a))
+    again = rows.softmax(x)  # replayed, with a workspace of its own
+    assert made == [(2, 3000, "float16", x.device, split["BLOCK_N"])]
     assert np.array_equal(y.numpy().view(np.uint16), again.numpy().view(np.uint16))
+    ws = real(2, 3000, "float16", served, split["BLOCK_N"])
+    rows.softmax(x, workspace=ws)
+    assert sum(bool(p) for p in rows._SOFTMAX_PLANS.values()) == 2 and len(rows._SOFTMAX_WORKSPACES) == 1
+    third = rows.softmax(x, workspace=ws)  # replayed with the caller's workspace: none made
+    assert len(made) == 1
+    assert np.array_equal(y.numpy().view(np.uint16), third.numpy().view(np.uint16))
 
 
 DIRECT_SCRIPT = r"""
@@ -257,7 +275,8 @@ import common
 from nbxcert import serve
 from nbxcert.kernels import elementwise as ew, launch, matmul as mm, rows
 from nbxcert.kernels.inputs import randn, rng
-from nbxcert.kernels.tensor import empty
+from nbxcert.kernels.tensor import empty, from_numpy
+import numpy as np
 
 launched = []  # what each compiled kernel's launcher was handed
 census._launch_nothing = lambda *args: launched.append(args)
@@ -270,7 +289,11 @@ def tensors():
             "s": empty((2, 256), "float16", "cpu"), "xs": randn(gen, (2, 2 * 96), "float16", "cpu"),
             "ys": empty((2, 96), "float16", "cpu"), "a": randn(gen, (2, 64), "float16", "cpu"),
             "b": randn(gen, (96, 64), "float16", "cpu").T, "c": empty((2, 96), "float16", "cpu"),
-            "l": randn(gen, (2, 1000), "float16", "cpu"), "p": empty((2, 1000), "float16", "cpu")}
+            "l": randn(gen, (2, 1000), "float16", "cpu"), "p": empty((2, 1000), "float16", "cpu"),
+            "tbl": randn(gen, (50, 64), "float16", "cpu"), "ids": from_numpy(np.array([3, 0, 49]), "int32", "cpu"),
+            "e": empty((3, 64), "float16", "cpu"), "q": randn(gen, (3, 4, 64), "float16", "cpu"),
+            "k": randn(gen, (3, 2, 64), "float16", "cpu"), "pos": from_numpy(np.array([5, 0, 15]), "int64", "cpu"),
+            "cache": from_numpy(ew.rope_cache(64, 16), "float32", "cpu")}
 
 calls = {
     "rmsnorm": lambda t: rows.rmsnorm(t["x"], t["w"], 1e-6, out=t["y"]),
@@ -278,10 +301,17 @@ calls = {
     "softmax": lambda t: rows.softmax(t["l"], out=t["p"]),
     "silu_and_mul": lambda t: ew.silu_and_mul(t["xs"], out=t["ys"]),
     "matmul": lambda t: mm.matmul(t["a"], t["b"], out=t["c"]),
+    "embedding": lambda t: ew.embedding(t["tbl"], t["ids"], out=t["e"]),
+    "rope": lambda t: ew.rope(t["q"], t["k"], t["pos"], t["cache"]),
 }
 
+def view(t):  # a tensor as a launch reads it (a call's views of its tensors are made afresh by each path)
+    return (t.data_ptr(), t.shape, t.strides, t.dtype)
+
 def same(x, y):
-    return x is y if hasattr(x, "data_ptr") or hasattr(y, "data_ptr") else (x == y and type(x) is type(y))
+    if hasattr(x, "data_ptr") or hasattr(y, "data_ptr"):
+        return x is y or (hasattr(x, "data_ptr") and hasattr(y, "data_ptr") and view(x) == view(y))
+    return x == y and type(x) is type(y)
 
 for name, call in calls.items():
     call(tensors())  # the full path: compiled, and its plan made
@@ -311,7 +341,8 @@ def test_a_plan_replays_the_compiled_kernel_with_the_arguments_tritons_dispatch_
     """On a GPU a plan launches through each compiled kernel's own runner, skipping `JITFunction.run`'s binding and
     specialisation. Cross-compiling for sm_90 with a launcher that records what it is handed: a replayed call hands
     it exactly the grid, stream, function, metadata and arguments (by identity: the second call's tensors) that
-    Triton's own binder makes of the full path's launch."""
+    Triton's own binder makes of the full path's launch (views, such as embedding's flattened ids, as the same memory,
+    shape, strides and dtype)."""
     import os
     import subprocess
 
@@ -321,7 +352,7 @@ def test_a_plan_replays_the_compiled_kernel_with_the_arguments_tritons_dispatch_
     proc = subprocess.run([sys.executable, "-c", DIRECT_SCRIPT, str(ROOT)], capture_output=True, text=True, env=env,
                           timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.count("DIRECT_OK") == 5, proc.stdout
+    assert proc.stdout.count("DIRECT_OK") == 7, proc.stdout
 
 
 def test_a_plans_signature_holds_each_pointers_alignment():
@@ -415,3 +446,18 @@ def test_gpu_an_allocating_call_takes_the_block_its_last_output_freed(monkeypatc
         got = rows.rmsnorm(x, w, 1e-6)
         assert got.data_ptr() == ptr
         assert np.array_equal(got.numpy().view(np.uint16), want)
+
+
+def test_embedding_with_strided_ids_gathers_them_and_keeps_no_plan(served):
+    """ids that are not contiguous are copied for the kernel: that copy is not the call's tensor, so the call keeps no
+    plan (a replay would read the next call's ids as if contiguous), and every such call is right."""
+    gen = rng(23)
+    table = randn(gen, (40, 16), "float16", served)
+    ew._EMBEDDING_PLANS.clear()
+    for start in (0, 1):
+        every = from_numpy(np.arange(start, start + 30, 3).reshape(2, 5), "int32", served)
+        strided = every[:, ::2]
+        assert not strided.is_contiguous()
+        got = ew.embedding(table, strided)
+        assert np.array_equal(got.numpy(), table.numpy()[strided.numpy()])
+    assert not any(ew._EMBEDDING_PLANS.values())
