@@ -45,8 +45,10 @@ import numpy as np
 import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
+from nbxcert.kernels import faults
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
+from nbxcert.kernels.faults import record_fault, record_fault_lanes
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2
 from nbxcert.kernels.launch import run_all as _run
@@ -297,6 +299,9 @@ def _decode_partial_kernel(
     group,
     lse_offset,
     qk_scale,
+    Fault,
+    length_bound,
+    num_blocks,
     HEAD_DIM: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_H: tl.constexpr,
@@ -313,7 +318,10 @@ def _decode_partial_kernel(
     `stride_kb` the block stride, `stride_kn` the position-in-block stride; BlockTable [batch, max_blocks] int32
     (strides stride_tb, stride_tn) maps position t of sequence b to block BlockTable[b, t // PAGE_SIZE]. Unused when
     PAGE_SIZE == 0. Strides (`stride_<tensor><dim>`) are in elements, any layout.
-    Lengths [batch] int32: valid positions of each sequence.
+    Lengths [batch] int32: valid positions of each sequence. Checked here (`nbxcert.kernels.faults`): a length
+    outside [0, length_bound] (the capacity, the block table's reach, or the caller's max_len) is recorded at Fault
+    and its sequence attends to nothing (zeros); a paged block id outside [0, num_blocks) is recorded and its
+    positions skipped.
     Mid: float32 workspace, [batch, heads, NUM_SPLITS, HEAD_DIM] partial outputs (each normalised by its own sum)
     followed, at element `lse_offset`, by [batch, heads, NUM_SPLITS] log2-sum-exps (-inf for an empty chunk).
     heads, group: query heads and heads // kv_heads. qk_scale: softmax scale (> 0) times log2(e).
@@ -325,6 +333,9 @@ def _decode_partial_kernel(
     kvh = tl.program_id(1)
     split = tl.program_id(2)
     length = tl.load(Lengths + b)
+    bad_length = (length < 0) | (length > length_bound)
+    record_fault(Fault, 3, b, length, length_bound, bad_length)
+    length = tl.where(bad_length, 0, length)
     chunk = tl.cdiv(tl.cdiv(length, NUM_SPLITS), BLOCK_N) * BLOCK_N
     start = split * chunk
     end = tl.minimum(start + chunk, length)
@@ -350,8 +361,12 @@ def _decode_partial_kernel(
         n = start_n + offs_n
         n_ok = n < end
         if PAGE_SIZE > 0:
-            block = tl.load(BlockTable + b64 * stride_tb + (n // PAGE_SIZE) * stride_tn, mask=n_ok, other=0)
+            column = n // PAGE_SIZE
+            block = tl.load(BlockTable + b64 * stride_tb + column * stride_tn, mask=n_ok, other=0)
             block = block.to(tl.int64)
+            bad_block = n_ok & ((block < 0) | (block >= num_blocks))
+            record_fault_lanes(Fault, 4, b64 * stride_tb + column * stride_tn, block, num_blocks, bad_block)
+            n_ok = n_ok & (bad_block == 0)
             k_rows = block * stride_kb + (n % PAGE_SIZE) * stride_kn
             v_rows = block * stride_vb + (n % PAGE_SIZE) * stride_vn
         else:
@@ -508,14 +523,18 @@ def flash_shared_bytes(config: Config, head_dim: int, pre_ampere: bool = False) 
     return tiles + (TMA_BARRIER_BYTES if config["TMA"] else 0)
 
 
-def decode_shared_bytes(config: Config, head_dim: int, group: int, pre_ampere: bool = False) -> int:
+def decode_shared_bytes(
+    config: Config, head_dim: int, group: int, pre_ampere: bool = False, paged: bool = False
+) -> int:
     """An upper bound on the decode kernel's shared memory: the Q tile [BLOCK_H, BLOCK_D], P [BLOCK_H, BLOCK_N] and
     `max(1, num_stages - 1)` buffers of the K and V tiles (its products are too small for wgmma, so the pipeline
-    keeps num_stages - 1 buffers on sm_80 and sm_90 alike). Triton 3.6 reports exactly this or less for every
-    candidate, head dims 64/128/256 and groups 1/4/8, contiguous and paged; before Ampere (sm_75, stage 1) up to 1.15
-    times it, and the bound doubles there as for the prefill. The tests cross-compile to check."""
+    keeps num_stages - 1 buffers on sm_80 and sm_90 alike), and for a paged cache a 32-bit word per position of the
+    tile (the block-id check's mask changes layout through shared memory: 256 bytes at BLOCK_N 64 on sm_90). Triton
+    3.6 reports exactly this or less for every candidate, head dims 64/128/256 and groups 1/4/8, contiguous and
+    paged; before Ampere (sm_75, stage 1) up to 1.15 times it, and the bound doubles there as for the prefill. The
+    tests cross-compile to check."""
     bh, bn, bd = block_h(group), config["BLOCK_N"], block_d(head_dim)
-    size = ELEMENT_BYTES * (bh * bd + bh * bn + max(1, config.num_stages - 1) * 2 * bn * bd)
+    size = ELEMENT_BYTES * (bh * bd + bh * bn + max(1, config.num_stages - 1) * 2 * bn * bd) + (4 * bn if paged else 0)
     return size * (2 if pre_ampere else 1)
 
 
@@ -578,7 +597,7 @@ def prune_decode(candidates: Sequence[Config], problem: Mapping[str, Any], profi
     return prune_with(
         candidates,
         profile,
-        lambda c: shared_memory_refusal(decode_shared_bytes(c, d, group, old), profile),
+        lambda c: shared_memory_refusal(decode_shared_bytes(c, d, group, old, "block_size" in problem), profile),
         lambda c: _accumulator_refusal(block_h(group), d, c, profile),
     )
 
@@ -695,9 +714,12 @@ def decode_launches(
     scale: float,
     workspace: Tensor | None,
     block_table: Tensor | None = None,
+    max_len: int | None = None,
 ) -> list[KernelLaunch]:
     """Both decode launches (one when NUM_SPLITS == 1) for validated tensors; `block_table` given: k and v are paged
-    pools [num_blocks, block_size, kv_heads, dim]. `workspace` None: allocated here (when NUM_SPLITS > 1)."""
+    pools [num_blocks, block_size, kv_heads, dim]. `workspace` None: allocated here (when NUM_SPLITS > 1). The kernel
+    checks each length against the cache's capacity (or the block table's reach) and `max_len` when given, and each
+    paged block id against the pool (`nbxcert.kernels.faults`)."""
     batch, heads, head_dim = q.shape
     paged = block_table is not None
     kv_heads = k.shape[2] if paged else k.shape[1]
@@ -721,12 +743,15 @@ def decode_launches(
         k_strides = (k.strides[0], k.strides[2], k.strides[1], k.strides[3])  # block, head, position, lane
         v_strides = (v.strides[0], v.strides[2], v.strides[1], v.strides[3])
         table, table_strides, page = block_table, block_table.strides, k.shape[1]
+        bound, num_blocks = block_table.shape[1] * page, k.shape[0]
     else:
         k_strides, v_strides = k.strides, v.strides
         table, table_strides, page = lengths, (0, 0), 0
+        bound, num_blocks = k.shape[2], 0
+    bound = bound if max_len is None else min(bound, max_len)
     lse_offset = batch * heads * splits * head_dim
     args = (q, k, v, out, mid, lengths, table, *q.strides, *k_strides, *v_strides, *out.strides, *table_strides)
-    args += (heads, group, lse_offset, scale * LOG2E)
+    args += (heads, group, lse_offset, scale * LOG2E, faults.word(q.device), bound, num_blocks)
     kwargs = dict(HEAD_DIM=head_dim, BLOCK_D=block_d(head_dim), BLOCK_H=block_h(group), BLOCK_N=bn)
     kwargs.update(NUM_SPLITS=splits, PAGE_SIZE=page, UPCAST=_upcast())
     kwargs.update(num_warps=config.num_warps, num_stages=config.num_stages)
@@ -792,10 +817,7 @@ def flash_attention(
 
 def _host_lengths(lengths: Tensor, batch: int, capacity: int | None) -> np.ndarray:
     """The lengths on the host (a device-to-host copy on a GPU), each checked to lie in [0, capacity]."""
-    if lengths.dtype.name != "int32" or lengths.shape != (batch,):
-        raise ShapeMismatch(
-            f"decode attention: lengths must be int32 [{batch}], got {lengths.dtype.name} {lengths.shape}"
-        )
+    _check_lengths_tensor(lengths, batch)
     host = np.asarray(lengths.numpy()).astype(np.int64)
     bad = np.flatnonzero((host < 0) | ((host > capacity) if capacity is not None else False))
     if bad.size:
@@ -819,19 +841,46 @@ def _decode_shapes(q: Tensor, k: Tensor, v: Tensor, out: Tensor | None, kv_heads
         raise ShapeMismatch(f"decode attention: out has shape {out.shape}, q has {q.shape}")
 
 
+def _check_lengths_tensor(lengths: Tensor, batch: int) -> None:
+    if lengths.dtype.name != "int32" or lengths.shape != (batch,):
+        raise ShapeMismatch(
+            f"decode attention: lengths must be int32 [{batch}], got {lengths.dtype.name} {lengths.shape}"
+        )
+
+
+def _longest(lengths: Tensor, batch: int, capacity: int | None, max_len: int | None) -> int:
+    """The key's kv_len: `max_len` as the caller gives it (checked against the cache's reach; the kernel checks each
+    length against it), else the longest length read to the host."""
+    if max_len is None:
+        host = _host_lengths(lengths, batch, capacity)
+        return int(host.max()) if host.size else 0
+    _check_lengths_tensor(lengths, batch)
+    if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0:
+        raise LaunchError(f"decode attention: max_len must be a non-negative int, got {max_len!r}")
+    if capacity is not None and max_len > capacity:
+        raise LaunchError(f"decode attention: max_len {max_len} exceeds what the cache holds ({capacity} positions)")
+    return max_len
+
+
 def decode_problem(
-    q: Tensor, k_cache: Tensor, v_cache: Tensor, lengths: Tensor, out: Tensor | None = None, **_
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    lengths: Tensor,
+    out: Tensor | None = None,
+    max_len: int | None = None,
+    **_,
 ) -> dict:
-    """The decode problem of a launch: validates shapes, dtypes and lengths (which it reads to the host)."""
+    """The decode problem of a launch: validates shapes and dtypes; its kv_len is `max_len` when given, else the
+    longest length (read to the host, each checked)."""
     _decode_shapes(q, k_cache, v_cache, out, k_cache.shape[1])
     if k_cache.shape[0] != q.shape[0]:
         raise ShapeMismatch(f"decode attention: cache batch {k_cache.shape[0]} differs from q's {q.shape[0]}")
-    host = _host_lengths(lengths, q.shape[0], k_cache.shape[2])
     return {
         "batch": q.shape[0],
         "heads": q.shape[1],
         "kv_heads": k_cache.shape[1],
-        "kv_len": int(host.max()) if host.size else 0,
+        "kv_len": _longest(lengths, q.shape[0], k_cache.shape[2], max_len),
         "head_dim": q.shape[2],
     }
 
@@ -846,23 +895,29 @@ def decode_attention(
     scale: float | None = None,
     config: Config | None = None,
     workspace: Tensor | None = None,
+    max_len: int | None = None,
 ) -> Tensor:
     """One query token per sequence against a contiguous KV cache.
 
     q [batch, heads, dim]; k_cache, v_cache [batch, kv_heads, capacity, dim]; lengths int32 [batch], each in
-    [0, capacity] (read to the host to check: a device-to-host copy on a GPU; a length of 0 gives zeros).
+    [0, capacity] (a length of 0 gives zeros). `max_len`: an upper bound on the lengths the caller knows (a serving
+    loop's longest sequence): the launch key takes it and nothing is read to the host; the kernel checks each length
+    against it and the capacity, and a bad one raises `LaunchError` at the first synchronisation after the launch
+    (`nbxcert.kernels.faults`). Without it the lengths are read to the host (a device-to-host copy on a GPU, which
+    waits for the work queued before it) for the key's longest length, and checked there.
     `workspace`: contiguous float32 of at least `decode_workspace_elements(batch, heads, dim)` elements, enough for
     every candidate (`decode_workspace` makes one; allocated per call when None). Returns `out` [batch, heads, dim].
     The config is the caller's, else the one serving chooses (`choose_config`)."""
-    problem = decode_problem(q, k_cache, v_cache, lengths, out)
+    problem = decode_problem(q, k_cache, v_cache, lengths, out, max_len)
     out = empty(q.shape, q.dtype, q.device) if out is None else out
     _check_workspace(workspace, q)
     scale = _default_scale(q.shape[2], scale)
 
     def run(c: Config) -> None:
-        _run(decode_launches(c, q, k_cache, v_cache, lengths, out, scale, workspace))
+        _run(decode_launches(c, q, k_cache, v_cache, lengths, out, scale, workspace, max_len=max_len))
 
     run(choose_config(DECODE_ATTENTION, problem, (q.dtype.name,), config, run=run, outputs=(out,)))
+    faults.after_launch(q.device)
     return out
 
 
@@ -894,19 +949,36 @@ def check_block_table(block_table: Tensor, lengths: np.ndarray, block_size: int,
 
 
 def paged_decode_problem(
-    q: Tensor, k_pool: Tensor, v_pool: Tensor, block_table: Tensor, lengths: Tensor, out: Tensor | None = None, **_
+    q: Tensor,
+    k_pool: Tensor,
+    v_pool: Tensor,
+    block_table: Tensor,
+    lengths: Tensor,
+    out: Tensor | None = None,
+    max_len: int | None = None,
+    **_,
 ) -> dict:
-    """The paged decode problem of a launch: validates shapes, dtypes, lengths and the block table (read to the
-    host: device-to-host copies on a GPU)."""
+    """The paged decode problem of a launch: validates shapes and dtypes; its kv_len is `max_len` when given (the
+    kernel checks the lengths and block ids), else the longest length, the lengths and the block table read to the
+    host and checked there (device-to-host copies on a GPU)."""
     _decode_shapes(q, k_pool, v_pool, out, k_pool.shape[2])
     num_blocks, block_size = k_pool.shape[0], k_pool.shape[1]
-    host = _host_lengths(lengths, q.shape[0], None)
-    check_block_table(block_table, host, block_size, num_blocks)
+    if max_len is None:
+        host = _host_lengths(lengths, q.shape[0], None)
+        check_block_table(block_table, host, block_size, num_blocks)
+        kv_len = int(host.max()) if host.size else 0
+    else:
+        if block_table.dtype.name != "int32" or block_table.ndim != 2 or block_table.shape[0] != q.shape[0]:
+            raise ShapeMismatch(
+                f"paged decode attention: block_table must be int32 [batch={q.shape[0]}, max_blocks], got "
+                f"{block_table.dtype.name} {block_table.shape}"
+            )
+        kv_len = _longest(lengths, q.shape[0], block_table.shape[1] * block_size, max_len)
     return {
         "batch": q.shape[0],
         "heads": q.shape[1],
         "kv_heads": k_pool.shape[2],
-        "kv_len": int(host.max()) if host.size else 0,
+        "kv_len": kv_len,
         "head_dim": q.shape[2],
         "block_size": block_size,
     }
@@ -923,22 +995,26 @@ def paged_decode_attention(
     scale: float | None = None,
     config: Config | None = None,
     workspace: Tensor | None = None,
+    max_len: int | None = None,
 ) -> Tensor:
     """One query token per sequence against a paged KV cache.
 
     q [batch, heads, dim]; k_pool, v_pool [num_blocks, block_size, kv_heads, dim] (any strides); block_table int32
     [batch, max_blocks]: position t of sequence b lives in block block_table[b, t // block_size]; lengths int32
-    [batch]. A used block id outside [0, num_blocks) is refused before launch (`LaunchError`). `workspace` and the
-    config as in `decode_attention`. Returns `out` [batch, heads, dim]."""
-    problem = paged_decode_problem(q, k_pool, v_pool, block_table, lengths, out)
+    [batch]. A used block id outside [0, num_blocks) raises `LaunchError`: before the launch without `max_len`
+    (the table and lengths read to the host), at the first synchronisation after it with `max_len` (the kernel
+    checks; nothing is read to the host). `workspace`, `max_len` and the config as in `decode_attention`. Returns
+    `out` [batch, heads, dim]."""
+    problem = paged_decode_problem(q, k_pool, v_pool, block_table, lengths, out, max_len)
     out = empty(q.shape, q.dtype, q.device) if out is None else out
     _check_workspace(workspace, q)
     scale = _default_scale(q.shape[2], scale)
 
     def run(c: Config) -> None:
-        _run(decode_launches(c, q, k_pool, v_pool, lengths, out, scale, workspace, block_table=block_table))
+        _run(decode_launches(c, q, k_pool, v_pool, lengths, out, scale, workspace, block_table, max_len))
 
     run(choose_config(PAGED_DECODE_ATTENTION, problem, (q.dtype.name,), config, run=run, outputs=(out,)))
+    faults.after_launch(q.device)
     return out
 
 

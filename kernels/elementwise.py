@@ -39,6 +39,7 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import faults
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import get_dtype
+from nbxcert.kernels.faults import record_fault
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import (
     KernelLaunch,
@@ -246,17 +247,6 @@ def _cast_kernel(
     else:
         out = _round_bits(wide, DST_E, DST_M, WIDE_E, WIDE_M)
     tl.store(y_ptr + offs, out.to(y_ptr.dtype.element_ty), mask=ok)
-
-
-@jit
-def record_fault(fault_ptr, site: tl.constexpr, index, value, bound, bad):
-    """Write [site, index, value, bound] (int64) at fault_ptr where `bad` (a scalar) holds; the site last, so a record
-    whose site is set is whole once the launch has finished (`nbxcert.kernels.faults` reads it after a
-    synchronisation)."""
-    tl.store(fault_ptr + 1, index.to(tl.int64), mask=bad)
-    tl.store(fault_ptr + 2, value.to(tl.int64), mask=bad)
-    tl.store(fault_ptr + 3, tl.full((), bound, tl.int64), mask=bad)
-    tl.store(fault_ptr, tl.full((), site, tl.int64), mask=bad)
 
 
 @jit

@@ -18,16 +18,34 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import triton.language as tl
 
 from nbxcert.errors import LaunchError
+from nbxcert.kernels.jit import jit
 from nbxcert.kernels.tensor import Device, Storage, Tensor, as_device, from_numpy
 
 # site -> (kernel, what the value is, what it indexes given the bound, what the kernel did with it)
 SITES = {
     1: ("embedding", "id", "the table of {bound} rows", "that row of its output is zeros"),
     2: ("rope", "position", "the cos/sin cache of {bound} rows", "that token of q and k is left unrotated"),
+    3: (
+        "decode attention",
+        "length",
+        "[0, {bound}] (the cache's capacity, the block table's reach or max_len)",
+        "that sequence attends to nothing: its output is zeros",
+    ),
+    4: (
+        "paged decode attention",
+        "block id",
+        "the pool of {bound} blocks (index: the block table entry, in elements from its start)",
+        "those positions are skipped",
+    ),
 }
-EMBEDDING_ID, ROPE_POSITION = 1, 2
+EMBEDDING_ID, ROPE_POSITION, DECODE_LENGTH, BLOCK_ID = 1, 2, 3, 4
+# the value word of a record whose index word packs (index << 32) | (32-bit value): `record_fault_lanes`; an impossible
+# value for a scalar record's (those hold the bad value itself, and no checked value is this large a negative)
+PACKED_VALUE = -(2**62)
+PACKED = tl.constexpr(PACKED_VALUE)
 WORDS = 4  # site, index, value, bound
 
 _lock = threading.Lock()
@@ -68,6 +86,8 @@ def raise_recorded() -> None:
             continue
         site, index, value, bound = (int(v) for v in view)
         view[:] = 0
+        if value == PACKED_VALUE:  # one lane's (index, value) from `record_fault_lanes`
+            index, value = index >> 32, (index & 0xFFFFFFFF) - ((index & 0x80000000) << 1)
         kernel, name, where, effect = SITES.get(site, (f"fault site {site}", "value", "its bound {bound}", "?"))
         later = "" if device.type == "cpu" else ", reported at the first synchronisation after the launch"
         raise LaunchError(
@@ -81,3 +101,27 @@ def after_launch(device: Device) -> None:
     recorded now; on a GPU the next synchronisation does."""
     if device.type == "cpu":
         raise_recorded()
+
+
+@jit
+def record_fault(fault_ptr, site: tl.constexpr, index, value, bound, bad):
+    """Write [site, index, value, bound] (int64) at fault_ptr where `bad` (a scalar) holds; the site last, so a record
+    whose site is set is whole once the launch has finished (`nbxcert.kernels.faults` reads it after a
+    synchronisation)."""
+    tl.store(fault_ptr + 1, index.to(tl.int64), mask=bad)
+    tl.store(fault_ptr + 2, value.to(tl.int64), mask=bad)
+    tl.store(fault_ptr + 3, tl.full((), bound, tl.int64), mask=bad)
+    tl.store(fault_ptr, tl.full((), site, tl.int64), mask=bad)
+
+
+@jit
+def record_fault_lanes(fault_ptr, site: tl.constexpr, index, value, bound, bad):
+    """`record_fault` for a vector of lanes (`bad` a mask over them), with no reduction across them: each bad lane
+    stores its index and value packed in one 64-bit word, (index << 32) | (value & 0xFFFFFFFF) (index < 2^31, value
+    a 32-bit integer), so the word read is one lane's pair whichever lane's store lands last."""
+    at = tl.zeros_like(index).to(tl.int64)  # every lane addresses the same words
+    packed = (index.to(tl.int64) << 32) | (value.to(tl.int64) & 0xFFFFFFFF)
+    tl.store(fault_ptr + 1 + at, packed, mask=bad)
+    tl.store(fault_ptr + 2 + at, at + PACKED, mask=bad)
+    tl.store(fault_ptr + 3 + at, at + bound, mask=bad)
+    tl.store(fault_ptr + at, at + site, mask=bad)

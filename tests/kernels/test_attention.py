@@ -367,6 +367,55 @@ def test_refusals_by_name(backend):
         A.flash_attention(half, brain, brain)
 
 
+def test_decode_with_max_len_reads_nothing_back_and_the_kernel_checks(backend, monkeypatch):
+    """With `max_len` the launch key takes it and nothing is read to the host; the results are the host-checked
+    path's; a length past max_len or a bad block id is refused by the kernel (`LaunchError`, here at the launch: the
+    interpreter), its sequence or positions left out, the others right."""
+    _interpreter_only(backend)
+    from nbxcert.kernels import tensor
+
+    problem = {"batch": 3, "heads": 8, "kv_heads": 2, "kv_len": 45, "head_dim": 64}
+    t = A.decode_inputs(problem, ("float16",), 4, "cpu").tensors
+    q, k, v, lengths = t["q"], t["k_cache"], t["v_cache"], t["lengths"]
+    config = A.decode_config(2, 16, 4, 2)
+    want = A.decode_attention(q, k, v, lengths, config=config).numpy()
+    assert A.DECODE_ATTENTION.problem_of(q, k, v, lengths, max_len=48) == dict(problem, kv_len=48)
+    read = []
+    with monkeypatch.context() as m:
+        m.setattr(tensor.Tensor, "numpy", lambda self: read.append(self.shape))  # a host read would be recorded
+        got = A.decode_attention(q, k, v, lengths, config=config, max_len=45)
+    assert read == []
+    assert np.array_equal(got.numpy().view(np.uint16), want.view(np.uint16))
+    host = lengths.numpy()
+    short = int(host.max()) - 1
+    long = int(np.argmax(host))
+    with pytest.raises(LaunchError, match=rf"decode attention: length {host[long]} at index {long} is outside "
+                                          rf"\[0, {short}\]"):  # fmt: skip
+        A.decode_attention(q, k, v, lengths, out=got, config=config, max_len=short)
+    others = [b for b in range(3) if b != long]
+    assert np.array_equal(got.numpy()[others].view(np.uint16), want[others].view(np.uint16))
+    assert not got.numpy()[long].any(), "the refused sequence attends to nothing"
+    with pytest.raises(LaunchError, match=rf"max_len {k.shape[2] + 1} exceeds what the cache holds"):
+        A.decode_attention(q, k, v, lengths, max_len=k.shape[2] + 1)
+
+    paged = {"batch": 2, "heads": 4, "kv_heads": 1, "kv_len": 40, "head_dim": 64, "block_size": 16}
+    p = A.paged_inputs(paged, ("float16",), 0, "cpu", lengths=(40, 17)).tensors
+    table = p["block_table"].numpy()
+    pconfig = A.decode_config(1, 16, 4, 2)
+    args = lambda tab: (p["q"], p["k_pool"], p["v_pool"], from_numpy(tab, "int32"), p["lengths"])  # noqa: E731
+    want = A.paged_decode_attention(*args(table), config=pconfig).numpy()
+    pout = empty(p["q"].shape, "float16", "cpu")
+    bad = table.copy()
+    bad[1, 1] = 10**6  # sequence 1 (length 17) reads its second block for position 16
+    pool, entry = p["k_pool"].shape[0], table.shape[1] + 1  # the entry [1, 1], in elements from the table's start
+    with pytest.raises(LaunchError, match=rf"paged decode attention: block id 1000000 at index {entry} is outside "
+                                          rf"the pool of {pool} blocks"):  # fmt: skip
+        A.paged_decode_attention(*args(bad), out=pout, config=pconfig, max_len=40)
+    assert np.array_equal(pout.numpy()[0].view(np.uint16), want[0].view(np.uint16))
+    again = A.paged_decode_attention(*args(table), config=pconfig, max_len=40)  # reported once, then right
+    assert np.array_equal(again.numpy().view(np.uint16), want.view(np.uint16))
+
+
 # --- prune, key, spec -------------------------------------------------------------------------------------------------
 def test_prune_refuses_by_the_device_fact():
     """Head dim 256 on Hopper: tiles over 232448 B of shared memory and accumulators over 255 registers per thread
@@ -477,7 +526,8 @@ _CROSS_SCRIPT = textwrap.dedent(
         if spec is A.FLASH_ATTENTION:
             estimate = A.flash_shared_bytes(config, problem["head_dim"], old)
         else:
-            estimate = A.decode_shared_bytes(config, problem["head_dim"], problem["heads"] // problem["kv_heads"], old)
+            group, paged = problem["heads"] // problem["kv_heads"], "block_size" in problem
+            estimate = A.decode_shared_bytes(config, problem["head_dim"], group, old, paged)
         compiled.clear()
         try:
             spec.launch(config, spec.make_inputs(problem, (item["dtype"],), 0, "cpu"))
@@ -637,3 +687,28 @@ def test_gpu_every_kept_candidate_at_real_shapes(case, profile, backend):
     if spec is not A.FLASH_ATTENTION:
         again = judge.check(configs[-1])[1]
         assert np.array_equal(again.view(np.uint16), bits[_stage_key(configs[-1])][1]), "decode is not reproducible"
+
+
+@pytest.mark.gpu
+def test_gpu_decode_with_max_len_copies_nothing_to_the_host(backend, monkeypatch):
+    """On a GPU, decode attention given `max_len` queues its launches without a device-to-host copy (no wait for the
+    device), computes what the host-checked path computes, and a length past max_len is reported at the next
+    synchronisation."""
+    if backend.name != "cuda":
+        pytest.skip("needs the cuda backend")
+    from nbxcert.kernels.backends import cuda
+
+    problem = {"batch": 3, "heads": 32, "kv_heads": 8, "kv_len": 1000, "head_dim": 128}
+    t = A.decode_inputs(problem, ("float16",), 4, backend.device).tensors
+    q, k, v, lengths = t["q"], t["k_cache"], t["v_cache"], t["lengths"]
+    config = A.decode_config(4, 64, 4, 2)
+    want = A.decode_attention(q, k, v, lengths, config=config).numpy()
+    copies, real = [], cuda.memcpy_dtoh
+    with monkeypatch.context() as m:
+        m.setattr(cuda, "memcpy_dtoh", lambda *a: copies.append(a[2]) or real(*a))
+        got = A.decode_attention(q, k, v, lengths, config=config, max_len=1000)
+    assert copies == []
+    assert np.array_equal(got.numpy().view(np.uint16), want.view(np.uint16))
+    A.decode_attention(q, k, v, lengths, out=got, config=config, max_len=999)  # the longest is 1000
+    with pytest.raises(LaunchError, match=r"decode attention: length 1000 at index 2 is outside \[0, 999\]"):
+        got.numpy()
