@@ -921,15 +921,19 @@ def decode_attention(
     return out
 
 
+def _check_block_table_tensor(block_table: Tensor, batch: int) -> None:
+    if block_table.dtype.name != "int32" or block_table.ndim != 2 or block_table.shape[0] != batch:
+        raise ShapeMismatch(
+            f"paged decode attention: block_table must be int32 [batch={batch}, max_blocks], got "
+            f"{block_table.dtype.name} {block_table.shape}"
+        )
+
+
 def check_block_table(block_table: Tensor, lengths: np.ndarray, block_size: int, num_blocks: int) -> None:
     """Refuse, before any launch, a block table whose used entries (the first cdiv(length, block_size) of each
     sequence) name a block outside [0, num_blocks), or that has too few columns for a sequence (`LaunchError`).
     Entries past a sequence's last block are never read and are not checked (-1 padding is fine)."""
-    if block_table.dtype.name != "int32" or block_table.ndim != 2 or block_table.shape[0] != lengths.shape[0]:
-        raise ShapeMismatch(
-            f"paged decode attention: block_table must be int32 [batch={lengths.shape[0]}, max_blocks], got "
-            f"{block_table.dtype.name} {block_table.shape}"
-        )
+    _check_block_table_tensor(block_table, lengths.shape[0])
     table = np.asarray(block_table.numpy())
     for b, length in enumerate(lengths):
         used = -(-int(length) // block_size)
@@ -968,11 +972,7 @@ def paged_decode_problem(
         check_block_table(block_table, host, block_size, num_blocks)
         kv_len = int(host.max()) if host.size else 0
     else:
-        if block_table.dtype.name != "int32" or block_table.ndim != 2 or block_table.shape[0] != q.shape[0]:
-            raise ShapeMismatch(
-                f"paged decode attention: block_table must be int32 [batch={q.shape[0]}, max_blocks], got "
-                f"{block_table.dtype.name} {block_table.shape}"
-            )
+        _check_block_table_tensor(block_table, q.shape[0])
         kv_len = _longest(lengths, q.shape[0], block_table.shape[1] * block_size, max_len)
     return {
         "batch": q.shape[0],
