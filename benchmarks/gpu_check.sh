@@ -6,6 +6,7 @@
 #   SET=core     bash benchmarks/gpu_check.sh   # #9, #4, #6: judge/warm/reliability, rows/elementwise, bench_autotune
 #   SET=families bash benchmarks/gpu_check.sh   # #11: sampling, quant, moe, vision tests and benchmarks
 #   SET=first    bash benchmarks/gpu_check.sh   # timer and plans GPU tests, serving (#8), bench_matmul (#3): one H200
+#   SET=second   bash benchmarks/gpu_check.sh   # block reuse, in-kernel index checks, new plans, max_len; serving
 #   SET=matmul   bash benchmarks/gpu_check.sh   # #3: bench_matmul.py alone on a machine of one H200
 #   SET=sq       bash benchmarks/gpu_check.sh   # #11, #4: sampling, quant and element-wise GPU tests
 #   SET=moe      bash benchmarks/gpu_check.sh   # #11: fused_moe GPU tests and bench_moe at Qwen3 4096 tokens
@@ -49,6 +50,17 @@ case "${SET:-}" in
       --out "$OUT/serving.json"
     step bench_matmul 250 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
     ;;
+  second)  # the eighth session's code on the card before anything is certified with it: freed blocks reused
+           # (cached_alloc), embedding/rope/decode attention checking their indices in the kernel (faults read at
+           # synchronisations, pinned device-mapped words), plans for embedding, rope and the split softmax, decode
+           # attention's max_len; then the serving overhead (the allocating path included)
+    # (test_cuda.py apart and after: its stream tests end the block cache for their process)
+    step tests_second 300 "${TESTS[@]}" tests/test_served_plans.py tests/kernels/test_elementwise.py \
+      tests/kernels/test_attention.py -k "not every_kept or embedding or rope or decode or paged"
+    step tests_cuda 100 "${TESTS[@]}" tests/backends/test_cuda.py
+    step serving 100 env PYTHONPATH=/tmp/notorch python3 benchmarks/bench_certified.py serving --profile \
+      --out "$OUT/serving.json"
+    ;;
   matmul)  # #3 on a machine of one H200, alone: the fourth and fifth sessions' runs shared the host with the other
            # GPU's work and timed the 4096^3 winner 10% slower than the second session's run on one H200 did
     step bench_matmul 250 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
@@ -86,5 +98,5 @@ case "${SET:-}" in
       --shard "$(( ${QUALITY_FIRST:-0} + ${CUDA_VISIBLE_DEVICES:-0} ))/$of" --jobs $(( $(nproc) / (of < 2 ? 1 : 2) )) \
       --out "$OUT/quality.json"
     ;;
-  *) echo "SET must be first, core, families, matmul, sq, moe, quality or cold" >&2; exit 2 ;;
+  *) echo "SET must be first, second, core, families, matmul, sq, moe, quality or cold" >&2; exit 2 ;;
 esac
