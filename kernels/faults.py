@@ -1,14 +1,15 @@
 """Faults a kernel finds on the device: an index read at run time that lies outside what it indexes.
 
-The kernels that index with run-time integers (embedding's ids, rope's positions) check each one where they read
-it: a bad one is not read through (its loads are masked, its output row is zeros) and is recorded in its device's
-fault word, int64 [site, index, value, bound]. On a GPU the word is pinned host memory mapped into the device, so the
-host reads it with no copy and no wait, and it does so after every synchronising driver call nbxcert makes (every
-copy to or from the device, `cuda.synchronize`, an event's or a stream's wait): a recorded fault raises `LaunchError`
-there, naming the kernel, the value, its index and the bound, and the word is cleared. No value can be read back from
-the device without passing such a point, so nothing computed from a bad index reaches the host unreported, and the
-launch itself never waits for the device (the host check these kernels made before was a copy of the indices to the
-host before each launch: a device wait per launch). Under the interpreter the word is read after each launch.
+The kernels that index with run-time integers (embedding's ids, rope's positions, decode attention's lengths and a
+paged cache's block ids) check each one where they read it: a bad one is not read through (its loads are masked; what
+the kernel then writes is in SITES) and is recorded in its device's fault word, int64 [site, index, value, bound].
+On a GPU the word is pinned host memory mapped into the device, so the host reads it with no copy and no wait, and it
+does so after every synchronising driver call nbxcert makes (every copy to or from the device, `cuda.synchronize`, an
+event's or a stream's wait): a recorded fault raises `LaunchError` there, naming the kernel, the value, its index and
+the bound, and the word is cleared. No value can be read back from the device without passing such a point, so
+nothing computed from a bad index reaches the host unreported, and the launch itself never waits for the device (the
+host check these kernels made before was a copy of the indices to the host before each launch: a device wait per
+launch). Under the interpreter the word is read after each launch.
 
 When several indices of one launch are bad, the one reported is one of them (the last to be written), not
 necessarily the first."""
@@ -88,7 +89,8 @@ def raise_recorded() -> None:
         view[:] = 0
         if value == PACKED_VALUE:  # one lane's (index, value) from `record_fault_lanes`
             index, value = index >> 32, (index & 0xFFFFFFFF) - ((index & 0x80000000) << 1)
-        kernel, name, where, effect = SITES.get(site, (f"fault site {site}", "value", "its bound {bound}", "?"))
+        unknown = (f"fault site {site}", "value", "its bound {bound}", "the launch's output is undefined")
+        kernel, name, where, effect = SITES.get(site, unknown)
         later = "" if device.type == "cpu" else ", reported at the first synchronisation after the launch"
         raise LaunchError(
             f"{kernel}: {name} {value} at index {index} is outside {where.format(bound=bound)} (found by the kernel "
