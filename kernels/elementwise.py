@@ -717,10 +717,10 @@ def rope(
     config: Config | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Rotary embedding of q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim], IN PLACE, at `positions`
-    [tokens] (int32/int64, each in [0, max_position): checked by the kernel, `LaunchError` otherwise, see
-    `nbxcert.kernels.faults`), with
-    `cos_sin_cache` [max_position, rot_dim] float32 (cos then sin). `rot_dim` (default head_dim, even) dims rotate;
-    the rest are untouched. Returns (q, k)."""
+    [tokens] (int32/int64), with `cos_sin_cache` [max_position, rot_dim] float32 (cos then sin). `rot_dim` (default
+    head_dim, even) dims rotate; the rest are untouched. Returns (q, k). A position outside [0, max_position) raises
+    `LaunchError`: at once under the interpreter, at the first synchronisation after the launch on a GPU (the kernel
+    checks each one; `nbxcert.kernels.faults`)."""
     if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
         sig = (signature(q), signature(k), signature(positions), signature(cos_sin_cache), rot_dim, style)
         plan = _ROPE_PLANS.get(sig)
