@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     b = randn(gen, (2560, 2048), "float16", "cpu").T
     c = empty((1, 2560), "float16", "cpu")
     # the rest of a decode step's launches (batch 1, KV 1024): their served paths (decode attention with the max_len a
-    # serving loop knows, so it reads nothing to the host; it has no launch plan)
+    # serving loop knows, so it reads nothing to the host and replays a launch plan)
     r = randn(gen, (1, 2048), "float16", "cpu")
     s_out = empty((1, 2048), "float16", "cpu")
     logits, probs = randn(gen, (1, 32000), "float16", "cpu"), empty((1, 32000), "float16", "cpu")

@@ -50,7 +50,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.faults import record_fault, record_fault_lanes
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2
+from nbxcert.kernels.launch import MAX_PLANS, KernelLaunch, cdiv, keep_plan, next_power_of_2, served_plans, signature
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import limit, prune_with, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
@@ -841,6 +841,55 @@ def _decode_shapes(q: Tensor, k: Tensor, v: Tensor, out: Tensor | None, kv_heads
         raise ShapeMismatch(f"decode attention: out has shape {out.shape}, q has {q.shape}")
 
 
+# Served decode calls given `max_len` read nothing to the host, so a call like one served before (the same
+# signatures, scale and max_len: a serving loop's layers within one step) replays its launches (launch.LaunchPlan).
+_DECODE_PLANS = served_plans()
+# signature -> float32 elements of the workspace the call that made the plan allocated for itself (replays alike)
+_DECODE_WORKSPACES = served_plans()
+
+
+def _decode_signature(tensors: tuple, out, workspace, scale, max_len) -> tuple | None:
+    """A served decode call's plan key; None without `max_len` (its lengths are read to the host: no plan)."""
+    if max_len is None:
+        return None
+    return (*(signature(t) for t in tensors), signature(out), signature(workspace), scale, max_len)
+
+
+def _replay_decode(sig, tensors: tuple, out, workspace) -> Tensor | None:
+    """The output of a replayed plan, or None when `sig` has none."""
+    plan = _DECODE_PLANS.get(sig) if sig is not None else None
+    if not plan:
+        return None
+    q = tensors[0]
+    out = empty(q.shape, q.dtype, q.device) if out is None else out
+    elements = _DECODE_WORKSPACES.get(sig)
+    ws = workspace if elements is None else empty((elements,), "float32", q.device)
+    plan((*tensors, out, ws, faults.word(q.device)))
+    faults.after_launch(q.device)
+    return out
+
+
+def _launch_decode(cfg: Config, sig, tensors: tuple, out: Tensor, workspace, scale: float, max_len) -> None:
+    """Launch `cfg` for a decode call (`scale` already defaulted) and keep its plan (`sig` not None): the workspace a
+    split config needs is made here when the caller gave none, so the plan holds it as one of the call's tensors."""
+    q, k, v, lengths, block_table = tensors
+    made = None
+    if workspace is None and cfg["NUM_SPLITS"] > 1:
+        made = _workspace_elements(q.shape[0], q.shape[1], cfg["NUM_SPLITS"], q.shape[2])
+        workspace = empty((made,), "float32", q.device)
+    launches = decode_launches(cfg, q, k, v, lengths, out, scale, workspace, block_table, max_len)
+    _run(launches)
+    if sig is not None:
+        keep_plan(_DECODE_PLANS, sig, launches, (*tensors, out, workspace, faults.word(q.device)))
+        if made is None:
+            _DECODE_WORKSPACES.pop(sig, None)
+        else:
+            if len(_DECODE_WORKSPACES) >= MAX_PLANS:  # bounded as the plans are
+                _DECODE_WORKSPACES.clear()
+            _DECODE_WORKSPACES[sig] = made
+    faults.after_launch(q.device)
+
+
 def _check_lengths_tensor(lengths: Tensor, batch: int) -> None:
     if lengths.dtype.name != "int32" or lengths.shape != (batch,):
         raise ShapeMismatch(
@@ -908,6 +957,11 @@ def decode_attention(
     `workspace`: contiguous float32 of at least `decode_workspace_elements(batch, heads, dim)` elements, enough for
     every candidate (`decode_workspace` makes one; allocated per call when None). Returns `out` [batch, heads, dim].
     The config is the caller's, else the one serving chooses (`choose_config`)."""
+    tensors = (q, k_cache, v_cache, lengths, None)
+    sig = _decode_signature(tensors, out, workspace, scale, max_len) if config is None else None
+    replayed = _replay_decode(sig, tensors, out, workspace)
+    if replayed is not None:
+        return replayed
     problem = decode_problem(q, k_cache, v_cache, lengths, out, max_len)
     out = empty(q.shape, q.dtype, q.device) if out is None else out
     _check_workspace(workspace, q)
@@ -916,8 +970,8 @@ def decode_attention(
     def run(c: Config) -> None:
         _run(decode_launches(c, q, k_cache, v_cache, lengths, out, scale, workspace, max_len=max_len))
 
-    run(choose_config(DECODE_ATTENTION, problem, (q.dtype.name,), config, run=run, outputs=(out,)))
-    faults.after_launch(q.device)
+    cfg = choose_config(DECODE_ATTENTION, problem, (q.dtype.name,), config, run=run, outputs=(out,))
+    _launch_decode(cfg, sig, tensors, out, workspace, scale, max_len)
     return out
 
 
@@ -1005,6 +1059,11 @@ def paged_decode_attention(
     (the table and lengths read to the host), at the first synchronisation after it with `max_len` (the kernel
     checks; nothing is read to the host). `workspace`, `max_len` and the config as in `decode_attention`. Returns
     `out` [batch, heads, dim]."""
+    tensors = (q, k_pool, v_pool, lengths, block_table)
+    sig = _decode_signature(tensors, out, workspace, scale, max_len) if config is None else None
+    replayed = _replay_decode(sig, tensors, out, workspace)
+    if replayed is not None:
+        return replayed
     problem = paged_decode_problem(q, k_pool, v_pool, block_table, lengths, out, max_len)
     out = empty(q.shape, q.dtype, q.device) if out is None else out
     _check_workspace(workspace, q)
@@ -1013,8 +1072,8 @@ def paged_decode_attention(
     def run(c: Config) -> None:
         _run(decode_launches(c, q, k_pool, v_pool, lengths, out, scale, workspace, block_table, max_len))
 
-    run(choose_config(PAGED_DECODE_ATTENTION, problem, (q.dtype.name,), config, run=run, outputs=(out,)))
-    faults.after_launch(q.device)
+    cfg = choose_config(PAGED_DECODE_ATTENTION, problem, (q.dtype.name,), config, run=run, outputs=(out,))
+    _launch_decode(cfg, sig, tensors, out, workspace, scale, max_len)
     return out
 
 

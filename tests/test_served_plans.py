@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import common  # noqa: E402
 
 from nbxcert.errors import ShapeMismatch  # noqa: E402
+from nbxcert.kernels import attention as at  # noqa: E402
 from nbxcert.kernels import elementwise as ew  # noqa: E402
 from nbxcert.kernels import launch, rows  # noqa: E402
 from nbxcert.kernels import matmul as mm  # noqa: E402
@@ -62,6 +63,9 @@ def _cases(device):
     table, ids = randn(gen, (50, 64), "float16", device), from_numpy(np.array([3, 0, 49]), "int32", device)
     q0, k0 = randn(gen, (3, 4, 64), "float16", device), randn(gen, (3, 2, 64), "float16", device)
     pos, cache = from_numpy(np.array([5, 0, 15]), "int64", device), from_numpy(ew.rope_cache(64, 16), "float32", device)
+    decode = {"batch": 2, "heads": 4, "kv_heads": 2, "kv_len": 40, "head_dim": 64}
+    dec = at.decode_inputs(decode, ("float16",), 1, device)
+    dq, dk, dv, dl = (dec.tensors[n] for n in ("q", "k_cache", "v_cache", "lengths"))
     return {
         "rmsnorm": (lambda: rows.rmsnorm(x, w, 1e-6, out=empty((3, 64), "float16", device)), rows._NORM_PLANS),
         "add_rmsnorm": (lambda: rows.add_rmsnorm(x, r, w, 1e-6), rows._NORM_PLANS),
@@ -72,6 +76,7 @@ def _cases(device):
         "embedding": (lambda: ew.embedding(table, ids), ew._EMBEDDING_PLANS),
         # in place: each call rotates fresh copies of the same q and k
         "rope": (lambda: ew.rope(q0.clone(), k0.clone(), pos, cache), ew._ROPE_PLANS),
+        "decode_attention": (lambda: at.decode_attention(dq, dk, dv, dl, max_len=40), at._DECODE_PLANS),
     }
 
 
@@ -88,8 +93,10 @@ def _same_launches(full: list[KernelLaunch], planned: list[KernelLaunch]) -> Non
 
 
 @pytest.mark.parametrize(
-    "name", ["rmsnorm", "add_rmsnorm", "silu_and_mul", "matmul", "softmax", "softmax_masked", "embedding", "rope"]
-)
+    "name",
+    ["rmsnorm", "add_rmsnorm", "silu_and_mul", "matmul", "softmax", "softmax_masked", "embedding", "rope",
+     "decode_attention"],
+)  # fmt: skip
 def test_a_plan_makes_the_launches_and_the_bits_of_the_full_path(served, name):
     call, plans = _cases(served)[name]
     plans.clear()
@@ -273,7 +280,7 @@ census.cross_compile_here(census.Target("cuda", 90, 32, "nvidia/hopper", 132))
 from triton import knobs
 import common
 from nbxcert import serve
-from nbxcert.kernels import elementwise as ew, launch, matmul as mm, rows
+from nbxcert.kernels import attention as at, elementwise as ew, launch, matmul as mm, rows
 from nbxcert.kernels.inputs import randn, rng
 from nbxcert.kernels.tensor import empty, from_numpy
 import numpy as np
@@ -282,6 +289,7 @@ launched = []  # what each compiled kernel's launcher was handed
 census._launch_nothing = lambda *args: launched.append(args)
 serve.configure(certified_only=False)
 gen = rng(3)
+DECODE = {"batch": 2, "heads": 4, "kv_heads": 2, "kv_len": 40, "head_dim": 64}
 
 def tensors():
     return {"x": randn(gen, (2, 256), "float16", "cpu"), "w": randn(gen, (256,), "float16", "cpu"),
@@ -293,7 +301,8 @@ def tensors():
             "tbl": randn(gen, (50, 64), "float16", "cpu"), "ids": from_numpy(np.array([3, 0, 49]), "int32", "cpu"),
             "e": empty((3, 64), "float16", "cpu"), "q": randn(gen, (3, 4, 64), "float16", "cpu"),
             "k": randn(gen, (3, 2, 64), "float16", "cpu"), "pos": from_numpy(np.array([5, 0, 15]), "int64", "cpu"),
-            "cache": from_numpy(ew.rope_cache(64, 16), "float32", "cpu")}
+            "cache": from_numpy(ew.rope_cache(64, 16), "float32", "cpu"),
+            **{"d_" + n: v for n, v in at.decode_inputs(DECODE, ("float16",), 1, "cpu").tensors.items()}}
 
 calls = {
     "rmsnorm": lambda t: rows.rmsnorm(t["x"], t["w"], 1e-6, out=t["y"]),
@@ -303,6 +312,8 @@ calls = {
     "matmul": lambda t: mm.matmul(t["a"], t["b"], out=t["c"]),
     "embedding": lambda t: ew.embedding(t["tbl"], t["ids"], out=t["e"]),
     "rope": lambda t: ew.rope(t["q"], t["k"], t["pos"], t["cache"]),
+    "decode_attention": lambda t: at.decode_attention(t["d_q"], t["d_k_cache"], t["d_v_cache"], t["d_lengths"],
+                                                      t["d_out"], workspace=t["d_workspace"], max_len=40),
 }
 
 def view(t):  # a tensor as a launch reads it (a call's views of its tensors are made afresh by each path)
@@ -352,7 +363,7 @@ def test_a_plan_replays_the_compiled_kernel_with_the_arguments_tritons_dispatch_
     proc = subprocess.run([sys.executable, "-c", DIRECT_SCRIPT, str(ROOT)], capture_output=True, text=True, env=env,
                           timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.count("DIRECT_OK") == 7, proc.stdout
+    assert proc.stdout.count("DIRECT_OK") == 8, proc.stdout
 
 
 def test_a_plans_signature_holds_each_pointers_alignment():
@@ -461,3 +472,29 @@ def test_embedding_with_strided_ids_gathers_them_and_keeps_no_plan(served):
         got = ew.embedding(table, strided)
         assert np.array_equal(got.numpy(), table.numpy()[strided.numpy()])
     assert not any(ew._EMBEDDING_PLANS.values())
+
+
+def test_decode_keeps_a_plan_only_given_max_len_and_replays_its_own_workspace(served, monkeypatch):
+    """Without max_len the lengths are read to the host for the key: no plan. With it, a split config's workspace
+    (made per call when the caller gives none) is made alike by each replay."""
+    from nbxcert import serve
+
+    split = next(c for c in at.DECODE_ATTENTION.candidates if c["NUM_SPLITS"] > 1)
+    monkeypatch.setattr(serve, "config_for", lambda *args, **kwargs: split)  # as if certified
+    problem = {"batch": 2, "heads": 4, "kv_heads": 2, "kv_len": 40, "head_dim": 64}
+    t = at.decode_inputs(problem, ("float16",), 2, served).tensors
+    args = (t["q"], t["k_cache"], t["v_cache"], t["lengths"])
+    at._DECODE_PLANS.clear()
+    at._DECODE_WORKSPACES.clear()
+    want = at.decode_attention(*args)
+    assert not at._DECODE_PLANS
+    first = at.decode_attention(*args, max_len=40)
+    assert sum(bool(p) for p in at._DECODE_PLANS.values()) == 1
+    elements = at._workspace_elements(2, 4, split["NUM_SPLITS"], 64)
+    assert list(at._DECODE_WORKSPACES.values()) == [elements]
+    made, real = [], at.empty
+    monkeypatch.setattr(at, "empty", lambda shape, *a: made.append(shape) or real(shape, *a))
+    again = at.decode_attention(*args, max_len=40)  # replayed: its own output and workspace
+    assert made == [t["q"].shape, (elements,)]
+    for got in (first, again):
+        assert np.array_equal(got.numpy().view(np.uint16), want.numpy().view(np.uint16))

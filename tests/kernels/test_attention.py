@@ -712,3 +712,8 @@ def test_gpu_decode_with_max_len_copies_nothing_to_the_host(backend, monkeypatch
     A.decode_attention(q, k, v, lengths, out=got, config=config, max_len=999)  # the longest is 1000
     with pytest.raises(LaunchError, match=r"decode attention: length 1000 at index 2 is outside \[0, 999\]"):
         got.numpy()
+    A._DECODE_PLANS.clear()
+    first = A.decode_attention(q, k, v, lengths, max_len=1000)  # served: its launch plan kept
+    assert any(A._DECODE_PLANS.values())
+    again = A.decode_attention(q, k, v, lengths, max_len=1000)  # replayed through the compiled kernels' runners
+    assert np.array_equal(first.numpy().view(np.uint16), again.numpy().view(np.uint16))
