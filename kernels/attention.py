@@ -50,7 +50,15 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.faults import record_fault, record_fault_lanes
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import MAX_PLANS, KernelLaunch, cdiv, keep_plan, next_power_of_2, served_plans, signature
+from nbxcert.kernels.launch import (
+    KernelLaunch,
+    cdiv,
+    keep_beside_plan,
+    keep_plan,
+    next_power_of_2,
+    served_plans,
+    signature,
+)
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import limit, prune_with, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
@@ -881,12 +889,7 @@ def _launch_decode(cfg: Config, sig, tensors: tuple, out: Tensor, workspace, sca
     _run(launches)
     if sig is not None:
         keep_plan(_DECODE_PLANS, sig, launches, (*tensors, out, workspace, faults.word(q.device)))
-        if made is None:
-            _DECODE_WORKSPACES.pop(sig, None)
-        else:
-            if len(_DECODE_WORKSPACES) >= MAX_PLANS:  # bounded as the plans are
-                _DECODE_WORKSPACES.clear()
-            _DECODE_WORKSPACES[sig] = made
+        keep_beside_plan(_DECODE_WORKSPACES, sig, made)
     faults.after_launch(q.device)
 
 

@@ -177,6 +177,17 @@ def keep_plan(memo: dict, signature: tuple, launches: Sequence[KernelLaunch] | N
     memo[signature] = plan or False
 
 
+def keep_beside_plan(memo: dict, signature: tuple, value: Any) -> None:
+    """Keep `value` for `signature` in a memo that goes beside a family's plans (what a replay needs besides the
+    call's tensors, such as the size of a workspace the call made): None forgets it; bounded as `keep_plan` bounds."""
+    if value is None:
+        memo.pop(signature, None)
+        return
+    if len(memo) >= MAX_PLANS:
+        memo.clear()
+    memo[signature] = value
+
+
 def forget_plans() -> None:
     """Drop every family's launch plans: the configs they were made with may no longer be the ones served."""
     for memo in _plans:

@@ -55,10 +55,10 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import (
-    MAX_PLANS,
     KernelLaunch,
     cdiv,
     constexprs,
+    keep_beside_plan,
     keep_plan,
     next_power_of_2,
     served_plans,
@@ -725,12 +725,7 @@ def softmax(
     if config is None:
         # a workspace this call made is a tensor of the call too: a replay makes its own alike (_SOFTMAX_WORKSPACES)
         keep_plan(_SOFTMAX_PLANS, sig, made, (x, y, mask if isinstance(mask, Tensor) else None, ws))
-        if made_as is None:
-            _SOFTMAX_WORKSPACES.pop(sig, None)
-        else:
-            if len(_SOFTMAX_WORKSPACES) >= MAX_PLANS:  # bounded as the plans are
-                _SOFTMAX_WORKSPACES.clear()
-            _SOFTMAX_WORKSPACES[sig] = made_as
+        keep_beside_plan(_SOFTMAX_WORKSPACES, sig, made_as)
     return y
 
 
