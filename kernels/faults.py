@@ -6,10 +6,11 @@ the kernel then writes is in SITES) and is recorded in its device's fault word, 
 On a GPU the word is pinned host memory mapped into the device, so the host reads it with no copy and no wait, and it
 does so after every synchronising driver call nbxcert makes (every copy to or from the device, `cuda.synchronize`, an
 event's or a stream's wait): a recorded fault raises `LaunchError` there, naming the kernel, the value, its index and
-the bound, and the word is cleared. No value can be read back from the device without passing such a point, so
+the bound, and the word is cleared. No value can be read back through nbxcert without passing such a point, so
 nothing computed from a bad index reaches the host unreported, and the launch itself never waits for the device (the
 host check these kernels made before was a copy of the indices to the host before each launch: a device wait per
-launch). Under the interpreter the word is read after each launch.
+launch). Code that reads device memory by other means (another library, DLPack) should call `cuda.synchronize()`
+first, which raises what was recorded. Under the interpreter the word is read after each launch.
 
 When several indices of one launch are bad, the one reported is one of them (the last to be written), not
 necessarily the first."""
