@@ -43,6 +43,8 @@ PROVENANCE_FIELDS = {
     "host_os": str,
     "backend": str,
 }
+# code: the digest of the source a certification depends on (`nbxcert.fingerprint`; entries before 0.4.0 have none)
+PROVENANCE_OPTIONAL = {"code": str}
 # cuda_events: event pairs around each call as the host queued it (nbxcert < 0.3.0; a kernel shorter than its launch
 # on the host was timed by the launch); cuda_events_gated: repetitions queued behind a held stream and run back to
 # back (`triton_cuda.time_events`); cuda_events_waiting: a launch that waits for the device itself, timed ungated.
@@ -203,7 +205,7 @@ def validate_entry(path, key_text: str, entry: Any, kernel: str, dtype: str, spe
         raise _fail(path, key_text, "counts", "counts must not be negative")
     if entry["counts"]["correct"] < 1:
         raise _fail(path, key_text, "counts.correct", "a certified key has at least one correct candidate")
-    _check_keys(path, key_text, "provenance", entry["provenance"], PROVENANCE_FIELDS)
+    _check_keys(path, key_text, "provenance", entry["provenance"], PROVENANCE_FIELDS, PROVENANCE_OPTIONAL)
     for i, r in enumerate(entry["refused"]):
         _check_keys(path, key_text, f"refused[{i}]", r, {"config": dict, "status": str, "reason": str})
         check_config(path, key_text, f"refused[{i}].config", r["config"], spec)

@@ -1,9 +1,9 @@
 """`nbxcert certify`: sweep every requested key on the device in force and write certificates.
 
 The profile asked for must be the one the device in force matches (a conformance run on the CPU uses the
-`cpu/interpreter` profile); keys already certified for the same card and versions are skipped (resumable) unless
-`force`; `shard=(i, n)` takes a deterministic 1/n of the keys. Each certified key is written to its file at once,
-atomically and under the directory lock, so a killed run loses at most the key in flight.
+`cpu/interpreter` profile); keys already certified for the same card, versions and code (`nbxcert.fingerprint`) are
+skipped (resumable) unless `force`; `shard=(i, n)` takes a deterministic 1/n of the keys. Each certified key is
+written to its file at once, atomically and under the directory lock, so a killed run loses at most the key in flight.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, Callable, Sequence
 from nbxcert import certificates
 from nbxcert._version import __version__
 from nbxcert.errors import ProfileMismatch, UsageError
+from nbxcert.fingerprint import code_digest
 from nbxcert.kernels.spec import get_spec
 from nbxcert.keys import LaunchKey
 from nbxcert.profiles import get_profile
@@ -129,8 +130,10 @@ def memory_class(profile, prov: dict[str, Any]) -> str:
 
 
 def same_card(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether a stored certification was made on the same card with the same versions (then a rerun skips it)."""
-    fields = ("gpu", "gpu_memory_bytes", "compute_capability", "driver", "triton", "nbxcert", "backend")
+    """Whether a stored certification was made on the same card, driver and Triton with the same code (then a rerun
+    skips it): the same `code` digest (`nbxcert.fingerprint`) when both hold one, else the same nbxcert version."""
+    fields = ["gpu", "gpu_memory_bytes", "compute_capability", "driver", "triton", "backend"]
+    fields.append("code" if "code" in a and "code" in b else "nbxcert")
     return all(a.get(f) == b.get(f) for f in fields)
 
 
@@ -230,13 +233,14 @@ def certify(
             spec = specs[key.kernel]
             out_dtype = spec.output_dtypes(key.dtypes)[0]
             old = certificates.existing_entry(out_dir, profile.key, key.kernel, out_dtype, key.text())
-            if old is not None and not force and same_card(old["provenance"], prov):
-                kr = KeyReport(key.text(), "skipped", reason="already certified for this card and versions")
+            made_by = dict(prov, code=code_digest(spec, profile))
+            if old is not None and not force and same_card(old["provenance"], made_by):
+                kr = KeyReport(key.text(), "skipped", reason="already certified for this card, versions and code")
             else:
                 result = sweep_key(spec, key, profile, runners, compiler, seed, timeout_s, progress)
                 kr = _key_report(result)
                 if result.winner is not None:
-                    entry = entry_of(result, spec, profile, prov, seed)
+                    entry = entry_of(result, spec, profile, made_by, seed)
                     certificates.add_entry(out_dir, profile.key, key.kernel, out_dtype, key.text(), entry)
             report.keys.append(kr)
             if on_key:

@@ -36,7 +36,7 @@ from nbxcert.keys import parse_key
 
 # The provenance fields that say which card and which software made a certification: equal in all of them means one
 # run configuration (`certify.same_card` skips a rerun on the same ones).
-SOURCE_FIELDS = ("gpu", "gpu_memory_bytes", "compute_capability", "driver", "triton", "nbxcert", "backend")
+SOURCE_FIELDS = ("gpu", "gpu_memory_bytes", "compute_capability", "driver", "triton", "nbxcert", "backend", "code")
 PREFER = ("newest", "fastest")
 _IGNORED_DIRS = ("__pycache__",)
 
@@ -552,7 +552,7 @@ def newness(entry: Mapping[str, Any]) -> tuple:
 
 
 def _source(entry: Mapping[str, Any]) -> tuple:
-    return tuple(entry["provenance"][f] for f in SOURCE_FIELDS)
+    return tuple(entry["provenance"].get(f) for f in SOURCE_FIELDS)  # `code` is absent before nbxcert 0.4.0
 
 
 def decide(candidates: Sequence[Candidate], prefer: str | None) -> tuple[Candidate | None, str, str]:

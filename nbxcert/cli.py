@@ -310,7 +310,7 @@ def certify(
         "certificates"
     ),
     shard: Annotated[Optional[str], typer.Option(help="Certify a deterministic share i/n of the keys.")] = None,
-    force: Annotated[bool, typer.Option(help="Re-certify keys already certified for this card and versions.")] = False,
+    force: Annotated[bool, typer.Option(help="Re-certify keys certified for this card, versions and code.")] = False,
     jobs: Annotated[Optional[int], typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
     spec: Annotated[Optional[list[str]], typer.Option(help="Import a module registering your own KernelSpec.")] = None,
     timeout: Annotated[

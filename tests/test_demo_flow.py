@@ -57,7 +57,7 @@ def test_certify_writes_valid_certificates_and_a_rerun_skips_them(demo):
     n = summary["totals"]["certified"]
     lines = [line for line in r.stderr.splitlines() if line.startswith("[nbxcert] ") and "/" in line.split()[1]]
     assert r.returncode == 0 and len(lines) == n, r.stderr[-2000:]
-    assert all(line.endswith("already certified for this card and versions") for line in lines)
+    assert all(line.endswith("already certified for this card, versions and code") for line in lines)
     assert max(map(len, lines)) > 120
 
 

@@ -1,0 +1,88 @@
+"""What a certification's result depends on in nbxcert's own code: a digest per kernel spec.
+
+A certificate's winner is a function of the kernel's code (its module and every `nbxcert.kernels` / `nbxcert.oracles`
+module it draws on: launch code, inputs, oracle, shared helpers), of the engine that runs, judges, times and chooses
+(ENGINE_MODULES), and of the profile's device file (its prune facts and tolerances). `code_digest` hashes exactly
+those source files, so `certify` sweeps a key again when any of them changed and skips it when none did, whatever
+nbxcert's version says (a release that touches one family re-certifies that family only). Entries made before this
+digest existed carry none: they are compared by nbxcert's version, as then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import types
+from importlib import resources
+from pathlib import Path
+
+# Modules whose code decides, for every kernel, which candidates run, how they are judged and timed, and which wins.
+ENGINE_MODULES = (
+    "nbxcert.sweep",
+    "nbxcert.runner",
+    "nbxcert.worker",
+    "nbxcert.kernels.check",
+    "nbxcert.kernels.compare",
+    "nbxcert.kernels.spec",
+    "nbxcert.kernels.backends.cuda",
+    "nbxcert.kernels.backends.triton_cuda",
+)
+# Only modules under these prefixes are followed from a kernel's own module (the engine is listed above).
+FOLLOWED = ("nbxcert.kernels.", "nbxcert.oracles.")
+
+_memo: dict[tuple[str, str], str] = {}
+
+
+def _module_file(name: str) -> Path | None:
+    """The module's source file, found without importing it (the engine's modules need not be loaded here)."""
+    module = sys.modules.get(name)
+    path = getattr(module, "__file__", None) if module is not None else None
+    if path is None:
+        found = importlib.util.find_spec(name)
+        path = found.origin if found is not None else None
+    return Path(path) if path else None
+
+
+def _reachable(start: str) -> set[str]:
+    """`start` and every module under FOLLOWED its globals refer to (modules, or functions and classes defined in
+    one), followed transitively."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in sys.modules:
+            continue
+        seen.add(name)
+        for value in vars(sys.modules[name]).values():
+            if isinstance(value, types.ModuleType):
+                other = value.__name__
+            else:
+                other = getattr(value, "__module__", None)
+                if not isinstance(other, str):
+                    continue
+            if other.startswith(FOLLOWED) and other not in seen:
+                todo.append(other)
+    return seen
+
+
+def code_digest(spec, profile) -> str:
+    """A digest (16 hex digits) of the source files a certification of `spec` on `profile` depends on."""
+    home = spec.launch.__module__
+    memo_key = (spec.name, profile.key)
+    if memo_key in _memo:
+        return _memo[memo_key]
+    modules = _reachable(home) | _reachable(spec.oracle.__module__) | set(ENGINE_MODULES)
+    for kernel in spec.kernels:  # a @triton.jit kernel's own module (JITFunction keeps the function as .fn)
+        module = getattr(getattr(kernel, "fn", kernel), "__module__", None)
+        modules |= _reachable(module) if isinstance(module, str) else set()
+    digest = hashlib.sha256()
+    for name in sorted(modules):
+        path = _module_file(name)
+        if path is None:
+            raise RuntimeError(f"the code digest of kernel {spec.name} needs module {name}, which has no source file")
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    device_file = resources.files("nbxcert.devices").joinpath(*Path(profile.path).parts[1:])
+    digest.update(profile.path.encode() + b"\0" + device_file.read_bytes())
+    _memo[memo_key] = value = digest.hexdigest()[:16]
+    return value

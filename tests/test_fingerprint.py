@@ -1,0 +1,76 @@
+"""The code digest a certification records (`nbxcert.fingerprint`): what it covers, and how `certify` skips by it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from nbxcert import certify, fingerprint
+from nbxcert.kernels.spec import load_all
+from nbxcert.keys import parse_key
+from nbxcert.profiles import get_profile
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    monkeypatch.setattr(fingerprint, "_memo", {})
+
+
+def test_same_card_compares_the_code_digest_when_both_hold_one_else_the_version():
+    card = {"gpu": "g", "gpu_memory_bytes": 1, "compute_capability": "9.0", "driver": "1", "triton": "3.6.0",
+            "backend": "cuda", "nbxcert": "0.4.0"}  # fmt: skip
+    assert certify.same_card(dict(card, code="a"), dict(card, code="a", nbxcert="0.5.0"))
+    assert not certify.same_card(dict(card, code="a"), dict(card, code="b"))
+    assert certify.same_card(card, dict(card, code="a"))  # an entry made before the digest: by version
+    assert not certify.same_card(dict(card, nbxcert="0.3.0"), dict(card, code="a"))
+    assert not certify.same_card(dict(card, code="a"), dict(card, code="a", driver="2"))
+
+
+def test_the_digest_covers_the_family_its_helpers_the_engine_and_the_device_file(fresh, monkeypatch, tmp_path):
+    specs, hopper = load_all(), get_profile("hopper")
+    digest = {n: fingerprint.code_digest(specs[n], hopper) for n in ("rmsnorm", "softmax", "embedding", "matmul")}
+    assert digest["rmsnorm"] == digest["softmax"]  # one module, one oracle module
+    assert len({digest["rmsnorm"], digest["embedding"], digest["matmul"]}) == 3
+    assert fingerprint.code_digest(specs["rmsnorm"], get_profile("ampere")) != digest["rmsnorm"]  # the device file
+
+    real = fingerprint._module_file
+
+    def edited(name: str):  # as if the module's source had changed
+        if name != changed:
+            return real(name)
+        copy = tmp_path / f"{name}.py"
+        copy.write_bytes(real(name).read_bytes() + b"\n# changed\n")
+        return copy
+
+    monkeypatch.setattr(fingerprint, "_module_file", edited)
+    for changed, moved, kept in (
+        ("nbxcert.kernels.elementwise", {"embedding"}, {"rmsnorm", "softmax", "matmul"}),
+        ("nbxcert.kernels.rows", {"rmsnorm", "softmax", "embedding"}, {"matmul"}),  # elementwise uses rows' helpers
+        ("nbxcert.oracles.matmul", {"matmul"}, {"rmsnorm", "softmax", "embedding"}),
+        ("nbxcert.runner", {"rmsnorm", "softmax", "embedding", "matmul"}, set()),  # the engine
+    ):
+        fingerprint._memo.clear()
+        now = {n: fingerprint.code_digest(specs[n], hopper) for n in digest}
+        assert {n for n in digest if now[n] != digest[n]} == moved, changed
+        assert {n for n in digest if now[n] == digest[n]} == kept, changed
+
+
+def test_certify_skips_a_key_of_unchanged_code_across_versions_and_sweeps_it_when_its_code_changed(
+    fresh, monkeypatch, tmp_path, backend
+):
+    if backend.name != "interpreter":
+        pytest.skip("a conformance run on the interpreter")
+    key = parse_key("rmsnorm[n_cols=64,n_rows=2;float16,float16]@v1")
+    out = tmp_path / "certs"
+    first = certify.certify("interpreter", [key], out, jobs=1)
+    assert [k.status for k in first.keys] == ["certified"]
+    entry = json.loads((out / "cpu/interpreter/rmsnorm.float16.json").read_text())["entries"][key.text()]
+    assert entry["provenance"]["code"] == fingerprint.code_digest(load_all()["rmsnorm"], get_profile("interpreter"))
+    monkeypatch.setattr(certify, "provenance", lambda real=certify.provenance: dict(real(), nbxcert="9.9.9"))
+    again = certify.certify("interpreter", [key], out, jobs=1)  # another version, the same code: skipped
+    assert [k.status for k in again.keys] == ["skipped"]
+    assert again.keys[0].reason == "already certified for this card, versions and code"
+    monkeypatch.setattr(certify, "code_digest", lambda spec, profile: "0000000000000000")
+    changed = certify.certify("interpreter", [key], out, jobs=1)  # the code changed: swept again
+    assert [k.status for k in changed.keys] == ["certified"]
