@@ -54,9 +54,15 @@ def _reachable(start: str) -> set[str]:
         if name in seen or name not in sys.modules:
             continue
         seen.add(name)
-        for value in vars(sys.modules[name]).values():
+        module = sys.modules[name]
+        package = hasattr(module, "__path__")
+        for value in vars(module).values():
             if isinstance(value, types.ModuleType):
                 other = value.__name__
+                if package and other.startswith(name + "."):
+                    # a package's submodule appears among its globals once anything imports it (`backends.cuda`
+                    # after a lazy import): following it would make the digest depend on what ran first
+                    continue
             else:
                 other = getattr(value, "__module__", None)
                 if not isinstance(other, str):

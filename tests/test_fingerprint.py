@@ -74,3 +74,25 @@ def test_certify_skips_a_key_of_unchanged_code_across_versions_and_sweeps_it_whe
     monkeypatch.setattr(certify, "code_digest", lambda spec, profile: "0000000000000000")
     changed = certify.certify("interpreter", [key], out, jobs=1)  # the code changed: swept again
     assert [k.status for k in changed.keys] == ["certified"]
+
+
+def test_the_digest_does_not_depend_on_what_was_imported_before(monkeypatch, tmp_path):
+    """A package's submodules appear among its globals once imported (`nbxcert.kernels.backends.cuda` after a lazy
+    import): the digest must not follow them, or two runs of one command could disagree."""
+    import importlib
+    import sys
+
+    (tmp_path / "fppkg").mkdir()
+    (tmp_path / "fppkg" / "__init__.py").write_text("X = 1\n")
+    (tmp_path / "fppkg" / "lazy.py").write_text("Y = 2\n")
+    (tmp_path / "fppkg" / "home.py").write_text("import fppkg\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(fingerprint, "FOLLOWED", ("fppkg",))
+    for name in ("fppkg", "fppkg.home", "fppkg.lazy"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    importlib.import_module("fppkg.home")
+    before = fingerprint._reachable("fppkg.home")
+    assert before == {"fppkg.home", "fppkg"}
+    importlib.import_module("fppkg.lazy")  # as a lazy import somewhere would
+    assert hasattr(sys.modules["fppkg"], "lazy")
+    assert fingerprint._reachable("fppkg.home") == before
