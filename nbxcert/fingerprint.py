@@ -17,16 +17,22 @@ import types
 from importlib import resources
 from pathlib import Path
 
-# Modules whose code decides, for every kernel, which candidates run, how they are judged and timed, and which wins.
+# Modules whose code decides, for every kernel, which problems a key stands for, which candidates run, how they are
+# judged and timed, and which wins (listed, not followed: some are imported lazily, and only in the workers).
 ENGINE_MODULES = (
+    "nbxcert.keys",
+    "nbxcert.profiles",
     "nbxcert.sweep",
     "nbxcert.runner",
     "nbxcert.worker",
     "nbxcert.kernels.check",
     "nbxcert.kernels.compare",
+    "nbxcert.kernels.judge",
+    "nbxcert.kernels.dtypes",
     "nbxcert.kernels.spec",
     "nbxcert.kernels.backends.cuda",
     "nbxcert.kernels.backends.triton_cuda",
+    "nbxcert.kernels.backends.interpreter",
 )
 # Only modules under these prefixes are followed from a kernel's own module (the engine is listed above).
 FOLLOWED = ("nbxcert.kernels.", "nbxcert.oracles.")
