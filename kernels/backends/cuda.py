@@ -971,17 +971,10 @@ class StreamGate:
 
     def __init__(self, device: int | None = None):
         self.device = current_device() if device is None else device
-        host = ctypes.c_void_p()
-        mapped = _CUdeviceptr()
-        with _in_context(self.device):
-            _call("cuMemHostAlloc", ctypes.byref(host), 4, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP,
-                  what=f"a gate word for device {self.device}")  # fmt: skip
-            self._finalizer = weakref.finalize(self, _free_host_memory, host.value, self.device, os.getpid())
-            self._finalizer.atexit = False
-            _call("cuMemHostGetDevicePointer", ctypes.byref(mapped), host.value, 0, what=f"device {self.device}")
-        self._word = ctypes.c_uint32.from_address(host.value or 0)
-        self._word.value = 0
-        self._mapped = mapped.value
+        self._words = MappedHostWords(1, self.device)  # freed with the gate
+        # the wait reads 32 bits at the word's address: its low half (little-endian), zeroed with it
+        self._word = ctypes.c_uint32.from_address(self._words.host.ctypes.data)
+        self._mapped = self._words.device_ptr
         self._target = 0
         self._lock = threading.Lock()
         self.forced = False  # the last hold was opened by its time limit, not by `open()`
