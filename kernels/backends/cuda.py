@@ -566,14 +566,6 @@ class DeviceAllocation:
             # At interpreter exit the driver releases the whole context; freeing one by one would only add work.
             self._finalizer.atexit = False
 
-    def detach(self) -> int:
-        """The pointer, which this object will no longer free (its new owner does)."""
-        ptr = self.ptr
-        if self._finalizer is not None:
-            self._finalizer.detach()
-        self.ptr = 0
-        return ptr
-
     def free(self) -> None:
         if self._finalizer is not None and self._finalizer.alive:
             self.ptr = 0
@@ -607,10 +599,15 @@ def mem_alloc(nbytes: int, device: int) -> DeviceAllocation:
     if nbytes == 0:
         _device(device)  # still refuse a device that does not exist
         return DeviceAllocation(0, 0, device)
+    return DeviceAllocation(_driver_alloc(nbytes, device), nbytes, device)
+
+
+def _driver_alloc(nbytes: int, device: int) -> int:
+    """A pointer to `nbytes` (> 0) from cuMemAlloc; its owner frees it."""
     ptr = _CUdeviceptr()
     with _in_context(device):
         _call("cuMemAlloc", ctypes.byref(ptr), nbytes, what=f"{nbytes} bytes on device {device}")
-    return DeviceAllocation(ptr.value, nbytes, device)
+    return ptr.value
 
 
 # --- freed blocks kept for reuse --------------------------------------------------------------------------------------
@@ -707,11 +704,11 @@ def cached_alloc(nbytes: int, device: int) -> DeviceAllocation:
     ptr = _blocks.take(device, size)
     if not ptr:
         try:
-            ptr = mem_alloc(size, device).detach()
+            ptr = _driver_alloc(size, device)
         except CudaError as e:
             if getattr(e, "status", None) != CUDA_ERROR_OUT_OF_MEMORY or not release_cached_blocks(device):
                 raise
-            ptr = mem_alloc(size, device).detach()
+            ptr = _driver_alloc(size, device)
     return DeviceAllocation(ptr, size, device, release=_return_block)
 
 

@@ -794,7 +794,7 @@ def test_fake_cached_alloc_out_of_memory_frees_the_kept_blocks_and_retries(fake,
     live = fake.fake_live_allocations()
     cuda.cached_alloc(4096, 0).free()
     assert fake.fake_live_allocations() == live + 1
-    real, calls = cuda.mem_alloc, []
+    real, calls = cuda._driver_alloc, []
 
     def out_of_memory_once(nbytes, device):
         calls.append(nbytes)
@@ -802,7 +802,7 @@ def test_fake_cached_alloc_out_of_memory_frees_the_kept_blocks_and_retries(fake,
             cuda.check(cuda.CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc_v2")
         return real(nbytes, device)
 
-    monkeypatch.setattr(cuda, "mem_alloc", out_of_memory_once)
+    monkeypatch.setattr(cuda, "_driver_alloc", out_of_memory_once)
     a = cuda.cached_alloc(512, 0)
     assert calls == [512, 512] and a.ptr != 0
     assert cuda.block_cache_state()["held_bytes"] == {0: 0} and fake.fake_live_allocations() == live + 1
