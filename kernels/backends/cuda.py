@@ -539,12 +539,18 @@ def _after_gates(free, *args) -> bool:
     return True
 
 
-def _free_device_memory(ptr: int, device: int, pid: int) -> None:
-    if _after_gates(_free_device_memory, ptr, device, pid):
+def _release(api: str, ptr: int, device: int, pid: int) -> None:
+    """`api` (cuMemFree or cuMemFreeHost) on `ptr`: both wait for the device, so put off while this thread holds a
+    stream gate; nothing in a forked child or a poisoned process (`_owned_here`)."""
+    if _after_gates(_release, api, ptr, device, pid):
         return
     if _owned_here(pid):
         with _in_context(device):
-            _call("cuMemFree", ptr, what=f"device {device}")
+            _call(api, ptr, what=f"device {device}")
+
+
+def _free_device_memory(ptr: int, device: int, pid: int) -> None:
+    _release("cuMemFree", ptr, device, pid)
 
 
 class DeviceAllocation:
@@ -927,14 +933,6 @@ class Event:
 
 
 # --- stream gates -----------------------------------------------------------------------------------------------------
-def _free_host_memory(ptr: int, device: int, pid: int) -> None:
-    if _after_gates(_free_host_memory, ptr, device, pid):
-        return
-    if _owned_here(pid):
-        with _in_context(device):
-            _call("cuMemFreeHost", ptr, what=f"device {device}")
-
-
 class MappedHostWords:
     """`count` int64 words of pinned host memory mapped into `device`'s address space: kernels write them through
     `device_ptr`, the host reads them through `host` (a numpy view) with no copy and no wait. Zeroed when made; freed
@@ -948,7 +946,7 @@ class MappedHostWords:
         with _in_context(self.device):
             _call("cuMemHostAlloc", ctypes.byref(host), 8 * count, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP,
                   what=f"{count} mapped words for device {self.device}")  # fmt: skip
-            self._finalizer = weakref.finalize(self, _free_host_memory, host.value, self.device, os.getpid())
+            self._finalizer = weakref.finalize(self, _release, "cuMemFreeHost", host.value, self.device, os.getpid())
             self._finalizer.atexit = False
             _call("cuMemHostGetDevicePointer", ctypes.byref(mapped), host.value, 0, what=f"device {self.device}")
         self.host = np.ctypeslib.as_array((ctypes.c_int64 * count).from_address(host.value or 0))
