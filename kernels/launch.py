@@ -169,12 +169,12 @@ def keep_plan(memo: dict, signature: tuple, launches: Sequence[KernelLaunch] | N
     calls take the full path without trying again; one whose tensors alias (ALIASED) keeps nothing. Past MAX_PLANS
     signatures the memo is cleared first (shapes that vary without end, such as every prefill length, must not grow
     it)."""
+    if memo.get(signature) is False:  # refused before: the full path again, without building a plan to refuse
+        return
     plan = LaunchPlan.of(launches, tensors) if launches else None
     if plan is ALIASED:  # this call's tensors alias each other: no plan from it, none refused either
         return
-    if len(memo) >= MAX_PLANS:
-        memo.clear()
-    memo[signature] = plan or False
+    keep_beside_plan(memo, signature, plan or False)
 
 
 def keep_beside_plan(memo: dict, signature: tuple, value: Any) -> None:

@@ -498,3 +498,18 @@ def test_decode_keeps_a_plan_only_given_max_len_and_replays_its_own_workspace(se
     assert made == [t["q"].shape, (elements,)]
     for got in (first, again):
         assert np.array_equal(got.numpy().view(np.uint16), want.numpy().view(np.uint16))
+
+
+def test_a_signature_refused_once_builds_no_plan_again(monkeypatch):
+    """A call whose launches cannot be replayed is kept as False: later calls of that signature take the full path
+    without building (and refusing) a plan each time."""
+    memo, built = {}, []
+    real = LaunchPlan.of
+    monkeypatch.setattr(LaunchPlan, "of", staticmethod(lambda *a: built.append(1) or real(*a)))
+    x = randn(rng(4), (2, 64), "float16", "cpu")
+    foreign = randn(rng(5), (2, 64), "float16", "cpu")  # not one of the call's tensors: the launch cannot be replayed
+    launches = [KernelLaunch(object(), (1,), (x, foreign), {})]
+    launch.keep_plan(memo, ("sig",), launches, (x,))
+    assert memo == {("sig",): False} and built == [1]
+    launch.keep_plan(memo, ("sig",), launches, (x,))
+    assert built == [1]
