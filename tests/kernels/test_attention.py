@@ -397,6 +397,9 @@ def test_decode_with_max_len_reads_nothing_back_and_the_kernel_checks(backend, m
     assert not got.numpy()[long].any(), "the refused sequence attends to nothing"
     with pytest.raises(LaunchError, match=rf"max_len {k.shape[2] + 1} exceeds what the cache holds"):
         A.decode_attention(q, k, v, lengths, max_len=k.shape[2] + 1)
+    for bad in (-1, True, 45.0):
+        with pytest.raises(LaunchError, match=rf"max_len must be a non-negative int, got {bad!r}"):
+            A.decode_attention(q, k, v, lengths, max_len=bad)
 
     paged = {"batch": 2, "heads": 4, "kv_heads": 1, "kv_len": 40, "head_dim": 64, "block_size": 16}
     p = A.paged_inputs(paged, ("float16",), 0, "cpu", lengths=(40, 17)).tensors
