@@ -9,6 +9,7 @@
 # more shards than run at once: OF=8 FIRST=0 runs shards 0..3 of 8 (PER_GPU=2 on two GPUs), a later call OF=8 FIRST=4
 # the rest (each shard's line names it; together they cover every key). SHARD_LIST="0 1 3" runs those shards of OF.
 # KEYS="file ..." (with WORKLOADS=name, then only a label) verifies the keys of keys files instead of a workload's.
+# SHARDS=1 GPU_BASE=1 runs on GPU 1 alone (while GPU 0 does other work in the same call).
 set -u
 WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
 VERIFY_S=${VERIFY_S:-540}
@@ -24,7 +25,7 @@ for w in $WORKLOADS; do
   start=$(date +%s)
   j=0
   for i in ${SHARD_LIST:-$(seq "$FIRST" $(( FIRST + RUNS - 1 )))}; do
-    gpu=$(( j % GPUS )); j=$(( j + 1 ))
+    gpu=$(( ${GPU_BASE:-0} + j % GPUS )); j=$(( j + 1 ))
     CUDA_VISIBLE_DEVICES=$gpu OMP_NUM_THREADS=$JOBS OPENBLAS_NUM_THREADS=$JOBS MKL_NUM_THREADS=$JOBS \
       PYTHONPATH=/tmp/notorch timeout -s INT "$VERIFY_S" python3 -m nbxcert verify --profile hopper \
       $(if [ -n "${KEYS:-}" ]; then echo --keys /tmp/verify-keys.jsonl; else echo --workload "$w"; fi) \
