@@ -198,6 +198,12 @@ def quality(args) -> dict:
     interpreted = choice.name == "interpreter"
     entries = _entries(Path(args.dir), profile.key)
     keys = [k for k in _workload_keys(args.workload, profile) if k.text() in entries]
+    if args.kernels:  # e.g. the attention keys alone, measured again against a corrected peer
+        wanted = set(args.kernels.split(","))
+        unknown = wanted - {k.kernel for k in keys}
+        if unknown:
+            raise SystemExit(f"--kernels {','.join(sorted(unknown))}: no certified key of {args.workload} is of it")
+        keys = [k for k in keys if k.kernel in wanted]
     if args.limit:
         keys = keys[: args.limit]
     index, count = _shard(args.shard)
@@ -652,6 +658,7 @@ def main(argv=None) -> int:
     q.add_argument("--resweep-every", type=int, default=10, help="re-sweep one key in N (0: none)")
     q.add_argument("--limit", type=int, default=0, help="only the first N certified keys (0: all)")
     q.add_argument("--no-peer", action="store_true")
+    q.add_argument("--kernels", default="", help="only the keys of these kernels, comma-separated (default: all)")
     q.add_argument("--shard", default="0/1", help="i/n: every n-th certified key from the i-th (one shard per GPU)")
     q.add_argument("--jobs", type=int, default=0, help="compile workers (0: the CPU count)")
     c = sub.add_parser("coldstart", help="a workload's launch sequence in a fresh process: certified vs swept")

@@ -17,6 +17,12 @@ products of a few tens of microseconds this is what separates candidates: nbxcer
 and the split-K candidates (two launches) and the TMA candidates (two descriptors encoded per launch) pay most. Each
 candidate's host cost is measured too (`host_us`: 200 launches enqueued back to back, the device waited for after the
 clock stops), so a time that is the host's shows as such.
+Side by side: the sweep runs every candidate back to back (seconds of sustained products at the card's power limit),
+while the peer runs in a fresh process. So the ratio is taken from --rounds alternating runs after the sweep, each in
+a fresh process after --cool-s seconds idle: the best candidate of every shape (`--retime`, this script in a
+subprocess, torch-free) then the peer, the same warm-up and repetitions; the median of the rounds for each. The card's
+SM clock, temperature, power and throttle reasons (nvidia-smi, read only) are recorded before each run, and the
+sweep's own time of the best candidate is kept beside (`sweep_ms`).
 Targets (best candidate vs cuBLAS, throughput ratio = cuBLAS time / our time): >= 0.95 at 4096^3, >= 0.90 at
 512x5632x2048, 16x4096x4096 and 1x4096x4096; the bmm shape is reported without a target.
 """
@@ -104,6 +110,68 @@ def run_peer(shapes, dtype: str, warmup_ms: float, rep_ms: float) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+GPU_STATE_FIELDS = "clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit,clocks_throttle_reasons.active"
+
+
+def gpu_state() -> list[str] | str:
+    """Each visible GPU's SM clock, temperature, power and active throttle reasons, as nvidia-smi reads them (it only
+    reads: the card's settings are left as found); a one-line reason when it cannot."""
+    try:
+        proc = subprocess.run(["nvidia-smi", f"--query-gpu={GPU_STATE_FIELDS}", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"nvidia-smi: {e}"
+    if proc.returncode != 0:
+        return f"nvidia-smi exit {proc.returncode}: {proc.stderr.strip()[:200]}"
+    return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+
+
+def run_retime(items: list[dict], warmup_ms: float, rep_ms: float) -> dict:
+    """The best candidates timed again in a fresh process of this script (`--retime`): {shape: median ms}, or
+    {"error": ...}."""
+    payload = json.dumps({"items": items, "warmup_ms": warmup_ms, "rep_ms": rep_ms})
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--retime", payload, "--out", os.devnull],
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def retime_main(payload: str) -> int:
+    """`--retime`: time each item's config on its problem (inputs made as the sweep made them), print one JSON line."""
+    from nbxcert.kernels.backends import select, triton_cuda
+    from nbxcert.kernels.spec import Config, get_spec
+
+    choice = select()
+    args = json.loads(payload)
+    out = {}
+    for item in args["items"]:
+        spec = get_spec(item["spec"])
+        inputs = spec.make_inputs(item["problem"], tuple(item["dtypes"]), 0, choice.device)
+        config = Config.from_dict(item["kwargs"])
+        times = triton_cuda.do_bench_events(lambda: spec.launch(config, inputs), warmup_ms=args["warmup_ms"],
+                                            rep_ms=args["rep_ms"])  # fmt: skip
+        out[item["shape"]] = {"median_ms": statistics.median(times), "reps": len(times)}
+    print(json.dumps(out))
+    return 0
+
+
+def combine_rounds(rounds: list[dict], shapes: list[str]) -> dict:
+    """{shape: {"ours_ms", "peer_ms", "ratio", "rounds"}} from rounds of {"ours": {shape: {"median_ms"}}, "peer":
+    {"results": {shape: {"median_ms"}}}}: the median over the rounds where each side has the shape (a round with an
+    error on one side counts for neither)."""
+    combined = {}
+    for shape in shapes:
+        pairs = [(r["ours"][shape]["median_ms"], r["peer"]["results"][shape]["median_ms"]) for r in rounds
+                 if shape in r.get("ours", {}) and shape in r.get("peer", {}).get("results", {})]  # fmt: skip
+        if not pairs:
+            continue
+        ours = statistics.median(p[0] for p in pairs)
+        peer = statistics.median(p[1] for p in pairs)
+        combined[shape] = {"ours_ms": ours, "peer_ms": peer, "ratio": peer / ours, "rounds": len(pairs)}
+    return combined
+
+
 HOST_LAUNCHES = 200  # launches enqueued back to back to measure a candidate's host cost (well under the queue depth)
 
 
@@ -164,8 +232,15 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup-ms", type=float, default=25.0)
     ap.add_argument("--rep-ms", type=float, default=100.0)
     ap.add_argument("--no-peer", action="store_true", help="skip the cuBLAS peer")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating runs of the best candidates and the peer")
+    ap.add_argument("--cool-s", type=float, default=10.0, help="seconds idle before each of those runs")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--retime", help=argparse.SUPPRESS)  # internal: the fresh process of a round
     args = ap.parse_args(argv)
+    if args.retime:
+        return retime_main(args.retime)
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds {args.rounds}: at least one round is needed")
 
     from nbxcert.kernels.backends import cuda, select
 
@@ -188,7 +263,7 @@ def main(argv=None) -> int:
     kinds = {k.strip() for k in args.kinds.split(",") if k.strip()}
     dt = args.dtype
 
-    results = {"device": info.name, "profile": profile.key, "dtype": dt, "shapes": {}}
+    results = {"device": info.name, "profile": profile.key, "dtype": dt, "shapes": {}, "gpu_state": [gpu_state()]}
     for text in shapes:
         shape = parse_shape(text)
         print(f"== {text} ({dt})", flush=True)
@@ -226,18 +301,40 @@ def main(argv=None) -> int:
             if not best["oracle_ok"]:
                 best["oracle_report"] = first_report(verdicts)
             entry["best"] = best
+            entry["retime"] = {"shape": text, "spec": best["spec"], "problem": problem, "dtypes": list(dtypes),
+                               "kwargs": best["kwargs"]}  # fmt: skip
         results["shapes"][text] = entry
         del best_inputs
+    results["gpu_state"].append(gpu_state())
 
+    combined = {}
     if not args.no_peer:
-        print("== cuBLAS peer (torch, own process)", flush=True)
-        peer = run_peer(shapes, dt, args.warmup_ms, args.rep_ms)
-        results["peer"] = peer
+        items = [results["shapes"][t]["retime"] for t in shapes if "retime" in results["shapes"][t]]
+        rounds = []
+        for r in range(args.rounds):
+            print(f"== round {r + 1} of {args.rounds}: the best candidates again, then cuBLAS (torch), each in a "
+                  f"fresh process after {args.cool_s:g} s idle", flush=True)  # fmt: skip
+            time.sleep(args.cool_s)
+            before_ours = gpu_state()
+            ours = run_retime(items, args.warmup_ms, args.rep_ms)
+            time.sleep(args.cool_s)
+            before_peer = gpu_state()
+            peer_round = run_peer(shapes, dt, args.warmup_ms, args.rep_ms)
+            rounds.append({"ours": ours, "peer": peer_round, "gpu_before_ours": before_ours,
+                           "gpu_before_peer": before_peer})  # fmt: skip
+            for side, res in (("best candidates", ours), ("cuBLAS peer", peer_round)):
+                if "error" in res:
+                    print(f"   {side} failed: {res['error']}", flush=True)
+        results["rounds"] = rounds
+        combined = combine_rounds(rounds, shapes)
+        peer = next((r["peer"] for r in rounds if "error" not in r["peer"]), rounds[-1]["peer"])
+        results["peer"] = {k: v for k, v in peer.items() if k != "results"}
     else:
         peer = {}
 
     print()
-    header = f"{'shape':>18} {'best ms':>9} {'host us':>8} {'TFLOP/s':>8} {'cuBLAS ms':>10} {'ratio':>6} {'target':>6}"
+    header = f"{'shape':>18} {'sweep ms':>9} {'best ms':>9} {'host us':>8} {'TFLOP/s':>8} {'cuBLAS ms':>10} "
+    header += f"{'ratio':>6} {'target':>6}"
     header += "  best config"
     print(header)
     print("-" * len(header))
@@ -245,16 +342,17 @@ def main(argv=None) -> int:
     for text in shapes:
         entry = results["shapes"][text]
         best = entry.get("best")
-        peer_ms = peer.get("results", {}).get(text, {}).get("median_ms")
         target = TARGETS.get(text)
         if best is None:
-            print(
-                f"{text:>18} {'-':>9} {'-':>8} {peer_ms or float('nan'):>10.4f} {'-':>6} {target or '-':>6}  "
-                "(no candidate ran)"
-            )
+            print(f"{text:>18} {'-':>9} {'-':>9} {'-':>8} {'-':>8} {'-':>10} {'-':>6} {target or '-':>6}  "
+                  "(no candidate ran)")  # fmt: skip
             all_met = all_met and target is None
             continue
-        ratio = peer_ms / best["median_ms"] if peer_ms else None
+        side = combined.get(text)
+        peer_ms = side["peer_ms"] if side else None
+        ratio = side["ratio"] if side else None
+        entry["sweep_ms"] = best["median_ms"]
+        entry["best_ms"] = side["ours_ms"] if side else None  # the rounds' median: the ratio's
         entry["cublas_ms"] = peer_ms
         entry["ratio"] = ratio
         entry["target"] = target
@@ -263,10 +361,12 @@ def main(argv=None) -> int:
         if met is False or not best["oracle_ok"]:
             all_met = False
         flag = "" if best["oracle_ok"] else "  ORACLE MISMATCH"
+        ours_ms = side["ours_ms"] if side else float("nan")
         print(
-            f"{text:>18} {best['median_ms']:>9.4f} {best['host_us']:>8.1f} {best['tflops']:>8.1f} "
-            f"{(peer_ms if peer_ms else float('nan')):>10.4f} {(ratio if ratio else float('nan')):>6.3f} "
-            f"{(target if target else '-'):>6}  [{best['spec']}] {best['config']}{flag}"
+            f"{text:>18} {best['median_ms']:>9.4f} {ours_ms:>9.4f} {best['host_us']:>8.1f} "
+            f"{flops(parse_shape(text)) / ours_ms / 1e9:>8.1f} {(peer_ms if peer_ms else float('nan')):>10.4f} "
+            f"{(ratio if ratio else float('nan')):>6.3f} {(target if target else '-'):>6}  [{best['spec']}] "
+            f"{best['config']}{flag}"
         )
     if "error" in peer:
         print(f"cuBLAS peer failed: {peer['error']}")

@@ -61,9 +61,10 @@ case "${SET:-}" in
     step serving 100 env PYTHONPATH=/tmp/notorch python3 benchmarks/bench_certified.py serving --profile \
       --out "$OUT/serving.json"
     ;;
-  matmul)  # #3 on a machine of one H200, alone: the fourth and fifth sessions' runs shared the host with the other
-           # GPU's work and timed the 4096^3 winner 10% slower than the second session's run on one H200 did
-    step bench_matmul 250 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
+  matmul)  # #3 on a machine of one H200, alone: the fourth to eighth sessions' runs timed the 4096^3 winner 10% slower
+           # than the second session's did; since the ninth, the ratio comes from alternating rounds after the sweep
+           # (bench_matmul.py --rounds), each side in a fresh process after an idle spell, the card's clocks recorded
+    step bench_matmul 450 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
     ;;
   sq)  # #11 and #4: every kept candidate of sampling, quant and the element-wise kernels on the card, the code changed
        # since the third session's run included (dequant_gemv split-K, log_softmax/cross_entropy split, topk radix,
@@ -85,18 +86,21 @@ case "${SET:-}" in
     ;;
   quality)  # #8's first measurement for $WORKLOAD, one shard of its keys per GPU: run it through gpu_pair.sh
             # (SET_A=quality SET_B=quality QUALITY_OF=2), each shard taking the GPU it was given and half the cores;
-            # a workload too long for one call in more shards: QUALITY_OF=4 QUALITY_FIRST=0, then QUALITY_FIRST=2
-    # (and on GPU 0 first, #8's third measurement: the serving overhead with its profile, ~30 s)
+            # a workload too long for one call in more shards: QUALITY_OF=4 QUALITY_FIRST=0, then QUALITY_FIRST=2;
+            # QUALITY_KERNELS=flash_attention,decode_attention: those kernels' keys alone
+    # (and on GPU 0 first, #8's third measurement: the serving overhead with its profile, ~30 s, and the host cost of
+    # an allocated output, bench_alloc.py, ~5 s)
     of=${QUALITY_OF:-1}
     q=540
     if [ "${CUDA_VISIBLE_DEVICES:-0}" = 0 ]; then
       step serving 100 env PYTHONPATH=/tmp/notorch python3 benchmarks/bench_certified.py serving --profile \
         --out "$OUT/serving.json"
-      q=430
+      step bench_alloc 40 env PYTHONPATH=/tmp/notorch python3 benchmarks/bench_alloc.py --out "$OUT/alloc.json"
+      q=400
     fi
     step quality $q python3 benchmarks/bench_certified.py quality --workload "${WORKLOAD:?}" --dir certificates \
       --shard "$(( ${QUALITY_FIRST:-0} + ${CUDA_VISIBLE_DEVICES:-0} ))/$of" --jobs $(( $(nproc) / (of < 2 ? 1 : 2) )) \
-      --out "$OUT/quality.json"
+      ${QUALITY_KERNELS:+--kernels "$QUALITY_KERNELS"} --out "$OUT/quality.json"
     ;;
   *) echo "SET must be first, second, core, families, matmul, sq, moe, quality or cold" >&2; exit 2 ;;
 esac

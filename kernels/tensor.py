@@ -48,20 +48,22 @@ def as_device(device: str | Device) -> Device:
     raise DeviceNotFound(f"device '{device}' is not a device name (expected cpu, cuda or cuda:N)")
 
 
-def _cuda():
-    from nbxcert.kernels.backends import cuda
+_CUDA_MODULE = None
 
-    return cuda
+
+def _cuda():
+    global _CUDA_MODULE
+    if _CUDA_MODULE is None:  # imported when first needed (a cpu-only process never loads it); kept, as it is per call
+        from nbxcert.kernels.backends import cuda
+
+        _CUDA_MODULE = cuda
+    return _CUDA_MODULE
 
 
 def _check_cuda_device(device: Device) -> None:
-    cuda = _cuda()
-    ok, reason = cuda.available()
+    ok, reason = _cuda().device_present(device.index)
     if not ok:
         raise DeviceNotFound(f"device '{device}' does not exist: {reason}")
-    count = cuda.device_count()
-    if device.index >= count:
-        raise DeviceNotFound(f"device '{device}' does not exist: this machine has {count} CUDA device(s)")
 
 
 class Storage:
@@ -79,7 +81,7 @@ class Storage:
         else:
             _check_cuda_device(self.device)
             cuda = _cuda()
-            cuda.use_device(self.device.index)
+            cuda.make_current(self.device.index)
             self._host = None
             self._alloc = cuda.cached_alloc(max(self.nbytes, 1), self.device.index)
 

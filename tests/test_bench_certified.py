@@ -111,6 +111,19 @@ def test_quality_of_a_shard_times_every_nth_key(tmp_path, monkeypatch):
     assert len(every) == 4 and rows("1/2") == every[1::2]
 
 
+def test_quality_of_some_kernels_times_only_their_keys(tmp_path, monkeypatch):
+    """`quality --kernels` keeps the keys of the kernels named (the attention keys again, against a corrected peer)
+    and refuses a name no certified key of the workload has."""
+    monkeypatch.setenv("NBXCERT_BACKEND", "interpreter")
+    out = tmp_path / "q.json"
+    base = ["quality", "--workload", "demo", "--dir", str(ROOT / "certificates"), "--resweep-every", "0"]
+    assert bc.main(base + ["--kernels", "rmsnorm,softmax", "--limit", "3", "--out", str(out)]) == 0
+    kernels = [r["kernel"] for r in json.loads(out.read_text())["rows"]]
+    assert len(kernels) == 3 and set(kernels) <= {"rmsnorm", "softmax"}
+    with pytest.raises(SystemExit, match="--kernels rmsnorn: no certified key of demo"):
+        bc.main(base + ["--kernels", "rmsnorn,softmax", "--out", str(out)])
+
+
 def test_serving_times_the_served_the_built_and_the_raw_launch_and_profiles_them(tmp_path):
     """The serving measurement on the interpreter, over a directory holding its one certified key: every path is
     timed in each round, the overhead is taken against the raw `kernel[grid](...)`, and --profile records both."""

@@ -338,6 +338,27 @@ def context_poisoned() -> int | None:
 
 
 # --- driver and devices -----------------------------------------------------------------------------------------------
+_present: set[int] = set()  # device ordinals `device_present` found (a device does not leave a running process)
+
+
+def device_present(index: int) -> tuple[bool, str]:
+    """(present, reason): whether libcuda is usable and has a device `index`. Every device tensor made asks, so a
+    device once found present is answered from memory, with no driver call. Never raises."""
+    if index in _present:
+        return True, ""
+    ok, reason = available()
+    if not ok:
+        return False, reason
+    try:
+        count = device_count()
+    except (BackendUnavailable, CudaError) as e:
+        return False, str(e)
+    if not 0 <= index < count:
+        return False, f"this machine has {count} CUDA device(s)"
+    _present.add(index)
+    return True, ""
+
+
 def available() -> tuple[bool, str]:
     """(usable, reason): whether libcuda loads, initialises and reports at least one device. Never raises."""
     try:
@@ -486,6 +507,16 @@ def use_device(index: int) -> int:
     _tls.device = index
     _last_device = index
     return ctx
+
+
+def make_current(index: int) -> None:
+    """`use_device(index)` unless nbxcert made it current on this thread already (as `_ensure_context` assumes: a
+    tensor allocation's per-call cost on a served path, benchmarks/RESULTS.md)."""
+    global _last_device
+    if getattr(_tls, "device", None) == index:
+        _last_device = index
+        return
+    use_device(index)
 
 
 def current_device() -> int:

@@ -589,6 +589,7 @@ FAKE_STATE = {
     "_tls": threading.local,
     "_blocks": lambda: cuda._BlockCache(),
     "_sync_hooks": list,
+    "_present": set,
 }
 
 
@@ -772,6 +773,27 @@ def test_fake_cached_alloc_reuses_a_freed_block_of_its_size(fake):
     del d, e
     gc.collect()
     assert cuda.release_cached_blocks() == 2 and fake.fake_live_allocations() == live
+
+
+def test_fake_a_tensor_allocation_on_a_present_current_device_calls_no_driver_function(fake, monkeypatch):
+    """An allocating served call makes a tensor per call: after the first, the device is known present and current and
+    its freed block is reused, so the driver is not called at all (it was four calls a tensor: the device count twice,
+    the driver version, the context set current)."""
+    from nbxcert.kernels.tensor import empty
+
+    assert cuda.device_present(5) == (False, "this machine has 2 CUDA device(s)")
+    with pytest.raises(DeviceNotFound, match=r"cuda:5' does not exist: this machine has 2 CUDA device\(s\)"):
+        empty((4,), "float16", "cuda:5")
+    empty((1, 2048), "float16", "cuda:0")  # the first on each: checks the device, makes it current, allocates
+    empty((1, 2048), "float16", "cuda:1")
+    calls, real = [], cuda._call
+    monkeypatch.setattr(cuda, "_call", lambda api, *a, **k: (calls.append(api), real(api, *a, **k))[1])
+    for _ in range(3):
+        t = empty((1, 2048), "float16", "cuda:1")
+        del t
+    assert calls == [] and cuda.current_device() == 1
+    empty((1, 2048), "float16", "cuda:0")  # another device: made current (its context set), its kept block reused
+    assert calls == ["cuCtxSetCurrent"] and cuda.current_device() == 0
 
 
 def test_fake_cached_alloc_keeps_what_its_bounds_allow(fake, monkeypatch):

@@ -1,0 +1,83 @@
+"""Host cost of a device tensor made and dropped, the per-call extra of a served call that allocates its output
+(issue #8's third measurement reports that path beside the one given `out=`): `empty((rows, cols), float16, cuda:0)`
+then its release, after warm-up (so the block cache holds the block: no cuMemAlloc, no cuMemFree), the median of
+--repeats runs of --calls each.
+
+    python3 benchmarks/bench_alloc.py [--fake] [--calls 20000] [--repeats 5] [--out alloc.json]
+
+--fake runs over the fake libcuda the tests build (`tests/backends/test_cuda.py`, a C compiler needed): the Python and
+ctypes part of the cost on a machine with no GPU. Without it, the real driver of the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _use_fake_driver() -> str:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise SystemExit("--fake: no C compiler (cc or gcc) to build the fake libcuda")
+    spec = importlib.util.spec_from_file_location("_fake_source", ROOT / "tests" / "backends" / "test_cuda.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    build = Path(tempfile.mkdtemp(prefix="nbxcert-fake-cuda-"))
+    (build / "fake_libcuda.c").write_text(module.FAKE_LIBCUDA_C)
+    library = build / "libcuda.so.1"
+    subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(library), str(build / "fake_libcuda.c")], check=True)
+    from nbxcert.kernels.backends import cuda
+
+    cuda.LIBCUDA_NAME = str(library)
+    return "fake libcuda (tests/backends/test_cuda.py)"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--fake", action="store_true", help="over the tests' fake libcuda (no GPU needed)")
+    parser.add_argument("--rows", type=int, default=1)
+    parser.add_argument("--cols", type=int, default=2048)
+    parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", default="")
+    args = parser.parse_args(argv)
+    driver = _use_fake_driver() if args.fake else "libcuda"
+    from nbxcert.kernels.backends import cuda
+    from nbxcert.kernels.tensor import empty
+
+    shape = (args.rows, args.cols)
+    for _ in range(200):
+        empty(shape, "float16", "cuda:0")
+    runs = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        for _ in range(args.calls):
+            empty(shape, "float16", "cuda:0")
+        runs.append((time.perf_counter() - t0) / args.calls * 1e6)
+    result = {
+        "driver": driver,
+        "shape": list(shape),
+        "calls": args.calls,
+        "alloc_us": statistics.median(runs),
+        "runs_us": runs,
+        "block_cache": cuda.block_cache_state(),
+    }
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

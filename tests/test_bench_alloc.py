@@ -1,0 +1,26 @@
+"""`benchmarks/bench_alloc.py --fake`: the host cost of a device tensor, over the tests' fake libcuda (no GPU)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no C compiler to build the fake libcuda")
+def test_bench_alloc_over_the_fake_driver_reuses_one_block(tmp_path):
+    """Its own process (the fake replaces the driver for the process); every made tensor after the warm-up takes the
+    block the previous one freed, so the cache holds exactly that one block at the end."""
+    out = tmp_path / "alloc.json"
+    run = [sys.executable, str(ROOT / "benchmarks" / "bench_alloc.py"), "--fake", "--calls", "200", "--repeats", "2",
+           "--out", str(out)]  # fmt: skip
+    done = subprocess.run(run, env=dict(os.environ), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["driver"].startswith("fake libcuda") and len(result["runs_us"]) == 2 and result["alloc_us"] > 0
+    assert result["block_cache"]["in_use"] and result["block_cache"]["held_bytes"] == {"0": 4096}

@@ -1,0 +1,48 @@
+"""The pure parts of `benchmarks/bench_matmul.py`: how its alternating rounds make the ratio against the peer."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import bench_matmul as bm  # noqa: E402
+
+
+def _round(ours: dict, peer: dict) -> dict:
+    return {
+        "ours": {s: {"median_ms": ms} for s, ms in ours.items()},
+        "peer": {"results": {s: {"median_ms": ms} for s, ms in peer.items()}},
+    }
+
+
+def test_the_ratio_is_the_peers_median_over_ours_across_rounds():
+    rounds = [
+        _round({"a": 0.20, "b": 0.030}, {"a": 0.18, "b": 0.027}),
+        _round({"a": 0.18, "b": 0.025}, {"a": 0.19, "b": 0.024}),
+        _round({"a": 0.19, "b": 0.028}, {"a": 0.17, "b": 0.030}),
+    ]
+    combined = bm.combine_rounds(rounds, ["a", "b", "c"])
+    assert set(combined) == {"a", "b"}  # "c" ran on neither side: no ratio, never a made-up one
+    assert combined["a"]["ours_ms"] == pytest.approx(0.19) and combined["a"]["peer_ms"] == pytest.approx(0.18)
+    assert combined["a"]["ratio"] == pytest.approx(0.18 / 0.19) and combined["a"]["rounds"] == 3
+    assert combined["b"]["ratio"] == pytest.approx(0.027 / 0.028)
+
+
+def test_a_round_with_one_side_failed_counts_for_neither():
+    rounds = [
+        _round({"a": 0.20}, {"a": 0.10}),
+        {"ours": {"error": "RuntimeError: boom"}, "peer": {"results": {"a": {"median_ms": 0.5}}}},
+        {"ours": {"a": {"median_ms": 0.4}}, "peer": {"error": "ImportError: no torch"}},
+    ]
+    combined = bm.combine_rounds(rounds, ["a"])
+    assert combined["a"] == {"ours_ms": 0.20, "peer_ms": 0.10, "ratio": 0.5, "rounds": 1}
+
+
+def test_rounds_must_be_positive():
+    with pytest.raises(SystemExit, match="--rounds 0"):
+        bm.main(["--out", "/dev/null", "--rounds", "0"])
