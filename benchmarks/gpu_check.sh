@@ -8,6 +8,7 @@
 #   SET=first    bash benchmarks/gpu_check.sh   # timer and plans GPU tests, serving (#8), bench_matmul (#3): one H200
 #   SET=second   bash benchmarks/gpu_check.sh   # block reuse, in-kernel index checks, new plans, max_len; serving
 #   SET=matmul   bash benchmarks/gpu_check.sh   # #3: bench_matmul.py alone on a machine of one H200
+#   SET_A=matmul SET_B=mistral_attention bash benchmarks/gpu_pair.sh   # #3 beside #8's mistral verify and attention
 #   SET=sq       bash benchmarks/gpu_check.sh   # #11, #4: sampling, quant and element-wise GPU tests
 #   SET=moe      bash benchmarks/gpu_check.sh   # #11: fused_moe GPU tests and bench_moe at Qwen3 4096 tokens
 #   SET_A=quality SET_B=quality QUALITY_OF=2 WORKLOAD=tinyllama-1.1b bash benchmarks/gpu_pair.sh   # #8: quality
@@ -66,6 +67,17 @@ case "${SET:-}" in
            # (bench_matmul.py --rounds), each side in a fresh process after an idle spell, the card's clocks recorded
     step bench_matmul 450 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
     ;;
+  mistral_attention)  # #8, one GPU (the other running SET=matmul through gpu_pair.sh): mistral-7b's 32 keys that are
+                      # not llama-3-8b's (14 are tinyllama-1.1b's logits softmax) verified certified-only in their 0.4.0
+                      # entries, then tinyllama-1.1b's attention keys' quality against the corrected SDPA peer; first
+                      # the block cache's GPU tests again (its blocks now given back through a queue, ninth session)
+    step tests_blocks 90 "${TESTS[@]}" tests/test_served_plans.py tests/backends/test_cuda.py
+    step verify_mistral_own 150 env SHARDS=1 GPU_BASE="${CUDA_VISIBLE_DEVICES:-0}" PER_GPU=1 VERIFY_S=140 \
+      KEYS=benchmarks/mistral-7b_not_llama-3-8b.jsonl WORKLOADS=mistral-own bash "$(dirname "$0")/gpu_verify.sh"
+    step quality_attention 300 python3 benchmarks/bench_certified.py quality --workload tinyllama-1.1b \
+      --dir certificates --kernels flash_attention,decode_attention --jobs $(( $(nproc) / 2 )) \
+      --out "$OUT/quality_attention.json"
+    ;;
   sq)  # #11 and #4: every kept candidate of sampling, quant and the element-wise kernels on the card, the code changed
        # since the third session's run included (dequant_gemv split-K, log_softmax/cross_entropy split, topk radix,
        # cast through 32-bit integers)
@@ -102,5 +114,5 @@ case "${SET:-}" in
       --shard "$(( ${QUALITY_FIRST:-0} + ${CUDA_VISIBLE_DEVICES:-0} ))/$of" --jobs $(( $(nproc) / (of < 2 ? 1 : 2) )) \
       ${QUALITY_KERNELS:+--kernels "$QUALITY_KERNELS"} --out "$OUT/quality.json"
     ;;
-  *) echo "SET must be first, second, core, families, matmul, sq, moe, quality or cold" >&2; exit 2 ;;
+  *) echo "SET must be first, second, core, families, matmul, mistral_attention, sq, moe, quality or cold" >&2; exit 2 ;;
 esac

@@ -23,6 +23,7 @@ kernel on another stream is still writing.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ctypes
 import dataclasses
@@ -665,33 +666,58 @@ BLOCK_GRANULE = 512  # sizes are rounded up to this, so tensors of nearby sizes 
 
 
 class _BlockCache:
+    """The kept blocks, by device and rounded size. A block comes back from its allocation's finalizer, which the cyclic
+    garbage collector may run inside any allocation of a thread, this cache's own locked calls included: so a block
+    given back waits for no lock. It is queued (`returned`; a deque's append is atomic) and taken in at once when the
+    lock is free, else by the cache's next call; every locked call takes the queued blocks in first (`_settle`)."""
+
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.free: dict[tuple[int, int], list[int]] = {}  # (device, rounded size) -> pointers
         self.held: dict[int, int] = {}  # device -> bytes kept
         self.ended: str | None = None  # why the cache was ended for this process (None: in use)
+        self.returned: collections.deque = collections.deque()  # (pointer, device, size) given back, not taken in
 
-    def take(self, device: int, size: int) -> int:
+    def _settle(self) -> list[tuple[int, int]]:
+        """Under `lock`: take the queued blocks in, within the bounds; return those past them (all of them once the
+        cache has ended) as (pointer, device), for the caller to free outside the lock."""
+        over = []
+        while True:
+            try:
+                ptr, device, size = self.returned.popleft()
+            except IndexError:
+                return over
+            if self.ended is None and self.held.get(device, 0) + size <= BLOCK_CACHE_MAX_BYTES:
+                self.free.setdefault((device, size), []).append(ptr)
+                self.held[device] = self.held.get(device, 0) + size
+            else:
+                over.append((ptr, device))
+
+    def give_back(self, ptr: int, device: int, size: int) -> list[tuple[int, int]]:
+        """Queue a freed block; take the queue in now if the lock is free. Returns the blocks to free (past the
+        bounds)."""
+        self.returned.append((ptr, device, size))
+        if not self.lock.acquire(blocking=False):  # this thread's own locked call, or another thread's: taken in later
+            return []
+        try:
+            return self._settle()
+        finally:
+            self.lock.release()
+
+    def take(self, device: int, size: int) -> tuple[int, list[tuple[int, int]]]:
+        """(a kept block of `size` on `device` or 0, the blocks to free)."""
         with self.lock:
+            over = self._settle()
             ptrs = self.free.get((device, size))
             if not ptrs:
-                return 0
+                return 0, over
             self.held[device] -= size
-            return ptrs.pop()
-
-    def keep(self, ptr: int, device: int, size: int) -> bool:
-        """Whether the block was kept (False: the caller frees it)."""
-        with self.lock:
-            if self.ended is not None or self.held.get(device, 0) + size > BLOCK_CACHE_MAX_BYTES:
-                return False
-            self.free.setdefault((device, size), []).append(ptr)
-            self.held[device] = self.held.get(device, 0) + size
-            return True
+            return ptrs.pop(), over
 
     def drain(self, device: int | None = None) -> list[tuple[int, int]]:
-        """Remove and return every kept (pointer, device), of one device or all."""
+        """Remove and return every kept (pointer, device), of one device or all, and every block to free."""
         with self.lock:
-            out = []
+            out = self._settle()
             for (dev, size), ptrs in list(self.free.items()):
                 if device is None or dev == device:
                     out += [(p, dev) for p in ptrs]
@@ -699,21 +725,31 @@ class _BlockCache:
                     self.held[dev] = 0
             return out
 
+    def state(self) -> tuple[str | None, dict[int, int], list[tuple[int, int]]]:
+        """(ended, held bytes by device, the blocks to free)."""
+        with self.lock:
+            over = self._settle()
+            return self.ended, dict(self.held), over
+
 
 _blocks = _BlockCache()
 
 
-def _return_block(ptr: int, device: int, size: int, pid: int) -> None:
-    if _owned_here(pid) and not _blocks.keep(ptr, device, size):
+def _free_blocks(blocks: list[tuple[int, int]], pid: int) -> None:
+    for ptr, device in blocks:
         _free_device_memory(ptr, device, pid)
+
+
+def _return_block(ptr: int, device: int, size: int, pid: int) -> None:
+    if _owned_here(pid):
+        _free_blocks(_blocks.give_back(ptr, device, size), pid)
 
 
 def release_cached_blocks(device: int | None = None) -> int:
     """Free every block the cache keeps (of `device`, or all); returns how many. Waits for the device (cuMemFree),
     unless this thread holds a stream gate (then when it opens)."""
     drained = _blocks.drain(device)
-    for ptr, dev in drained:
-        _free_device_memory(ptr, dev, os.getpid())
+    _free_blocks(drained, os.getpid())
     return len(drained)
 
 
@@ -726,8 +762,9 @@ def end_block_cache(reason: str) -> None:
 
 def block_cache_state() -> dict[str, Any]:
     """{"in_use": bool, "ended_because": str | None, "held_bytes": {device: bytes}}."""
-    with _blocks.lock:
-        return {"in_use": _blocks.ended is None, "ended_because": _blocks.ended, "held_bytes": dict(_blocks.held)}
+    ended, held, over = _blocks.state()
+    _free_blocks(over, os.getpid())
+    return {"in_use": ended is None, "ended_because": ended, "held_bytes": held}
 
 
 def cached_alloc(nbytes: int, device: int) -> DeviceAllocation:
@@ -738,7 +775,8 @@ def cached_alloc(nbytes: int, device: int) -> DeviceAllocation:
     size = -(-max(nbytes, 1) // BLOCK_GRANULE) * BLOCK_GRANULE
     if size > BLOCK_CACHE_MAX_BLOCK or _blocks.ended is not None:
         return mem_alloc(nbytes, device)
-    ptr = _blocks.take(device, size)
+    ptr, over = _blocks.take(device, size)
+    _free_blocks(over, os.getpid())
     if not ptr:
         try:
             ptr = _driver_alloc(size, device)

@@ -796,6 +796,31 @@ def test_fake_a_tensor_allocation_on_a_present_current_device_calls_no_driver_fu
     assert calls == ["cuCtxSetCurrent"] and cuda.current_device() == 0
 
 
+def test_fake_a_block_given_back_while_the_cache_is_locked_waits_for_no_lock(fake):
+    """A block comes back from its allocation's finalizer, which the cyclic garbage collector may run inside any
+    allocation of a thread, the cache's own locked calls included: given back then, it must not wait for the lock the
+    same thread holds (a deadlock); it is taken in by the cache's next call."""
+    cuda.use_device(0)
+    live = fake.fake_live_allocations()
+    a = cuda.cached_alloc(1000, 0)
+    ptr = a.ptr
+    done = threading.Event()
+
+    def free_inside_a_locked_call():
+        with cuda._blocks.lock:  # as when a collection runs a finalizer inside take, keep or drain
+            a.free()
+            done.set()
+
+    worker = threading.Thread(target=free_inside_a_locked_call, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert done.is_set(), "giving a block back under the cache's own lock deadlocked"
+    assert fake.fake_live_allocations() == live + 1  # not freed to the driver: waiting to be taken in
+    assert cuda.block_cache_state()["held_bytes"] == {0: 1024}  # taken in by the next call
+    b = cuda.cached_alloc(1000, 0)
+    assert b.ptr == ptr and fake.fake_live_allocations() == live + 1
+
+
 def test_fake_cached_alloc_keeps_what_its_bounds_allow(fake, monkeypatch):
     cuda.use_device(0)
     monkeypatch.setattr(cuda, "BLOCK_CACHE_MAX_BYTES", 2048)
