@@ -12,8 +12,12 @@ host check these kernels made before was a copy of the indices to the host befor
 launch). Code that reads device memory by other means (another library, DLPack) should call `cuda.synchronize()`
 first, which raises what was recorded. Under the interpreter the word is read after each launch.
 
-When several indices of one launch are bad, the one reported is one of them (the last to be written), not
-necessarily the first."""
+When several indices of one launch are bad, the one reported is one of them, not necessarily the first. A checking
+kernel's programs write their records with plain stores, in no set order, so with bad indices found by different
+programs (different tokens or sequences, or in paged decode attention a bad length and a bad block id) the words
+reported may mix two records: the launch is refused all the same, but its line may pair one bad index's value with
+another's position (a vector record, `record_fault_lanes`, packs its pair in one word, which cannot mix). A record
+claimed whole by one program needs an atomic on the mapped host memory, which a PCIe host does not promise."""
 
 from __future__ import annotations
 

@@ -3,16 +3,20 @@
 A certificate's winner is a function of the kernel's code (its module and every `nbxcert.kernels` / `nbxcert.oracles`
 module it draws on: launch code, inputs, oracle, shared helpers), of the engine that runs, judges, times and chooses
 (ENGINE_MODULES), and of the profile's device file (its prune facts and tolerances). `code_digest` hashes exactly
-those source files, so `certify` sweeps a key again when any of them changed and skips it when none did, whatever
-nbxcert's version says (a release that touches one family re-certifies that family only). Entries made before this
-digest existed carry none: they are compared by nbxcert's version, as then.
+those source files (their code: comments and docstrings left out, `code_text`), so `certify` sweeps a key again when
+any of them changed and skips it when none did, whatever nbxcert's version says (a release that touches one family
+re-certifies that family only). Entries made before this digest existed carry none: they are compared by nbxcert's
+version, as then.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.util
+import io
 import sys
+import tokenize
 import types
 from importlib import resources
 from pathlib import Path
@@ -38,6 +42,50 @@ ENGINE_MODULES = (
 FOLLOWED = ("nbxcert.kernels.", "nbxcert.oracles.")
 
 _memo: dict[tuple[str, str], str] = {}
+_texts: dict[tuple[Path, bytes], bytes] = {}
+
+
+def code_text(source: bytes) -> bytes:
+    """`source` as the digest reads it: without its comments, its docstrings (module, class and function) and its
+    blank lines and trailing spaces, so that an edit of prose alone keeps every digest (and no key is swept again for
+    it). What is left is hashed as written: a change of code, its layout included, changes the digest. A docstring
+    that shares a line with code is kept (removing whole lines only is what makes this exact)."""
+    text = source.decode("utf-8")
+    lines = text.splitlines()
+    cut: dict[int, int] = {}  # 0-based line -> the column its comment starts at
+    dropped: set[int] = set()
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) or not body:
+            continue
+        first = body[0]
+        if not (
+            isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+        ):
+            continue
+        start, end = first.lineno - 1, first.end_lineno - 1
+        after = lines[end].encode("utf-8")[first.end_col_offset :].decode("utf-8").strip()
+        if lines[start][: first.col_offset].strip() == "" and (after == "" or after.startswith("#")):
+            dropped.update(range(start, end + 1))
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            cut[token.start[0] - 1] = token.start[1]
+    kept = []
+    for i, line in enumerate(lines):
+        if i in dropped:
+            continue
+        line = line[: cut[i]] if i in cut else line
+        if line.strip():
+            kept.append(line.rstrip())
+    return "\n".join(kept).encode("utf-8")
+
+
+def _source_code(path: Path) -> bytes:
+    raw = path.read_bytes()
+    key = (path, hashlib.sha256(raw).digest())
+    if key not in _texts:
+        _texts[key] = code_text(raw)
+    return _texts[key]
 
 
 def _module_file(name: str) -> Path | None:
@@ -93,7 +141,7 @@ def code_digest(spec, profile) -> str:
         path = _module_file(name)
         if path is None:
             raise RuntimeError(f"the code digest of kernel {spec.name} needs module {name}, which has no source file")
-        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(name.encode() + b"\0" + _source_code(path) + b"\0")
     device_file = resources.files("nbxcert.devices").joinpath(*Path(profile.path).parts[1:])
     digest.update(profile.path.encode() + b"\0" + device_file.read_bytes())
     _memo[memo_key] = value = digest.hexdigest()[:16]

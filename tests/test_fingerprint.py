@@ -40,7 +40,7 @@ def test_the_digest_covers_the_family_its_helpers_the_engine_and_the_device_file
         if name != changed:
             return real(name)
         copy = tmp_path / f"{name}.py"
-        copy.write_bytes(real(name).read_bytes() + b"\n# changed\n")
+        copy.write_bytes(real(name).read_bytes() + b"\nCHANGED = 1\n")
         return copy
 
     monkeypatch.setattr(fingerprint, "_module_file", edited)
@@ -54,6 +54,34 @@ def test_the_digest_covers_the_family_its_helpers_the_engine_and_the_device_file
         now = {n: fingerprint.code_digest(specs[n], hopper) for n in digest}
         assert {n for n in digest if now[n] != digest[n]} == moved, changed
         assert {n for n in digest if now[n] == digest[n]} == kept, changed
+
+
+def test_an_edit_of_comments_or_docstrings_alone_keeps_the_digest(fresh, monkeypatch, tmp_path):
+    """Prose is not code: a comment, a docstring, a blank line or trailing spaces edited in a family's module keep its
+    digest (no key swept again for them); a string in code, or a comment marker inside one, is code."""
+    specs, hopper = load_all(), get_profile("hopper")
+    before = fingerprint.code_digest(specs["embedding"], hopper)
+    real = fingerprint._module_file
+    source = real("nbxcert.kernels.elementwise").read_text()
+    tree_doc = source.split('"""', 2)[1]  # the module's docstring
+    edits = {
+        "docstring": source.replace(tree_doc, tree_doc + " Reworded.", 1),
+        "comment": source.replace("\n", "\n# a new comment line\n", 1) + "   \n\n",
+        "code": source + "\nNOTE = '# looks like a comment'\n",
+    }
+    digests = {}
+    for what, text in edits.items():
+        copy = tmp_path / f"{what}.py"
+        copy.write_text(text)
+        monkeypatch.setattr(
+            fingerprint, "_module_file", lambda n, c=copy: c if n == "nbxcert.kernels.elementwise" else real(n)
+        )
+        fingerprint._memo.clear()
+        digests[what] = fingerprint.code_digest(specs["embedding"], hopper)
+    assert digests["docstring"] == before and digests["comment"] == before
+    assert digests["code"] != before
+    doc = b'def f():\n    """Doc."""  # why\n    return "#1"  # done\n\n\n'
+    assert fingerprint.code_text(doc) == b'def f():\n    return "#1"'
 
 
 def test_certify_skips_a_key_of_unchanged_code_across_versions_and_sweeps_it_when_its_code_changed(

@@ -641,10 +641,15 @@ def mem_alloc(nbytes: int, device: int) -> DeviceAllocation:
 
 
 def _driver_alloc(nbytes: int, device: int) -> int:
-    """A pointer to `nbytes` (> 0) from cuMemAlloc; its owner frees it."""
+    """A pointer to `nbytes` (> 0) from cuMemAlloc; its owner frees it. Made in `device`'s context pushed for the call,
+    whatever this thread's current context is: nbxcert's own record of it (`make_current`) cannot see another library
+    setting its own since, and memory on the wrong device would be a silent fault."""
     ptr = _CUdeviceptr()
-    with _in_context(device):
+    _call("cuCtxPushCurrent", _primary_context(device), what=f"device {device}")
+    try:
         _call("cuMemAlloc", ctypes.byref(ptr), nbytes, what=f"{nbytes} bytes on device {device}")
+    finally:
+        _call("cuCtxPopCurrent", ctypes.byref(_CUcontext()))
     return ptr.value
 
 

@@ -796,6 +796,27 @@ def test_fake_a_tensor_allocation_on_a_present_current_device_calls_no_driver_fu
     assert calls == ["cuCtxSetCurrent"] and cuda.current_device() == 0
 
 
+def test_fake_memory_is_allocated_in_its_devices_context_whatever_another_library_made_current(fake, monkeypatch):
+    """nbxcert skips setting a context it made current before (`make_current`); another library may have set its own
+    on the thread since, so a new block is allocated with the device's context pushed for the call."""
+    from nbxcert.kernels.tensor import empty
+
+    ctx0 = cuda.use_device(0)
+    ctx1 = cuda._primary_context(1)
+    fake.cuCtxSetCurrent(ctypes.c_void_p(ctx1))  # another library's doing, behind nbxcert's back
+    seen, real = [], cuda._call
+
+    def record(api, *args, **kwargs):
+        if api == "cuMemAlloc":
+            seen.append(fake.fake_current_context())
+        return real(api, *args, **kwargs)
+
+    monkeypatch.setattr(cuda, "_call", record)
+    t = empty((3, 1000), "float32", "cuda:0")  # a size no kept block has: a driver allocation
+    assert seen == [ctx0] and t.device.index == 0
+    assert fake.fake_current_context() == ctx1  # the other library's context left as it was
+
+
 def test_fake_a_block_given_back_while_the_cache_is_locked_waits_for_no_lock(fake):
     """A block comes back from its allocation's finalizer, which the cyclic garbage collector may run inside any
     allocation of a thread, the cache's own locked calls included: given back then, it must not wait for the lock the
