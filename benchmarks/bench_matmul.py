@@ -110,20 +110,27 @@ def run_peer(shapes, dtype: str, warmup_ms: float, rep_ms: float) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-GPU_STATE_FIELDS = "clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit,clocks_throttle_reasons.active"
+GPU_STATE_FIELDS = "clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit"
+# the active clock-limiting reasons, by the name newer drivers use, then by the older one
+GPU_REASON_FIELDS = ("clocks_event_reasons.active", "clocks_throttle_reasons.active")
 
 
 def gpu_state() -> list[str] | str:
-    """Each visible GPU's SM clock, temperature, power and active throttle reasons, as nvidia-smi reads them (it only
-    reads: the card's settings are left as found); a one-line reason when it cannot."""
-    try:
-        proc = subprocess.run(["nvidia-smi", f"--query-gpu={GPU_STATE_FIELDS}", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return f"nvidia-smi: {e}"
-    if proc.returncode != 0:
-        return f"nvidia-smi exit {proc.returncode}: {proc.stderr.strip()[:200]}"
-    return [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+    """Each visible GPU's SM clock (and its maximum), temperature, power (and its limit) and active clock-limiting
+    reasons (a bit mask), as nvidia-smi reads them (it only reads: the card's settings are left as found); a one-line
+    reason when it cannot."""
+    error = ""
+    for reasons in GPU_REASON_FIELDS + ("",):
+        fields = GPU_STATE_FIELDS + (f",{reasons}" if reasons else "")
+        try:
+            proc = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                                  capture_output=True, text=True, timeout=30)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return f"nvidia-smi: {e}"
+        if proc.returncode == 0:
+            return [f"{fields}: {line.strip()}" for line in proc.stdout.splitlines() if line.strip()]
+        error = f"nvidia-smi exit {proc.returncode}: {proc.stderr.strip()[:200]}"
+    return error
 
 
 def run_retime(items: list[dict], warmup_ms: float, rep_ms: float) -> dict:

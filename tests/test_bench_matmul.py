@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -46,3 +47,20 @@ def test_a_round_with_one_side_failed_counts_for_neither():
 def test_rounds_must_be_positive():
     with pytest.raises(SystemExit, match="--rounds 0"):
         bm.main(["--out", "/dev/null", "--rounds", "0"])
+
+
+def test_gpu_state_reads_the_clock_limiting_reasons_by_either_name(tmp_path, monkeypatch):
+    """A driver that knows only the older field name still reports the card's state (an nvidia-smi stand-in)."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'case "$1" in *clocks_event_reasons*) echo "Field is not a valid field" >&2; exit 2;; esac\n'
+        'echo "1980 MHz, 1980 MHz, 45, 120.5 W, 700.0 W, 0x0000000000000000"\n'
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    state = bm.gpu_state()
+    assert state == [f"{bm.GPU_STATE_FIELDS},clocks_throttle_reasons.active: 1980 MHz, 1980 MHz, 45, 120.5 W, "
+                     "700.0 W, 0x0000000000000000"]  # fmt: skip
+    monkeypatch.setenv("PATH", str(tmp_path / "none"))
+    assert bm.gpu_state().startswith("nvidia-smi: ")
