@@ -632,11 +632,17 @@ def throughput(args) -> dict:
 
 
 def winners(args) -> dict:
-    """Winner against default as recorded in the certificates: per kernel and over all, median / min / max."""
+    """Winner against default as recorded in the certificates: per kernel and over all, median / min / max; of one
+    workload's keys with --workload (those certified)."""
     from nbxcert.profiles import get_profile
 
+    profile = get_profile(args.profile)
+    entries = _entries(Path(args.dir), profile.key)
+    if args.workload:
+        wanted = {k.text() for k in _workload_keys(args.workload, profile)}
+        entries = {k: v for k, v in entries.items() if k in wanted}
     rows = []
-    for key, entry in sorted(_entries(Path(args.dir), get_profile(args.profile).key).items()):
+    for key, entry in sorted(entries.items()):
         default = entry.get("default")
         if default and default.get("timing"):
             ratio = default["timing"]["median_us"] / entry["winner"]["timing"]["median_us"]
@@ -645,7 +651,8 @@ def winners(args) -> dict:
     for kernel in sorted({r["kernel"] for r in rows}):
         xs = [r["x_default"] for r in rows if r["kernel"] == kernel]
         kernels[kernel] = {"keys": len(xs), "median": statistics.median(xs), "min": min(xs), "max": max(xs)}
-    return {"dir": args.dir, "profile": args.profile, "kernels": kernels, "all": distribution(rows, "x_default"),
+    return {"dir": args.dir, "profile": args.profile, "workload": args.workload, "kernels": kernels,
+            "all": distribution(rows, "x_default"),
             "best": max(rows, key=lambda r: r["x_default"]) if rows else None}  # fmt: skip
 
 
@@ -683,6 +690,7 @@ def main(argv=None) -> int:
     w = sub.add_parser("winners", help="certified winner against the untuned default, read from the certificates")
     w.add_argument("--dir", default="certificates")
     w.add_argument("--profile", default="hopper")
+    w.add_argument("--workload", default="", help="only this workload's keys (default: every certified key)")
     for p in (q, c, s, t, w):
         p.add_argument("--out", default="")
     args = ap.parse_args(argv)

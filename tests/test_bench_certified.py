@@ -79,11 +79,15 @@ def test_winners_reads_every_entry_with_a_timed_default():
     for f in (root / "cpu" / "interpreter").glob("*.json"):
         entries.update(json.loads(f.read_text())["entries"])
     timed = [e for e in entries.values() if e.get("default") and e["default"].get("timing")]
-    out = bc.winners(argparse.Namespace(dir=str(root), profile="interpreter"))
+    out = bc.winners(argparse.Namespace(dir=str(root), profile="interpreter", workload=""))
     assert out["all"]["n"] == len(timed) > 0
     assert sum(k["keys"] for k in out["kernels"].values()) == len(timed)
     best = max(e["default"]["timing"]["median_us"] / e["winner"]["timing"]["median_us"] for e in timed)
     assert out["best"]["x_default"] == best
+    # --workload: only that workload's certified keys (tinyllama-1.1b's 526 of the shipped Hopper certificates)
+    every = bc.winners(argparse.Namespace(dir=str(root), profile="hopper", workload=""))
+    tiny = bc.winners(argparse.Namespace(dir=str(root), profile="hopper", workload="tinyllama-1.1b"))
+    assert tiny["all"]["n"] == 526 < every["all"]["n"] and tiny["workload"] == "tinyllama-1.1b"
 
 
 def test_shard_text_is_read_and_refused_when_out_of_range():
