@@ -10,6 +10,7 @@ a winner that fails to compile is listed with the compiler's reason. Under the i
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,14 +46,35 @@ def compile_request(spec, config, dtypes, problems: dict, seed, profile_key: str
             "problems": problems, "seed": int(seed), "profile": profile_key}  # fmt: skip
 
 
+def phases(requests: Sequence[dict]) -> tuple[list[int], list[int]]:
+    """(the first request of each kernel, config and dtypes, every other one), as indices into `requests`. Requests
+    that share those compile one kernel and differ only in what their problems specialise (divisibility, sizes of
+    one): handed to a pool at once, its workers compiled that kernel side by side, each for nothing but the first. A
+    workload's 526 certified winners are 129 such kernels."""
+    first, rest, seen = [], [], set()
+    for i, request in enumerate(requests):
+        kernel = (request["spec"], json.dumps(request["config"], sort_keys=True), tuple(request["dtypes"]))
+        (rest if kernel in seen else first).append(i)
+        seen.add(kernel)
+    return first, rest
+
+
 def compile_all(requests: Sequence[dict], jobs: int | None = None) -> list[dict]:
     """Compile `requests` (`compile_request`) in a pool of `jobs` worker processes (default: the CPU count), filling
-    Triton's on-disk cache; the replies in the requests' order (status "compiled", or the refusal and its reason)."""
+    Triton's on-disk cache; the replies in the requests' order (status "compiled", or the refusal and its reason).
+    In two phases (`phases`): one request of each kernel first, then the others, which find it in the cache and
+    compile only the specialisations they add."""
     from nbxcert.worker import CompilePool
 
+    requests = list(requests)
+    replies: list[dict] = [{}] * len(requests)
     pool = CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
     try:
-        return pool.compile_all(list(requests), TIMEOUT_S)
+        for phase in phases(requests):
+            if phase:
+                for i, reply in zip(phase, pool.compile_all([requests[i] for i in phase], TIMEOUT_S)):
+                    replies[i] = reply
+        return replies
     finally:
         pool.close()
 

@@ -93,3 +93,36 @@ def test_on_the_gpu_a_compile_request_gives_its_inputs_memory_back(backend):
     assert status == "compiled"
     # the inputs are 512 MiB (B is 16384 x 16384 float16); what stays may be the driver's own, far less
     assert int(kept_bytes) < 64 << 20, f"{int(kept_bytes) >> 20} MiB still held after the compile request"
+
+
+def test_compile_all_compiles_each_kernel_once_before_its_other_specialisations(monkeypatch):
+    """Requests of one kernel, config and dtypes go to the pool after one of each has compiled (else its workers
+    compile that kernel side by side); the replies still come back in the requests' order."""
+    from nbxcert import warm, worker
+
+    batches = []
+
+    class Pool:
+        def __init__(self, env, modules, jobs):
+            self.closed = False
+
+        def compile_all(self, requests, timeout_s):
+            batches.append([r["name"] for r in requests])
+            return [{"status": "compiled", "name": r["name"]} for r in requests]
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(worker, "CompilePool", Pool)
+
+    def request(name, spec, block, dtype="float16"):
+        return {"op": "compile", "name": name, "spec": spec, "config": {"kwargs": {"BLOCK": block}, "num_warps": 4,
+                "num_stages": 1}, "dtypes": [dtype], "problems": {}, "seed": 0, "profile": "nvidia/hopper"}  # fmt: skip
+
+    requests = [request("a1", "rmsnorm", 1024), request("a2", "rmsnorm", 1024), request("b1", "rmsnorm", 2048),
+                request("c1", "rmsnorm", 1024, "bfloat16"), request("a3", "rmsnorm", 1024), request("d1", "rope", 1024),
+                request("b2", "rmsnorm", 2048)]  # fmt: skip
+    replies = warm.compile_all(requests, jobs=2)
+    assert batches == [["a1", "b1", "c1", "d1"], ["a2", "a3", "b2"]]
+    assert [r["name"] for r in replies] == [r["name"] for r in requests]
+    assert warm.phases([]) == ([], [])
