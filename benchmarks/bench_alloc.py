@@ -55,6 +55,9 @@ def main(argv=None) -> int:
     from nbxcert.kernels.backends import cuda
     from nbxcert.kernels.tensor import empty
 
+    ok, reason = cuda.device_present(0)
+    if not ok:
+        raise SystemExit(f"bench_alloc: no CUDA device 0 ({reason}); --fake measures over the tests' fake libcuda")
     shape = (args.rows, args.cols)
     for _ in range(200):
         empty(shape, "float16", "cuda:0")
