@@ -50,8 +50,9 @@ def code_text(source: bytes) -> bytes:
     blank lines and trailing spaces, so that an edit of prose alone keeps every digest (and no key is swept again for
     it). What is left is hashed as written: a change of code, its layout included, changes the digest. A docstring
     that shares a line with code is kept (removing whole lines only is what makes this exact)."""
-    text = source.decode("utf-8")
-    lines = text.splitlines()
+    # lines as Python counts them: only \r\n, \r and \n end one (str.splitlines also breaks at a form feed)
+    text = source.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
     cut: dict[int, int] = {}  # 0-based line -> the column its comment starts at
     dropped: set[int] = set()
     for node in ast.walk(ast.parse(text)):

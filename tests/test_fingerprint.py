@@ -82,6 +82,9 @@ def test_an_edit_of_comments_or_docstrings_alone_keeps_the_digest(fresh, monkeyp
     assert digests["code"] != before
     doc = b'def f():\n    """Doc."""  # why\n    return "#1"  # done\n\n\n'
     assert fingerprint.code_text(doc) == b'def f():\n    return "#1"'
+    # lines counted as Python counts them: a form feed (a page break) inside a docstring ends no line
+    paged = b'import os\r\n\x0c\ndef f():\n    """one\x0cpage"""\n    return 1  # c\n'
+    assert fingerprint.code_text(paged) == b"import os\ndef f():\n    return 1"
 
 
 def test_certify_skips_a_key_of_unchanged_code_across_versions_and_sweeps_it_when_its_code_changed(
