@@ -154,6 +154,7 @@ class Tensor:
     def __init__(self, storage: Storage, shape, strides, dtype: DType | str, offset: int = 0):
         # made for every view, so on a served launch's path: written for the host's time (benchmarks/RESULTS.md)
         self._storage = storage
+        self._ptr = None  # the address, found at the first `data_ptr` (a storage's address is fixed for its life)
         self.shape = shape = _check_shape(shape)
         self._strides = strides = tuple(map(int, strides))
         self.dtype = dtype = dtype if type(dtype) is DType else get_dtype(dtype)
@@ -206,8 +207,13 @@ class Tensor:
     def storage_offset(self) -> int:
         return self._offset
 
-    def data_ptr(self) -> int:  # Triton reads it for every pointer argument of every launch
-        return self._storage.data_ptr() + self._offset * self.dtype.itemsize
+    def data_ptr(self) -> int:
+        # read for every pointer argument of every launch (Triton's launcher, a plan's signature): several times a
+        # served call, so found once; the tensor holds its storage, whose memory is freed only after it is collected
+        ptr = self._ptr
+        if ptr is None:
+            ptr = self._ptr = self._storage.data_ptr() + self._offset * self.dtype.itemsize
+        return ptr
 
     def untyped_storage(self) -> Storage:
         return self._storage
@@ -453,7 +459,7 @@ class Tensor:
         return empty(size, self.dtype, device)
 
     def set_(self, storage: Storage, offset: int, size, stride) -> "Tensor":
-        self._storage, self._offset = storage, int(offset)
+        self._storage, self._offset, self._ptr = storage, int(offset), None
         self.shape, self._strides = tuple(size), tuple(stride)
         return self
 

@@ -97,3 +97,14 @@ def test_cuda_tensor_round_trip_and_strided_copy():
     gt.copy_(g)
     assert np.array_equal(gt.numpy(), a)
     assert np.array_equal(g.to("cpu").T.contiguous().numpy(), a.T)
+
+
+def test_data_ptr_is_the_views_address_and_follows_set():
+    """A tensor's address is found once (read for every pointer argument of every launch) and is its view's: the
+    storage's plus its offset; `set_` (the interpreter's protocol) points it at another storage."""
+    t = T.empty((4, 8), "float32")
+    base = t.untyped_storage().data_ptr()
+    assert t.data_ptr() == base and t[1].data_ptr() == base + 8 * 4 and t[1].data_ptr() == base + 32
+    other = T.Storage(64, "cpu")
+    t.set_(other, 2, (4,), (1,))
+    assert t.data_ptr() == other.data_ptr() + 2 * 4
