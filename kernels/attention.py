@@ -877,6 +877,28 @@ def _replay_decode(sig, tensors: tuple, out, workspace) -> Tensor | None:
     return out
 
 
+def _serve_decode(spec, tensors: tuple, problem_of, out, scale, config, workspace, max_len) -> Tensor:
+    """A decode call, contiguous or paged (`tensors`: q, k, v, lengths and the block table or None): its plan replayed
+    when one was kept for its signature, else validated (`problem_of()`, which may read the lengths to the host), its
+    config chosen (the caller's, else the served one) and launched, and its plan kept."""
+    sig = _decode_signature(tensors, out, workspace, scale, max_len) if config is None else None
+    replayed = _replay_decode(sig, tensors, out, workspace)
+    if replayed is not None:
+        return replayed
+    problem = problem_of()
+    q, k, v, lengths, block_table = tensors
+    out = empty(q.shape, q.dtype, q.device) if out is None else out
+    _check_workspace(workspace, q)
+    scale = _default_scale(q.shape[2], scale)
+
+    def run(c: Config) -> None:
+        _run(decode_launches(c, q, k, v, lengths, out, scale, workspace, block_table, max_len))
+
+    cfg = choose_config(spec, problem, (q.dtype.name,), config, run=run, outputs=(out,))
+    _launch_decode(cfg, sig, tensors, out, workspace, scale, max_len)
+    return out
+
+
 def _launch_decode(cfg: Config, sig, tensors: tuple, out: Tensor, workspace, scale: float, max_len) -> None:
     """Launch `cfg` for a decode call (`scale` already defaulted) and keep its plan (`sig` not None): the workspace a
     split config needs is made here when the caller gave none, so the plan holds it as one of the call's tensors."""
@@ -960,22 +982,16 @@ def decode_attention(
     `workspace`: contiguous float32 of at least `decode_workspace_elements(batch, heads, dim)` elements, enough for
     every candidate (`decode_workspace` makes one; allocated per call when None). Returns `out` [batch, heads, dim].
     The config is the caller's, else the one serving chooses (`choose_config`)."""
-    tensors = (q, k_cache, v_cache, lengths, None)
-    sig = _decode_signature(tensors, out, workspace, scale, max_len) if config is None else None
-    replayed = _replay_decode(sig, tensors, out, workspace)
-    if replayed is not None:
-        return replayed
-    problem = decode_problem(q, k_cache, v_cache, lengths, out, max_len)
-    out = empty(q.shape, q.dtype, q.device) if out is None else out
-    _check_workspace(workspace, q)
-    scale = _default_scale(q.shape[2], scale)
-
-    def run(c: Config) -> None:
-        _run(decode_launches(c, q, k_cache, v_cache, lengths, out, scale, workspace, max_len=max_len))
-
-    cfg = choose_config(DECODE_ATTENTION, problem, (q.dtype.name,), config, run=run, outputs=(out,))
-    _launch_decode(cfg, sig, tensors, out, workspace, scale, max_len)
-    return out
+    return _serve_decode(
+        DECODE_ATTENTION,
+        (q, k_cache, v_cache, lengths, None),
+        lambda: decode_problem(q, k_cache, v_cache, lengths, out, max_len),
+        out,
+        scale,
+        config,
+        workspace,
+        max_len,
+    )
 
 
 def _check_block_table_tensor(block_table: Tensor, batch: int) -> None:
@@ -1062,22 +1078,16 @@ def paged_decode_attention(
     (the table and lengths read to the host), at the first synchronisation after it with `max_len` (the kernel
     checks; nothing is read to the host). `workspace`, `max_len` and the config as in `decode_attention`. Returns
     `out` [batch, heads, dim]."""
-    tensors = (q, k_pool, v_pool, lengths, block_table)
-    sig = _decode_signature(tensors, out, workspace, scale, max_len) if config is None else None
-    replayed = _replay_decode(sig, tensors, out, workspace)
-    if replayed is not None:
-        return replayed
-    problem = paged_decode_problem(q, k_pool, v_pool, block_table, lengths, out, max_len)
-    out = empty(q.shape, q.dtype, q.device) if out is None else out
-    _check_workspace(workspace, q)
-    scale = _default_scale(q.shape[2], scale)
-
-    def run(c: Config) -> None:
-        _run(decode_launches(c, q, k_pool, v_pool, lengths, out, scale, workspace, block_table, max_len))
-
-    cfg = choose_config(PAGED_DECODE_ATTENTION, problem, (q.dtype.name,), config, run=run, outputs=(out,))
-    _launch_decode(cfg, sig, tensors, out, workspace, scale, max_len)
-    return out
+    return _serve_decode(
+        PAGED_DECODE_ATTENTION,
+        (q, k_pool, v_pool, lengths, block_table),
+        lambda: paged_decode_problem(q, k_pool, v_pool, block_table, lengths, out, max_len),
+        out,
+        scale,
+        config,
+        workspace,
+        max_len,
+    )
 
 
 # --- inputs and oracles ----------------------------------------------------------------------------------------------
