@@ -339,24 +339,21 @@ def context_poisoned() -> int | None:
 
 
 # --- driver and devices -----------------------------------------------------------------------------------------------
-_present: set[int] = set()  # device ordinals `device_present` found (a device does not leave a running process)
-
-
 def device_present(index: int) -> tuple[bool, str]:
     """(present, reason): whether libcuda is usable and has a device `index`. Every device tensor made asks, so a
-    device once found present is answered from memory, with no driver call. Never raises."""
-    if index in _present:
+    device found once is answered from `_device`'s memo, with no driver call. Never raises."""
+    if type(index) is int and index in _devices:  # not a bool: True == 1 would find device 1
         return True, ""
     ok, reason = available()
     if not ok:
         return False, reason
     try:
         count = device_count()
-    except (BackendUnavailable, CudaError) as e:
+        if type(index) is int and not 0 <= index < count:
+            return False, f"this machine has {count} CUDA device(s)"
+        _device(index)  # refuses a non-int index
+    except (BackendUnavailable, CudaError, DeviceNotFound) as e:
         return False, str(e)
-    if not 0 <= index < count:
-        return False, f"this machine has {count} CUDA device(s)"
-    _present.add(index)
     return True, ""
 
 

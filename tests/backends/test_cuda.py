@@ -589,7 +589,6 @@ FAKE_STATE = {
     "_tls": threading.local,
     "_blocks": lambda: cuda._BlockCache(),
     "_sync_hooks": list,
-    "_present": set,
 }
 
 
