@@ -43,6 +43,10 @@ PROVENANCE_FIELDS = {
     "host_os": str,
     "backend": str,
 }
+# The provenance fields that name the card and the software besides nbxcert itself: a certification made with the same
+# ones and the same code (`code`, else nbxcert's version) is one run configuration (`certify.same_card` skips a rerun
+# on them, `certtools` merges by them).
+CARD_FIELDS = ("gpu", "gpu_memory_bytes", "compute_capability", "driver", "triton", "backend")
 # code: the digest of the source a certification depends on (`nbxcert.fingerprint`; entries before 0.4.0 have none)
 PROVENANCE_OPTIONAL = {"code": str}
 # cuda_events: event pairs around each call as the host queued it (nbxcert < 0.3.0; a kernel shorter than its launch

@@ -132,8 +132,7 @@ def memory_class(profile, prov: dict[str, Any]) -> str:
 def same_card(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether a stored certification was made on the same card, driver and Triton with the same code (then a rerun
     skips it): the same `code` digest (`nbxcert.fingerprint`) when both hold one, else the same nbxcert version."""
-    fields = ["gpu", "gpu_memory_bytes", "compute_capability", "driver", "triton", "backend"]
-    fields.append("code" if "code" in a and "code" in b else "nbxcert")
+    fields = certificates.CARD_FIELDS + ("code" if "code" in a and "code" in b else "nbxcert",)
     return all(a.get(f) == b.get(f) for f in fields)
 
 

@@ -36,7 +36,7 @@ from nbxcert.keys import parse_key
 
 # The provenance fields that say which card and which software made a certification: equal in all of them means one
 # run configuration (`certify.same_card` skips a rerun on the same ones).
-SOURCE_FIELDS = ("gpu", "gpu_memory_bytes", "compute_capability", "driver", "triton", "nbxcert", "backend", "code")
+SOURCE_FIELDS = certificates.CARD_FIELDS + ("nbxcert", "code")
 PREFER = ("newest", "fastest")
 _IGNORED_DIRS = ("__pycache__",)
 
