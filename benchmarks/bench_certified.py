@@ -642,6 +642,10 @@ def winners(args) -> dict:
         wanted = {k.text() for k in _workload_keys(args.workload, profile)}
         entries = {k: v for k, v in entries.items() if k in wanted}
     rows = []
+    # the kernels a process serving these keys compiles (one per kernel, dtypes and winner config, before what each
+    # key's problems specialise): what `nbxcert warm` compiles first (`nbxcert.warm.phases`)
+    compiled = {(k.split("[", 1)[0], k.split(";", 1)[1], json.dumps(e["winner"]["config"], sort_keys=True))
+                for k, e in entries.items()}  # fmt: skip
     for key, entry in sorted(entries.items()):
         default = entry.get("default")
         if default and default.get("timing"):
@@ -651,7 +655,8 @@ def winners(args) -> dict:
     for kernel in sorted({r["kernel"] for r in rows}):
         xs = [r["x_default"] for r in rows if r["kernel"] == kernel]
         kernels[kernel] = {"keys": len(xs), "median": statistics.median(xs), "min": min(xs), "max": max(xs)}
-    return {"dir": args.dir, "profile": args.profile, "workload": args.workload, "kernels": kernels,
+    return {"dir": args.dir, "profile": args.profile, "workload": args.workload, "keys": len(entries),
+            "distinct_winners": len(compiled), "kernels": kernels,
             "all": distribution(rows, "x_default"),
             "best": max(rows, key=lambda r: r["x_default"]) if rows else None}  # fmt: skip
 

@@ -24,3 +24,15 @@ def test_bench_alloc_over_the_fake_driver_reuses_one_block(tmp_path):
     result = json.loads(out.read_text())
     assert result["driver"].startswith("fake libcuda") and len(result["runs_us"]) == 2 and result["alloc_us"] > 0
     assert result["block_cache"]["in_use"] and result["block_cache"]["held_bytes"] == {"0": 4096}
+
+
+def test_bench_alloc_without_a_gpu_says_so_in_one_line(tmp_path):
+    """Without --fake on a machine with no CUDA device: one line naming the device and the way to measure anyway."""
+    from nbxcert.kernels.backends import cuda
+
+    if cuda.device_present(0)[0]:
+        pytest.skip("this machine has a CUDA device 0")
+    run = [sys.executable, str(ROOT / "benchmarks" / "bench_alloc.py"), "--calls", "1", "--repeats", "1"]
+    done = subprocess.run(run, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().startswith("bench_alloc: no CUDA device 0 (") and "--fake" in done.stderr

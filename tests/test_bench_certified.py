@@ -84,6 +84,13 @@ def test_winners_reads_every_entry_with_a_timed_default():
     assert sum(k["keys"] for k in out["kernels"].values()) == len(timed)
     best = max(e["default"]["timing"]["median_us"] / e["winner"]["timing"]["median_us"] for e in timed)
     assert out["best"]["x_default"] == best
+    # the kernels serving these keys compiles: one per kernel, dtypes and winner config
+    from nbxcert.keys import parse_key
+
+    keys = {k: parse_key(k) for k in entries}
+    winners = {(keys[k].kernel, tuple(keys[k].dtypes), json.dumps(e["winner"]["config"], sort_keys=True))
+               for k, e in entries.items()}  # fmt: skip
+    assert out["keys"] == len(entries) and out["distinct_winners"] == len(winners) < len(entries)
     # --workload: only that workload's certified keys (tinyllama-1.1b's 526 of the shipped Hopper certificates)
     every = bc.winners(argparse.Namespace(dir=str(root), profile="hopper", workload=""))
     tiny = bc.winners(argparse.Namespace(dir=str(root), profile="hopper", workload="tinyllama-1.1b"))
