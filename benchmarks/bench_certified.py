@@ -12,7 +12,8 @@ quality     For every key of the workload certified in --dir for this device's p
             key in --resweep-every; 0: none), and (c) for matmul and attention keys the peer (cuBLAS through
             torch.matmul, SDPA) in its own process. All our timings use the sweep's own full budget
             (`nbxcert.runner.time_launch`: CUDA events, L2 flushed). Ratios are other / winner (above 1: the winner
-            is faster); reported as median, the worst 5% and the worst keys by name.
+            is faster); reported as median, the worst 5% and the worst keys by name. --stop-after S measures no key
+            after S seconds and still times the peer over those measured; --start N goes on from there.
 coldstart   A fresh process runs the workload's launch sequence once (every launch at its real shape, through the
             serving path `nbxcert.serve.config_for`), from process start to the last result: with the certificates
             of --dir, the same after `nbxcert.warm.warm` of the workload inside that process (its winners compiled
@@ -50,6 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
+STARTED = time.monotonic()  # quality --stop-after counts from here
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import common  # noqa: E402
@@ -207,7 +209,7 @@ def quality(args) -> dict:
     if args.limit:
         keys = keys[: args.limit]
     index, count = _shard(args.shard)
-    keys = keys[index::count]
+    keys = keys[index::count][args.start :]  # --start: a shard's keys after those an earlier, stopped run measured
     # one key in N of this shard (chosen before sharding, every re-swept key fell in shard 0 when N and the shard
     # count share a factor, and that shard took twice as long)
     chosen = {k.text() for i, k in enumerate(keys) if args.resweep_every and i % args.resweep_every == 0}
@@ -234,9 +236,15 @@ def quality(args) -> dict:
         print(f"[quality] compiled {done} of {len(requests)} configs ahead in {time.perf_counter() - t0:.1f} s",
               file=sys.stderr)  # fmt: skip
     rows, peer_cases = [], []
-    interrupted = False
+    interrupted = stopped = False
     try:  # a device call's time limit (SIGINT) ends the loop, not the report: the keys measured so far are kept
         for i, key in enumerate(keys):
+            if args.stop_after is not None and time.monotonic() - STARTED > args.stop_after:
+                # stopped before the call's limit, the peer still timed over the keys measured
+                stopped = True
+                print(f"[quality] stopped after {args.stop_after:g} s: {len(rows)} of {len(keys)} keys measured; "
+                      f"the rest: --start {args.start + len(rows)}", file=sys.stderr)  # fmt: skip
+                break
             entry = entries[key.text()]
             spec = get_spec(key.kernel)
             problems = entry["certified_problems"]
@@ -287,6 +295,8 @@ def quality(args) -> dict:
         "keys_in_workload": len(_workload_keys(args.workload, profile)),
         "keys_measured": len(rows),
         "interrupted": interrupted,
+        "start": args.start,
+        "stopped": stopped,
         "x_default": distribution(rows, "x_default"),
         "x_resweep": distribution(rows, "x_resweep"),
         "x_peer": distribution(rows, "x_peer"),
@@ -673,6 +683,13 @@ def main(argv=None) -> int:
     q.add_argument("--kernels", default="", help="only the keys of these kernels, comma-separated (default: all)")
     q.add_argument("--shard", default="0/1", help="i/n: every n-th certified key from the i-th (one shard per GPU)")
     q.add_argument("--jobs", type=int, default=0, help="compile workers (0: the CPU count)")
+    q.add_argument("--start", type=int, default=0, help="skip the shard's first N keys (measured by an earlier run)")
+    q.add_argument(
+        "--stop-after",
+        type=float,
+        default=None,
+        help="measure no further key this many seconds after the start; the peer runs over those measured",
+    )
     c = sub.add_parser("coldstart", help="a workload's launch sequence in a fresh process: certified vs swept")
     c.add_argument("--workload", required=True)
     c.add_argument("--dir", default="certificates")

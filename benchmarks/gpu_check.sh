@@ -101,17 +101,21 @@ case "${SET:-}" in
             # a workload too long for one call in more shards: QUALITY_OF=4 QUALITY_FIRST=0, then QUALITY_FIRST=2;
             # QUALITY_KERNELS=flash_attention,decode_attention: those kernels' keys alone
     # (and on GPU 0 first, #8's third measurement: the serving overhead with its profile, ~30 s, and the host cost of
-    # an allocated output, bench_alloc.py, ~5 s)
+    # an allocated output, bench_alloc.py, ~5 s). The quality run measures no key after QUALITY_STOP seconds (the
+    # time left, less PEER_S for the peer over the keys measured); QUALITY_START_<gpu>=N goes on from where that GPU's
+    # stopped run said.
     of=${QUALITY_OF:-1}
-    q=540
+    start_var=QUALITY_START_${CUDA_VISIBLE_DEVICES:-0}
+    t0=$(date +%s)
     if [ "${CUDA_VISIBLE_DEVICES:-0}" = 0 ]; then
       step serving 100 env PYTHONPATH=/tmp/notorch python3 benchmarks/bench_certified.py serving --profile \
         --out "$OUT/serving.json"
       step bench_alloc 40 env PYTHONPATH=/tmp/notorch python3 benchmarks/bench_alloc.py --out "$OUT/alloc.json"
-      q=400
     fi
+    q=$(( ${QUALITY_S:-545} - ($(date +%s) - t0) ))
     step quality $q python3 benchmarks/bench_certified.py quality --workload "${WORKLOAD:?}" --dir certificates \
       --shard "$(( ${QUALITY_FIRST:-0} + ${CUDA_VISIBLE_DEVICES:-0} ))/$of" --jobs $(( $(nproc) / (of < 2 ? 1 : 2) )) \
+      --start "${!start_var:-0}" --stop-after "$(( q - ${PEER_S:-110} ))" \
       ${QUALITY_KERNELS:+--kernels "$QUALITY_KERNELS"} --out "$OUT/quality.json"
     ;;
   *) echo "SET must be first, second, core, families, matmul, mistral_attention, sq, moe, quality or cold" >&2; exit 2 ;;

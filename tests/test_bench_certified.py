@@ -122,6 +122,25 @@ def test_quality_of_a_shard_times_every_nth_key(tmp_path, monkeypatch):
     assert len(every) == 4 and rows("1/2") == every[1::2]
 
 
+def test_quality_stopped_early_says_where_to_go_on_and_start_goes_on_there(tmp_path, monkeypatch):
+    """`--stop-after` ends the loop before a device call's limit would (the peer then still runs over the keys measured)
+    and `--start` measures a shard's keys after those: together they are the shard, in order."""
+    monkeypatch.setenv("NBXCERT_BACKEND", "interpreter")
+    base = ["quality", "--workload", "demo", "--dir", str(ROOT / "certificates"), "--limit", "4"]
+    base += ["--resweep-every", "0"]
+
+    def run(*extra):
+        out = tmp_path / "q.json"
+        assert bc.main(base + list(extra) + ["--out", str(out)]) == 0
+        return json.loads(out.read_text())
+
+    every = [r["key"] for r in run()["rows"]]
+    stopped = run("--stop-after", "0")
+    assert stopped["stopped"] and stopped["keys_measured"] == 0 and not stopped["interrupted"]
+    rest = run("--start", "1")
+    assert [r["key"] for r in rest["rows"]] == every[1:] and rest["start"] == 1 and not rest["stopped"]
+
+
 def test_quality_of_some_kernels_times_only_their_keys(tmp_path, monkeypatch):
     """`quality --kernels` keeps the keys of the kernels named (the attention keys again, against a corrected peer)
     and refuses a name no certified key of the workload has."""
