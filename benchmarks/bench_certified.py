@@ -16,8 +16,9 @@ quality     For every key of the workload certified in --dir for this device's p
             after S seconds and still times the peer over those measured; --start N goes on from there.
 coldstart   A fresh process runs the workload's launch sequence once (every launch at its real shape, through the
             serving path `nbxcert.serve.config_for`), from process start to the last result: with the certificates
-            of --dir, the same after `nbxcert.warm.warm` of the workload inside that process (its winners compiled
-            at once in a pool), the certified run again with the Triton cache the first filled (a restart), then
+            of --dir, the same with the workload's winners compiled in a pool inside that process (--warm
+            background: `nbxcert.warm.start`, the launches going on meanwhile; block: `nbxcert.warm.warm` before the
+            first launch), the certified run again with the Triton cache the first filled (a restart), then
             with an empty certificate directory (a run-time sweep of every key), each but the restart with an empty
             Triton cache of its own. With --autotune, also triton.autotune's procedure on the same
             candidates (each key's kept candidates compiled in turn and timed by Triton's benchmarker with the
@@ -318,13 +319,20 @@ a = json.loads(sys.argv[1])
 choice = select()
 profile = get_profile(a["profile"])
 warm_s = 0.0
-if a["warm"]:  # compile every certified winner of the workload at once, in a pool, before the first launch
+if a["warm"] == "block":  # compile every certified winner of the workload at once, in a pool, before the first launch
     from nbxcert.warm import warm
     from nbxcert.workload import workload_keys
     t0 = time.perf_counter()
     warm(profile.key, workload_keys(load_workload(a["workload"]), profile), [a["dir"]])
     warm_s = time.perf_counter() - t0
 serve.configure(dirs=[a["dir"]], certified_only=a["certified_only"])
+warming = None
+if a["warm"] == "background":  # the same pool in the background (nbxcert.warm.start), the launches going on meanwhile
+    from nbxcert.warm import start
+    from nbxcert.workload import workload_keys
+    t0 = time.perf_counter()
+    warming = start(profile.key, workload_keys(load_workload(a["workload"]), profile))
+    warm_s = time.perf_counter() - t0  # the index read and the thread started; the pool's own time is reported below
 if a["autotune"]:
     # triton.autotune's procedure on the same candidates: at a key's first launch every candidate the profile keeps
     # is compiled in turn (on its first run) and timed by Triton's benchmarker with the autotuner's defaults
@@ -380,6 +388,13 @@ if choice.name == "cuda":
     cuda.synchronize()
 result = {"launches": n, "inputs_s": made, "warm_s": warm_s, "in_process_s": time.perf_counter() - t_start,
           "elapsed": elapsed}
+if warming is not None:  # whether the pool had finished by the last launch (the run does not wait for it: the
+    # sequence's end is the figure; workers still compiling are stopped at the process's exit)
+    result["background_done"] = warming.done()
+    if result["background_done"]:
+        report = warming.wait()
+        result.update(background_compiled=report.compiled, background_failed=len(report.failed),
+                      background_s=round(report.seconds, 3))
 if a["autotune"]:
     result.update(keys_tuned=len(tuned), candidates_skipped=len(skipped), skipped_first=skipped[:5])
 print(json.dumps(result))
@@ -392,7 +407,7 @@ def _cold_run(
     directory: str,
     certified_only: bool,
     limit_s: float,
-    warm: bool = False,
+    warm: str = "",
     gpu: str = "",
     autotune: bool = False,
     max_launches: int = 0,
@@ -451,7 +466,7 @@ def coldstart(args) -> dict:
     phases = [
         {
             "certified": dict(served, triton_cache=certified_cache),
-            "warmed": dict(served, warm=True),
+            "warmed": dict(served, warm=args.warm),
         },
         # a restart: the certified run again, with the Triton cache the first one filled (what a second start costs)
         {"certified_restart": dict(served, triton_cache=certified_cache)},
@@ -482,6 +497,7 @@ def coldstart(args) -> dict:
         "profile": profile.key,
         "concurrent_on_gpus": gpus,
         "certified": certified,
+        "warm": args.warm,
         "certified_warmed": warmed,
         "certified_restart": results["certified_restart"],
         "runtime_sweep": swept,
@@ -495,7 +511,8 @@ def coldstart(args) -> dict:
         autotuned = results["autotuned"]
         out.update(triton_autotune=autotuned, speedup_vs_autotune=ratio(certified, autotuned),
                    speedup_vs_autotune_is_lower_bound=bool(autotuned.get("cut_at_limit")),
-                   speedup_vs_autotune_over_common_prefix=prefix_ratio(certified, autotuned))  # fmt: skip
+                   speedup_vs_autotune_over_common_prefix=prefix_ratio(certified, autotuned),
+                   speedup_warmed_vs_autotune_over_common_prefix=prefix_ratio(warmed, autotuned))  # fmt: skip
     return out
 
 
@@ -698,6 +715,12 @@ def main(argv=None) -> int:
     c.add_argument("--autotune", action="store_true", help="also a run with triton.autotune's procedure")
     c.add_argument("--gpus", default="", help='run each phase\'s runs at once on these GPUs, e.g. "0,1"')
     c.add_argument("--max-launches", type=int, default=0, help="only the first N launches of the sequence (0: all)")
+    c.add_argument(
+        "--warm",
+        choices=("block", "background"),
+        default="background",
+        help="the warmed run: its winners compiled in a pool before the first launch, or meanwhile",
+    )
     s = sub.add_parser("serving", help="per-launch cost of the served path against a direct launch")
     s.add_argument("--dir", default="certificates")
     s.add_argument("--rows", type=int, default=1)

@@ -91,10 +91,14 @@ case "${SET:-}" in
       --shapes qwen3:up:4096,qwen3:down:4096
     ;;
   cold)  # #8's cold start for $WORKLOAD: the certified and warmed runs at once, then the swept and autotuned runs
-        # at once, dealt over the GPUs (no certified run shares the host with a sweep's compile workers)
+        # at once, dealt over the GPUs (no certified run shares the host with a sweep's compile workers); the warmed
+        # run compiles its winners in the background (nbxcert.warm.start; COLD_WARM=block: before the first launch),
+        # whose GPU tests run first
     gpus=$(seq -s, 0 $(( $(nvidia-smi -L | wc -l) - 1 )))
+    step tests_warm 90 "${TESTS[@]}" tests/test_warm.py
     step coldstart 580 python3 benchmarks/bench_certified.py coldstart --workload "${WORKLOAD:?}" --dir certificates \
-      --gpus "$gpus" --certified-limit 150 --sweep-limit 360 --autotune --out "$OUT/coldstart.json"
+      --gpus "$gpus" --certified-limit 150 --sweep-limit "${COLD_SWEEP_S:-360}" --autotune \
+      --warm "${COLD_WARM:-background}" --out "$OUT/coldstart.json"
     ;;
   quality)  # #8's first measurement for $WORKLOAD, one shard of its keys per GPU: run it through gpu_pair.sh
             # (SET_A=quality SET_B=quality QUALITY_OF=2), each shard taking the GPU it was given and half the cores;

@@ -4,14 +4,16 @@
 A serving process that meets a key for the first time compiles its certified config then, one kernel after the other
 (a second or more each on a GPU). `warm` compiles every certified winner of a workload (or keys file, or key texts)
 at both ends of its key's bucket (the specialisations a launch of that key meets) in a pool of worker processes, as the
-sweep compiles its candidates, so the first launches only load them. A key with no certificate is listed as missing;
-a winner that fails to compile is listed with the compiler's reason. Under the interpreter nothing is compiled.
+sweep compiles its candidates, so the first launches only load them; `start` does it in the background of a serving
+process, which launches meanwhile. A key with no certificate is listed as missing; a winner that fails to compile is
+listed with the compiler's reason. Under the interpreter nothing is compiled.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -80,19 +82,16 @@ def compile_all(requests: Sequence[dict], jobs: int | None = None) -> list[dict]
         pool.close()
 
 
-def warm(
-    profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None = None, jobs: int | None = None
-) -> WarmReport:
-    import time
-
+def _requests(profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None):
+    """(the report so far, each certified key's compile request, their key texts): the serving index read in the
+    caller's thread."""
     from nbxcert import serve
     from nbxcert.certify import resolve_profile
     from nbxcert.kernels.backends import select
     from nbxcert.kernels.spec import get_spec
 
     profile, _how = resolve_profile(profile_name)
-    choice = select()
-    report = WarmReport(profile.key, choice.name, keys=len(keys))
+    report = WarmReport(profile.key, select().name, keys=len(keys))
     if dirs is not None:
         serve.configure(dirs=dirs)
     index = serve.state().index
@@ -108,17 +107,79 @@ def warm(
         requests.append(compile_request(spec, config, key.dtypes, entry["certified_problems"], entry["seed"],
                                         profile.key))  # fmt: skip
         names.append(text)
+    return report, requests, names
+
+
+def _compile(report: WarmReport, requests: list[dict], names: list[str], jobs: int | None) -> WarmReport:
+    import time
+
     t0 = time.perf_counter()
-    if choice.name == "cuda" and requests:
+    if report.backend == "cuda" and requests:
         for text, reply in zip(names, compile_all(requests, jobs)):
             if reply.get("status") == "compiled":
                 report.compiled += 1
             else:
                 report.failed.append((text, f"{reply.get('status')}: {reply.get('reason', '')}"))
-    elif choice.name != "cuda":
+    elif report.backend != "cuda":
         report.compiled = len(requests)
     report.seconds = time.perf_counter() - t0
     return report
+
+
+def warm(
+    profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None = None, jobs: int | None = None
+) -> WarmReport:
+    """Compile the certified winners of `keys` (in their order) in a pool and wait for them (`nbxcert warm`)."""
+    return _compile(*_requests(profile_name, keys, dirs), jobs)
+
+
+class Warming:
+    """A `warm` going on in a thread of this process (`start`): the caller launches meanwhile."""
+
+    def __init__(self, report: WarmReport, requests: list[dict], names: list[str], jobs: int | None) -> None:
+        import threading
+
+        self._report: WarmReport | None = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._report = _compile(report, requests, names, jobs)
+            except BaseException as e:  # kept for wait(), which raises it in the caller's thread, and said now: the
+                # launches go on compiling their own kernels, so nothing else would show it
+                self._error = e
+                print(f"[nbxcert] warm in the background stopped: {type(e).__name__}: {e}; launches compile their "
+                      "kernels themselves", file=sys.stderr)  # fmt: skip
+
+        self._thread = threading.Thread(target=run, name="nbxcert-warm", daemon=True)
+        self._thread.start()
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def wait(self, timeout: float | None = None) -> WarmReport:
+        """The report once every winner has compiled (or failed to); raises what the compiling raised, or
+        `TimeoutError` after `timeout` seconds."""
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"nbxcert warm: still compiling after {timeout:g} s")
+        if self._error is not None:
+            raise self._error
+        assert self._report is not None
+        return self._report
+
+
+def start(
+    profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None = None, jobs: int | None = None
+) -> Warming:
+    """`warm` in the background: the certified winners of `keys` compiled in a pool of `jobs` worker processes
+    (default: the CPU count less one, the caller's own thread keeping a core) while the caller goes on. Give the keys
+    in the order the process will first launch them (`workload.workload_keys` does): the pool takes one kernel of each
+    first, in that order, so it stays ahead of the launches. A launch that meets a kernel the pool has not compiled yet
+    compiles it itself, as it would have without the pool; one the pool has compiled only loads it from Triton's cache.
+    The index is read before this returns (a key with no certificate is in the report's `missing`)."""
+    report, requests, names = _requests(profile_name, keys, dirs)
+    return Warming(report, requests, names, jobs if jobs else max(1, (os.cpu_count() or 2) - 1))
 
 
 _ahead_pool = None

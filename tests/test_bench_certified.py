@@ -201,6 +201,10 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
     for run in ("certified", "certified_warmed", "certified_restart", "runtime_sweep"):
         assert result[run]["launches"] == 3 and len(result[run]["elapsed"]) == 3, result[run]
         assert result[run]["elapsed"] == sorted(result[run]["elapsed"])
+    # the warmed run's pool went on in the background (nbxcert.warm.start) over the workload's 23 certified keys
+    warmed = result["certified_warmed"]
+    assert result["warm"] == "background" and warmed["background_done"]
+    assert warmed["background_compiled"] == 23 and warmed["background_failed"] == 0
     prefix = result["speedup_over_common_prefix"]
     assert prefix["launches"] == 3 and prefix["ratio"] > 1.0
     assert not result["speedup_is_lower_bound"]

@@ -50,6 +50,30 @@ def test_on_the_gpu_warm_compiles_the_certified_winner(backend, tmp_path):
 
 
 @pytest.mark.gpu
+def test_on_the_gpu_start_compiles_the_winner_while_the_caller_launches(backend, tmp_path):
+    """`warm.start` on the card: the caller's launch of the key goes on while the pool compiles; the report says the
+    winner compiled, and its binary is in the cache."""
+    if backend.name != "cuda":
+        pytest.skip("needs the cuda backend")
+    code = (
+        "import numpy as np\nfrom nbxcert import warm\nfrom nbxcert.keys import parse_key\n"
+        "from nbxcert.kernels import rows\nfrom nbxcert.kernels.backends import select\n"
+        "from nbxcert.kernels.tensor import from_numpy\n"
+        f"handle = warm.start('hopper', [parse_key({HOPPER_KEY!r})], [{str(ROOT / 'certificates')!r}], jobs=2)\n"
+        "d = select().device\nx = from_numpy(np.ones((1, 2048)), 'float16', d)\n"
+        "w = from_numpy(np.ones(2048), 'float16', d)\nout = rows.rmsnorm(x, w).numpy()\nr = handle.wait(300)\n"
+        "print(r.compiled, len(r.failed), len(r.missing), float(out[0, 0]))\n"
+    )
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton"), "NBXCERT_CACHE_DIR": str(tmp_path / "c"),
+           "NBXCERT_BACKEND": "cuda", "NBXCERT_CERTIFIED_ONLY": "1"}  # fmt: skip
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr
+    compiled, failed, missing, first = r.stdout.split()
+    assert (compiled, failed, missing) == ("1", "0", "0") and abs(float(first) - 1.0) < 1e-2
+    assert any((tmp_path / "triton").rglob("*.cubin"))
+
+
+@pytest.mark.gpu
 def test_on_the_gpu_compile_ahead_fills_the_cache_for_the_launches_that_follow(backend, tmp_path):
     """The GPU tests' and benchmarks' helper: every config compiled in the pool, its binary in Triton's cache."""
     if backend.name != "cuda":
@@ -126,3 +150,80 @@ def test_compile_all_compiles_each_kernel_once_before_its_other_specialisations(
     assert batches == [["a1", "b1", "c1", "d1"], ["a2", "a3", "b2"]]
     assert [r["name"] for r in replies] == [r["name"] for r in requests]
     assert warm.phases([]) == ([], [])
+
+
+def _blocking_pool(monkeypatch, gate, jobs_seen, fail=None):
+    """A compile pool that answers once `gate` is set (or raises `fail`), recording the jobs it was given."""
+    from nbxcert import worker
+
+    class Pool:
+        def __init__(self, env, modules, jobs):
+            jobs_seen.append(jobs)
+
+        def compile_all(self, requests, timeout_s):
+            assert gate.wait(30), "the test never opened the gate"
+            if fail is not None:
+                raise fail
+            return [{"status": "compiled"} for _ in requests]
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(worker, "CompilePool", Pool)
+
+
+def test_start_compiles_in_the_background_while_the_caller_goes_on(monkeypatch):
+    """`warm.start` returns before the pool has answered; `wait` gives the report once it has, and says when it is
+    still compiling. The pool gets every core but the caller's."""
+    import threading
+
+    from nbxcert import warm
+
+    gate, jobs = threading.Event(), []
+    _blocking_pool(monkeypatch, gate, jobs)
+    requests = [{"spec": "rmsnorm", "config": {"BLOCK": b}, "dtypes": ["float16"]} for b in (1, 2, 3)]
+    report = warm.WarmReport("nvidia/hopper", "cuda", keys=4, missing=["k4"])
+    monkeypatch.setattr(warm, "_requests", lambda profile, keys, dirs: (report, requests, ["k1", "k2", "k3"]))
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    handle = warm.start("hopper", [])
+    assert not handle.done()
+    with pytest.raises(TimeoutError, match="still compiling after 0.05 s"):
+        handle.wait(0.05)
+    gate.set()
+    done = handle.wait(30)
+    assert handle.done() and done.compiled == 3 and done.missing == ["k4"] and done.failed == []
+    assert jobs == [15]
+
+
+def test_a_background_warm_that_fails_says_so_at_once_and_at_wait(monkeypatch, capsys):
+    import threading
+
+    from nbxcert import warm
+
+    gate, jobs = threading.Event(), []
+    gate.set()
+    _blocking_pool(monkeypatch, gate, jobs, fail=OSError("no worker could start"))
+    report = warm.WarmReport("nvidia/hopper", "cuda", keys=1)
+    monkeypatch.setattr(warm, "_requests", lambda profile, keys, dirs: (report, [{"spec": "rmsnorm", "config": {},
+                        "dtypes": []}], ["k1"]))  # fmt: skip
+    handle = warm.start("hopper", [], jobs=2)
+    with pytest.raises(OSError, match="no worker could start"):
+        handle.wait(30)
+    assert jobs == [2]
+    assert "[nbxcert] warm in the background stopped: OSError: no worker could start; launches compile their " \
+        "kernels themselves" in capsys.readouterr().err  # fmt: skip
+
+
+def test_start_under_the_interpreter_reads_the_index_and_compiles_nothing(backend):
+    if backend.name != "interpreter":
+        pytest.skip("the interpreter's answer (nothing to compile)")
+    from nbxcert import serve, warm
+    from nbxcert.profiles import get_profile
+    from nbxcert.workload import load_workload, workload_keys
+
+    keys = workload_keys(load_workload("demo"), get_profile("interpreter"))
+    try:
+        report = warm.start("interpreter", keys, [ROOT / "certificates"]).wait(60)
+    finally:
+        serve.configure()  # the serving state as the environment says, for the tests that follow
+    assert report.backend == "interpreter" and report.keys == len(keys) == report.compiled and report.missing == []
