@@ -95,7 +95,7 @@ case "${SET:-}" in
         # run compiles its winners in the background (nbxcert.warm.start; COLD_WARM=block: before the first launch),
         # whose GPU tests run first
     gpus=$(seq -s, 0 $(( $(nvidia-smi -L | wc -l) - 1 )))
-    step tests_warm 90 "${TESTS[@]}" tests/test_warm.py
+    step tests_warm 90 "${TESTS[@]}" tests/test_warm.py -k start
     step coldstart 580 python3 benchmarks/bench_certified.py coldstart --workload "${WORKLOAD:?}" --dir certificates \
       --gpus "$gpus" --certified-limit 150 --sweep-limit "${COLD_SWEEP_S:-360}" --autotune \
       --warm "${COLD_WARM:-background}" --out "$OUT/coldstart.json"
