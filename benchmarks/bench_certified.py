@@ -5,6 +5,7 @@
     python3 benchmarks/bench_certified.py serving --out serving.json
     python3 benchmarks/bench_certified.py throughput LOG [LOG ...] --workload tinyllama-1.1b --out throughput.json
     python3 benchmarks/bench_certified.py winners --dir certificates --profile hopper
+    python3 benchmarks/bench_certified.py report quality.shard0.json quality.shard1.json
 
 quality     For every key of the workload certified in --dir for this device's profile, at the key's timing problem
             (its bucket's largest member): the certified winner's time against (a) the kernel's untuned default
@@ -33,6 +34,8 @@ serving     The per-launch host cost of the served path (the user-facing `rmsnor
             the paths interleaved over --repeats rounds; --profile adds cProfile's top functions of served and raw.
 winners     Read from the certificates alone (no device): per kernel, the certified winner's time against the untuned
             default's, both as the sweep measured them in the same run (its full budget).
+report      The quality measurement over a workload's shards (`quality --out` files): the distributions over every key,
+            the peer's by kernel, the default's per kernel, the winner's time now against its certified time.
 throughput  From `nbxcert certify` logs (one line per key): keys certified per minute and the share of time in
             compile, oracle (inputs + float64 reference + judges), checks and timing.
 
@@ -688,6 +691,54 @@ def winners(args) -> dict:
             "best": max(rows, key=lambda r: r["x_default"]) if rows else None}  # fmt: skip
 
 
+def report(args) -> dict:
+    """The quality measurement over the shards of one workload (each `quality --out` file): the distributions over
+    every key measured, the peer's by kernel (cuBLAS for matmul, SDPA for each attention kernel), the default's per
+    kernel, and the winner timed now against the time its certificate records. A key measured twice (a shard run
+    again) is refused, not counted twice."""
+    rows, workloads, interrupted = [], set(), []
+    for name in args.files:
+        doc = json.loads(Path(name).read_text())
+        workloads.add(doc["workload"])
+        if doc.get("interrupted") or doc.get("stopped"):
+            interrupted.append(name)
+        rows += doc["rows"]
+    keys = [r["key"] for r in rows]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise SystemExit(f"report: {len(twice)} keys measured in more than one file (first: {twice[0]}); give each "
+                         "shard once")  # fmt: skip
+    for r in rows:
+        r["x_now"] = r["certified_us"] / r["winner_us"] if r.get("certified_us") and r.get("winner_us") else None
+    kernels = sorted({r["kernel"] for r in rows})
+
+    def of(kernel: str) -> list[dict]:
+        return [r for r in rows if r["kernel"] == kernel]
+
+    now = sorted(r["x_now"] for r in rows if r["x_now"] is not None)
+    return {
+        "workloads": sorted(workloads),
+        "files": list(args.files),
+        "stopped_or_interrupted": interrupted,
+        "keys_measured": len(rows),
+        "x_default": distribution(rows, "x_default"),
+        "x_resweep": distribution(rows, "x_resweep"),
+        "x_peer": {k: distribution(of(k), "x_peer") for k in kernels if any("x_peer" in r for r in of(k))},
+        "x_default_by_kernel": {
+            k: {n: v for n, v in distribution(of(k), "x_default", worst=1).items()} for k in kernels
+        },  # fmt: skip
+        # certified time over the time now (above 1: faster now): how well the sweep's timing repeats in another run
+        "certified_over_now": {
+            "n": len(now),
+            "p5": now[int(round(0.05 * (len(now) - 1)))],
+            "median": statistics.median(now),
+            "p95": now[int(round(0.95 * (len(now) - 1)))],
+        }
+        if now
+        else {"n": 0},  # fmt: skip
+    }
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -736,11 +787,13 @@ def main(argv=None) -> int:
     w.add_argument("--dir", default="certificates")
     w.add_argument("--profile", default="hopper")
     w.add_argument("--workload", default="", help="only this workload's keys (default: every certified key)")
-    for p in (q, c, s, t, w):
+    r = sub.add_parser("report", help="the quality measurement over a workload's shards (quality --out files)")
+    r.add_argument("files", nargs="+")
+    for p in (q, c, s, t, w, r):
         p.add_argument("--out", default="")
     args = ap.parse_args(argv)
     commands = {"quality": quality, "coldstart": coldstart, "serving": serving, "throughput": throughput}
-    result = {**commands, "winners": winners}[args.what](args)
+    result = {**commands, "winners": winners, "report": report}[args.what](args)
     text = json.dumps(result, indent=1, default=str)
     if args.out:
         Path(args.out).write_text(text)

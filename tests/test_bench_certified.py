@@ -210,3 +210,35 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
     assert not result["speedup_is_lower_bound"]
     cut = bc._cold_run("demo", bc._device()[1], str(tmp_path / "empty"), False, limit_s=1.0, max_launches=3)
     assert cut["cut_at_limit"] and cut["reached"]["launches"] in (0, 1, 2)
+
+
+def test_report_joins_a_workloads_shards_and_refuses_a_key_measured_twice(tmp_path):
+    """`report` over two shard files: one distribution over all their keys, the peer's by kernel, the default's per
+    kernel, the certified time against the time now; a shard given twice is refused by name."""
+
+    def row(key, kernel, winner, certified, default=None, peer=None):
+        r = {"key": key, "kernel": kernel, "winner_us": winner, "certified_us": certified}
+        if default is not None:
+            r.update(default_us=default, x_default=default / winner)
+        if peer is not None:
+            r.update(peer_us=peer, x_peer=peer / winner)
+        return r
+
+    a = [row("m1", "matmul", 10.0, 11.0, 20.0, 9.0), row("r1", "rmsnorm", 2.0, 2.0, 3.0)]
+    b = [row("m2", "matmul", 10.0, 9.0, 30.0, 12.0), row("d1", "decode_attention", 4.0, 4.0, 4.0, 8.0)]
+    files = []
+    for i, rows in enumerate((a, b)):
+        files.append(tmp_path / f"s{i}.json")
+        files[-1].write_text(json.dumps({"workload": "w", "rows": rows, "interrupted": False, "stopped": i == 1}))
+    out = tmp_path / "report.json"
+    assert bc.main(["report", *map(str, files), "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["keys_measured"] == 4 and result["workloads"] == ["w"]
+    assert result["stopped_or_interrupted"] == [str(files[1])]
+    assert result["x_default"]["n"] == 4 and result["x_default"]["min"] == 1.0
+    assert set(result["x_peer"]) == {"matmul", "decode_attention"}
+    assert result["x_peer"]["matmul"]["median"] == pytest.approx((0.9 + 1.2) / 2)
+    assert result["x_default_by_kernel"]["matmul"]["median"] == pytest.approx(2.5)
+    assert result["certified_over_now"]["n"] == 4 and result["certified_over_now"]["median"] == 1.0
+    with pytest.raises(SystemExit, match="report: 2 keys measured in more than one file"):
+        bc.main(["report", str(files[0]), str(files[0])])

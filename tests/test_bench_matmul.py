@@ -41,12 +41,30 @@ def test_a_round_with_one_side_failed_counts_for_neither():
         {"ours": {"a": {"median_ms": 0.4}}, "peer": {"error": "ImportError: no torch"}},
     ]
     combined = bm.combine_rounds(rounds, ["a"])
-    assert combined["a"] == {"ours_ms": 0.20, "peer_ms": 0.10, "ratio": 0.5, "rounds": 1}
+    assert combined["a"] == {"ours_ms": 0.20, "peer_ms": 0.10, "ratio": 0.5, "rounds": 1, "best": "a",
+                             "finalists": {"a": 0.20}}  # fmt: skip
 
 
-def test_rounds_must_be_positive():
+def test_the_fastest_finalist_over_the_rounds_is_ours_not_the_sweeps_fastest():
+    """Two finalists of shape "a" re-timed in each round: ours is the one with the lower median over the rounds; a
+    round where one finalist is missing counts for neither side."""
+    rounds = [
+        _round({"a x": 0.21, "a y": 0.20}, {"a": 0.18}),
+        _round({"a x": 0.21, "a y": 0.22}, {"a": 0.19}),
+        _round({"a x": 0.20, "a y": 0.23}, {"a": 0.18}),
+        _round({"a x": 0.10}, {"a": 0.50}),  # "a y" did not run: not counted
+    ]
+    combined = bm.combine_rounds(rounds, ["a"], {"a": ["a x", "a y"]})
+    assert combined["a"]["best"] == "a x" and combined["a"]["rounds"] == 3
+    assert combined["a"]["finalists"] == {"a x": pytest.approx(0.21), "a y": pytest.approx(0.22)}
+    assert combined["a"]["ratio"] == pytest.approx(0.18 / 0.21)
+
+
+def test_rounds_and_finalists_must_be_positive():
     with pytest.raises(SystemExit, match="--rounds 0"):
         bm.main(["--out", "/dev/null", "--rounds", "0"])
+    with pytest.raises(SystemExit, match="--finalists 0"):
+        bm.main(["--out", "/dev/null", "--finalists", "0"])
 
 
 def test_gpu_state_reads_the_clock_limiting_reasons_by_either_name(tmp_path, monkeypatch):
