@@ -9,6 +9,7 @@
 #   SET=second   bash benchmarks/gpu_check.sh   # block reuse, in-kernel index checks, new plans, max_len; serving
 #   SET=matmul   bash benchmarks/gpu_check.sh   # #3: bench_matmul.py alone on a machine of one H200
 #   SET_A=matmul SET_B=mistral_attention bash benchmarks/gpu_pair.sh   # #3 beside #8's mistral verify and attention
+#   SET_A=matmul SET_B=matmul_tests bash benchmarks/gpu_pair.sh   # #3: bench_matmul beside the matmul GPU tests
 #   SET=sq       bash benchmarks/gpu_check.sh   # #11, #4: sampling, quant and element-wise GPU tests
 #   SET=moe      bash benchmarks/gpu_check.sh   # #11: fused_moe GPU tests and bench_moe at Qwen3 4096 tokens
 #   SET_A=quality SET_B=quality QUALITY_OF=2 WORKLOAD=tinyllama-1.1b bash benchmarks/gpu_pair.sh   # #8: quality
@@ -67,6 +68,11 @@ case "${SET:-}" in
            # (bench_matmul.py --rounds), each side in a fresh process after an idle spell, the card's clocks recorded
     step bench_matmul 450 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
     ;;
+  matmul_tests)  # #3, one GPU (the other running SET=matmul through gpu_pair.sh): every kept matmul candidate at the
+                 # issue's real shapes against the float64 oracle, the warp-specialized ones (WS=1, tenth session) first
+                 # seen on a card among them, and GROUP_M's no-bit-change claim
+    step tests_matmul 500 "${TESTS[@]}" tests/kernels/test_matmul.py
+    ;;
   mistral_attention)  # #8, one GPU (the other running SET=matmul through gpu_pair.sh): mistral-7b's 32 keys that are
                       # not llama-3-8b's (14 are tinyllama-1.1b's logits softmax) verified certified-only in their 0.4.0
                       # entries, then tinyllama-1.1b's attention keys' quality against the corrected SDPA peer; first
@@ -122,5 +128,6 @@ case "${SET:-}" in
       --start "${!start_var:-0}" --stop-after "$(( q - ${PEER_S:-110} ))" \
       ${QUALITY_KERNELS:+--kernels "$QUALITY_KERNELS"} --out "$OUT/quality.json"
     ;;
-  *) echo "SET must be first, second, core, families, matmul, mistral_attention, sq, moe, quality or cold" >&2; exit 2 ;;
+  *) echo "SET must be first, second, core, families, matmul, matmul_tests, mistral_attention, sq, moe, quality or cold" >&2
+     exit 2 ;;
 esac

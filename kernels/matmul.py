@@ -29,7 +29,9 @@ Kernels and their candidates (config field `KIND`):
 - `tma_persistent`: Hopper's tensor memory accelerator. One program per SM loops over output tiles (grouped order),
   loading A and B tiles through host-built tensor descriptors (`triton.tools.tensor_descriptor.TensorDescriptor`,
   filled on the host at each launch, so no global scratch allocation is needed). Needs compute capability >= 9.0
-  and TMA-legal operands (the `aligned` key field). Factory: `tma_persistent_configs()`.
+  and TMA-legal operands (the `aligned` key field). Factory: `tma_persistent_configs()`, which includes
+  `warp_specialized_configs()` (WS=1: the tile loop warp-specialized, a producer warp group feeding two consumer
+  warp groups, as CUTLASS's Hopper kernels are built).
 - `gemv` (the gemv/addmv specs): each program owns BLOCK_N output columns for all M <= 4 rows and walks K in
   BLOCK_K chunks in increasing order (software-pipelined through shared memory when num_stages > 1), keeping a
   [M, BLOCK_K, BLOCK_N] float32 partial sum that is reduced once at the end: the result depends on (BLOCK_K, BLOCK_N,
@@ -317,7 +319,7 @@ def _mm_tma_persistent_kernel(
     TRANS_A: tl.constexpr, TRANS_B: tl.constexpr, BATCHED: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EPILOGUE_PARTS: tl.constexpr,
+    EPILOGUE_PARTS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr,
 ):  # fmt: skip
     """Persistent tiles through TMA. Grid: (num_programs,); program p computes tiles p, p + num_programs, ...
 
@@ -334,7 +336,8 @@ def _mm_tma_persistent_kernel(
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles_per_batch = tiles_m * tiles_n
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile in tl.range(tl.program_id(0), batch_count * tiles_per_batch, num_programs, flatten=True):
+    for tile in tl.range(tl.program_id(0), batch_count * tiles_per_batch, num_programs, flatten=FLATTEN,
+                         warp_specialize=WARP_SPECIALIZE):  # fmt: skip
         batch = tile // tiles_per_batch
         pid_m, pid_n = _tile_coords(tile % tiles_per_batch, tiles_m, tiles_n, GROUP_M)
         off_m = pid_m * BLOCK_M
@@ -371,7 +374,12 @@ def _mm_tma_persistent_kernel(
         offs_m = off_m + tl.arange(0, BLOCK_M)
         c_b = c_ptr + batch.to(tl.int64) * stride_cb
         bias_b = bias_ptr + batch.to(tl.int64) * stride_biasb
-        if EPILOGUE_PARTS == 2:
+        if EPILOGUE_PARTS == 1:  # the whole tile at once (the warp-specialized loop: its pass refuses the slices)
+            _epilogue_store(
+                acc, c_b, bias_b, offs_m, off_n + tl.arange(0, BLOCK_N), M, N,
+                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
+            )  # fmt: skip
+        elif EPILOGUE_PARTS == 2:
             acc_lo, acc_hi = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
             _store_pair(
                 acc_lo, acc_hi, BLOCK_N // 2, c_b, bias_b, offs_m, off_n, M, N,
@@ -506,7 +514,11 @@ def split_k_configs() -> list[Config]:
 
 
 def epilogue_parts(config: Config) -> int:
-    """The column slices a tma_persistent config stores its tile in: its EPILOGUE_PARTS (4), else 2."""
+    """The column slices a tma_persistent config stores its tile in: its EPILOGUE_PARTS (4), else 2; a
+    warp-specialized one (WS=1) stores the whole tile (Triton 3.6's Hopper warp-specialization pass fails on a
+    sliced epilogue, "NVGPUWarpSpecialization" in its pipeline)."""
+    if config.params.get("WS"):
+        return 1
     return config.params.get("EPILOGUE_PARTS", 2)
 
 
@@ -525,9 +537,24 @@ def tma_persistent_configs() -> list[Config]:
         (64, 128, 128, 4, 4),
         (128, 128, 256, 8, 3),
     )
-    return [_tile("tma_persistent", *s) for s in shapes] + [
-        _tile("tma_persistent", 128, 256, 128, 8, 4, EPILOGUE_PARTS=4)
-    ]
+    return (
+        [_tile("tma_persistent", *s) for s in shapes]
+        + [_tile("tma_persistent", 128, 256, 128, 8, 4, EPILOGUE_PARTS=4)]
+        + warp_specialized_configs()
+    )
+
+
+def warp_specialized_configs() -> list[Config]:
+    """Persistent TMA configs whose tile loop is warp-specialized (WS=1: `tl.range(..., warp_specialize=True)`, not
+    flattened): on Hopper Triton 3.6 splits each program into a producer warp group issuing the TMA loads and two
+    consumer warp groups of num_warps (4) each issuing wgmma, 12 warps in all, registers moved to the consumers
+    (setmaxnreg), as CUTLASS's Hopper kernels are built. Tiles of two 64-row halves (128 or 256 rows), 128-byte K rows
+    but for one 64-byte variant of the 128x256 tile, 3 to 5 stages; the epilogue stores the whole tile
+    (`epilogue_parts`). Cross-compiled for sm_90 on the CPU: every one keeps the warp-specialized form with a 16-bit
+    type (wgmma, TMA, setmaxnreg); with float32 (no wgmma) the pass leaves the loop as it is."""
+    shapes = ((128, 256, 128, 4, 3), (128, 256, 128, 4, 4), (128, 256, 64, 4, 4), (128, 128, 128, 4, 4),
+              (128, 128, 128, 4, 5), (256, 128, 128, 4, 3))  # fmt: skip
+    return [_tile("tma_persistent", *s, WS=1) for s in shapes]
 
 
 def mm_configs() -> list[Config]:
@@ -560,6 +587,12 @@ def gemv_configs() -> list[Config]:
 # The widest epilogue conversion scratch Triton may take, per output element: float32 (the accumulator) before the
 # cast. Counted in full only where it cannot reuse the pipeline's buffers (the persistent kernel keeps them live).
 _EPILOGUE_BYTES = 4
+# A warp-specialized persistent kernel (WS=1) beside its pipelined tiles: an epilogue buffer of 128 bytes per tile
+# column (a 64-row half of 16-bit values) and its barriers, 104 to 336 bytes. Measured by cross-compiling every WS
+# candidate for sm_90 with Triton 3.6 (tests/kernels/test_matmul.py's census keeps this an upper bound): 128x128 with
+# 5 stages takes 180560 bytes, the bound 180736; 128x256 with 4 stages 229608, the bound 229888.
+_WS_EPILOGUE_BYTES_PER_COLUMN = 128
+_WS_BARRIER_BYTES = 512
 
 
 def smem_estimate(config: Config) -> int:
@@ -570,7 +603,8 @@ def smem_estimate(config: Config) -> int:
     tma_persistent: the pipelined tiles plus the epilogue's conversion scratch, which cannot reuse them (the flattened
     loop keeps the pipeline buffers live across the epilogue): the kernel stores the tile in EPILOGUE_PARTS column
     slices (2 or 4), so that scratch is at most BLOCK_M·BLOCK_N/EPILOGUE_PARTS float32 values; plus one 8-byte
-    mbarrier per stage.
+    mbarrier per stage. Warp-specialized (WS=1): the pipelined tiles plus 128 bytes per tile column and 512 bytes of
+    barriers (`_WS_EPILOGUE_BYTES_PER_COLUMN`, measured).
     gemv: with num_stages > 1 the X and W chunks are pipelined through shared memory, (BLOCK_M + BLOCK_N) · BLOCK_K
     elements per stage; the final reduction over the K chunk may stage the whole float32 partial sum there,
     BLOCK_M·BLOCK_K·BLOCK_N·4 bytes, once the pipeline's buffers are dead (so the max of the two is taken). BLOCK_M
@@ -583,6 +617,8 @@ def smem_estimate(config: Config) -> int:
         return max(reduction, pipeline)
     pipeline = (p["BLOCK_M"] + p["BLOCK_N"]) * p["K_BYTES"] * config.num_stages
     epilogue = p["BLOCK_M"] * p["BLOCK_N"] * _EPILOGUE_BYTES
+    if p["KIND"] == "tma_persistent" and p.get("WS"):
+        return pipeline + _WS_EPILOGUE_BYTES_PER_COLUMN * p["BLOCK_N"] + _WS_BARRIER_BYTES
     if p["KIND"] == "tma_persistent":
         return pipeline + epilogue // epilogue_parts(config) + 8 * config.num_stages
     return max(pipeline, epilogue)
@@ -814,12 +850,13 @@ def _programs(device_index: int) -> int:
 @functools.lru_cache(maxsize=None)
 def _plan(config: Config, itemsize: int) -> tuple:
     """A config's launch parameters, derived once: (KIND, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K,
-    EPILOGUE_PARTS)."""
+    EPILOGUE_PARTS, WS)."""
     p = config.params
     if p["KIND"] not in ("tiled", "split_k", "tma_persistent"):
         raise LaunchError(f"config {config.label()} has KIND={p['KIND']!r}, not a matmul kernel")
     block_k = p["K_BYTES"] // itemsize
-    return p["KIND"], p["BLOCK_M"], p["BLOCK_N"], block_k, p["GROUP_M"], p.get("SPLIT_K", 1), epilogue_parts(config)
+    return (p["KIND"], p["BLOCK_M"], p["BLOCK_N"], block_k, p["GROUP_M"], p.get("SPLIT_K", 1), epilogue_parts(config),
+            bool(p.get("WS", 0)))  # fmt: skip
 
 
 def _launch_mm(
@@ -851,7 +888,7 @@ def _launch_mm(
     _check_offsets("out", c_st, m, n)
     if batch > 65535:
         raise LaunchError(f"batch {batch} exceeds the grid's 65535 programs along the batch axis")
-    kind, bm, bn, block_k, group_m, split_k, parts = _plan(config, a.itemsize)
+    kind, bm, bn, block_k, group_m, split_k, parts, ws = _plan(config, a.itemsize)
     upcast = a.dtype.name == "bfloat16" and _interpreting()
     has_bias = bias is not None
     if has_bias:
@@ -892,7 +929,7 @@ def _launch_mm(
             a_desc, b_desc, out, bias, m, n, k, batch, a_step, b_step, programs, *c_st, *bias_st, alpha, beta,
             TRANS_A=trans_a, TRANS_B=trans_b, BATCHED=batch > 1, HAS_BIAS=has_bias, ACTIVATION=activation,
             DOT_PRECISION="ieee", UPCAST=upcast, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, GROUP_M=group_m,
-            EPILOGUE_PARTS=parts, num_warps=warps, num_stages=stages,
+            EPILOGUE_PARTS=parts, WARP_SPECIALIZE=ws, FLATTEN=not ws, num_warps=warps, num_stages=stages,
         )  # fmt: skip
     return None
 

@@ -394,7 +394,8 @@ _CROSS_SCRIPT = textwrap.dedent(
             spec.launch(config, inputs)
             main = compiled[0]
             print(json.dumps(dict(item, ok=True, shared=main.metadata.shared, estimate=mm.smem_estimate(config),
-                                  wgmma="wgmma" in main.asm["ptx"], tma="cp.async.bulk.tensor" in main.asm["ptx"])))
+                                  wgmma="wgmma" in main.asm["ptx"], tma="cp.async.bulk.tensor" in main.asm["ptx"],
+                                  setmaxnreg="setmaxnreg" in main.asm["ptx"], warps=main.metadata.num_warps)))
         except Exception as e:
             print(json.dumps(dict(item, ok=False, error=f"{type(e).__name__}: {e}"[:2000])))
         sys.stdout.flush()
@@ -443,6 +444,21 @@ def test_representatives_compile_for_hopper():
     _check_cross(results, len(items))
     by_kind = {Config.from_dict(r["config"])["KIND"]: r for r in results}
     assert by_kind["tiled"]["wgmma"] and by_kind["tma_persistent"]["wgmma"] and by_kind["tma_persistent"]["tma"]
+
+
+def test_warp_specialized_candidates_are_warp_specialized_on_hopper():
+    """Each WS=1 candidate, cross-compiled for sm_90 with a 16-bit type, is the warp-specialized kernel its name claims:
+    a producer and two consumer warp groups (12 warps from num_warps 4), registers moved between them (setmaxnreg),
+    wgmma and TMA; and its shared memory is within the prune's estimate. Without it, a Triton that silently left the
+    loop as it is would certify a plain persistent kernel under this name."""
+    ws = mm.warp_specialized_configs()
+    assert ws and all(c["WS"] == 1 and c["KIND"] == "tma_persistent" and c.num_warps == 4 for c in ws)
+    items = [_item(mm.MATMUL, c, SMALL, "float16") for c in ws]
+    results = _cross_compile(90, items, timeout=900)
+    _check_cross(results, len(items))
+    for r in results:
+        label = Config.from_dict(r["config"]).label()
+        assert r["warps"] == 12 and r["setmaxnreg"] and r["wgmma"] and r["tma"], f"{label}: {r}"
 
 
 @pytest.mark.slow
