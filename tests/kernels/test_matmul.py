@@ -418,11 +418,29 @@ def _item(spec, config, problem, dtype):
     return {"spec": spec.name, "config": config.as_dict(), "problem": problem, "dtypes": [dtype] * len(spec.dtypes[0])}
 
 
+# The Triton the warp-specialized candidates (WS=1) were built and checked with, the H200's: its Hopper
+# warp-specialization pass takes them. Triton 3.9's refuses them ("NVGPUWarpSpecialization": it splits the A tile
+# between the two consumer groups but keeps the whole tile's TMA descriptor), which a sweep records as their compile
+# refusal; `test_warp_specialized_candidates_are_warp_specialized_on_hopper` checks it is that pass's.
+WS_TRITON = (3, 6)
+
+
+def _triton_version() -> tuple[int, int]:
+    import triton
+
+    return tuple(int(x) for x in triton.__version__.split(".")[:2])
+
+
+def _ws_refused(r) -> bool:
+    """A WS=1 candidate refused at compile by a Triton other than WS_TRITON."""
+    return not r["ok"] and r["config"]["kwargs"].get("WS") == 1 and _triton_version() != WS_TRITON
+
+
 def _check_cross(results, expected):
     assert len(results) == expected, f"{expected - len(results)} compile jobs printed nothing"
-    failed = [r for r in results if not r["ok"]]
+    failed = [r for r in results if not r["ok"] and not _ws_refused(r)]
     assert not failed, "\n".join(f"{r['spec']} {r['config']} {r['dtypes']}: {r['error']}" for r in failed[:5])
-    over = [r for r in results if r["shared"] > r["estimate"]]
+    over = [r for r in results if r["ok"] and r["shared"] > r["estimate"]]
     assert not over, "estimate below the compiler's figure:\n" + "\n".join(
         f"{r['spec']} {Config.from_dict(r['config']).label()} {r['dtypes'][0]}: shared {r['shared']} > "
         f"estimate {r['estimate']}" for r in over
@@ -454,11 +472,22 @@ def test_warp_specialized_candidates_are_warp_specialized_on_hopper():
     ws = mm.warp_specialized_configs()
     assert ws and all(c["WS"] == 1 and c["KIND"] == "tma_persistent" and c.num_warps == 4 for c in ws)
     items = [_item(mm.MATMUL, c, SMALL, "float16") for c in ws]
+    # the same tiles without WS (their whole-tile epilogue too): the kernel itself compiles, whatever the pass does
+    plain = [Config.make(num_warps=c.num_warps, num_stages=c.num_stages, **{k: v for k, v in c.params.items()
+             if k != "WS"}, EPILOGUE_PARTS=1) for c in ws]  # fmt: skip
+    items += [_item(mm.MATMUL, c, SMALL, "float16") for c in plain]
     results = _cross_compile(90, items, timeout=900)
     _check_cross(results, len(items))
-    for r in results:
+    for r in results[: len(ws)]:
         label = Config.from_dict(r["config"]).label()
-        assert r["warps"] == 12 and r["setmaxnreg"] and r["wgmma"] and r["tma"], f"{label}: {r}"
+        if r["ok"]:  # never a plain persistent kernel under the WS name
+            assert r["warps"] == 12 and r["setmaxnreg"] and r["wgmma"] and r["tma"], f"{label}: {r}"
+        else:  # on another Triton than WS_TRITON, its pass's refusal: a compile error, the kernel compiling without it
+            assert "PassManager::run failed" in r["error"], f"{label}: {r['error']}"
+    for r in results[len(ws) :]:
+        assert r["ok"] and r["warps"] == 4 and not r["setmaxnreg"], Config.from_dict(r["config"]).label()
+    if _triton_version() == WS_TRITON:
+        assert all(r["ok"] for r in results), "Triton 3.6 builds every WS candidate (the H200's Triton)"
 
 
 @pytest.mark.slow
@@ -484,8 +513,8 @@ def test_smem_estimate_bounds_compiler(arch, profile_key):
     _check_cross(results, len(items))
     print(f"\n{len(results)} compiles for sm_{arch} in {time.time() - started:.0f}s")
     for r in results:
-        print(f"  {r['spec']:7s} {r['dtypes'][0]:9s} shared {r['shared']:7d} <= {r['estimate']:7d}  "
-              f"{Config.from_dict(r['config']).label()}")  # fmt: skip
+        size = f"shared {r['shared']:7d} <= {r['estimate']:7d}" if r["ok"] else "refused by this Triton's WS pass"
+        print(f"  {r['spec']:7s} {r['dtypes'][0]:9s} {size}  {Config.from_dict(r['config']).label()}")
 
 
 # --- GPU: every kept candidate at the real shapes ---------------------------------------------------------------------
