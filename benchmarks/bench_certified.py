@@ -318,8 +318,10 @@ from nbxcert.kernels.backends import select
 from nbxcert.kernels.spec import get_spec
 from nbxcert.profiles import get_profile
 from nbxcert.workload import launches, load_workload
+marks = {"imports": time.perf_counter() - t_start}  # where the time before the first launch goes, from the start
 a = json.loads(sys.argv[1])
 choice = select()
+marks["backend"] = time.perf_counter() - t_start
 profile = get_profile(a["profile"])
 warm_s = 0.0
 if a["warm"] == "block":  # compile every certified winner of the workload at once, in a pool, before the first launch
@@ -329,6 +331,8 @@ if a["warm"] == "block":  # compile every certified winner of the workload at on
     warm(profile.key, workload_keys(load_workload(a["workload"]), profile), [a["dir"]])
     warm_s = time.perf_counter() - t0
 serve.configure(dirs=[a["dir"]], certified_only=a["certified_only"])
+serve.state()  # the certificate index read (built from the JSON into this run's empty NBXCERT_CACHE_DIR)
+marks["certificates"] = time.perf_counter() - t_start
 warming = None
 if a["warm"] == "background":  # the same pool in the background (nbxcert.warm.start), the launches going on meanwhile
     from nbxcert.warm import start
@@ -365,6 +369,8 @@ for launch in launches(load_workload(a["workload"]), profile):
         # inputs cost the same (random draws were half the certified run), and a run-time sweep's consensus holds
         inputs = spec.make_inputs(launch.problem, launch.dtypes, 0, choice.device)
     made += time.perf_counter() - t0
+    if n == 0:
+        marks["first_inputs"] = time.perf_counter() - t_start
     if a["autotune"]:
         key = (launch.kernel, tuple(sorted(launch.problem.items())), tuple(launch.dtypes))
         cfg = tuned.get(key)
@@ -382,6 +388,8 @@ for launch in launches(load_workload(a["workload"]), profile):
             run=lambda c, inputs=inputs, spec=spec: spec.launch(c, inputs),
             outputs=[inputs.tensors[o] for o in inputs.outputs],
             restore=[inputs.tensors[o] for o in inputs.inplace]))
+    if n == 0:
+        marks["first_config"] = time.perf_counter() - t_start  # then the launch: the first kernel's compile, at least
     spec.launch(cfg, inputs)
     n += 1
     elapsed.append(round(time.perf_counter() - t_start, 4))
@@ -390,7 +398,7 @@ if choice.name == "cuda":
     from nbxcert.kernels.backends import cuda
     cuda.synchronize()
 result = {"launches": n, "inputs_s": made, "warm_s": warm_s, "in_process_s": time.perf_counter() - t_start,
-          "elapsed": elapsed}
+          "startup_s": {k: round(v, 4) for k, v in marks.items()}, "elapsed": elapsed}
 if warming is not None:  # whether the pool had finished by the last launch (the run does not wait for it: the
     # sequence's end is the figure; workers still compiling are stopped at the process's exit)
     result["background_done"] = warming.done()

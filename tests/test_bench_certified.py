@@ -201,6 +201,11 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
     for run in ("certified", "certified_warmed", "certified_restart", "runtime_sweep"):
         assert result[run]["launches"] == 3 and len(result[run]["elapsed"]) == 3, result[run]
         assert result[run]["elapsed"] == sorted(result[run]["elapsed"])
+    # where the certified run's time before its first launch went, in order
+    startup = result["certified"]["startup_s"]
+    marks = ["imports", "backend", "certificates", "first_inputs", "first_config"]
+    assert list(startup) == marks and [startup[m] for m in marks] == sorted(startup.values())
+    assert startup["first_config"] <= result["certified"]["elapsed"][0]
     # the warmed run's pool went on in the background (nbxcert.warm.start) over the workload's 23 certified keys
     warmed = result["certified_warmed"]
     assert result["warm"] == "background" and warmed["background_done"]
