@@ -79,7 +79,7 @@ from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _workspace
 from nbxcert.kernels.launch import KernelLaunch, cdiv, keep_plan, served_plans, signature
-from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal
+from nbxcert.kernels.prune import gemv_prune, limit, next_pow2, prune_with, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty
 from nbxcert.oracles import matmul as _oracle
@@ -647,6 +647,11 @@ def _prune_mm(candidates: Sequence[Config], problem: Mapping[str, Any], profile)
                 return "TMA needs aligned=1 operands (unit inner stride, 16-byte aligned base and outer strides)"
             if problem["K"] == 0:
                 return "TMA descriptors cannot describe K = 0"
+            if c.params.get("WS"):  # a producer and two consumer warp groups of num_warps each
+                warp, most = limit(profile, "warp_size"), limit(profile, "max_threads_per_block")
+                if warp is not None and most is not None and 3 * c.num_warps * warp > most:
+                    return (f"warp-specialized: 3 x num_warps={c.num_warps} x warp_size={warp} > "
+                            f"max_threads_per_block={most}")  # fmt: skip
         return shared_memory_refusal(smem_estimate(c), profile)
 
     return prune_with(candidates, profile, check)

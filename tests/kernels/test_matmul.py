@@ -464,6 +464,25 @@ def test_representatives_compile_for_hopper():
     assert by_kind["tiled"]["wgmma"] and by_kind["tma_persistent"]["wgmma"] and by_kind["tma_persistent"]["tma"]
 
 
+def test_a_warp_specialized_candidate_counts_its_three_warp_groups_against_the_thread_limit():
+    """WS=1 runs a producer and two consumer groups of num_warps: a block limit that holds 4 warps but not 12 refuses
+    it by that reason, the same tile without WS kept."""
+    hopper = get_profile("nvidia/hopper")
+
+    class Small:  # hopper's facts but a 256-thread block
+        def __getattr__(self, name):
+            return getattr(hopper, name)
+
+        def fact(self, name):
+            return 256 if name == "max_threads_per_block" else hopper.fact(name)
+
+    ws = mm.warp_specialized_configs()[3]  # 128x128, 4 warps, 4 stages
+    plain = Config.make(num_warps=4, num_stages=4, **{k: v for k, v in ws.params.items() if k != "WS"})
+    result = mm.MATMUL.prune([ws, plain], BIG, Small())
+    assert result.kept == (plain,)
+    assert result.pruned[0][1] == "warp-specialized: 3 x num_warps=4 x warp_size=32 > max_threads_per_block=256"
+
+
 def test_warp_specialized_candidates_are_warp_specialized_on_hopper():
     """Each WS=1 candidate, cross-compiled for sm_90 with a 16-bit type, is the warp-specialized kernel its name claims:
     a producer and two consumer warp groups (12 warps from num_warps 4), registers moved between them (setmaxnreg),
