@@ -66,12 +66,17 @@ case "${SET:-}" in
   matmul)  # #3 on a machine of one H200, alone: the fourth to eighth sessions' runs timed the 4096^3 winner 10% slower
            # than the second session's did; since the ninth, the ratio comes from alternating rounds after the sweep
            # (bench_matmul.py --rounds), each side in a fresh process after an idle spell, the card's clocks recorded
-    step bench_matmul 450 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
+    # (the warp-specialized candidates launched once first, under a limit: a hung one would stall the whole sweep)
+    step ws_smoke 90 env PYTHONPATH=/tmp/notorch python3 benchmarks/ws_smoke.py
+    skip=$(grep -q "^ws_smoke: exit 0 " "$OUT/summary.txt" || echo --skip-ws)
+    step bench_matmul 420 python3 benchmarks/bench_matmul.py $skip --out "$OUT/bench_matmul.json"
     ;;
   matmul_tests)  # #3, one GPU (the other running SET=matmul through gpu_pair.sh): every kept matmul candidate at the
                  # issue's real shapes against the float64 oracle, the warp-specialized ones (WS=1, tenth session) first
                  # seen on a card among them, and GROUP_M's no-bit-change claim
-    step tests_matmul 500 "${TESTS[@]}" tests/kernels/test_matmul.py
+    step ws_smoke 90 env PYTHONPATH=/tmp/notorch python3 benchmarks/ws_smoke.py
+    # (a WS candidate that hangs or mismatches would take the whole test with it: then its report is the finding)
+    grep -q "^ws_smoke: exit 0 " "$OUT/summary.txt" && step tests_matmul 420 "${TESTS[@]}" tests/kernels/test_matmul.py
     ;;
   mistral_attention)  # #8, one GPU (the other running SET=matmul through gpu_pair.sh): mistral-7b's 32 keys that are
                       # not llama-3-8b's (14 are tinyllama-1.1b's logits softmax) verified certified-only in their 0.4.0
