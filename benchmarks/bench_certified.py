@@ -706,11 +706,15 @@ def report(args) -> dict:
     again) is refused, not counted twice."""
     rows, workloads, interrupted = [], set(), []
     for name in args.files:
-        doc = json.loads(Path(name).read_text())
-        workloads.add(doc["workload"])
+        try:
+            doc = json.loads(Path(name).read_text())
+            workloads.add(doc["workload"])
+            part = doc["rows"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"report: {name} is not a `quality --out` file ({type(e).__name__}: {e})") from None
         if doc.get("interrupted") or doc.get("stopped"):
             interrupted.append(name)
-        rows += doc["rows"]
+        rows += part
     keys = [r["key"] for r in rows]
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:
@@ -723,7 +727,12 @@ def report(args) -> dict:
     def of(kernel: str) -> list[dict]:
         return [r for r in rows if r["kernel"] == kernel]
 
+    # certified time over the time now (above 1: faster now): how well the sweep's timing repeats in another run
     now = sorted(r["x_now"] for r in rows if r["x_now"] is not None)
+    certified_over_now = {"n": len(now)}
+    if now:
+        certified_over_now.update(p5=now[round(0.05 * (len(now) - 1))], median=statistics.median(now),
+                                  p95=now[round(0.95 * (len(now) - 1))])  # fmt: skip
     return {
         "workloads": sorted(workloads),
         "files": list(args.files),
@@ -732,18 +741,8 @@ def report(args) -> dict:
         "x_default": distribution(rows, "x_default"),
         "x_resweep": distribution(rows, "x_resweep"),
         "x_peer": {k: distribution(of(k), "x_peer") for k in kernels if any("x_peer" in r for r in of(k))},
-        "x_default_by_kernel": {
-            k: {n: v for n, v in distribution(of(k), "x_default", worst=1).items()} for k in kernels
-        },  # fmt: skip
-        # certified time over the time now (above 1: faster now): how well the sweep's timing repeats in another run
-        "certified_over_now": {
-            "n": len(now),
-            "p5": now[int(round(0.05 * (len(now) - 1)))],
-            "median": statistics.median(now),
-            "p95": now[int(round(0.95 * (len(now) - 1)))],
-        }
-        if now
-        else {"n": 0},  # fmt: skip
+        "x_default_by_kernel": {k: distribution(of(k), "x_default", worst=1) for k in kernels},
+        "certified_over_now": certified_over_now,
     }
 
 

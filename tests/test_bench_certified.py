@@ -247,3 +247,6 @@ def test_report_joins_a_workloads_shards_and_refuses_a_key_measured_twice(tmp_pa
     assert result["certified_over_now"]["n"] == 4 and result["certified_over_now"]["median"] == 1.0
     with pytest.raises(SystemExit, match="report: 2 keys measured in more than one file"):
         bc.main(["report", str(files[0]), str(files[0])])
+    files[1].write_text("{}")
+    with pytest.raises(SystemExit, match=r"report: .*s1.json is not a `quality --out` file \(KeyError"):
+        bc.main(["report", str(files[0]), str(files[1])])
