@@ -532,9 +532,11 @@ def _ensure_context() -> int:
 
 
 @contextlib.contextmanager
-def _in_context(index: int) -> Iterator[None]:
-    """Run a block in device `index`'s context without changing which context is current on this thread."""
-    if getattr(_tls, "device", None) == index:
+def _in_context(index: int, always_push: bool = False) -> Iterator[None]:
+    """Run a block in device `index`'s context without changing which context is current on this thread. When
+    nbxcert made `index` current on this thread the block runs as it is, unless `always_push`: then the context is
+    pushed whatever nbxcert's record says (another library may have set its own since; see `_driver_alloc`)."""
+    if not always_push and getattr(_tls, "device", None) == index:
         yield
         return
     _call("cuCtxPushCurrent", _primary_context(index), what=f"device {index}")
@@ -642,11 +644,8 @@ def _driver_alloc(nbytes: int, device: int) -> int:
     whatever this thread's current context is: nbxcert's own record of it (`make_current`) cannot see another library
     setting its own since, and memory on the wrong device would be a silent fault."""
     ptr = _CUdeviceptr()
-    _call("cuCtxPushCurrent", _primary_context(device), what=f"device {device}")
-    try:
+    with _in_context(device, always_push=True):
         _call("cuMemAlloc", ctypes.byref(ptr), nbytes, what=f"{nbytes} bytes on device {device}")
-    finally:
-        _call("cuCtxPopCurrent", ctypes.byref(_CUcontext()))
     return ptr.value
 
 
