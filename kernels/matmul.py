@@ -374,7 +374,7 @@ def _mm_tma_persistent_kernel(
         offs_m = off_m + tl.arange(0, BLOCK_M)
         c_b = c_ptr + batch.to(tl.int64) * stride_cb
         bias_b = bias_ptr + batch.to(tl.int64) * stride_biasb
-        if EPILOGUE_PARTS == 1:  # the whole tile at once (the warp-specialized loop: its pass refuses the slices)
+        if EPILOGUE_PARTS == 1:  # the whole tile at once (the warp-specialized configs: their pass refuses slices)
             _epilogue_store(
                 acc, c_b, bias_b, offs_m, off_n + tl.arange(0, BLOCK_N), M, N,
                 stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
@@ -514,11 +514,8 @@ def split_k_configs() -> list[Config]:
 
 
 def epilogue_parts(config: Config) -> int:
-    """The column slices a tma_persistent config stores its tile in: its EPILOGUE_PARTS (4), else 2; a
-    warp-specialized one (WS=1) stores the whole tile (Triton 3.6's Hopper warp-specialization pass fails on a
-    sliced epilogue, "NVGPUWarpSpecialization" in its pipeline)."""
-    if config.params.get("WS"):
-        return 1
+    """The column slices a tma_persistent config stores its tile in: its EPILOGUE_PARTS (1: the whole tile, 4), else
+    2."""
     return config.params.get("EPILOGUE_PARTS", 2)
 
 
@@ -550,13 +547,14 @@ def warp_specialized_configs() -> list[Config]:
     consumer warp groups of num_warps (4) each issuing wgmma, 12 warps in all, registers moved to the consumers
     (setmaxnreg), as CUTLASS's Hopper kernels are built. Tiles of two 64-row halves (128 or 256 rows), 128-byte K rows
     but for one 64-byte variant of the 128x256 tile, 3 to 5 stages; the epilogue stores the whole tile
-    (`epilogue_parts`). Cross-compiled for sm_90 on the CPU: every one keeps the warp-specialized form with a 16-bit
+    (EPILOGUE_PARTS=1: Triton 3.6's warp-specialization pass fails on the column slices, "NVGPUWarpSpecialization" in
+    its pipeline). Cross-compiled for sm_90 on the CPU: every one keeps the warp-specialized form with a 16-bit
     type (wgmma, TMA, setmaxnreg); with float32 (no wgmma) the pass leaves the loop as it is. Triton 3.9's pass
     refuses them (it splits the A tile between the consumer groups but keeps the whole tile's TMA descriptor): a sweep
     under it records their compile refusal."""
     shapes = ((128, 256, 128, 4, 3), (128, 256, 128, 4, 4), (128, 256, 64, 4, 4), (128, 128, 128, 4, 4),
               (128, 128, 128, 4, 5), (256, 128, 128, 4, 3))  # fmt: skip
-    return [_tile("tma_persistent", *s, WS=1) for s in shapes]
+    return [_tile("tma_persistent", *s, EPILOGUE_PARTS=1, WS=1) for s in shapes]
 
 
 def mm_configs() -> list[Config]:

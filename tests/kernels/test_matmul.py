@@ -95,8 +95,8 @@ def test_bfloat16_runs_under_the_interpreter_by_upcasting(backend):
 
 # --- the no-bit claim -------------------------------------------------------------------------------------------------
 def _with(config: Config, **changes) -> Config:
-    kwargs = dict(config.kwargs)
-    kwargs.update(changes)
+    """`config` with its kwargs changed (a None value removes the field)."""
+    kwargs = {k: v for k, v in {**dict(config.kwargs), **changes}.items() if v is not None}
     return Config.make(num_warps=config.num_warps, num_stages=config.num_stages, **kwargs)
 
 
@@ -477,7 +477,7 @@ def test_a_warp_specialized_candidate_counts_its_three_warp_groups_against_the_t
             return 256 if name == "max_threads_per_block" else hopper.fact(name)
 
     ws = mm.warp_specialized_configs()[3]  # 128x128, 4 warps, 4 stages
-    plain = Config.make(num_warps=4, num_stages=4, **{k: v for k, v in ws.params.items() if k != "WS"})
+    plain = _with(ws, WS=None)
     result = mm.MATMUL.prune([ws, plain], BIG, Small())
     assert result.kept == (plain,)
     assert result.pruned[0][1] == "warp-specialized: 3 x num_warps=4 x warp_size=32 > max_threads_per_block=256"
@@ -490,10 +490,10 @@ def test_warp_specialized_candidates_are_warp_specialized_on_hopper():
     loop as it is would certify a plain persistent kernel under this name."""
     ws = mm.warp_specialized_configs()
     assert ws and all(c["WS"] == 1 and c["KIND"] == "tma_persistent" and c.num_warps == 4 for c in ws)
+    assert all(mm.epilogue_parts(c) == 1 for c in ws)
     items = [_item(mm.MATMUL, c, SMALL, "float16") for c in ws]
     # the same tiles without WS (their whole-tile epilogue too): the kernel itself compiles, whatever the pass does
-    plain = [Config.make(num_warps=c.num_warps, num_stages=c.num_stages, **{k: v for k, v in c.params.items()
-             if k != "WS"}, EPILOGUE_PARTS=1) for c in ws]  # fmt: skip
+    plain = [_with(c, WS=None) for c in ws]
     items += [_item(mm.MATMUL, c, SMALL, "float16") for c in plain]
     results = _cross_compile(90, items, timeout=900)
     _check_cross(results, len(items))
