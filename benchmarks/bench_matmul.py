@@ -136,7 +136,7 @@ def gpu_state() -> list[str] | str:
 
 
 def run_retime(items: list[dict], warmup_ms: float, rep_ms: float) -> dict:
-    """The best candidates timed again in a fresh process of this script (`--retime`): {shape: median ms}, or
+    """The finalists timed again in a fresh process of this script (`--retime`): {id: {"median_ms", "reps"}}, or
     {"error": ...}."""
     payload = json.dumps({"items": items, "warmup_ms": warmup_ms, "rep_ms": rep_ms})
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--retime", payload, "--out", os.devnull],
@@ -160,18 +160,17 @@ def retime_main(payload: str) -> int:
         config = Config.from_dict(item["kwargs"])
         times = triton_cuda.do_bench_events(lambda: spec.launch(config, inputs), warmup_ms=args["warmup_ms"],
                                             rep_ms=args["rep_ms"])  # fmt: skip
-        out[item.get("id", item["shape"])] = {"median_ms": statistics.median(times), "reps": len(times)}
+        out[item["id"]] = {"median_ms": statistics.median(times), "reps": len(times)}
     print(json.dumps(out))
     return 0
 
 
-def combine_rounds(rounds: list[dict], shapes: list[str], finalists: dict[str, list[str]] | None = None) -> dict:
+def combine_rounds(rounds: list[dict], shapes: list[str], finalists: dict[str, list[str]]) -> dict:
     """{shape: {"ours_ms", "peer_ms", "ratio", "rounds", "best", "finalists"}} from rounds of {"ours": {id:
     {"median_ms"}}, "peer": {"results": {shape: {"median_ms"}}}}. `finalists`: each shape's candidate ids re-timed in
-    the rounds (default: the shape itself, one candidate); a round counts for a shape when the peer and every finalist
-    ran in it (a round with an error on one side counts for neither). Each side's time is its median over those rounds;
-    ours is the fastest finalist's, so no single sweep timing picks the winner."""
-    finalists = finalists or {shape: [shape] for shape in shapes}
+    the rounds; a round counts for a shape when the peer and every finalist ran in it (a round with an error on one
+    side counts for neither). Each side's time is its median over those rounds; ours is the fastest finalist's, so no
+    single sweep timing picks the winner."""
     combined = {}
     for shape in shapes:
         ids = finalists.get(shape, [])
@@ -274,6 +273,7 @@ def main(argv=None) -> int:
         raise SystemExit("bench_matmul needs the cuda backend (an NVIDIA GPU)")
     from nbxcert.kernels import matmul as mm
     from nbxcert.kernels.check import all_ok, first_report, run_checked
+    from nbxcert.kernels.spec import Config
     from nbxcert.profiles import match_nvidia
 
     info = cuda.device_info(0)
@@ -316,8 +316,6 @@ def main(argv=None) -> int:
             refused += f
             best_inputs[spec.name] = (spec, problem, dtypes, inputs)
         entry = {"flop": flops(shape), "candidates": rows, "refused": refused, "finalists": []}
-        from nbxcert.kernels.spec import Config
-
         # the --finalists fastest of the sweep, each checked against the float64 oracle, go to the rounds: the
         # fastest sweep time alone is the luckiest of many noisy medians (the ninth session's 4096^3 winner timed
         # 0.195 ms in its sweep and 0.209-0.214 in every round, the sweep's next ones 0.211)
@@ -353,11 +351,11 @@ def main(argv=None) -> int:
             peer_round = run_peer(shapes, dt, args.warmup_ms, args.rep_ms)
             rounds.append({"ours": ours, "peer": peer_round, "gpu_before_ours": before_ours,
                            "gpu_before_peer": before_peer})  # fmt: skip
-            for side, res in (("best candidates", ours), ("cuBLAS peer", peer_round)):
+            for side, res in (("finalists", ours), ("cuBLAS peer", peer_round)):
                 if "error" in res:
                     print(f"   {side} failed: {res['error']}", flush=True)
         results["rounds"] = rounds
-        combined = combine_rounds(rounds, shapes, {t: [i["id"] for i in items] for t, items in finalists.items()})
+        combined = combine_rounds(rounds, shapes, {t: [i["id"] for i in timed] for t, timed in finalists.items()})
         for t, side in combined.items():  # the best is the finalist fastest over the rounds
             entry = results["shapes"][t]
             entry["best"] = next(c for c in entry["finalists"] if c["retime"]["id"] == side["best"])

@@ -27,7 +27,7 @@ def test_the_ratio_is_the_peers_median_over_ours_across_rounds():
         _round({"a": 0.18, "b": 0.025}, {"a": 0.19, "b": 0.024}),
         _round({"a": 0.19, "b": 0.028}, {"a": 0.17, "b": 0.030}),
     ]
-    combined = bm.combine_rounds(rounds, ["a", "b", "c"])
+    combined = bm.combine_rounds(rounds, ["a", "b", "c"], {"a": ["a"], "b": ["b"], "c": ["c"]})
     assert set(combined) == {"a", "b"}  # "c" ran on neither side: no ratio, never a made-up one
     assert combined["a"]["ours_ms"] == pytest.approx(0.19) and combined["a"]["peer_ms"] == pytest.approx(0.18)
     assert combined["a"]["ratio"] == pytest.approx(0.18 / 0.19) and combined["a"]["rounds"] == 3
@@ -40,7 +40,7 @@ def test_a_round_with_one_side_failed_counts_for_neither():
         {"ours": {"error": "RuntimeError: boom"}, "peer": {"results": {"a": {"median_ms": 0.5}}}},
         {"ours": {"a": {"median_ms": 0.4}}, "peer": {"error": "ImportError: no torch"}},
     ]
-    combined = bm.combine_rounds(rounds, ["a"])
+    combined = bm.combine_rounds(rounds, ["a"], {"a": ["a"]})
     assert combined["a"] == {"ours_ms": 0.20, "peer_ms": 0.10, "ratio": 0.5, "rounds": 1, "best": "a",
                              "finalists": {"a": 0.20}}  # fmt: skip
 
