@@ -92,17 +92,21 @@ def _time_us(spec, config, inputs, profile, interpreted: bool) -> float:
     return time_launch(spec, config, inputs, profile)["median_us"]
 
 
+def percentile(xs: list[float], q: float) -> float:
+    """The `q` quantile (0..1) of sorted `xs`: the nearest rank, no interpolation."""
+    return xs[round(q * (len(xs) - 1))]
+
+
 def distribution(rows: list[dict], field: str, worst: int = 5) -> dict:
     """Median, the 5th percentile (the worst 5%: ratios below it) and the worst keys of `field` over `rows`."""
     values = sorted((r[field], r["key"]) for r in rows if r.get(field) is not None)
     if not values:
         return {"n": 0}
     xs = [v for v, _ in values]
-    p5 = xs[max(0, int(round(0.05 * (len(xs) - 1))))]
     return {
         "n": len(xs),
         "median": statistics.median(xs),
-        "p5": p5,
+        "p5": percentile(xs, 0.05),
         "min": xs[0],
         "worst": [{"key": k, "ratio": v} for v, k in values[:worst]],
     }
@@ -731,8 +735,7 @@ def report(args) -> dict:
     now = sorted(r["x_now"] for r in rows if r["x_now"] is not None)
     certified_over_now = {"n": len(now)}
     if now:
-        certified_over_now.update(p5=now[round(0.05 * (len(now) - 1))], median=statistics.median(now),
-                                  p95=now[round(0.95 * (len(now) - 1))])  # fmt: skip
+        certified_over_now.update(p5=percentile(now, 0.05), median=statistics.median(now), p95=percentile(now, 0.95))
     return {
         "workloads": sorted(workloads),
         "files": list(args.files),

@@ -213,6 +213,11 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
     prefix = result["speedup_over_common_prefix"]
     assert prefix["launches"] == 3 and prefix["ratio"] > 1.0
     assert not result["speedup_is_lower_bound"]
+    # the blocking warm-up (--warm block): the winners compiled before the first launch, its time counted apart
+    block = bc._cold_run("demo", bc._device()[1], str(ROOT / "certificates"), True, limit_s=300, warm="block",
+                         max_launches=2)  # fmt: skip
+    assert block["launches"] == 2 and block["warm_s"] > 0 and "background_done" not in block
+    assert block["startup_s"]["certificates"] >= block["warm_s"]
     cut = bc._cold_run("demo", bc._device()[1], str(tmp_path / "empty"), False, limit_s=1.0, max_launches=3)
     assert cut["cut_at_limit"] and cut["reached"]["launches"] in (0, 1, 2)
 
