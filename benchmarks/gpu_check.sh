@@ -26,6 +26,10 @@ step() {
   rc=$?
   echo "$name: exit $rc after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
   tail -4 "$OUT/$name.txt"
+  return $rc
+}
+ws_smoke() {  # the warp-specialized matmul candidates launched once, under a limit: a hung one stalls what follows
+  step ws_smoke 90 env PYTHONPATH=/tmp/notorch python3 benchmarks/ws_smoke.py
 }
 TESTS=(env PYTHONPATH=/tmp/notorch python3 -m pytest -q -p no:cacheprovider -m gpu --durations=12)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$OUT/summary.txt"
@@ -66,17 +70,14 @@ case "${SET:-}" in
   matmul)  # #3 on a machine of one H200, alone: the fourth to eighth sessions' runs timed the 4096^3 winner 10% slower
            # than the second session's did; since the ninth, the ratio comes from alternating rounds after the sweep
            # (bench_matmul.py --rounds), each side in a fresh process after an idle spell, the card's clocks recorded
-    # (the warp-specialized candidates launched once first, under a limit: a hung one would stall the whole sweep)
-    step ws_smoke 90 env PYTHONPATH=/tmp/notorch python3 benchmarks/ws_smoke.py
-    skip=$(grep -q "^ws_smoke: exit 0 " "$OUT/summary.txt" || echo --skip-ws)
+    if ws_smoke; then skip=""; else skip=--skip-ws; fi
     step bench_matmul 420 python3 benchmarks/bench_matmul.py $skip --out "$OUT/bench_matmul.json"
     ;;
   matmul_tests)  # #3, one GPU (the other running SET=matmul through gpu_pair.sh): every kept matmul candidate at the
                  # issue's real shapes against the float64 oracle, the warp-specialized ones (WS=1, tenth session) first
                  # seen on a card among them, and GROUP_M's no-bit-change claim
-    step ws_smoke 90 env PYTHONPATH=/tmp/notorch python3 benchmarks/ws_smoke.py
     # (a WS candidate that hangs or mismatches would take the whole test with it: then its report is the finding)
-    grep -q "^ws_smoke: exit 0 " "$OUT/summary.txt" && step tests_matmul 420 "${TESTS[@]}" tests/kernels/test_matmul.py
+    ws_smoke && step tests_matmul 420 "${TESTS[@]}" tests/kernels/test_matmul.py
     ;;
   mistral_attention)  # #8, one GPU (the other running SET=matmul through gpu_pair.sh): mistral-7b's 32 keys that are
                       # not llama-3-8b's (14 are tinyllama-1.1b's logits softmax) verified certified-only in their 0.4.0
