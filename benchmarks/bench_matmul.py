@@ -205,21 +205,21 @@ def host_launch_us(launch) -> float:
     return elapsed / HOST_LAUNCHES * 1e6
 
 
-def wanted(config, kinds: set[str], skip_ws: bool = False) -> bool:
-    """Whether --kinds (empty: all) and --skip-ws leave `config` in the sweep."""
-    return (not kinds or config["KIND"] in kinds) and not (skip_ws and config.params.get("WS"))
+def wanted(config, kinds: set[str]) -> bool:
+    """Whether --kinds (empty: all) leaves `config` in the sweep."""
+    return not kinds or config["KIND"] in kinds
 
 
-def bench_spec(spec, problem, dtypes, profile, device, warmup_ms, rep_ms, kinds, log, skip_ws=False):
+def bench_spec(spec, problem, dtypes, profile, device, warmup_ms, rep_ms, kinds, log):
     """Time every kept candidate of `spec` on `problem`; return (rows, refused)."""
     from nbxcert.warm import compile_ahead
 
     inputs = spec.make_inputs(problem, dtypes, 0, device)
     pruned = spec.pruned_for(problem, profile)
-    compile_ahead(spec, problem, dtypes, [c for c in pruned.kept if wanted(c, kinds, skip_ws)], profile.key)
+    compile_ahead(spec, problem, dtypes, [c for c in pruned.kept if wanted(c, kinds)], profile.key)
     rows, refused = [], []
     for config in pruned.kept:
-        if not wanted(config, kinds, skip_ws):
+        if not wanted(config, kinds):
             continue
         t0 = time.time()
         times = common.time_or_refuse(config, lambda: spec.launch(config, inputs), warmup_ms, rep_ms, refused, log)
@@ -251,7 +251,6 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup-ms", type=float, default=25.0)
     ap.add_argument("--rep-ms", type=float, default=100.0)
     ap.add_argument("--no-peer", action="store_true", help="skip the cuBLAS peer")
-    ap.add_argument("--skip-ws", action="store_true", help="leave out the warp-specialized candidates (WS=1)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating runs of the best candidates and the peer")
     ap.add_argument("--cool-s", type=float, default=10.0, help="seconds idle before each of those runs")
     ap.add_argument("--finalists", type=int, default=3, help="the N fastest of each shape's sweep re-timed in rounds")
@@ -310,7 +309,6 @@ def main(argv=None) -> int:
                 args.rep_ms,
                 kinds if spec is not mm.GEMV else set(),
                 log,
-                args.skip_ws,
             )
             rows += r
             refused += f

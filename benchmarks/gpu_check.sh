@@ -10,6 +10,7 @@
 #   SET=matmul   bash benchmarks/gpu_check.sh   # #3: bench_matmul.py alone on a machine of one H200
 #   SET_A=matmul SET_B=mistral_attention bash benchmarks/gpu_pair.sh   # #3 beside #8's mistral verify and attention
 #   SET_A=matmul SET_B=matmul_tests bash benchmarks/gpu_pair.sh   # #3: bench_matmul beside the matmul GPU tests
+#   SET=matmul_alone bash benchmarks/gpu_check.sh   # #3: matmul GPU tests, then bench_matmul, on one H200
 #   SET=sq       bash benchmarks/gpu_check.sh   # #11, #4: sampling, quant and element-wise GPU tests
 #   SET=moe      bash benchmarks/gpu_check.sh   # #11: fused_moe GPU tests and bench_moe at Qwen3 4096 tokens
 #   SET_A=quality SET_B=quality QUALITY_OF=2 WORKLOAD=tinyllama-1.1b bash benchmarks/gpu_pair.sh   # #8: quality
@@ -27,9 +28,6 @@ step() {
   echo "$name: exit $rc after $(( $(date +%s) - t0 )) s" | tee -a "$OUT/summary.txt"
   tail -4 "$OUT/$name.txt"
   return $rc
-}
-ws_smoke() {  # the warp-specialized matmul candidates launched once, under a limit: a hung one stalls what follows
-  step ws_smoke 90 env PYTHONPATH=/tmp/notorch python3 benchmarks/ws_smoke.py
 }
 TESTS=(env PYTHONPATH=/tmp/notorch python3 -m pytest -q -p no:cacheprovider -m gpu --durations=12)
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$OUT/summary.txt"
@@ -70,14 +68,17 @@ case "${SET:-}" in
   matmul)  # #3 on a machine of one H200, alone: the fourth to eighth sessions' runs timed the 4096^3 winner 10% slower
            # than the second session's did; since the ninth, the ratio comes from alternating rounds after the sweep
            # (bench_matmul.py --rounds), each side in a fresh process after an idle spell, the card's clocks recorded
-    if ws_smoke; then skip=""; else skip=--skip-ws; fi
-    step bench_matmul 420 python3 benchmarks/bench_matmul.py $skip --out "$OUT/bench_matmul.json"
+    step bench_matmul 420 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
     ;;
-  matmul_tests)  # #3, one GPU (the other running SET=matmul through gpu_pair.sh): every kept matmul candidate at the
-                 # issue's real shapes against the float64 oracle, the warp-specialized ones (WS=1, tenth session) first
-                 # seen on a card among them, and GROUP_M's no-bit-change claim
-    # (a WS candidate that hangs or mismatches would take the whole test with it: then its report is the finding)
-    ws_smoke && step tests_matmul 420 "${TESTS[@]}" tests/kernels/test_matmul.py
+  matmul_tests)  # #3: every kept matmul candidate at the issue's real shapes against the float64 oracle (the TMA-store
+                 # epilogue, C_TMA, eleventh session, first seen on a card among them), and the no-bit claims
+    step tests_matmul 420 "${TESTS[@]}" tests/kernels/test_matmul.py
+    ;;
+  matmul_alone)  # #3 on a machine of one H200: the matmul GPU tests, then bench_matmul with the other GPU idle (the
+                 # eleventh session's 4096^3 ratio was 0.952 with the neighbouring GPU idle, 0.901 and 0.909 with it
+                 # running the same benchmark)
+    step tests_matmul 240 "${TESTS[@]}" tests/kernels/test_matmul.py
+    step bench_matmul 330 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
     ;;
   mistral_attention)  # #8, one GPU (the other running SET=matmul through gpu_pair.sh): mistral-7b's 32 keys that are
                       # not llama-3-8b's (14 are tinyllama-1.1b's logits softmax) verified certified-only in their 0.4.0
@@ -134,6 +135,6 @@ case "${SET:-}" in
       --start "${!start_var:-0}" --stop-after "$(( q - ${PEER_S:-110} ))" \
       ${QUALITY_KERNELS:+--kernels "$QUALITY_KERNELS"} --out "$OUT/quality.json"
     ;;
-  *) echo "SET must be first, second, core, families, matmul, matmul_tests, mistral_attention, sq, moe, quality or cold" >&2
+  *) echo "SET must be first, second, core, families, matmul, matmul_tests, matmul_alone, mistral_attention, sq, moe, quality or cold" >&2
      exit 2 ;;
 esac

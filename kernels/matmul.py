@@ -29,9 +29,9 @@ Kernels and their candidates (config field `KIND`):
 - `tma_persistent`: Hopper's tensor memory accelerator. One program per SM loops over output tiles (grouped order),
   loading A and B tiles through host-built tensor descriptors (`triton.tools.tensor_descriptor.TensorDescriptor`,
   filled on the host at each launch, so no global scratch allocation is needed). Needs compute capability >= 9.0
-  and TMA-legal operands (the `aligned` key field). Factory: `tma_persistent_configs()`, which includes
-  `warp_specialized_configs()` (WS=1: the tile loop warp-specialized, a producer warp group feeding two consumer
-  warp groups, as CUTLASS's Hopper kernels are built).
+  and TMA-legal operands (the `aligned` key field). The tile is stored by pointers or, C_TMA=1, by TMA through
+  C's descriptor where `out` allows it (by pointers where it does not: the same values, so C_TMA changes no bit).
+  Factory: `tma_persistent_configs()` (with `tma_store_configs()`).
 - `gemv` (the gemv/addmv specs): each program owns BLOCK_N output columns for all M <= 4 rows and walks K in
   BLOCK_K chunks in increasing order (software-pipelined through shared memory when num_stages > 1), keeping a
   [M, BLOCK_K, BLOCK_N] float32 partial sum that is reduced once at the end: the result depends on (BLOCK_K, BLOCK_N,
@@ -79,7 +79,7 @@ from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _workspace
 from nbxcert.kernels.launch import KernelLaunch, cdiv, keep_plan, served_plans, signature
-from nbxcert.kernels.prune import gemv_prune, limit, next_pow2, prune_with, shared_memory_refusal
+from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty
 from nbxcert.oracles import matmul as _oracle
@@ -135,6 +135,20 @@ def _activate(z, ACTIVATION: tl.constexpr):
 
 
 @jit
+def _epilogue_values(
+    acc, bias_ptr, offs_m, offs_n, M, N, stride_biasm, stride_biasn, alpha, beta,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+):  # fmt: skip
+    """acc (float32 [BM, BN]) -> act(beta·bias + alpha·acc) in float32 (bias_ptr already at this batch)."""
+    z = acc * alpha
+    if HAS_BIAS:
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        bias = tl.load(bias_ptr + offs_m[:, None] * stride_biasm + offs_n[None, :] * stride_biasn, mask=mask, other=0.0)
+        z = z + beta * bias.to(tl.float32)
+    return _activate(z, ACTIVATION)
+
+
+@jit
 def _epilogue_store(
     acc, c_ptr, bias_ptr, offs_m, offs_n, M, N,
     stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta,
@@ -142,31 +156,34 @@ def _epilogue_store(
 ):  # fmt: skip
     """acc (float32 [BM, BN]) -> act(beta·bias + alpha·acc), stored into C (pointers already at this batch)."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    z = acc * alpha
-    if HAS_BIAS:
-        bias = tl.load(bias_ptr + offs_m[:, None] * stride_biasm + offs_n[None, :] * stride_biasn, mask=mask, other=0.0)
-        z = z + beta * bias.to(tl.float32)
-    z = _activate(z, ACTIVATION)
+    z = _epilogue_values(acc, bias_ptr, offs_m, offs_n, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS,
+                         ACTIVATION)  # fmt: skip
     tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, z.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @jit
-def _store_pair(
-    left, right, WIDTH: tl.constexpr, c_ptr, bias_ptr, offs_m, off_n, M, N,
+def _store_part(
+    part, WIDTH: tl.constexpr, col0, c_desc, c_ptr, bias_ptr, batch, off_m, offs_m, M, N,
     stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, C_TMA: tl.constexpr, BATCHED: tl.constexpr,
 ):  # fmt: skip
-    """Two adjacent column slices of a tile ([BM, WIDTH] each) through `_epilogue_store`: `left` at columns
-    off_n .. off_n + WIDTH - 1, `right` after it."""
-    offs_n = off_n + tl.arange(0, WIDTH)
-    _epilogue_store(
-        left, c_ptr, bias_ptr, offs_m, offs_n, M, N,
-        stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
-    )  # fmt: skip
-    _epilogue_store(
-        right, c_ptr, bias_ptr, offs_m, offs_n + WIDTH, M, N,
-        stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
-    )  # fmt: skip
+    """One column slice of a persistent tile (`part`, float32 [BM, WIDTH], columns col0 .. col0 + WIDTH - 1) through
+    the epilogue into C: by the TMA store of `c_desc` (C_TMA: C's descriptor, [M, N] or, BATCHED, [batch, M, N];
+    rows and columns past C's edge are clipped by the copy) or by masked pointer stores (c_ptr, bias_ptr already at
+    this batch). Both write the same values: act(beta·bias + alpha·acc) rounded once to C's dtype."""
+    offs_n = col0 + tl.arange(0, WIDTH)
+    if C_TMA:
+        z = _epilogue_values(part, bias_ptr, offs_m, offs_n, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS,
+                             ACTIVATION).to(c_desc.dtype)  # fmt: skip
+        if BATCHED:
+            c_desc.store([batch, off_m, col0], z.reshape(1, part.shape[0], WIDTH))
+        else:
+            c_desc.store([off_m, col0], z)
+    else:
+        _epilogue_store(
+            part, c_ptr, bias_ptr, offs_m, offs_n, M, N,
+            stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
+        )  # fmt: skip
 
 
 @jit
@@ -311,7 +328,7 @@ def _split_k_reduce_kernel(
 
 @jit
 def _mm_tma_persistent_kernel(
-    a_desc, b_desc, c_ptr, bias_ptr,
+    a_desc, b_desc, c_desc, c_ptr, bias_ptr,
     M, N, K, batch_count, a_batch_step, b_batch_step, num_programs,
     stride_cb, stride_cm, stride_cn,
     stride_biasb, stride_biasm, stride_biasn,
@@ -319,7 +336,7 @@ def _mm_tma_persistent_kernel(
     TRANS_A: tl.constexpr, TRANS_B: tl.constexpr, BATCHED: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EPILOGUE_PARTS: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, FLATTEN: tl.constexpr,
+    EPILOGUE_PARTS: tl.constexpr, C_TMA: tl.constexpr,
 ):  # fmt: skip
     """Persistent tiles through TMA. Grid: (num_programs,); program p computes tiles p, p + num_programs, ...
 
@@ -329,15 +346,15 @@ def _mm_tma_persistent_kernel(
     beta, HAS_BIAS, ACTIVATION, DOT_PRECISION, UPCAST: as in `_mm_tiled_kernel`. M, N, K: sizes. batch_count: batch
     size. a_batch_step, b_batch_step: 1, or 0 for an operand broadcast over the batch (its descriptor has batch 1).
     num_programs: the grid size (the SM count). TRANS_A, TRANS_B: operand layouts. BATCHED: descriptors have a batch
-    dimension. BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M: as in `_mm_tiled_kernel`. EPILOGUE_PARTS: 2 or 4, the number of
-    column slices the tile is stored in (see below).
+    dimension. BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M: as in `_mm_tiled_kernel`. EPILOGUE_PARTS: 1, 2 or 4, the number
+    of column slices the tile is stored in (see below). C_TMA: the slices are stored by TMA through c_desc (C's
+    descriptor, block [BLOCK_M, BLOCK_N / EPILOGUE_PARTS], batched like A's), else by pointers (c_desc None).
     """
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles_per_batch = tiles_m * tiles_n
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile in tl.range(tl.program_id(0), batch_count * tiles_per_batch, num_programs, flatten=FLATTEN,
-                         warp_specialize=WARP_SPECIALIZE):  # fmt: skip
+    for tile in tl.range(tl.program_id(0), batch_count * tiles_per_batch, num_programs, flatten=True):
         batch = tile // tiles_per_batch
         pid_m, pid_n = _tile_coords(tile % tiles_per_batch, tiles_m, tiles_n, GROUP_M)
         off_m = pid_m * BLOCK_M
@@ -374,29 +391,42 @@ def _mm_tma_persistent_kernel(
         offs_m = off_m + tl.arange(0, BLOCK_M)
         c_b = c_ptr + batch.to(tl.int64) * stride_cb
         bias_b = bias_ptr + batch.to(tl.int64) * stride_biasb
-        if EPILOGUE_PARTS == 1:  # the whole tile at once (the warp-specialized configs: their pass refuses slices)
-            _epilogue_store(
-                acc, c_b, bias_b, offs_m, off_n + tl.arange(0, BLOCK_N), M, N,
-                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
+        if EPILOGUE_PARTS == 1:
+            _store_part(
+                acc, BLOCK_N, off_n, c_desc, c_b, bias_b, batch, off_m, offs_m, M, N,
+                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION, C_TMA, BATCHED,
             )  # fmt: skip
         elif EPILOGUE_PARTS == 2:
             acc_lo, acc_hi = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
-            _store_pair(
-                acc_lo, acc_hi, BLOCK_N // 2, c_b, bias_b, offs_m, off_n, M, N,
-                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
+            _store_part(
+                acc_lo, BLOCK_N // 2, off_n, c_desc, c_b, bias_b, batch, off_m, offs_m, M, N,
+                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION, C_TMA, BATCHED,
+            )  # fmt: skip
+            _store_part(
+                acc_hi, BLOCK_N // 2, off_n + BLOCK_N // 2, c_desc, c_b, bias_b, batch, off_m, offs_m, M, N,
+                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION, C_TMA, BATCHED,
             )  # fmt: skip
         else:
             # column a * BLOCK_N / 2 + b * BLOCK_N / 4 + c is element (a, b, c) of [2, 2, BLOCK_N / 4]; split b, then a
             b0, b1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, 2, BLOCK_N // 4)), (0, 3, 1, 2)))
             q00, q10 = tl.split(b0)
             q01, q11 = tl.split(b1)
-            _store_pair(
-                q00, q01, BLOCK_N // 4, c_b, bias_b, offs_m, off_n, M, N,
-                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
+            Q: tl.constexpr = BLOCK_N // 4
+            _store_part(
+                q00, Q, off_n, c_desc, c_b, bias_b, batch, off_m, offs_m, M, N,
+                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION, C_TMA, BATCHED,
             )  # fmt: skip
-            _store_pair(
-                q10, q11, BLOCK_N // 4, c_b, bias_b, offs_m, off_n + BLOCK_N // 2, M, N,
-                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
+            _store_part(
+                q01, Q, off_n + Q, c_desc, c_b, bias_b, batch, off_m, offs_m, M, N,
+                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION, C_TMA, BATCHED,
+            )  # fmt: skip
+            _store_part(
+                q10, Q, off_n + 2 * Q, c_desc, c_b, bias_b, batch, off_m, offs_m, M, N,
+                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION, C_TMA, BATCHED,
+            )  # fmt: skip
+            _store_part(
+                q11, Q, off_n + 3 * Q, c_desc, c_b, bias_b, batch, off_m, offs_m, M, N,
+                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION, C_TMA, BATCHED,
             )  # fmt: skip
 
 
@@ -537,24 +567,24 @@ def tma_persistent_configs() -> list[Config]:
     return (
         [_tile("tma_persistent", *s) for s in shapes]
         + [_tile("tma_persistent", 128, 256, 128, 8, 4, EPILOGUE_PARTS=4)]
-        + warp_specialized_configs()
+        + tma_store_configs()
     )
 
 
-def warp_specialized_configs() -> list[Config]:
-    """Persistent TMA configs whose tile loop is warp-specialized (WS=1: `tl.range(..., warp_specialize=True)`, not
-    flattened): on Hopper Triton 3.6 splits each program into a producer warp group issuing the TMA loads and two
-    consumer warp groups of num_warps (4) each issuing wgmma, 12 warps in all, registers moved to the consumers
-    (setmaxnreg), as CUTLASS's Hopper kernels are built. Tiles of two 64-row halves (128 or 256 rows), 128-byte K rows
-    but for one 64-byte variant of the 128x256 tile, 3 to 5 stages; the epilogue stores the whole tile
-    (EPILOGUE_PARTS=1: Triton 3.6's warp-specialization pass fails on the column slices, "NVGPUWarpSpecialization" in
-    its pipeline). Cross-compiled for sm_90 on the CPU: every one keeps the warp-specialized form with a 16-bit
-    type (wgmma, TMA, setmaxnreg); with float32 (no wgmma) the pass leaves the loop as it is. Triton 3.9's pass
-    refuses them (it splits the A tile between the consumer groups but keeps the whole tile's TMA descriptor): a sweep
-    under it records their compile refusal."""
-    shapes = ((128, 256, 128, 4, 3), (128, 256, 128, 4, 4), (128, 256, 64, 4, 4), (128, 128, 128, 4, 4),
-              (128, 128, 128, 4, 5), (256, 128, 128, 4, 3))  # fmt: skip
-    return [_tile("tma_persistent", *s, EPILOGUE_PARTS=1, WS=1) for s in shapes]
+def tma_store_configs() -> list[Config]:
+    """The leading persistent TMA tiles with their epilogue stored by TMA (C_TMA=1: each column slice written to
+    shared memory once and copied out asynchronously, as Triton's persistent-matmul tutorial stores it) instead of by
+    pointers: 128x256 (halves, and quarters with 4 stages), 256x128, 128x128 with 4 warps (halves, and the whole
+    tile) and with 8 warps and 5 stages. Cross-compiled for sm_90, each one's shared memory is what its pointer-store
+    twin takes, or less."""
+    return [
+        _tile("tma_persistent", 128, 256, 128, 8, 3, C_TMA=1),
+        _tile("tma_persistent", 128, 256, 128, 8, 4, EPILOGUE_PARTS=4, C_TMA=1),
+        _tile("tma_persistent", 256, 128, 128, 8, 3, C_TMA=1),
+        _tile("tma_persistent", 128, 128, 128, 4, 4, C_TMA=1),
+        _tile("tma_persistent", 128, 128, 128, 4, 4, EPILOGUE_PARTS=1, C_TMA=1),
+        _tile("tma_persistent", 128, 128, 128, 8, 5, C_TMA=1),
+    ]
 
 
 def mm_configs() -> list[Config]:
@@ -587,12 +617,6 @@ def gemv_configs() -> list[Config]:
 # The widest epilogue conversion scratch Triton may take, per output element: float32 (the accumulator) before the
 # cast. Counted in full only where it cannot reuse the pipeline's buffers (the persistent kernel keeps them live).
 _EPILOGUE_BYTES = 4
-# A warp-specialized persistent kernel (WS=1) beside its pipelined tiles: an epilogue buffer of 128 bytes per tile
-# column (a 64-row half of 16-bit values) and its barriers, 104 to 336 bytes. Measured by cross-compiling every WS
-# candidate for sm_90 with Triton 3.6 (tests/kernels/test_matmul.py's census keeps this an upper bound): 128x128 with
-# 5 stages takes 180560 bytes, the bound 180736; 128x256 with 4 stages 229608, the bound 229888.
-_WS_EPILOGUE_BYTES_PER_COLUMN = 128
-_WS_BARRIER_BYTES = 512
 
 
 def smem_estimate(config: Config) -> int:
@@ -602,9 +626,8 @@ def smem_estimate(config: Config) -> int:
     conversion reuses them, and is at most BLOCK_M·BLOCK_N·4 bytes, so the max of the two is taken).
     tma_persistent: the pipelined tiles plus the epilogue's conversion scratch, which cannot reuse them (the flattened
     loop keeps the pipeline buffers live across the epilogue): the kernel stores the tile in EPILOGUE_PARTS column
-    slices (2 or 4), so that scratch is at most BLOCK_M·BLOCK_N/EPILOGUE_PARTS float32 values; plus one 8-byte
-    mbarrier per stage. Warp-specialized (WS=1): the pipelined tiles plus 128 bytes per tile column and 512 bytes of
-    barriers (`_WS_EPILOGUE_BYTES_PER_COLUMN`, measured).
+    slices (1, 2 or 4), so that scratch is at most BLOCK_M·BLOCK_N/EPILOGUE_PARTS float32 values (a slice stored by
+    TMA, C_TMA, is staged in that same space); plus one 8-byte mbarrier per stage.
     gemv: with num_stages > 1 the X and W chunks are pipelined through shared memory, (BLOCK_M + BLOCK_N) · BLOCK_K
     elements per stage; the final reduction over the K chunk may stage the whole float32 partial sum there,
     BLOCK_M·BLOCK_K·BLOCK_N·4 bytes, once the pipeline's buffers are dead (so the max of the two is taken). BLOCK_M
@@ -617,8 +640,6 @@ def smem_estimate(config: Config) -> int:
         return max(reduction, pipeline)
     pipeline = (p["BLOCK_M"] + p["BLOCK_N"]) * p["K_BYTES"] * config.num_stages
     epilogue = p["BLOCK_M"] * p["BLOCK_N"] * _EPILOGUE_BYTES
-    if p["KIND"] == "tma_persistent" and p.get("WS"):
-        return pipeline + _WS_EPILOGUE_BYTES_PER_COLUMN * p["BLOCK_N"] + _WS_BARRIER_BYTES
     if p["KIND"] == "tma_persistent":
         return pipeline + epilogue // epilogue_parts(config) + 8 * config.num_stages
     return max(pipeline, epilogue)
@@ -645,11 +666,6 @@ def _prune_mm(candidates: Sequence[Config], problem: Mapping[str, Any], profile)
                 return "TMA needs aligned=1 operands (unit inner stride, 16-byte aligned base and outer strides)"
             if problem["K"] == 0:
                 return "TMA descriptors cannot describe K = 0"
-            if c.params.get("WS"):  # a producer and two consumer warp groups of num_warps each
-                warp, most = limit(profile, "warp_size"), limit(profile, "max_threads_per_block")
-                if warp is not None and most is not None and 3 * c.num_warps * warp > most:
-                    return (f"warp-specialized: 3 x num_warps={c.num_warps} x warp_size={warp} > "
-                            f"max_threads_per_block={most}")  # fmt: skip
         return shared_memory_refusal(smem_estimate(c), profile)
 
     return prune_with(candidates, profile, check)
@@ -855,13 +871,13 @@ def _programs(device_index: int) -> int:
 @functools.lru_cache(maxsize=None)
 def _plan(config: Config, itemsize: int) -> tuple:
     """A config's launch parameters, derived once: (KIND, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K,
-    EPILOGUE_PARTS, WS)."""
+    EPILOGUE_PARTS, C_TMA)."""
     p = config.params
     if p["KIND"] not in ("tiled", "split_k", "tma_persistent"):
         raise LaunchError(f"config {config.label()} has KIND={p['KIND']!r}, not a matmul kernel")
     block_k = p["K_BYTES"] // itemsize
     return (p["KIND"], p["BLOCK_M"], p["BLOCK_N"], block_k, p["GROUP_M"], p.get("SPLIT_K", 1), epilogue_parts(config),
-            bool(p.get("WS", 0)))  # fmt: skip
+            bool(p.get("C_TMA", 0)))  # fmt: skip
 
 
 def _launch_mm(
@@ -893,7 +909,7 @@ def _launch_mm(
     _check_offsets("out", c_st, m, n)
     if batch > 65535:
         raise LaunchError(f"batch {batch} exceeds the grid's 65535 programs along the batch axis")
-    kind, bm, bn, block_k, group_m, split_k, parts, ws = _plan(config, a.itemsize)
+    kind, bm, bn, block_k, group_m, split_k, parts, c_tma = _plan(config, a.itemsize)
     upcast = a.dtype.name == "bfloat16" and _interpreting()
     has_bias = bias is not None
     if has_bias:
@@ -930,13 +946,26 @@ def _launch_mm(
         a_desc, trans_a, a_step = _descriptor(a, "A", a_st, batch, m, k, (bm, block_k))
         b_desc, trans_b, b_step = _descriptor(b, "B", b_st, batch, k, n, (block_k, bn))
         programs = min(tiles * batch, _programs(a.device.index))
+        # C_TMA stores through C's descriptor where `out` allows it (row-major, 16-byte aligned base and strides),
+        # else by pointers: the same values either way (tested), so a caller's strided `out` still takes the config
+        c_tma = c_tma and _c_tma_ready(out, c_st, batch, m)
+        c_desc = _descriptor(out, "out", c_st, batch, m, n, (bm, bn // parts))[0] if c_tma else None
         _mm_tma_persistent_kernel[(programs,)](
-            a_desc, b_desc, out, bias, m, n, k, batch, a_step, b_step, programs, *c_st, *bias_st, alpha, beta,
+            a_desc, b_desc, c_desc, out, bias, m, n, k, batch, a_step, b_step, programs, *c_st, *bias_st, alpha, beta,
             TRANS_A=trans_a, TRANS_B=trans_b, BATCHED=batch > 1, HAS_BIAS=has_bias, ACTIVATION=activation,
             DOT_PRECISION="ieee", UPCAST=upcast, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, GROUP_M=group_m,
-            EPILOGUE_PARTS=parts, WARP_SPECIALIZE=ws, FLATTEN=not ws, num_warps=warps, num_stages=stages,
+            EPILOGUE_PARTS=parts, C_TMA=c_tma, num_warps=warps, num_stages=stages,
         )  # fmt: skip
     return None
+
+
+def _c_tma_ready(out: Tensor, c_st: tuple[int, int, int], batch: int, m: int) -> bool:
+    """Whether the TMA store can write `out` ([batch, M, N] at element strides `c_st`): unit column stride, a 16-byte
+    aligned base, and row and batch strides that are multiples of 16 bytes where they count (M > 1, batch > 1)."""
+    sb, sr, sc = c_st
+    item = out.itemsize
+    return (sc == 1 and out.data_ptr() % 16 == 0 and (m == 1 or (sr * item) % 16 == 0)
+            and (batch == 1 or (sb * item) % 16 == 0))  # fmt: skip
 
 
 def _descriptor(t: Tensor, what: str, st: tuple[int, int, int], batch: int, rows: int, cols: int, block):
@@ -1142,7 +1171,7 @@ def _mm_spec(name, description, problem_args, key, dtypes, examples, problem_of)
             oracle=_oracle_mm,
             oracle_name="oracles.matmul.addmm",
             problem_of=problem_of,
-            no_bit_fields=("GROUP_M",),
+            no_bit_fields=("GROUP_M", "C_TMA"),
             deterministic=True,
             example_problems=examples,
         )

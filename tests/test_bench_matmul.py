@@ -84,19 +84,11 @@ def test_gpu_state_reads_the_clock_limiting_reasons_by_either_name(tmp_path, mon
     assert bm.gpu_state().startswith("nvidia-smi: ")
 
 
-def test_skip_ws_leaves_out_only_the_warp_specialized_candidates():
+def test_kinds_leave_only_their_candidates():
     from nbxcert.kernels import matmul as mm
 
     every = mm.MATMUL.candidates
-    assert [c for c in every if bm.wanted(c, set(), skip_ws=True)] == [c for c in every if not c.params.get("WS")]
     assert [c for c in every if bm.wanted(c, set())] == list(every)
-    kept = [c for c in every if bm.wanted(c, {"tma_persistent"}, skip_ws=True)]
-    assert kept and all(c["KIND"] == "tma_persistent" and not c.params.get("WS") for c in kept)
-
-
-def test_ws_smoke_refuses_without_a_gpu(monkeypatch):
-    monkeypatch.setenv("NBXCERT_BACKEND", "interpreter")
-    import ws_smoke
-
-    with pytest.raises(SystemExit, match="ws_smoke needs the cuda backend"):
-        ws_smoke.main([])
+    kept = [c for c in every if bm.wanted(c, {"tma_persistent"})]
+    assert kept and all(c["KIND"] == "tma_persistent" for c in kept)
+    assert len(kept) < len(every)

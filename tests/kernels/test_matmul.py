@@ -110,7 +110,7 @@ def _output_bits(spec, config, problem, dtypes, seed, device):
 @pytest.mark.parametrize("kind", ["tiled", "split_k", "tma_persistent"])
 def test_group_m_changes_no_bit(kind, profile, backend):
     _interpreter_only(backend)
-    assert mm.MATMUL.no_bit_fields == ("GROUP_M",)
+    assert "GROUP_M" in mm.MATMUL.no_bit_fields
     # many tiles in both directions, so the grouped order really permutes them
     problem = {"M": 150, "N": 200, "K": 40, "trans_a": 0, "trans_b": 1, "aligned": 1}
     kept = mm.MATMUL.pruned_for(problem, profile).kept
@@ -120,6 +120,78 @@ def test_group_m_changes_no_bit(kind, profile, backend):
     for group_m in (1, 2, 3, 16):
         got = _output_bits(mm.MATMUL, _with(base, GROUP_M=group_m), problem, ("float16", "float16"), 5, "cpu")
         assert np.array_equal(got, reference), f"GROUP_M={group_m} changed output bits of {base.label()}"
+
+
+def _out_descriptors(monkeypatch) -> list:
+    """Record every TMA descriptor the launches make of `out` (the C_TMA store's)."""
+    made, real = [], mm._descriptor
+
+    def recording(t, what, *args, **kwargs):
+        if what == "out":
+            made.append(t)
+        return real(t, what, *args, **kwargs)
+
+    monkeypatch.setattr(mm, "_descriptor", recording)
+    return made
+
+
+def test_the_tma_store_changes_no_bit(profile, backend, monkeypatch):
+    """C_TMA (the tile stored by TMA through C's descriptor) writes the bits its pointer-store twin writes: a product
+    whose edges cut tiles, addmm's bias and activation, a batched product; and the TMA store is really taken."""
+    _interpreter_only(backend)
+    assert mm.MATMUL.no_bit_fields == ("GROUP_M", "C_TMA")
+    made = _out_descriptors(monkeypatch)
+    cases = [
+        (mm.MATMUL, {"M": 150, "N": 200, "K": 40, "trans_a": 0, "trans_b": 1, "aligned": 1}),
+        (mm.ADDMM, {"M": 70, "N": 136, "K": 24, "trans_a": 1, "trans_b": 0, "aligned": 1, "activation": "gelu_tanh"}),
+        (mm.BMM, {"batch": 3, "M": 40, "N": 72, "K": 16, "trans_a": 0, "trans_b": 0, "aligned": 1, "bcast_a": 0,
+                  "bcast_b": 1}),
+    ]  # fmt: skip
+    stores = mm.tma_store_configs()
+    assert {mm.epilogue_parts(c) for c in stores} == {1, 2, 4}
+    for spec, problem in cases:
+        dtypes = spec.dtypes[0]
+        for config in stores:
+            assert config in spec.pruned_for(problem, profile).kept
+            before = len(made)
+            got = _output_bits(spec, config, problem, dtypes, 6, "cpu")
+            assert len(made) == before + 1, f"{config.label()} did not store through C's descriptor"
+            twin = _output_bits(spec, _with(config, C_TMA=None), problem, dtypes, 6, "cpu")
+            assert len(made) == before + 1
+            assert not np.isnan(got.view(np.float16)).any(), f"{spec.name} {config.label()} left elements unwritten"
+            assert np.array_equal(got, twin), f"C_TMA changed output bits of {spec.name} {config.label()}"
+
+
+def test_the_tma_store_leaves_an_out_it_cannot_write_to_pointers(profile, backend, monkeypatch):
+    """An `out` whose rows are not 16 bytes apart (a view into a wider buffer) cannot be written by TMA: a C_TMA
+    config stores it by pointers, correctly, and the columns beside the view stay as they were."""
+    _interpreter_only(backend)
+    made = _out_descriptors(monkeypatch)
+    rng = np.random.default_rng(8)
+    a = from_numpy(rng.standard_normal((37, 48)), "float16")
+    b = from_numpy(rng.standard_normal((48, 64)), "float16")
+    ref = oracle.matmul(a.float64(), b.float64(), acc_eps=mm.ACC_EPS, out_eps=_eps("float16"))
+    config = mm.tma_store_configs()[3]
+    wide = from_numpy(np.full((37, 67), 7.0), "float16")  # rows 134 bytes apart
+    view = wide[:, :64]
+    assert not mm._c_tma_ready(view, (0, 67, 1), 1, 37)
+    mm.matmul(a, b, out=view, config=config)
+    assert made == []
+    _judge(view, *ref, profile)
+    assert np.array_equal(wide.float64()[:, 64:], np.full((37, 3), 7.0))
+    contiguous = mm.matmul(a, b, config=config)  # the same config on an out TMA can write takes the TMA store
+    assert len(made) == 1 and np.array_equal(contiguous.numpy(), view.numpy())
+
+
+def test_c_tma_ready():
+    out = from_numpy(np.zeros((4, 16)), "float16")
+    assert mm._c_tma_ready(out, (0, 16, 1), 1, 4)
+    assert not mm._c_tma_ready(out, (0, 16, 2), 1, 4)  # not unit column stride
+    assert not mm._c_tma_ready(out, (0, 12, 1), 1, 4)  # rows 24 bytes apart
+    assert mm._c_tma_ready(out, (0, 12, 1), 1, 1)  # one row: its stride never counts
+    assert not mm._c_tma_ready(out, (36, 16, 1), 2, 4)  # batches 72 bytes apart
+    assert mm._c_tma_ready(out, (36, 16, 1), 1, 4)
+    assert not mm._c_tma_ready(from_numpy(np.zeros(20), "float16")[1:17].reshape(1, 16), (0, 16, 1), 1, 1)
 
 
 def test_split_k_is_deterministic(profile, backend):
@@ -418,27 +490,9 @@ def _item(spec, config, problem, dtype):
     return {"spec": spec.name, "config": config.as_dict(), "problem": problem, "dtypes": [dtype] * len(spec.dtypes[0])}
 
 
-# The Triton the warp-specialized candidates (WS=1) were built and checked with, the H200's: its Hopper
-# warp-specialization pass takes them. Triton 3.9's refuses them ("NVGPUWarpSpecialization": it splits the A tile
-# between the two consumer groups but keeps the whole tile's TMA descriptor), which a sweep records as their compile
-# refusal; `test_warp_specialized_candidates_are_warp_specialized_on_hopper` checks it is that pass's.
-WS_TRITON = (3, 6)
-
-
-def _triton_version() -> tuple[int, int]:
-    import triton
-
-    return tuple(int(x) for x in triton.__version__.split(".")[:2])
-
-
-def _ws_refused(r) -> bool:
-    """A WS=1 candidate refused at compile by a Triton other than WS_TRITON."""
-    return not r["ok"] and r["config"]["kwargs"].get("WS") == 1 and _triton_version() != WS_TRITON
-
-
 def _check_cross(results, expected):
     assert len(results) == expected, f"{expected - len(results)} compile jobs printed nothing"
-    failed = [r for r in results if not r["ok"] and not _ws_refused(r)]
+    failed = [r for r in results if not r["ok"]]
     assert not failed, "\n".join(f"{r['spec']} {r['config']} {r['dtypes']}: {r['error']}" for r in failed[:5])
     over = [r for r in results if r["ok"] and r["shared"] > r["estimate"]]
     assert not over, "estimate below the compiler's figure:\n" + "\n".join(
@@ -464,51 +518,6 @@ def test_representatives_compile_for_hopper():
     assert by_kind["tiled"]["wgmma"] and by_kind["tma_persistent"]["wgmma"] and by_kind["tma_persistent"]["tma"]
 
 
-def test_a_warp_specialized_candidate_counts_its_three_warp_groups_against_the_thread_limit():
-    """WS=1 runs a producer and two consumer groups of num_warps: a block limit that holds 4 warps but not 12 refuses
-    it by that reason, the same tile without WS kept."""
-    hopper = get_profile("nvidia/hopper")
-
-    class Small:  # hopper's facts but a 256-thread block
-        def __getattr__(self, name):
-            return getattr(hopper, name)
-
-        def fact(self, name):
-            return 256 if name == "max_threads_per_block" else hopper.fact(name)
-
-    ws = mm.warp_specialized_configs()[3]  # 128x128, 4 warps, 4 stages
-    plain = _with(ws, WS=None)
-    result = mm.MATMUL.prune([ws, plain], BIG, Small())
-    assert result.kept == (plain,)
-    assert result.pruned[0][1] == "warp-specialized: 3 x num_warps=4 x warp_size=32 > max_threads_per_block=256"
-
-
-def test_warp_specialized_candidates_are_warp_specialized_on_hopper():
-    """Each WS=1 candidate, cross-compiled for sm_90 with a 16-bit type, is the warp-specialized kernel its name claims:
-    a producer and two consumer warp groups (12 warps from num_warps 4), registers moved between them (setmaxnreg),
-    wgmma and TMA; and its shared memory is within the prune's estimate. Without it, a Triton that silently left the
-    loop as it is would certify a plain persistent kernel under this name."""
-    ws = mm.warp_specialized_configs()
-    assert ws and all(c["WS"] == 1 and c["KIND"] == "tma_persistent" and c.num_warps == 4 for c in ws)
-    assert all(mm.epilogue_parts(c) == 1 for c in ws)
-    items = [_item(mm.MATMUL, c, SMALL, "float16") for c in ws]
-    # the same tiles without WS (their whole-tile epilogue too): the kernel itself compiles, whatever the pass does
-    plain = [_with(c, WS=None) for c in ws]
-    items += [_item(mm.MATMUL, c, SMALL, "float16") for c in plain]
-    results = _cross_compile(90, items, timeout=900)
-    _check_cross(results, len(items))
-    for r in results[: len(ws)]:
-        label = Config.from_dict(r["config"]).label()
-        if r["ok"]:  # never a plain persistent kernel under the WS name
-            assert r["warps"] == 12 and r["setmaxnreg"] and r["wgmma"] and r["tma"], f"{label}: {r}"
-        else:  # on another Triton than WS_TRITON, its pass's refusal: a compile error, the kernel compiling without it
-            assert "PassManager::run failed" in r["error"], f"{label}: {r['error']}"
-    for r in results[len(ws) :]:
-        assert r["ok"] and r["warps"] == 4 and not r["setmaxnreg"], Config.from_dict(r["config"]).label()
-    if _triton_version() == WS_TRITON:
-        assert all(r["ok"] for r in results), "Triton 3.6 builds every WS candidate (the H200's Triton)"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("arch,profile_key", [(90, "nvidia/hopper"), (80, "nvidia/ampere")])
 def test_smem_estimate_bounds_compiler(arch, profile_key):
@@ -532,8 +541,8 @@ def test_smem_estimate_bounds_compiler(arch, profile_key):
     _check_cross(results, len(items))
     print(f"\n{len(results)} compiles for sm_{arch} in {time.time() - started:.0f}s")
     for r in results:
-        size = f"shared {r['shared']:7d} <= {r['estimate']:7d}" if r["ok"] else "refused by this Triton's WS pass"
-        print(f"  {r['spec']:7s} {r['dtypes'][0]:9s} {size}  {Config.from_dict(r['config']).label()}")
+        label = Config.from_dict(r["config"]).label()
+        print(f"  {r['spec']:7s} {r['dtypes'][0]:9s} shared {r['shared']:7d} <= {r['estimate']:7d}  {label}")
 
 
 # --- GPU: every kept candidate at the real shapes ---------------------------------------------------------------------
@@ -596,7 +605,7 @@ def test_gpu_every_kept_candidate_at_real_shapes(shape, profile, backend):
 
 @pytest.mark.gpu
 def test_gpu_group_m_and_split_k_bits(profile, backend):
-    """On the GPU: GROUP_M changes no output bit; split-K gives the same bits run after run."""
+    """On the GPU: GROUP_M and C_TMA change no output bit; split-K gives the same bits run after run."""
     problem = {"M": 512, "N": 5632, "K": 2048, "trans_a": 0, "trans_b": 0, "aligned": 1}
     kept = mm.MATMUL.pruned_for(problem, profile).kept
     for base in _representatives(mm.MATMUL, kept):
@@ -605,6 +614,10 @@ def test_gpu_group_m_and_split_k_bits(profile, backend):
             got = _output_bits(mm.MATMUL, _with(base, GROUP_M=group_m), problem, ("float16", "float16"), 1,
                                backend.device)  # fmt: skip
             assert np.array_equal(got, ref), f"GROUP_M={group_m} changed bits of {base.label()}"
+    for config in mm.tma_store_configs():  # C_TMA's store: the bits of its pointer-store twin
+        got = _output_bits(mm.MATMUL, config, problem, ("float16", "float16"), 1, backend.device)
+        twin = _output_bits(mm.MATMUL, _with(config, C_TMA=None), problem, ("float16", "float16"), 1, backend.device)
+        assert np.array_equal(got, twin), f"C_TMA changed bits of {config.label()}"
     split = [c for c in kept if c["KIND"] == "split_k"]
     for config in split[:3]:
         first = _output_bits(mm.MATMUL, config, problem, ("float32", "float32"), 2, backend.device)
