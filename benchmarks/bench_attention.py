@@ -47,7 +47,9 @@ DECODE_SHAPES = {
 DECODE_TARGET = 0.70
 
 # The SDPA peer: torch in its own process, timed like do_bench_events (events around each call, a 256 MiB L2 flush
-# queued before the start event, warm-up then ~rep_ms of repetitions, median). Prints one JSON object.
+# queued before the start event, warm-up then ~rep_ms of repetitions, median). Prints one JSON object. The flush
+# buffer is written once before any estimate (see bench_matmul's PEER_SCRIPT: the first shape's peer otherwise ran a
+# short burst).
 PEER_SCRIPT = r"""
 import json, statistics, sys
 import torch
@@ -56,6 +58,7 @@ args = json.loads(sys.argv[1])
 dtype = getattr(torch, args["dtype"])
 flush = torch.empty(max(256 * 1024 * 1024, 2 * torch.cuda.get_device_properties(0).L2_cache_size) // 4,
                     dtype=torch.int32, device="cuda")
+flush.zero_(); torch.cuda.synchronize()  # its first write here, not inside the first shape's estimate
 out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "results": {}}
 g = torch.Generator(device="cuda").manual_seed(0)
 for name, (b, h, s, d, causal) in args["shapes"].items():

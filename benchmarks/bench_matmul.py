@@ -45,7 +45,9 @@ DEFAULT_SHAPES = ("4096x4096x4096", "512x5632x2048", "16x4096x4096", "1x4096x409
 TARGETS = {"4096x4096x4096": 0.95, "512x5632x2048": 0.90, "16x4096x4096": 0.90, "1x4096x4096": 0.90}
 
 # The cuBLAS peer: torch in its own process, timed like do_bench_events (events around each call, a 256 MiB L2 flush
-# queued before the start event, warm-up then ~rep_ms of repetitions, median). Prints one JSON object.
+# queued before the start event, warm-up then ~rep_ms of repetitions, median). Prints one JSON object. The flush
+# buffer is written once before any estimate: its first write, slow as any first launch, made the first shape's
+# estimate ~20x too long, so cuBLAS ran 21-73 timed calls at 4096^3 (a 4-13 ms burst) where nbxcert's ran ~415.
 PEER_SCRIPT = r"""
 import json, statistics, sys
 import torch
@@ -53,6 +55,7 @@ args = json.loads(sys.argv[1])
 dtype = getattr(torch, args["dtype"])
 flush = torch.empty(max(256 * 1024 * 1024, 2 * torch.cuda.get_device_properties(0).L2_cache_size) // 4,
                     dtype=torch.int32, device="cuda")
+flush.zero_(); torch.cuda.synchronize()  # its first write here, not inside the first shape's estimate
 torch.backends.cuda.matmul.allow_tf32 = False  # IEEE float32 products, as nbxcert's matmul
 out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "results": {}}
 g = torch.Generator(device="cuda").manual_seed(0)

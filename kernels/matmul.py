@@ -961,11 +961,12 @@ def _launch_mm(
 
 def _c_tma_ready(out: Tensor, c_st: tuple[int, int, int], batch: int, m: int) -> bool:
     """Whether the TMA store can write `out` ([batch, M, N] at element strides `c_st`): unit column stride, a 16-byte
-    aligned base, and row and batch strides that are multiples of 16 bytes where they count (M > 1, batch > 1)."""
+    aligned base, and row and batch strides that are multiples of 16 bytes where they count (M > 1, batch > 1; a
+    batch stride of 0, every batch on the same rows, is left to the pointer stores)."""
     sb, sr, sc = c_st
     item = out.itemsize
     return (sc == 1 and out.data_ptr() % 16 == 0 and (m == 1 or (sr * item) % 16 == 0)
-            and (batch == 1 or (sb * item) % 16 == 0))  # fmt: skip
+            and (batch == 1 or (sb != 0 and (sb * item) % 16 == 0)))  # fmt: skip
 
 
 def _descriptor(t: Tensor, what: str, st: tuple[int, int, int], batch: int, rows: int, cols: int, block):

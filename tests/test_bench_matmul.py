@@ -92,3 +92,33 @@ def test_kinds_leave_only_their_candidates():
     kept = [c for c in every if bm.wanted(c, {"tma_persistent"})]
     assert kept and all(c["KIND"] == "tma_persistent" for c in kept)
     assert len(kept) < len(every)
+
+
+FAKE_TORCH = ROOT / "tests" / "fixtures" / "fake_torch"
+
+
+@pytest.mark.parametrize("script", ["bench_matmul", "bench_attention"])
+def test_the_peer_times_as_many_calls_as_rep_ms_allows_from_its_first_shape(script):
+    """The peer's flush buffer is written once before any estimate: were its first write (slow, a first launch)
+    inside the first shape's estimate, that shape would get a handful of timed calls, a burst ten times shorter than
+    nbxcert's side times (the eleventh session's 4096^3 cuBLAS: 21-73 calls against ~415)."""
+    import json
+    import subprocess
+
+    if script == "bench_matmul":
+        module, shapes = bm, ["4096x4096x4096", "512x5632x2048"]
+    else:
+        import bench_attention as module
+
+        shapes = {"first": [1, 2, 64, 64, True], "second": [1, 2, 128, 64, False]}
+    payload = {"shapes": shapes, "dtype": "float16", "warmup_ms": 25, "rep_ms": 100}
+    proc = subprocess.run(
+        [sys.executable, "-c", module.PEER_SCRIPT, json.dumps(payload)],
+        capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(FAKE_TORCH)),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = json.loads(proc.stdout)["results"]
+    per_call = 0.05 + 0.2  # a flush and a product (FLUSH_MS + PRODUCT_MS)
+    for shape in shapes:
+        assert 0.99 * 100 / per_call <= results[shape]["reps"] <= 100 / per_call + 1, (shape, results[shape])
+        assert results[shape]["median_ms"] == pytest.approx(0.2)

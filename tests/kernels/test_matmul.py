@@ -191,6 +191,8 @@ def test_c_tma_ready():
     assert mm._c_tma_ready(out, (0, 12, 1), 1, 1)  # one row: its stride never counts
     assert not mm._c_tma_ready(out, (36, 16, 1), 2, 4)  # batches 72 bytes apart
     assert mm._c_tma_ready(out, (36, 16, 1), 1, 4)
+    assert mm._c_tma_ready(out, (64, 16, 1), 2, 4)
+    assert not mm._c_tma_ready(out, (0, 16, 1), 2, 4)  # every batch on the same rows: pointer stores
     assert not mm._c_tma_ready(from_numpy(np.zeros(20), "float16")[1:17].reshape(1, 16), (0, 16, 1), 1, 1)
 
 
