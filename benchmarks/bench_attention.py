@@ -46,46 +46,26 @@ DECODE_SHAPES = {
 }
 DECODE_TARGET = 0.70
 
-# The SDPA peer: torch in its own process, timed like do_bench_events (events around each call, a 256 MiB L2 flush
-# queued before the start event, warm-up then ~rep_ms of repetitions, median). Prints one JSON object. The flush
-# buffer is written once before any estimate (see bench_matmul's PEER_SCRIPT: the first shape's peer otherwise ran a
-# short burst).
-PEER_SCRIPT = r"""
-import json, statistics, sys
-import torch
+# The SDPA peer: torch in its own process, timed as nbxcert's side is (`common.PEER_TIMER`). Prints one JSON object.
+PEER_SCRIPT = (
+    common.PEER_TIMER
+    + r"""
 import torch.nn.functional as F
 args = json.loads(sys.argv[1])
 dtype = getattr(torch, args["dtype"])
-flush = torch.empty(max(256 * 1024 * 1024, 2 * torch.cuda.get_device_properties(0).L2_cache_size) // 4,
-                    dtype=torch.int32, device="cuda")
-flush.zero_(); torch.cuda.synchronize()  # its first write here, not inside the first shape's estimate
 out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "results": {}}
 g = torch.Generator(device="cuda").manual_seed(0)
 for name, (b, h, s, d, causal) in args["shapes"].items():
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype, generator=g) for _ in range(3))
     fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    fn(); torch.cuda.synchronize()
-    st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    st.record()
-    for _ in range(5):
-        flush.zero_(); fn()
-    en.record(); en.synchronize()
-    est = max(st.elapsed_time(en) / 5, 0.0005)
-    n_warm, n_rep = max(1, int(args["warmup_ms"] / est)), min(max(1, int(args["rep_ms"] / est)), 10000)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-    for _ in range(n_warm):
-        fn()
-    for i in range(n_rep):
-        flush.zero_(); starts[i].record(); fn(); ends[i].record()
-    torch.cuda.synchronize()
-    times = [a.elapsed_time(z) for a, z in zip(starts, ends)]
+    median, reps = peer_times(fn, args["warmup_ms"], args["rep_ms"])
     names = ("flash", "mem_efficient", "cudnn", "math")
     backends = {n: getattr(torch.backends.cuda, n + "_sdp_enabled")() for n in names}
-    out["results"][name] = {"median_ms": statistics.median(times), "reps": n_rep, "sdp_enabled": backends}
+    out["results"][name] = {"median_ms": median, "reps": reps, "sdp_enabled": backends}
     del q, k, v
 print(json.dumps(out))
 """
+)
 
 
 def prefill_flops(b: int, h: int, s: int, d: int, causal: bool) -> float:

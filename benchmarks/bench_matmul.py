@@ -44,18 +44,12 @@ import common
 DEFAULT_SHAPES = ("4096x4096x4096", "512x5632x2048", "16x4096x4096", "1x4096x4096", "32x512x128x512")
 TARGETS = {"4096x4096x4096": 0.95, "512x5632x2048": 0.90, "16x4096x4096": 0.90, "1x4096x4096": 0.90}
 
-# The cuBLAS peer: torch in its own process, timed like do_bench_events (events around each call, a 256 MiB L2 flush
-# queued before the start event, warm-up then ~rep_ms of repetitions, median). Prints one JSON object. The flush
-# buffer is written once before any estimate: its first write, slow as any first launch, made the first shape's
-# estimate ~20x too long, so cuBLAS ran 21-73 timed calls at 4096^3 (a 4-13 ms burst) where nbxcert's ran ~415.
-PEER_SCRIPT = r"""
-import json, statistics, sys
-import torch
+# The cuBLAS peer: torch in its own process, timed as nbxcert's side is (`common.PEER_TIMER`). Prints one JSON object.
+PEER_SCRIPT = (
+    common.PEER_TIMER
+    + r"""
 args = json.loads(sys.argv[1])
 dtype = getattr(torch, args["dtype"])
-flush = torch.empty(max(256 * 1024 * 1024, 2 * torch.cuda.get_device_properties(0).L2_cache_size) // 4,
-                    dtype=torch.int32, device="cuda")
-flush.zero_(); torch.cuda.synchronize()  # its first write here, not inside the first shape's estimate
 torch.backends.cuda.matmul.allow_tf32 = False  # IEEE float32 products, as nbxcert's matmul
 out = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "results": {}}
 g = torch.Generator(device="cuda").manual_seed(0)
@@ -71,25 +65,11 @@ for shape in args["shapes"]:
         x = torch.randn(m, k, device="cuda", dtype=dtype, generator=g)
         y = torch.randn(k, n, device="cuda", dtype=dtype, generator=g)
         fn = lambda: torch.matmul(x, y)
-    fn(); torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for _ in range(5):
-        flush.zero_(); fn()
-    e.record(); e.synchronize()
-    est = max(s.elapsed_time(e) / 5, 0.0005)
-    n_warm, n_rep = max(1, int(args["warmup_ms"] / est)), min(max(1, int(args["rep_ms"] / est)), 10000)
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
-    for _ in range(n_warm):
-        fn()
-    for i in range(n_rep):
-        flush.zero_(); starts[i].record(); fn(); ends[i].record()
-    torch.cuda.synchronize()
-    times = [a.elapsed_time(z) for a, z in zip(starts, ends)]
-    out["results"][shape] = {"median_ms": statistics.median(times), "reps": n_rep}
+    median, reps = peer_times(fn, args["warmup_ms"], args["rep_ms"])
+    out["results"][shape] = {"median_ms": median, "reps": reps}
 print(json.dumps(out))
 """
+)
 
 
 def parse_shape(text: str) -> dict:

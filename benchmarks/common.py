@@ -36,6 +36,39 @@ def gpu_profile(script: str):
     return cuda, profile, how
 
 
+# The head of the matmul and attention peer scripts (Python source run with `python3 -c` in their own process, torch
+# imported there): `peer_times(fn, warmup_ms, rep_ms)` times `fn` as nbxcert's `do_bench_events` does (a 256 MiB L2
+# flush queued before each start event, five calls to estimate, warm-up then ~rep_ms of repetitions) and returns
+# (median ms, repetitions). The flush buffer is written once before any estimate: its first write, slow as any first
+# launch, had made the first shape's estimate ~20x too long (cuBLAS at 4096^3 timed over 21-73 calls where nbxcert's
+# side ran ~415).
+PEER_TIMER = r"""
+import json, statistics, sys
+import torch
+flush = torch.empty(max(256 * 1024 * 1024, 2 * torch.cuda.get_device_properties(0).L2_cache_size) // 4,
+                    dtype=torch.int32, device="cuda")
+flush.zero_(); torch.cuda.synchronize()  # its first write here, not inside the first shape's estimate
+
+def peer_times(fn, warmup_ms, rep_ms):
+    fn(); torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(5):
+        flush.zero_(); fn()
+    e.record(); e.synchronize()
+    est = max(s.elapsed_time(e) / 5, 0.0005)
+    n_warm, n_rep = max(1, int(warmup_ms / est)), min(max(1, int(rep_ms / est)), 10000)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_rep)]
+    for _ in range(n_warm):
+        fn()
+    for i in range(n_rep):
+        flush.zero_(); starts[i].record(); fn(); ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(a.elapsed_time(z) for a, z in zip(starts, ends)), n_rep
+"""
+
+
 def torch_peer(script: str, cases, warmup: float, rep: float) -> dict[str, Any]:
     """torch's times from `script` (Python source reading argv: cases JSON, warm-up ms, rep ms; printing one JSON line)
     run in its own process (nbxcert never imports torch); {"error": ...} when that process fails (no torch, ...)."""
