@@ -468,8 +468,7 @@ _CROSS_SCRIPT = textwrap.dedent(
             spec.launch(config, inputs)
             main = compiled[0]
             print(json.dumps(dict(item, ok=True, shared=main.metadata.shared, estimate=mm.smem_estimate(config),
-                                  wgmma="wgmma" in main.asm["ptx"], tma="cp.async.bulk.tensor" in main.asm["ptx"],
-                                  setmaxnreg="setmaxnreg" in main.asm["ptx"], warps=main.metadata.num_warps)))
+                                  wgmma="wgmma" in main.asm["ptx"], tma="cp.async.bulk.tensor" in main.asm["ptx"])))
         except Exception as e:
             print(json.dumps(dict(item, ok=False, error=f"{type(e).__name__}: {e}"[:2000])))
         sys.stdout.flush()
@@ -496,7 +495,7 @@ def _check_cross(results, expected):
     assert len(results) == expected, f"{expected - len(results)} compile jobs printed nothing"
     failed = [r for r in results if not r["ok"]]
     assert not failed, "\n".join(f"{r['spec']} {r['config']} {r['dtypes']}: {r['error']}" for r in failed[:5])
-    over = [r for r in results if r["ok"] and r["shared"] > r["estimate"]]
+    over = [r for r in results if r["shared"] > r["estimate"]]
     assert not over, "estimate below the compiler's figure:\n" + "\n".join(
         f"{r['spec']} {Config.from_dict(r['config']).label()} {r['dtypes'][0]}: shared {r['shared']} > "
         f"estimate {r['estimate']}" for r in over
