@@ -71,12 +71,10 @@ case "${SET:-}" in
     step bench_matmul 420 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
     ;;
   matmul_tests)  # #3: every kept matmul candidate at the real shapes against the float64 oracle (the TMA-store
-                 # epilogue, C_TMA, eleventh session, first seen on a card among them), and the no-bit claims
+                 # epilogue, C_TMA, among them), and the no-bit claims
     step tests_matmul 420 "${TESTS[@]}" tests/kernels/test_matmul.py
     ;;
-  matmul_alone)  # #3 on a machine of one H200: the matmul GPU tests, then bench_matmul with the other GPU idle (the
-                 # eleventh session's 4096^3 ratio was 0.952 with the neighbouring GPU idle, 0.901 and 0.909 with it
-                 # running the same benchmark)
+  matmul_alone)  # #3 on a machine of one H200: matmul_tests, then matmul (the eleventh session's calls 3-5)
     step tests_matmul 240 "${TESTS[@]}" tests/kernels/test_matmul.py
     step bench_matmul 330 python3 benchmarks/bench_matmul.py --out "$OUT/bench_matmul.json"
     ;;
