@@ -83,7 +83,7 @@ class Storage:
             cuda = _cuda()
             cuda.make_current(self.device.index)
             self._host = None
-            self._alloc = cuda.cached_alloc(max(self.nbytes, 1), self.device.index)
+            self._alloc = cuda.pool_alloc(max(self.nbytes, 1), self.device.index)
 
     @classmethod
     def over(cls, owner: Any, nbytes: int, device: str | Device) -> "Storage":

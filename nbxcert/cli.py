@@ -39,6 +39,7 @@ ERROR_TABLE: dict[type[errors.NbxcertError], str] = {
     errors.ShapeMismatch: "shape mismatch",
     errors.DeviceNotFound: "no such device",
     errors.BackendUnavailable: "backend unavailable",
+    errors.DeviceOutOfMemory: "out of device memory",
     errors.CudaError: "CUDA error",
     errors.LaunchError: "launch refused",
     errors.DeviceFileInvalid: "invalid device file",

@@ -15,15 +15,18 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no C compiler to build the fake libcuda")
 def test_bench_alloc_over_the_fake_driver_reuses_one_block(tmp_path):
     """Its own process (the fake replaces the driver for the process); every made tensor after the warm-up takes the
-    block the previous one freed, so the cache holds exactly that one block at the end."""
+    block the previous one freed, so the pool reserves exactly that one block and no tensor is left."""
     out = tmp_path / "alloc.json"
     run = [sys.executable, str(ROOT / "benchmarks" / "bench_alloc.py"), "--fake", "--calls", "200", "--repeats", "2",
-           "--out", str(out)]  # fmt: skip
+           "--compare-driver", "--out", str(out)]  # fmt: skip
     done = subprocess.run(run, env=dict(os.environ), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["driver"].startswith("fake libcuda") and len(result["runs_us"]) == 2 and result["alloc_us"] > 0
-    assert result["block_cache"]["in_use"] and result["block_cache"]["held_bytes"] == {"0": 4096}
+    assert len(result["driver_runs_us"]) == 2 and result["driver_alloc_free_us"] > 0
+    stats = result["memory_stats"]
+    assert stats["reserved_bytes.all.current"] == 4096 and stats["allocated_bytes.all.current"] == 0
+    assert stats["allocation.all.allocated"] == 200 + 2 * 200 and stats["allocation.all.freed"] == 600
 
 
 def test_bench_alloc_without_a_gpu_says_so_in_one_line(tmp_path):

@@ -23,7 +23,6 @@ kernel on another stream is still writing.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import ctypes
 import dataclasses
@@ -161,6 +160,16 @@ _FUNCTIONS: tuple[tuple[str, tuple[str, ...], list[Any]], ...] = (
     ("cuMemAlloc", ("cuMemAlloc_v2",), [_P(_CUdeviceptr), ctypes.c_size_t]),
     ("cuMemFree", ("cuMemFree_v2",), [_CUdeviceptr]),
     ("cuMemGetInfo", ("cuMemGetInfo_v2",), [_P(ctypes.c_size_t), _P(ctypes.c_size_t)]),
+    ("cuMemPoolCreate", ("cuMemPoolCreate",), [_P(ctypes.c_void_p), ctypes.c_void_p]),
+    ("cuMemPoolSetAttribute", ("cuMemPoolSetAttribute",), [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]),
+    ("cuMemPoolGetAttribute", ("cuMemPoolGetAttribute",), [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p]),
+    ("cuMemPoolTrimTo", ("cuMemPoolTrimTo",), [ctypes.c_void_p, ctypes.c_size_t]),
+    (
+        "cuMemAllocFromPoolAsync",
+        ("cuMemAllocFromPoolAsync",),
+        [_P(_CUdeviceptr), ctypes.c_size_t, ctypes.c_void_p, _CUstream],
+    ),
+    ("cuMemFreeAsync", ("cuMemFreeAsync",), [_CUdeviceptr, _CUstream]),
     ("cuMemcpyHtoD", ("cuMemcpyHtoD_v2",), [_CUdeviceptr, ctypes.c_void_p, ctypes.c_size_t]),
     ("cuMemcpyDtoH", ("cuMemcpyDtoH_v2",), [ctypes.c_void_p, _CUdeviceptr, ctypes.c_size_t]),
     ("cuMemcpyDtoD", ("cuMemcpyDtoD_v2",), [_CUdeviceptr, _CUdeviceptr, ctypes.c_size_t]),
@@ -585,12 +594,15 @@ def _free_device_memory(ptr: int, device: int, pid: int) -> None:
 
 
 class DeviceAllocation:
-    """Device memory from cuMemAlloc. Freed by `free()` (idempotent) or when the object is collected.
+    """Device memory: from cuMemAlloc (freed with cuMemFree), or from nbxcert's pool (`pool_alloc`, given back with
+    `release(*release_args)`). Freed by `free()` (idempotent) or when the object is collected.
 
     After `free()`, `ptr` reads 0, so a use after free is a null-pointer fault rather than a silent overwrite.
     """
 
-    def __init__(self, ptr: int, nbytes: int, device: int, release=None):
+    __slots__ = ("ptr", "nbytes", "device", "_finalizer", "__weakref__")
+
+    def __init__(self, ptr: int, nbytes: int, device: int, release=None, release_args: tuple = ()):
         self.ptr = ptr
         self.nbytes = nbytes
         self.device = device
@@ -598,8 +610,8 @@ class DeviceAllocation:
         if ptr:
             if release is None:
                 self._finalizer = weakref.finalize(self, _free_device_memory, ptr, device, os.getpid())
-            else:  # `release(ptr, device, nbytes, pid)` instead of cuMemFree (the block cache's)
-                self._finalizer = weakref.finalize(self, release, ptr, device, nbytes, os.getpid())
+            else:
+                self._finalizer = weakref.finalize(self, release, *release_args)
             # At interpreter exit the driver releases the whole context; freeing one by one would only add work.
             self._finalizer.atexit = False
 
@@ -649,143 +661,279 @@ def _driver_alloc(nbytes: int, device: int) -> int:
     return ptr.value
 
 
-# --- freed blocks kept for reuse --------------------------------------------------------------------------------------
-# A tensor's memory (`cached_alloc`, which `Tensor` storage uses) goes back to a per-device cache when it is freed, and
-# the next allocation of the same rounded size takes it from there without a driver call. cuMemFree waits for the
-# whole device, so a served call that allocates its output paid a device wait a call (70-92 us on the H200's host,
-# against 20 us with `out=`). Reuse is safe in stream order: every nbxcert launch goes to the legacy default stream,
-# which runs after the work queued before it (a block's last kernel before its next user's first), and every copy
-# synchronises the context. A stream other than the legacy one, once set for launches (`triton_cuda.set_stream`,
-# `using_stream`), ends the cache for the process: its blocks are freed, and so is every block freed after.
-# What the cache keeps is bounded: blocks up to BLOCK_CACHE_MAX_BLOCK bytes (decode-sized tensors: the largest
-# served output of the shipped workloads at decode, the logits of 64 tokens x 128256 vocabulary in 16 bits, is
-# 15.7 MiB; a larger tensor's kernels run long enough that a free's wait costs little beside them), at most
-# BLOCK_CACHE_MAX_BYTES a device, and all of them are released when an allocation runs out of memory (then retried).
-BLOCK_CACHE_MAX_BLOCK = 16 << 20
-BLOCK_CACHE_MAX_BYTES = 64 << 20
-BLOCK_GRANULE = 512  # sizes are rounded up to this, so tensors of nearby sizes share blocks
+# --- the stream-ordered memory pool -----------------------------------------------------------------------------------
+# A tensor's memory (`pool_alloc`, which `Tensor` storage uses) comes from a pool of nbxcert's own on each device,
+# through CUDA's stream-ordered allocator: `cuMemAllocFromPoolAsync` on the stream the allocation is made on, and
+# `cuMemFreeAsync` on that same stream when the tensor is freed or collected. Neither waits for the device, and the
+# pool keeps what is freed (its release threshold: every byte, unless NBXCERT_MEMORY_RELEASE_THRESHOLD says fewer), so
+# after the first call of a shape no allocation reaches the driver's physical allocator: a freed block is reused in its
+# stream's order (a later allocation on that stream may take it at once; another stream only once the driver knows the
+# free is complete). The pool is nbxcert's own, not the device's default pool, so another library's allocations
+# (torch's caching allocator, CuPy's pools) and their release settings are untouched. Out of memory: the pool's kept
+# memory is released (after the device has finished the frees queued so far) and the allocation tried once more; a
+# second failure is `DeviceOutOfMemory`, naming the bytes asked for, held and free. benchmarks/bench_alloc.py measures
+# the host cost of an allocation and its free (benchmarks/README.md).
+CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115
+CU_MEM_ALLOCATION_TYPE_PINNED = 1  # CUmemAllocationType: device memory that is not migratable
+CU_MEM_LOCATION_TYPE_DEVICE = 1
+CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4  # cuuint64_t: bytes the pool keeps reserved across synchronisations
+CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5
+CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6
+CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7
+CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8
+KEEP_EVERYTHING = (1 << 64) - 1  # the release threshold that keeps every freed byte in the pool
 
 
-class _BlockCache:
-    """The kept blocks, by device and rounded size. A block comes back from its allocation's finalizer, which the cyclic
-    garbage collector may run inside any allocation of a thread, this cache's own locked calls included: so a block
-    given back waits for no lock. It is queued (`returned`; a deque's append is atomic) and taken in at once when the
-    lock is free, else by the cache's next call; every locked call takes the queued blocks in first (`_settle`)."""
+class _MemLocation(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _MemPoolProps(ctypes.Structure):
+    """CUmemPoolProps (cuda.h, CUDA 12.x/13.x: 88 bytes; fields after `location` are zero for a plain device pool)."""
+
+    _fields_ = [
+        ("allocType", ctypes.c_int),
+        ("handleTypes", ctypes.c_int),
+        ("location", _MemLocation),
+        ("win32SecurityAttributes", ctypes.c_void_p),
+        ("maxSize", ctypes.c_size_t),
+        ("usage", ctypes.c_ushort),
+        ("reserved", ctypes.c_ubyte * 54),
+    ]
+
+
+def release_threshold() -> int:
+    """The bytes each pool keeps reserved when the device synchronises: NBXCERT_MEMORY_RELEASE_THRESHOLD (a whole
+    number of bytes), else every byte (memory goes back only on out-of-memory or `empty_cache`)."""
+    from nbxcert.errors import UsageError
+
+    text = os.environ.get("NBXCERT_MEMORY_RELEASE_THRESHOLD", "").strip()
+    if not text:
+        return KEEP_EVERYTHING
+    if not text.isdigit():
+        raise UsageError(f"NBXCERT_MEMORY_RELEASE_THRESHOLD={text} is not a whole number of bytes")
+    return min(int(text), KEEP_EVERYTHING)
+
+
+class _PoolStats:
+    """What nbxcert's allocations hold on one device (bytes as asked for), counted under a lock: a free comes from a
+    finalizer that may run on any thread."""
+
+    __slots__ = ("allocated", "peak", "count", "allocations", "frees", "retries", "ooms")
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.free: dict[tuple[int, int], list[int]] = {}  # (device, rounded size) -> pointers
-        self.held: dict[int, int] = {}  # device -> bytes kept
-        self.ended: str | None = None  # why the cache was ended for this process (None: in use)
-        self.returned: collections.deque = collections.deque()  # (pointer, device, size) given back, not taken in
-
-    def _settle(self) -> list[tuple[int, int]]:
-        """Under `lock`: take the queued blocks in, within the bounds; return those past them (all of them once the
-        cache has ended) as (pointer, device), for the caller to free outside the lock."""
-        over = []
-        while True:
-            try:
-                ptr, device, size = self.returned.popleft()
-            except IndexError:
-                return over
-            if self.ended is None and self.held.get(device, 0) + size <= BLOCK_CACHE_MAX_BYTES:
-                self.free.setdefault((device, size), []).append(ptr)
-                self.held[device] = self.held.get(device, 0) + size
-            else:
-                over.append((ptr, device))
-
-    def give_back(self, ptr: int, device: int, size: int) -> list[tuple[int, int]]:
-        """Queue a freed block; take the queue in now if the lock is free. Returns the blocks to free (past the
-        bounds)."""
-        self.returned.append((ptr, device, size))
-        if not self.lock.acquire(blocking=False):  # this thread's own locked call, or another thread's: taken in later
-            return []
-        try:
-            return self._settle()
-        finally:
-            self.lock.release()
-
-    def take(self, device: int, size: int) -> tuple[int, list[tuple[int, int]]]:
-        """(a kept block of `size` on `device` or 0, the blocks to free)."""
-        with self.lock:
-            over = self._settle()
-            ptrs = self.free.get((device, size))
-            if not ptrs:
-                return 0, over
-            self.held[device] -= size
-            return ptrs.pop(), over
-
-    def drain(self, device: int | None = None) -> list[tuple[int, int]]:
-        """Remove and return every kept (pointer, device), of one device or all, and every block to free."""
-        with self.lock:
-            out = self._settle()
-            for (dev, size), ptrs in list(self.free.items()):
-                if device is None or dev == device:
-                    out += [(p, dev) for p in ptrs]
-                    del self.free[(dev, size)]
-                    self.held[dev] = 0
-            return out
-
-    def state(self) -> tuple[str | None, dict[int, int], list[tuple[int, int]]]:
-        """(ended, held bytes by device, the blocks to free)."""
-        with self.lock:
-            over = self._settle()
-            return self.ended, dict(self.held), over
+        self.allocated = self.peak = self.count = self.allocations = self.frees = self.retries = self.ooms = 0
 
 
-_blocks = _BlockCache()
+_pool_lock = threading.Lock()
+_pools: dict[int, int] = {}  # device -> CUmemoryPool
+_stats: dict[int, _PoolStats] = {}
 
 
-def _free_blocks(blocks: list[tuple[int, int]], pid: int) -> None:
-    for ptr, device in blocks:
-        _free_device_memory(ptr, device, pid)
+def _pool(device: int) -> int:
+    """The device's pool, made on first use with the release threshold set; `BackendUnavailable` where the device has
+    no stream-ordered allocator (a fact of the device, said by name)."""
+    pool = _pools.get(device)
+    if pool is not None:
+        return pool
+    with _pool_lock:
+        pool = _pools.get(device)
+        if pool is None:
+            handle = _device(device)
+            if not _attribute(handle, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device):
+                raise BackendUnavailable(
+                    f"CUDA device {device} does not support stream-ordered memory pools "
+                    "(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0)",
+                    hint="nbxcert needs a driver and device with cuMemAllocAsync (CUDA 11.2+, not every vGPU mode)",
+                )
+            props = _MemPoolProps()
+            props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED
+            props.location.type = CU_MEM_LOCATION_TYPE_DEVICE
+            props.location.id = device
+            made = ctypes.c_void_p()
+            with _in_context(device):
+                _call("cuMemPoolCreate", ctypes.byref(made), ctypes.byref(props), what=f"device {device}")
+                threshold = ctypes.c_uint64(release_threshold())
+                _call("cuMemPoolSetAttribute", made, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, ctypes.byref(threshold),
+                      what=f"release threshold, device {device}")  # fmt: skip
+            pool = made.value or 0
+            _stats.setdefault(device, _PoolStats())
+            _pools[device] = pool
+    return pool
 
 
-def _return_block(ptr: int, device: int, size: int, pid: int) -> None:
-    if _owned_here(pid):
-        _free_blocks(_blocks.give_back(ptr, device, size), pid)
+def _pool_attribute(device: int, attribute: int) -> int:
+    pool = _pools.get(device)
+    if pool is None:
+        return 0
+    value = ctypes.c_uint64()
+    with _in_context(device):
+        _call("cuMemPoolGetAttribute", pool, attribute, ctypes.byref(value), what=f"device {device}")
+    return value.value
 
 
-def release_cached_blocks(device: int | None = None) -> int:
-    """Free every block the cache keeps (of `device`, or all); returns how many. Waits for the device (cuMemFree),
-    unless this thread holds a stream gate (then when it opens)."""
-    drained = _blocks.drain(device)
-    _free_blocks(drained, os.getpid())
-    return len(drained)
+def _pool_free(ptr: int, device: int, nbytes: int, pid: int, stream: int, _keep: Any = None) -> None:
+    """Give a pool allocation back on the stream it was made on (queued: nothing waits). `_keep` holds the
+    `Stream` object of that stream, so the stream outlives its allocations."""
+    if not _owned_here(pid):
+        return
+    with _in_context(device):
+        _call("cuMemFreeAsync", ptr, stream, what=f"{nbytes} bytes on device {device}")
+    stats = _stats[device]
+    with _pool_lock:
+        stats.allocated -= nbytes
+        stats.count -= 1
+        stats.frees += 1
 
 
-def end_block_cache(reason: str) -> None:
-    """Stop reusing freed blocks in this process (`reason` is kept for `block_cache_state`) and free those kept."""
-    if _blocks.ended is None:
-        _blocks.ended = reason
-        release_cached_blocks()
+def pool_alloc(nbytes: int, device: int) -> DeviceAllocation:
+    """`nbytes` (> 0) of device memory on `device` from nbxcert's pool, ordered on this thread's current stream for
+    the device (`current_stream`) and freed on it (see above). Out of memory: the pool's kept memory is released and
+    the allocation tried once more, then `DeviceOutOfMemory`."""
+    nbytes = _size(nbytes, "pool_alloc")
+    size = max(nbytes, 1)
+    pool = _pools.get(device) or _pool(device)
+    streams = getattr(_tls, "streams", None)
+    chosen = streams.get(device, 0) if streams else 0
+    stream = chosen.handle if isinstance(chosen, Stream) else int(chosen)
+    ptr = _CUdeviceptr()
+    try:
+        _call("cuMemAllocFromPoolAsync", ctypes.byref(ptr), size, pool, stream, what=f"{size} bytes on device {device}")
+    except CudaError as e:
+        if getattr(e, "status", None) != CUDA_ERROR_OUT_OF_MEMORY:
+            raise
+        _out_of_memory_retry(ptr, size, pool, stream, device)
+    stats = _stats[device]
+    with _pool_lock:
+        stats.allocated += size
+        stats.count += 1
+        stats.allocations += 1
+        if stats.allocated > stats.peak:
+            stats.peak = stats.allocated
+    keep = chosen if isinstance(chosen, Stream) else None
+    allocation = DeviceAllocation(
+        ptr.value, size, device, _pool_free, (ptr.value, device, size, os.getpid(), stream, keep)
+    )
+    return allocation
 
 
-def block_cache_state() -> dict[str, Any]:
-    """{"in_use": bool, "ended_because": str | None, "held_bytes": {device: bytes}}."""
-    ended, held, over = _blocks.state()
-    _free_blocks(over, os.getpid())
-    return {"in_use": ended is None, "ended_because": ended, "held_bytes": held}
+def _out_of_memory_retry(ptr, size: int, pool: int, stream: int, device: int) -> None:
+    """Release the pool's kept memory (once the frees queued so far have run) and try once more; else raise
+    `DeviceOutOfMemory` with what is held and free."""
+    from nbxcert.errors import DeviceOutOfMemory
+
+    stats = _stats[device]
+    with _pool_lock:
+        stats.retries += 1
+    empty_cache(device)
+    status = _lib().cuMemAllocFromPoolAsync(ctypes.byref(ptr), size, pool, stream)
+    if status == CUDA_SUCCESS:
+        return
+    with _pool_lock:
+        stats.ooms += 1
+    free, total = mem_get_info(device)
+    reserved = _pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+    raise DeviceOutOfMemory(
+        f"out of memory on cuda:{device}: asked for {size} bytes; nbxcert's tensors hold {stats.allocated} bytes "
+        f"and its pool reserves {reserved}; the device has {free} of {total} bytes free "
+        f"(cuMemAllocFromPoolAsync: {_error_name(status)} ({status}))"
+    )
 
 
-def cached_alloc(nbytes: int, device: int) -> DeviceAllocation:
-    """`nbytes` (> 0) of device memory on `device`, a freed block of the same rounded size reused when the cache holds
-    one; given back to the cache when freed or collected (see above). Out of memory: the cache's blocks of the device
-    are freed and the allocation tried once more."""
-    nbytes = _size(nbytes, "cached_alloc")
-    size = -(-max(nbytes, 1) // BLOCK_GRANULE) * BLOCK_GRANULE
-    if size > BLOCK_CACHE_MAX_BLOCK or _blocks.ended is not None:
-        return mem_alloc(nbytes, device)
-    ptr, over = _blocks.take(device, size)
-    _free_blocks(over, os.getpid())
-    if not ptr:
-        try:
-            ptr = _driver_alloc(size, device)
-        except CudaError as e:
-            if getattr(e, "status", None) != CUDA_ERROR_OUT_OF_MEMORY or not release_cached_blocks(device):
-                raise
-            ptr = _driver_alloc(size, device)
-    return DeviceAllocation(ptr, size, device, release=_return_block)
+def empty_cache(device: int | None = None) -> None:
+    """Give the memory nbxcert's pools keep but no tensor holds back to the device (of `device`, or every device),
+    after the device has finished the frees queued so far (so they count). As `torch.cuda.empty_cache`. Inside a held
+    stream gate the wait is skipped (it would wait for this thread): what is already free is released."""
+    for dev, pool in list(_pools.items()):
+        if device is not None and dev != device:
+            continue
+        with _in_context(dev):
+            if not getattr(_tls, "gates", 0):
+                _call("cuCtxSynchronize", what=f"before releasing pool memory, device {dev}")
+            _call("cuMemPoolTrimTo", pool, 0, what=f"device {dev}")
+
+
+def memory_stats(device: int | None = None) -> dict[str, int]:
+    """The allocator's figures for `device` (default: the current one), under torch.cuda.memory_stats' names:
+    allocated bytes (what live tensors asked for) now and at peak, reserved bytes (what the pool holds from the
+    device, in use or kept) now and at peak, live and total allocation counts, frees, out-of-memory retries and
+    failures."""
+    device = current_device() if device is None else device
+    stats = _stats.get(device) or _PoolStats()
+    with _pool_lock:
+        figures = {
+            "allocated_bytes.all.current": stats.allocated,
+            "allocated_bytes.all.peak": stats.peak,
+            "allocation.all.current": stats.count,
+            "allocation.all.allocated": stats.allocations,
+            "allocation.all.freed": stats.frees,
+            "num_alloc_retries": stats.retries,
+            "num_ooms": stats.ooms,
+        }
+    figures["reserved_bytes.all.current"] = _pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+    figures["reserved_bytes.all.peak"] = _pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
+    return dict(sorted(figures.items()))
+
+
+def memory_allocated(device: int | None = None) -> int:
+    """Bytes nbxcert's live tensors on `device` asked for."""
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def memory_reserved(device: int | None = None) -> int:
+    """Bytes nbxcert's pool on `device` holds from the device (in use or kept for reuse)."""
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_allocated(device: int | None = None) -> int:
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device: int | None = None) -> None:
+    """Start the peaks afresh from what is held now."""
+    device = current_device() if device is None else device
+    stats = _stats.get(device)
+    if stats is not None:
+        with _pool_lock:
+            stats.peak = stats.allocated
+    pool = _pools.get(device)
+    if pool is not None:
+        zero = ctypes.c_uint64(0)
+        with _in_context(device):
+            for attribute in (CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, CU_MEMPOOL_ATTR_USED_MEM_HIGH):
+                _call("cuMemPoolSetAttribute", pool, attribute, ctypes.byref(zero), what=f"device {device}")
+
+
+# --- the stream launches and allocations go to ------------------------------------------------------------------------
+# Per thread and device, as in CUDA and Triton: Triton's launcher asks for it (`triton_cuda` answers from here) and so
+# does `pool_alloc`, so a tensor is allocated, used and freed in the order of the stream its work is queued on.
+def current_stream(device: int | None = None) -> int:
+    """The CUstream handle this thread launches and allocates on for `device`: 0 (legacy default) unless set."""
+    streams = getattr(_tls, "streams", None)
+    if not streams:
+        return 0
+    stream = streams.get(current_device() if device is None else device, 0)
+    return stream.handle if isinstance(stream, Stream) else int(stream)
+
+
+def set_stream(stream: Stream | int, device: int | None = None) -> None:
+    """Launch and allocate on `stream` (a `Stream`, kept alive while set, or a raw handle) for `device` on this
+    thread. A raw handle (another library's stream) must outlive the tensors allocated on it."""
+    streams = _tls.__dict__.setdefault("streams", {})
+    streams[current_device() if device is None else device] = stream
+
+
+@contextlib.contextmanager
+def using_stream(stream: Stream | int, device: int | None = None) -> Iterator[int]:
+    """Launch and allocate on `stream` inside the block (this thread), then go back to the stream used before."""
+    device = current_device() if device is None else device
+    streams = _tls.__dict__.setdefault("streams", {})
+    previous = streams.get(device, 0)
+    streams[device] = stream
+    try:
+        yield current_stream(device)
+    finally:
+        streams[device] = previous
 
 
 def mem_get_info(device: int) -> tuple[int, int]:

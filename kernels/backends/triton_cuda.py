@@ -24,12 +24,11 @@ not, and its tests prove a launch with torch made unimportable.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import triton
 from triton.backends.nvidia.driver import CudaDriver, CudaLauncher, CudaUtils
@@ -55,50 +54,13 @@ class TorchDeviceUnavailable(BackendUnavailable, NotImplementedError):
 
 
 # --- the stream Triton launches on ------------------------------------------------------------------------------------
-_tls = threading.local()  # .streams: {device: Stream | int}; .ready: driver set up on this thread
+_tls = threading.local()  # .ready: driver set up on this thread; .gates: the timer's stream gates
 
-
-def _streams() -> dict[int, cuda.Stream | int]:
-    streams = getattr(_tls, "streams", None)
-    if streams is None:
-        streams = _tls.streams = {}
-    return streams
-
-
-def current_stream(device: int | None = None) -> int:
-    """The CUstream handle Triton launches on for `device` on this thread: 0 (legacy default) unless set."""
-    device = cuda.current_device() if device is None else device
-    stream = _streams().get(device, 0)
-    return stream.handle if isinstance(stream, cuda.Stream) else int(stream)
-
-
-def set_stream(stream: cuda.Stream | int, device: int | None = None) -> None:
-    """Launch on `stream` (a cuda.Stream, kept alive while set, or a raw handle) for `device` on this thread."""
-    device = cuda.current_device() if device is None else device
-    _streams()[device] = stream
-    _leaving_the_legacy_stream(stream)
-
-
-def _leaving_the_legacy_stream(stream: cuda.Stream | int) -> None:
-    """Reusing a freed block is safe in the legacy default stream's order only (`cuda.cached_alloc`): launches on any
-    other stream end the block cache for the process."""
-    handle = stream.handle if isinstance(stream, cuda.Stream) else int(stream)
-    if handle != 0:
-        cuda.end_block_cache(f"launches were sent to stream 0x{handle:x}, not the legacy default stream")
-
-
-@contextlib.contextmanager
-def using_stream(stream: cuda.Stream | int, device: int | None = None) -> Iterator[int]:
-    """Launch on `stream` inside the block (this thread), then go back to the stream used before. Yields its handle."""
-    device = cuda.current_device() if device is None else device
-    streams = _streams()
-    previous = streams.get(device, 0)
-    streams[device] = stream
-    _leaving_the_legacy_stream(stream)
-    try:
-        yield current_stream(device)
-    finally:
-        streams[device] = previous
+# Per thread and device, kept by `cuda` (tensors are allocated and freed in the order of the same stream): launching
+# on a caller's own stream keeps every fast path (the pool's reuse, launch plans).
+current_stream = cuda.current_stream
+set_stream = cuda.set_stream
+using_stream = cuda.using_stream
 
 
 # --- global scratch ---------------------------------------------------------------------------------------------------

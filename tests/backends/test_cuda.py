@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nbxcert.errors import BackendUnavailable, CudaError, DeviceNotFound
+from nbxcert.errors import BackendUnavailable, CudaError, DeviceNotFound, DeviceOutOfMemory, UsageError
 from nbxcert.kernels.backends import cuda
 
 
@@ -569,6 +569,84 @@ CUresult cuEventSynchronize(void *e) { (void)e; NEED_INIT; wait_unheld(); return
 CUresult cuCtxSynchronize(void) { NEED_CTX; wait_unheld(); return sticky; }
 CUresult cuStreamSynchronize(void *s) { (void)s; NEED_CTX; wait_unheld(); return sticky; }
 CUresult cuMemFree_v2(uint64_t p) { NEED_CTX; HEALTHY; wait_unheld(); free(PTR(p)); live--; return 0; }
+/* A stream-ordered pool, as far as nbxcert can tell: a freed block of the same (512-byte rounded) size is reused
+   without a new reservation; trimming gives the unused blocks back; `fake_set_pool_limit` bounds the reservation so
+   that out of memory can be provoked. Stream order itself is not modelled (the fake runs everything at once). */
+typedef struct { uint64_t ptr; size_t size; int used; } Block;
+static Block blocks[4096];
+static int n_blocks_made = 0;
+static size_t reserved = 0, reserved_high = 0, used = 0, used_high = 0, pool_limit = (size_t)1 << 40;
+static long pool_reservations = 0, pools_made = 0;
+static uint64_t threshold = 0;
+void fake_set_pool_limit(size_t n) { pool_limit = n; }
+long fake_pool_reservations(void) { return pool_reservations; }
+size_t fake_pool_reserved(void) { return reserved; }
+long fake_pools_made(void) { return pools_made; }
+void fake_pool_reset(void) {
+  for (int i = 0; i < n_blocks_made; i++) free(PTR(blocks[i].ptr));
+  n_blocks_made = 0; reserved = reserved_high = used = used_high = 0; pool_limit = (size_t)1 << 40;
+  pool_reservations = 0; pools_made = 0; threshold = 0;
+}
+CUresult cuMemPoolCreate(void **pool, const void *props) {
+  NEED_CTX;
+  if (((const int *)props)[0] != 1 || ((const int *)props)[2] != 1) return 1; /* pinned, on a device */
+  *pool = malloc(8); pools_made++;
+  return 0;
+}
+CUresult cuMemPoolSetAttribute(void *pool, int attr, void *value) {
+  NEED_INIT; if (!pool) return 1;
+  uint64_t v = *(uint64_t *)value;
+  if (attr == 4) { threshold = v; return 0; }
+  if ((attr == 6 || attr == 8) && v == 0) { if (attr == 6) reserved_high = reserved; else used_high = used; return 0; }
+  return 1;
+}
+CUresult cuMemPoolGetAttribute(void *pool, int attr, void *value) {
+  NEED_INIT; if (!pool) return 1;
+  uint64_t *v = (uint64_t *)value;
+  switch (attr) {
+    case 4: *v = threshold; return 0;
+    case 5: *v = reserved; return 0;
+    case 6: *v = reserved_high; return 0;
+    case 7: *v = used; return 0;
+    case 8: *v = used_high; return 0;
+  }
+  return 1;
+}
+CUresult cuMemAllocFromPoolAsync(uint64_t *p, size_t n, void *pool, void *stream) {
+  (void)stream; NEED_CTX; HEALTHY;
+  if (!pool || n == 0) return 1;
+  size_t size = (n + 511) / 512 * 512;
+  for (int i = 0; i < n_blocks_made; i++)
+    if (!blocks[i].used && blocks[i].size == size) {
+      blocks[i].used = 1; used += size; if (used > used_high) used_high = used;
+      *p = blocks[i].ptr; return 0;
+    }
+  if (reserved + size > pool_limit || n_blocks_made == 4096) return 2;
+  void *m = aligned_alloc(512, size);
+  if (!m) return 2;
+  blocks[n_blocks_made++] = (Block){(uint64_t)(uintptr_t)m, size, 1};
+  reserved += size; if (reserved > reserved_high) reserved_high = reserved;
+  used += size; if (used > used_high) used_high = used;
+  pool_reservations++;
+  *p = (uint64_t)(uintptr_t)m;
+  return 0;
+}
+CUresult cuMemFreeAsync(uint64_t p, void *stream) {
+  (void)stream; NEED_CTX; HEALTHY;
+  for (int i = 0; i < n_blocks_made; i++)
+    if (blocks[i].ptr == p && blocks[i].used) { blocks[i].used = 0; used -= blocks[i].size; return 0; }
+  return 1;
+}
+CUresult cuMemPoolTrimTo(void *pool, size_t keep) {
+  NEED_INIT; if (!pool || keep) return 1;
+  int j = 0;
+  for (int i = 0; i < n_blocks_made; i++) {
+    if (blocks[i].used) { blocks[j++] = blocks[i]; continue; }
+    reserved -= blocks[i].size; free(PTR(blocks[i].ptr));
+  }
+  n_blocks_made = j;
+  return 0;
+}
 CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) {
   NEED_INIT;
   settle();
@@ -587,7 +665,8 @@ FAKE_STATE = {
     "_contexts": dict,
     "_last_device": 0,
     "_tls": threading.local,
-    "_blocks": lambda: cuda._BlockCache(),
+    "_pools": dict,
+    "_stats": dict,
     "_sync_hooks": list,
 }
 
@@ -618,7 +697,13 @@ def fake(monkeypatch, fake_libcuda_path):
     lib.fake_live_streams.restype = ctypes.c_long
     lib.fake_live_events.restype = ctypes.c_long
     lib.fake_current_context.restype = ctypes.c_size_t
+    lib.fake_current_context.restype = ctypes.c_size_t
+    lib.fake_pool_reserved.restype = ctypes.c_size_t
+    lib.fake_pool_reservations.restype = ctypes.c_long
+    lib.fake_pools_made.restype = ctypes.c_long
+    lib.fake_set_pool_limit.argtypes = [ctypes.c_size_t]
     lib.fake_reset()
+    lib.fake_pool_reset()
     yield lib
     # Collect what the test left behind while the fake is still the driver (the timer's stream gates included).
     from nbxcert.kernels.backends import triton_cuda
@@ -626,6 +711,7 @@ def fake(monkeypatch, fake_libcuda_path):
     triton_cuda._tls.__dict__.pop("gates", None)
     gc.collect()
     lib.fake_reset()
+    lib.fake_pool_reset()
 
 
 def test_fake_available_reports_devices_and_driver(fake):
@@ -744,62 +830,69 @@ def test_fake_free_is_idempotent_and_collection_frees(fake):
     assert fake.fake_live_allocations() == 0
 
 
-def test_fake_cached_alloc_reuses_a_freed_block_of_its_size(fake):
+def test_fake_a_32mib_tensor_made_a_thousand_times_reserves_device_memory_once(fake, monkeypatch):
+    """Bug: an output above the old block cache's 16 MiB cost a cuMemAlloc and a cuMemFree (which waits for the
+    device) on every served call. From nbxcert's pool, a 32 MiB tensor made and dropped a thousand times reserves
+    memory from the device once; every later allocation reuses the freed block, and the only driver calls are the
+    pool's queued allocation and free (no cuMemAlloc, no cuMemFree, no synchronisation)."""
+    from nbxcert.kernels.tensor import empty
+
     cuda.use_device(0)
-    live = fake.fake_live_allocations()
-    a = cuda.cached_alloc(1000, 0)
-    ptr = a.ptr
-    assert a.nbytes == 1024 and ptr % cuda.ALLOCATION_ALIGNMENT == 0
-    a.free()
-    a.free()
-    assert a.ptr == 0 and a.freed
-    assert fake.fake_live_allocations() == live + 1  # kept for reuse, not given back to the driver
-    assert cuda.block_cache_state() == {"in_use": True, "ended_because": None, "held_bytes": {0: 1024}}
-    b = cuda.cached_alloc(600, 0)  # rounds to the same 1024 bytes: the kept block, no driver call
-    assert b.ptr == ptr and fake.fake_live_allocations() == live + 1
-    assert cuda.block_cache_state()["held_bytes"] == {0: 0}
-    c = cuda.cached_alloc(600, 0)  # none kept now: a new block
-    c_ptr = c.ptr
-    assert c_ptr != ptr and fake.fake_live_allocations() == live + 2
-    del b, c
-    gc.collect()
-    assert cuda.block_cache_state()["held_bytes"] == {0: 2048}
-    d = cuda.cached_alloc(2000, 0)  # another size never takes a kept block
-    assert d.ptr not in (ptr, c_ptr) and fake.fake_live_allocations() == live + 3
-    e = cuda.cached_alloc(1024, 0)
-    assert e.ptr in (ptr, c_ptr) and fake.fake_live_allocations() == live + 3
-    assert cuda.release_cached_blocks() == 1 and fake.fake_live_allocations() == live + 2
-    del d, e
-    gc.collect()
-    assert cuda.release_cached_blocks() == 2 and fake.fake_live_allocations() == live
+    empty((4096, 4096), "float16", "cuda:0")  # the first: the pool is made and reserves the block
+    assert fake.fake_pools_made() == 1 and fake.fake_pool_reservations() == 1
+    calls, real = [], cuda._call
+    monkeypatch.setattr(cuda, "_call", lambda api, *a, **k: (calls.append(api), real(api, *a, **k))[1])
+    for _ in range(1000):
+        t = empty((4096, 4096), "float16", "cuda:0")  # 32 MiB
+        del t
+    assert fake.fake_pool_reservations() == 1
+    assert set(calls) == {"cuMemAllocFromPoolAsync", "cuMemFreeAsync"} and len(calls) == 2000
+    stats = cuda.memory_stats(0)
+    assert stats["allocation.all.allocated"] == 1001 and stats["allocation.all.freed"] == 1001
+    assert stats["allocated_bytes.all.current"] == 0 and stats["allocated_bytes.all.peak"] == 32 << 20
+    assert stats["reserved_bytes.all.current"] == 32 << 20 and stats["reserved_bytes.all.peak"] == 32 << 20
 
 
-def test_fake_a_tensor_allocation_on_a_present_current_device_calls_no_driver_function(fake, monkeypatch):
-    """An allocating served call makes a tensor per call: after the first, the device is known present and current and
-    its freed block is reused, so the driver is not called at all (it was four calls a tensor: the device count twice,
-    the driver version, the context set current)."""
+def test_fake_the_pool_keeps_every_freed_byte_unless_told_otherwise(fake, monkeypatch):
+    monkeypatch.delenv("NBXCERT_MEMORY_RELEASE_THRESHOLD", raising=False)
+    cuda.use_device(0)
+    cuda.pool_alloc(100, 0)
+    assert cuda._pool_attribute(0, cuda.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) == cuda.KEEP_EVERYTHING
+    monkeypatch.setattr(cuda, "_pools", {})
+    monkeypatch.setenv("NBXCERT_MEMORY_RELEASE_THRESHOLD", str(1 << 30))
+    cuda.pool_alloc(100, 0)
+    assert cuda._pool_attribute(0, cuda.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) == 1 << 30
+    monkeypatch.setattr(cuda, "_pools", {})
+    monkeypatch.setenv("NBXCERT_MEMORY_RELEASE_THRESHOLD", "1GB")
+    with pytest.raises(UsageError, match=r"^NBXCERT_MEMORY_RELEASE_THRESHOLD=1GB is not a whole number of bytes$"):
+        cuda.pool_alloc(100, 0)
+
+
+def test_fake_a_tensor_allocation_on_a_present_current_device_makes_only_the_pools_calls(fake, monkeypatch):
+    """An allocating served call makes a tensor per call: after the first, the device is known present and current,
+    so the driver sees the pool's allocation and free alone (it was four more calls a tensor once: the device count
+    twice, the driver version, the context set current)."""
     from nbxcert.kernels.tensor import empty
 
     assert cuda.device_present(5) == (False, "this machine has 2 CUDA device(s)")
     with pytest.raises(DeviceNotFound, match=r"cuda:5' does not exist: this machine has 2 CUDA device\(s\)"):
         empty((4,), "float16", "cuda:5")
-    empty((1, 2048), "float16", "cuda:0")  # the first on each: checks the device, makes it current, allocates
+    empty((1, 2048), "float16", "cuda:0")  # the first on each: checks the device, makes it current, makes its pool
     empty((1, 2048), "float16", "cuda:1")
     calls, real = [], cuda._call
     monkeypatch.setattr(cuda, "_call", lambda api, *a, **k: (calls.append(api), real(api, *a, **k))[1])
     for _ in range(3):
         t = empty((1, 2048), "float16", "cuda:1")
         del t
-    assert calls == [] and cuda.current_device() == 1
-    empty((1, 2048), "float16", "cuda:0")  # another device: made current (its context set), its kept block reused
-    assert calls == ["cuCtxSetCurrent"] and cuda.current_device() == 0
+    assert calls == ["cuMemAllocFromPoolAsync", "cuMemFreeAsync"] * 3 and cuda.current_device() == 1
+    calls.clear()
+    empty((1, 2048), "float16", "cuda:0")  # another device: made current (its context set), its own pool
+    assert calls == ["cuCtxSetCurrent", "cuMemAllocFromPoolAsync", "cuMemFreeAsync"] and cuda.current_device() == 0
 
 
 def test_fake_memory_is_allocated_in_its_devices_context_whatever_another_library_made_current(fake, monkeypatch):
     """nbxcert skips setting a context it made current before (`make_current`); another library may have set its own
-    on the thread since, so a new block is allocated with the device's context pushed for the call."""
-    from nbxcert.kernels.tensor import empty
-
+    on the thread since, so cuMemAlloc is made with the device's context pushed for the call."""
     ctx0 = cuda.use_device(0)
     ctx1 = cuda._primary_context(1)
     fake.cuCtxSetCurrent(ctypes.c_void_p(ctx1))  # another library's doing, behind nbxcert's back
@@ -811,93 +904,81 @@ def test_fake_memory_is_allocated_in_its_devices_context_whatever_another_librar
         return real(api, *args, **kwargs)
 
     monkeypatch.setattr(cuda, "_call", record)
-    t = empty((3, 1000), "float32", "cuda:0")  # a size no kept block has: a driver allocation
-    assert seen == [ctx0] and t.device.index == 0
+    a = cuda.mem_alloc(3000, 0)
+    assert seen == [ctx0] and a.device == 0
     assert fake.fake_current_context() == ctx1  # the other library's context left as it was
 
 
-def test_fake_a_block_given_back_while_the_cache_is_locked_waits_for_no_lock(fake):
-    """A block comes back from its allocation's finalizer, which the cyclic garbage collector may run inside any
-    allocation of a thread, the cache's own locked calls included: given back then, it must not wait for the lock the
-    same thread holds (a deadlock); it is taken in by the cache's next call."""
-    cuda.use_device(0)
-    live = fake.fake_live_allocations()
-    a = cuda.cached_alloc(1000, 0)
-    ptr = a.ptr
-    done = threading.Event()
+def test_fake_a_tensor_is_allocated_and_freed_on_the_stream_current_when_it_was_made(fake, monkeypatch):
+    """Bug: launching on a stream other than the legacy one ended block reuse for the process. Now allocations follow
+    the thread's current stream: made on it, freed on it (so reuse is in that stream's order), and the stream object
+    outlives the tensors made on it."""
+    from nbxcert.kernels.tensor import empty
 
-    def free_inside_a_locked_call():
-        with cuda._blocks.lock:  # as when a collection runs a finalizer inside take, keep or drain
-            a.free()
-            done.set()
-
-    worker = threading.Thread(target=free_inside_a_locked_call, daemon=True)
-    worker.start()
-    worker.join(timeout=10)
-    assert done.is_set(), "giving a block back under the cache's own lock deadlocked"
-    assert fake.fake_live_allocations() == live + 1  # not freed to the driver: waiting to be taken in
-    assert cuda.block_cache_state()["held_bytes"] == {0: 1024}  # taken in by the next call
-    b = cuda.cached_alloc(1000, 0)
-    assert b.ptr == ptr and fake.fake_live_allocations() == live + 1
-
-
-def test_fake_cached_alloc_keeps_what_its_bounds_allow(fake, monkeypatch):
-    cuda.use_device(0)
-    monkeypatch.setattr(cuda, "BLOCK_CACHE_MAX_BYTES", 2048)
-    live = fake.fake_live_allocations()
-    big = cuda.cached_alloc(cuda.BLOCK_CACHE_MAX_BLOCK + 1, 0)  # past the largest kept block: cuMemAlloc as ever
-    assert big.nbytes == cuda.BLOCK_CACHE_MAX_BLOCK + 1
-    big.free()
-    assert fake.fake_live_allocations() == live
-    blocks = [cuda.cached_alloc(1024, 0) for _ in range(3)]
-    for b in blocks:
-        b.free()
-    # two fit under 2048 bytes a device; the third went back to the driver
-    assert cuda.block_cache_state()["held_bytes"] == {0: 2048} and fake.fake_live_allocations() == live + 2
-
-
-def test_fake_cached_alloc_out_of_memory_frees_the_kept_blocks_and_retries(fake, monkeypatch):
-    cuda.use_device(0)
-    live = fake.fake_live_allocations()
-    cuda.cached_alloc(4096, 0).free()
-    assert fake.fake_live_allocations() == live + 1
-    real, calls = cuda._driver_alloc, []
-
-    def out_of_memory_once(nbytes, device):
-        calls.append(nbytes)
-        if len(calls) == 1:
-            cuda.check(cuda.CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc_v2")
-        return real(nbytes, device)
-
-    monkeypatch.setattr(cuda, "_driver_alloc", out_of_memory_once)
-    a = cuda.cached_alloc(512, 0)
-    assert calls == [512, 512] and a.ptr != 0
-    assert cuda.block_cache_state()["held_bytes"] == {0: 0} and fake.fake_live_allocations() == live + 1
-    # nothing kept to free: the error is the caller's
-    calls.clear()
-    with pytest.raises(CudaError, match="CUDA_ERROR_OUT_OF_MEMORY"):
-        cuda.cached_alloc(512, 0)
-    assert calls == [512]
-
-
-def test_fake_a_stream_other_than_the_legacy_one_ends_the_block_cache(fake, monkeypatch):
     triton_cuda = _fresh_triton_cuda(monkeypatch)
     cuda.use_device(0)
-    live = fake.fake_live_allocations()
-    kept = cuda.cached_alloc(512, 0)
-    kept.free()
-    with triton_cuda.using_stream(0):  # the legacy stream itself: the cache stays
-        pass
-    assert cuda.block_cache_state()["in_use"] and fake.fake_live_allocations() == live + 1
+    seen, real = [], cuda._call
+
+    def record(api, *args, **kwargs):
+        if api == "cuMemAllocFromPoolAsync":
+            seen.append((api, args[3]))
+        elif api == "cuMemFreeAsync":
+            seen.append((api, args[1]))
+        return real(api, *args, **kwargs)
+
+    monkeypatch.setattr(cuda, "_call", record)
     stream = cuda.Stream()
+    handle = stream.handle
     with triton_cuda.using_stream(stream):
-        pass
-    state = cuda.block_cache_state()
-    assert not state["in_use"] and f"0x{stream.handle:x}" in state["ended_because"]
-    assert fake.fake_live_allocations() == live  # the kept block was freed
-    later = cuda.cached_alloc(512, 0)
-    later.free()  # and every block freed after
-    assert fake.fake_live_allocations() == live
+        assert triton_cuda.current_stream(0) == handle == cuda.current_stream(0)
+        t = empty((1024,), "float32", "cuda:0")
+    assert triton_cuda.current_stream(0) == 0
+    del stream
+    gc.collect()
+    assert fake.fake_live_streams() == 1  # held by the tensor made on it
+    del t
+    gc.collect()
+    assert fake.fake_live_streams() == 0
+    u = empty((1024,), "float32", "cuda:0")  # on the legacy stream
+    del u
+    assert seen == [("cuMemAllocFromPoolAsync", handle), ("cuMemFreeAsync", handle),
+                    ("cuMemAllocFromPoolAsync", 0), ("cuMemFreeAsync", 0)]  # fmt: skip
+    assert fake.fake_pool_reservations() == 1  # the freed block reused
+
+
+def test_fake_out_of_memory_releases_the_pools_kept_memory_and_retries(fake):
+    cuda.use_device(0)
+    fake.fake_set_pool_limit(8192)
+    cuda.pool_alloc(4096, 0).free()  # kept by the pool: 4096 reserved, none in use
+    assert fake.fake_pool_reserved() == 4096
+    a = cuda.pool_alloc(6000, 0)  # 6144 more would pass the limit: the kept block is released, then it fits
+    assert a.ptr != 0 and fake.fake_pool_reserved() == 6144
+    stats = cuda.memory_stats(0)
+    assert stats["num_alloc_retries"] == 1 and stats["num_ooms"] == 0
+    with pytest.raises(DeviceOutOfMemory) as info:
+        cuda.pool_alloc(4096, 0)  # 6144 held: nothing kept to release
+    assert str(info.value) == (
+        "out of memory on cuda:0: asked for 4096 bytes; nbxcert's tensors hold 6000 bytes and its pool reserves 6144;"
+        f" the device has {cuda.mem_get_info(0)[0]} of {80 << 30} bytes free (cuMemAllocFromPoolAsync: "
+        "CUDA_ERROR_OUT_OF_MEMORY (2))"
+    )
+    assert isinstance(info.value, CudaError) and cuda.context_poisoned() is None
+    stats = cuda.memory_stats(0)
+    assert stats["num_alloc_retries"] == 2 and stats["num_ooms"] == 1 and stats["allocated_bytes.all.current"] == 6000
+
+
+def test_fake_memory_stats_peaks_reset_and_empty_cache(fake):
+    cuda.use_device(0)
+    a, b = cuda.pool_alloc(1000, 0), cuda.pool_alloc(3000, 0)
+    assert cuda.memory_allocated(0) == 4000 and cuda.max_memory_allocated(0) == 4000
+    b.free()
+    assert cuda.memory_allocated(0) == 1000 and cuda.max_memory_allocated(0) == 4000
+    assert cuda.memory_reserved(0) == 1024 + 3072
+    cuda.reset_peak_memory_stats(0)
+    assert cuda.max_memory_allocated(0) == 1000 and cuda.memory_stats(0)["reserved_bytes.all.peak"] == 4096
+    cuda.empty_cache()
+    assert cuda.memory_reserved(0) == 1024 and a.ptr != 0
+    assert cuda.memory_stats(1)["allocated_bytes.all.current"] == 0  # a device with no pool yet: zeros
 
 
 def test_fake_sync_hooks_run_after_every_synchronising_call(fake):
