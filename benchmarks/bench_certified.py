@@ -16,7 +16,7 @@ quality     For every key of the workload certified in --dir for this device's p
             is faster); reported as median, the worst 5% and the worst keys by name. --stop-after S measures no key
             after S seconds and still times the peer over those measured; --start N goes on from there.
 coldstart   A fresh process runs the workload's launch sequence once (every launch at its real shape, through the
-            serving path `nbxcert.serve.config_for`), from process start to the last result: with the certificates
+            serving path `nbxcert.serving.config_for`), from process start to the last result: with the certificates
             of --dir, the same with the workload's winners compiled in a pool inside that process (--warm
             background: `nbxcert.warm.start`, the launches going on meanwhile; block: `nbxcert.warm.warm` before the
             first launch), the certified run again with the Triton cache the first filled (a restart), then
@@ -317,7 +317,7 @@ def quality(args) -> dict:
 COLD_CHILD = r"""
 import json, sys, time
 t_start = time.perf_counter()
-from nbxcert import serve
+from nbxcert import serving
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.spec import get_spec
 from nbxcert.profiles import get_profile
@@ -334,8 +334,8 @@ if a["warm"] == "block":  # compile every certified winner of the workload at on
     t0 = time.perf_counter()
     warm(profile.key, workload_keys(load_workload(a["workload"]), profile), [a["dir"]])
     warm_s = time.perf_counter() - t0
-serve.configure(dirs=[a["dir"]], certified_only=a["certified_only"])
-serve.state()  # the certificate index read (built from the JSON into this run's empty NBXCERT_CACHE_DIR)
+serving.configure(dirs=[a["dir"]], certified_only=a["certified_only"])
+serving.state()  # the certificate index read (built from the JSON into this run's empty NBXCERT_CACHE_DIR)
 marks["certificates"] = time.perf_counter() - t_start
 warming = None
 if a["warm"] == "background":  # the same pool in the background (nbxcert.warm.start), the launches going on meanwhile
@@ -388,7 +388,7 @@ for launch in launches(load_workload(a["workload"]), profile):
                     skipped.append(f"{launch.kernel} {c.label()}: {type(e).__name__}")
             cfg = tuned[key] = min(times, key=times.get)
     else:
-        cfg = serve.config_for(spec, launch.problem, launch.dtypes, serve.RuntimeLaunch(
+        cfg = serving.config_for(spec, launch.problem, launch.dtypes, serving.RuntimeLaunch(
             run=lambda c, inputs=inputs, spec=spec: spec.launch(c, inputs),
             outputs=[inputs.tensors[o] for o in inputs.outputs],
             restore=[inputs.tensors[o] for o in inputs.inplace]))
@@ -533,18 +533,18 @@ def coldstart(args) -> dict:
 
 # --- serving ----------------------------------------------------------------------------------------------------------
 def serving(args) -> dict:
-    from nbxcert import serve
+    from nbxcert import serving
     from nbxcert.kernels import rows
     from nbxcert.kernels.inputs import randn, rng
 
     choice, profile = _device()
-    serve.configure(dirs=[args.dir], certified_only=True)
+    serving.configure(dirs=[args.dir], certified_only=True)
     gen = rng(0)
     x = randn(gen, (args.rows, args.cols), "float16", choice.device)
     w = randn(gen, (args.cols,), "float16", choice.device)
     out = rows.rmsnorm(x, w, 1e-6)  # the first call looks the key up (certified-only: it must be certified)
     problem = {"n_rows": args.rows, "n_cols": args.cols}
-    config = serve.config_for(rows.RMSNORM, problem, ("float16", "float16"))
+    config = serving.config_for(rows.RMSNORM, problem, ("float16", "float16"))
     inputs = rows.RMSNORM.make_inputs(problem, ("float16", "float16"), 0, choice.device)
 
     def sync() -> None:
@@ -561,7 +561,7 @@ def serving(args) -> dict:
         "served_alloc": lambda: rows.rmsnorm(x, w, 1e-6),
         "direct": lambda: rows.RMSNORM.launch(config, inputs),  # the same config's launch built, then made
         "raw": raw,  # the served call's own kernel[grid](...), its arguments built once (captured)
-        "lookup": lambda: serve.config_for(rows.RMSNORM, problem, ("float16", "float16")),
+        "lookup": lambda: serving.config_for(rows.RMSNORM, problem, ("float16", "float16")),
     }
     # an allocation and a free per call may cost far more than a launch: the allocating path gets a tenth of the calls
     calls = {name: max(1, args.calls // 10) if name == "served_alloc" else args.calls for name in paths}

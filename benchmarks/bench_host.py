@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     _cross_compiling()
     import numpy as np
 
-    from nbxcert import serve
+    from nbxcert import serving
     from nbxcert.kernels import attention as at
     from nbxcert.kernels import elementwise as ew
     from nbxcert.kernels import matmul as mm
@@ -54,8 +54,8 @@ def main(argv=None) -> int:
     from nbxcert.kernels.tensor import empty, from_numpy
     from nbxcert.profiles import get_profile
 
-    serve.profile_in_force = lambda: (get_profile("hopper"), "141GB")  # the stand-in device has no memory class
-    serve.configure(dirs=[ROOT / "certificates"], certified_only=True)
+    serving.lookup.profile_in_force = lambda: (get_profile("hopper"), "141GB")  # the stand-in has no memory class
+    serving.configure(dirs=[ROOT / "certificates"], certified_only=True)
     gen = rng(0)
     f16 = ("float16", "float16")
     x = randn(gen, (1, 2048), "float16", "cpu")
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
 
     results = []
     for name, served_call, spec, problem, dtypes in cases:
-        config = serve.config_for(spec, problem, dtypes)
+        config = serving.config_for(spec, problem, dtypes)
         inputs = spec.make_inputs(problem, dtypes, 0, "cpu")
         paths = {
             "served": served_call,

@@ -132,11 +132,11 @@ def serving_path_us(cache: Path) -> float:
     os.environ.setdefault("NBXCERT_BACKEND", "interpreter")
     os.environ["NBXCERT_UNCERTIFIED"] = "default"  # the first call fills the lookup; no sweep is wanted here
     os.environ["NBXCERT_CACHE_DIR"] = str(cache)
-    from nbxcert import serve
+    from nbxcert import serving
     from nbxcert.kernels import matmul as mm
     from nbxcert.kernels.spec import choose_config
 
-    serve.reset()
+    serving.reset()
     problem = {"M": 16, "N": 4096, "K": 4096, "trans_a": 0, "trans_b": 1, "aligned": 1}
     env = {"choose": choose_config, "spec": mm.MATMUL, "p": problem, "dt": ("float16", "float16")}
     env["run"], env["outs"] = (lambda c: None), ()

@@ -42,6 +42,46 @@ def gpu_profile(script: str):
 # (median ms, repetitions). The flush buffer is written once before any estimate: its first write, slow as any first
 # launch, had made the first shape's estimate ~20x too long (cuBLAS at 4096^3 timed over 21-73 calls where nbxcert's
 # side ran ~415).
+# A torch peer's clock (CUDA events, and a spin of a given length so the GPU runs what follows back to back): the
+# spin's rate is the slope between two lengths, so the launch's own latency cancels. Put before a peer script.
+TORCH_CLOCK = r"""
+import torch
+
+
+class Clock:
+    timed = True
+
+    def __init__(self):
+        torch.cuda._sleep(1000)
+        torch.cuda.synchronize()
+        short, long = (self._timed(cycles) for cycles in (1 << 20, 1 << 22))
+        self.cycles_per_us = ((1 << 22) - (1 << 20)) / max((long - short) * 1e3, 1e-3)
+
+    def _timed(self, cycles):
+        start, end = self.event(), self.event()
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end)
+
+    def event(self):
+        return torch.cuda.Event(enable_timing=True)
+
+    def record(self, event):
+        event.record()
+
+    def elapsed(self, start, end):
+        return start.elapsed_time(end)
+
+    def sync(self):
+        torch.cuda.synchronize()
+
+    def delay(self, us):
+        torch.cuda._sleep(max(1, int(us * self.cycles_per_us)))
+"""
+
+
 PEER_TIMER = r"""
 import json, statistics, sys
 import torch

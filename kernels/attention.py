@@ -50,15 +50,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.faults import record_fault, record_fault_lanes
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import (
-    KernelLaunch,
-    cdiv,
-    keep_beside_plan,
-    keep_plan,
-    next_power_of_2,
-    served_plans,
-    signature,
-)
+from nbxcert.kernels.launch import SPLIT_WORKSPACE, KernelLaunch, cdiv, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import limit, prune_with, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
@@ -797,6 +789,7 @@ def flash_problem(q: Tensor, k: Tensor, v: Tensor, out: Tensor | None = None, *,
     }
 
 
+@served
 def flash_attention(
     q: Tensor,
     k: Tensor,
@@ -849,42 +842,10 @@ def _decode_shapes(q: Tensor, k: Tensor, v: Tensor, out: Tensor | None, kv_heads
         raise ShapeMismatch(f"decode attention: out has shape {out.shape}, q has {q.shape}")
 
 
-# Served decode calls given `max_len` read nothing to the host, so a call like one served before (the same
-# signatures, scale and max_len: a serving loop's layers within one step) replays its launches (launch.LaunchPlan).
-_DECODE_PLANS = served_plans()
-# signature -> float32 elements of the workspace the call that made the plan allocated for itself (replays alike)
-_DECODE_WORKSPACES = served_plans()
-
-
-def _decode_signature(tensors: tuple, out, workspace, scale, max_len) -> tuple | None:
-    """A served decode call's plan key; None without `max_len` (its lengths are read to the host: no plan)."""
-    if max_len is None:
-        return None
-    return (*(signature(t) for t in tensors), signature(out), signature(workspace), scale, max_len)
-
-
-def _replay_decode(sig, tensors: tuple, out, workspace) -> Tensor | None:
-    """The output of a replayed plan, or None when `sig` has none."""
-    plan = _DECODE_PLANS.get(sig) if sig is not None else None
-    if not plan:
-        return None
-    q = tensors[0]
-    out = empty(q.shape, q.dtype, q.device) if out is None else out
-    elements = _DECODE_WORKSPACES.get(sig)
-    ws = workspace if elements is None else empty((elements,), "float32", q.device)
-    plan((*tensors, out, ws, faults.word(q.device)))
-    faults.after_launch(q.device)
-    return out
-
-
 def _serve_decode(spec, tensors: tuple, problem_of, out, scale, config, workspace, max_len) -> Tensor:
-    """A decode call, contiguous or paged (`tensors`: q, k, v, lengths and the block table or None): its plan replayed
-    when one was kept for its signature, else validated (`problem_of()`, which may read the lengths to the host), its
-    config chosen (the caller's, else the served one) and launched, and its plan kept."""
-    sig = _decode_signature(tensors, out, workspace, scale, max_len) if config is None else None
-    replayed = _replay_decode(sig, tensors, out, workspace)
-    if replayed is not None:
-        return replayed
+    """A decode call, contiguous or paged (`tensors`: q, k, v, lengths and the block table or None): validated
+    (`problem_of()`, which reads the lengths to the host without `max_len`: such a call gets no launch plan), its
+    config chosen (the caller's, else the served one) and launched."""
     problem = problem_of()
     q, k, v, lengths, block_table = tensors
     out = empty(q.shape, q.dtype, q.device) if out is None else out
@@ -895,23 +856,22 @@ def _serve_decode(spec, tensors: tuple, problem_of, out, scale, config, workspac
         _run(decode_launches(c, q, k, v, lengths, out, scale, workspace, block_table, max_len))
 
     cfg = choose_config(spec, problem, (q.dtype.name,), config, run=run, outputs=(out,))
-    _launch_decode(cfg, sig, tensors, out, workspace, scale, max_len)
+    _launch_decode(cfg, tensors, out, workspace, scale, max_len)
     return out
 
 
-def _launch_decode(cfg: Config, sig, tensors: tuple, out: Tensor, workspace, scale: float, max_len) -> None:
-    """Launch `cfg` for a decode call (`scale` already defaulted) and keep its plan (`sig` not None): the workspace a
-    split config needs is made here when the caller gave none, so the plan holds it as one of the call's tensors."""
+def _launch_decode(cfg: Config, tensors: tuple, out: Tensor, workspace, scale: float, max_len) -> None:
+    """Launch `cfg` for a decode call (`scale` already defaulted): the workspace a split config needs is made here when
+    the caller gave none."""
     q, k, v, lengths, block_table = tensors
-    made = None
     if workspace is None and cfg["NUM_SPLITS"] > 1:
-        made = _workspace_elements(q.shape[0], q.shape[1], cfg["NUM_SPLITS"], q.shape[2])
-        workspace = empty((made,), "float32", q.device)
-    launches = decode_launches(cfg, q, k, v, lengths, out, scale, workspace, block_table, max_len)
-    _run(launches)
-    if sig is not None:
-        keep_plan(_DECODE_PLANS, sig, launches, (*tensors, out, workspace, faults.word(q.device)))
-        keep_beside_plan(_DECODE_WORKSPACES, sig, made)
+        # the shared per-stream float32 buffer (no allocation per call), its kernels queued back to back under its lock
+        needed = _workspace_elements(q.shape[0], q.shape[1], cfg["NUM_SPLITS"], q.shape[2])
+        with SPLIT_WORKSPACE.lock:
+            shared = SPLIT_WORKSPACE.get(needed, q.device)
+            _run(decode_launches(cfg, q, k, v, lengths, out, scale, shared, block_table, max_len))
+    else:
+        _run(decode_launches(cfg, q, k, v, lengths, out, scale, workspace, block_table, max_len))
     faults.after_launch(q.device)
 
 
@@ -959,6 +919,7 @@ def decode_problem(
     }
 
 
+@served
 def decode_attention(
     q: Tensor,
     k_cache: Tensor,
@@ -1057,6 +1018,7 @@ def paged_decode_problem(
     }
 
 
+@served
 def paged_decode_attention(
     q: Tensor,
     k_pool: Tensor,

@@ -2,7 +2,9 @@
 
 This is the correctness step shared by the tests, the sweep and `verify`: inputs are made from the seed, the oracle
 answers from those inputs *before* the launch (some kernels work in place), outputs that are not in place are
-poisoned, the kernel runs, and each output is compared (`compare.compare`) at the profile's tolerance.
+poisoned, the kernel runs, and each output is compared (`compare.compare`) at the profile's tolerance. It imports
+nothing of the engine: the kernel families' check of every kept config at real shapes, which compiles them ahead in
+a pool first, is the engine's (`nbxcert.warm.check_configs`).
 """
 
 from __future__ import annotations
@@ -153,37 +155,3 @@ def no_bit_group(spec: KernelSpec, config: Config) -> tuple:
         None if "num_warps" in nb else config.num_warps,
         None if "num_stages" in nb else config.num_stages,
     )
-
-
-def check_configs(
-    spec: KernelSpec,
-    problem: Mapping[str, Any],
-    dtypes: tuple[str, ...],
-    profile,
-    seed: int,
-    device: str,
-    configs=None,
-) -> list[str]:
-    """Check every config (by default those the profile's prune keeps for `problem`) against the oracle, made once,
-    each from the same input bytes; configs equal but for no-bit fields must agree to the bit. Returns the failures'
-    reports (empty: every config is correct and every no-bit claim holds)."""
-    prepared = prepare(spec, problem, tuple(dtypes), profile, seed, device)
-    if configs is None:
-        configs = spec.pruned_for(problem, profile).kept
-    if device.startswith("cuda"):
-        from nbxcert.warm import compile_ahead
-
-        compile_ahead(spec, problem, tuple(dtypes), configs, profile.key, seed)  # the launches below then load them
-    failures: list[str] = []
-    first: dict[tuple, tuple[Config, dict[str, bytes]]] = {}
-    for config in configs:
-        verdicts = run_prepared(prepared, config)
-        failures += [v.report for v in verdicts.values() if not v.ok]
-        outs = prepared.inputs.tensors
-        bits = {name: outs[name].contiguous().numpy().tobytes() for name in prepared.inputs.outputs}
-        group = no_bit_group(spec, config)
-        if group in first and first[group][1] != bits:
-            failures.append(f"{describe(spec, config, problem, dtypes)}: differs in bits from {first[group][0].label()}"
-                            " (a no-bit claim)")  # fmt: skip
-        first.setdefault(group, (config, bits))
-    return failures

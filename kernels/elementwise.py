@@ -41,15 +41,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.faults import record_fault
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import (
-    KernelLaunch,
-    cdiv,
-    constexprs,
-    keep_plan,
-    next_power_of_2,
-    served_plans,
-    signature,
-)
+from nbxcert.kernels.launch import KernelLaunch, cdiv, constexprs, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.rows import as_rows, both, compute_type, narrow, upcast
@@ -566,18 +558,9 @@ def silu_and_mul_problem(x: Tensor, **_) -> dict:
     return {"n_rows": n_rows, "d": n_cols // 2}
 
 
-_SILU_PLANS = served_plans()
-
-
+@served
 def silu_and_mul(x: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """silu(x[..., :d]) * x[..., d:] for x [..., 2d] -> [..., d]."""
-    if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
-        sig = (signature(x), signature(out))
-        plan = _SILU_PLANS.get(sig)
-        if plan:
-            y = out if out is not None else empty(x.shape[:-1] + (x.shape[-1] // 2,), x.dtype, x.device)
-            plan((x, y))
-            return y
     _float("silu_and_mul: x", x, HALF_AND_SINGLE)
     if x.shape[-1] % 2:
         raise ShapeMismatch(f"silu_and_mul: the last dimension {x.shape[-1]} is not even")
@@ -589,10 +572,7 @@ def silu_and_mul(x: Tensor, out: Tensor | None = None, config: Config | None = N
         _run(silu_and_mul_launches(c, rows_x, rows_y))
 
     cfg = choose_config(SILU_AND_MUL, silu_and_mul_problem(x), (x.dtype.name,), config, run=run, outputs=(y,))
-    made = silu_and_mul_launches(cfg, rows_x, rows_y)
-    _run(made)
-    if config is None:
-        keep_plan(_SILU_PLANS, sig, made, (x, y))
+    _run(silu_and_mul_launches(cfg, rows_x, rows_y))
     return y
 
 
@@ -601,6 +581,7 @@ def gelu_problem(x: Tensor, approximate: str = "none", **_) -> dict:
     return {"n_rows": n_rows, "n_cols": n_cols, "approximate": approximate}
 
 
+@served
 def gelu(x: Tensor, approximate: str = "none", out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """GELU of a contiguous x: approximate "none" (erf) or "tanh"."""
     _float("gelu: x", x, HALF_AND_SINGLE)
@@ -660,11 +641,13 @@ def _add_mul(a: Tensor, b: Tensor, op: str, out: Tensor | None, config: Config |
     return y
 
 
+@served
 def add(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """a + b with numpy broadcasting; a and b any strides, one dtype; out contiguous."""
     return _add_mul(a, b, "add", out, config)
 
 
+@served
 def mul(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """a * b with numpy broadcasting; a and b any strides, one dtype; out contiguous."""
     return _add_mul(a, b, "mul", out, config)
@@ -675,6 +658,7 @@ def cast_problem(x: Tensor, dtype: Any = None, **_) -> dict:
     return {"n_rows": n_rows, "n_cols": n_cols}
 
 
+@served
 def cast(x: Tensor, dtype, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """x converted to `dtype` (float16, bfloat16, float32, float64), round to nearest even; x contiguous."""
     target = get_dtype(dtype)
@@ -704,9 +688,7 @@ def rope_problem(q: Tensor, k: Tensor, positions: Tensor, cos_sin_cache: Tensor,
     }
 
 
-_ROPE_PLANS = served_plans()
-
-
+@served
 def rope(
     q: Tensor,
     k: Tensor,
@@ -721,13 +703,6 @@ def rope(
     head_dim, even) dims rotate; the rest are untouched. Returns (q, k). A position outside [0, max_position) raises
     `LaunchError`: at once under the interpreter, at the first synchronisation after the launch on a GPU (the kernel
     checks each one; `nbxcert.kernels.faults`)."""
-    if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
-        sig = (signature(q), signature(k), signature(positions), signature(cos_sin_cache), rot_dim, style)
-        plan = _ROPE_PLANS.get(sig)
-        if plan:
-            plan((q, k, positions, cos_sin_cache, faults.word(q.device)))
-            faults.after_launch(q.device)
-            return q, k
     _float("rope: q", q, HALF_AND_SINGLE)
     if k.dtype is not q.dtype or q.ndim != 3 or k.ndim != 3 or k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
         raise ShapeMismatch(f"rope: q {q.dtype.name}{list(q.shape)} and k {k.dtype.name}{list(k.shape)} do not match")
@@ -751,10 +726,7 @@ def rope(
 
     # in place: a run-time sweep restores q and k before each candidate
     cfg = choose_config(ROPE, problem, (q.dtype.name,), config, run=run, outputs=(q, k), restore=(q, k))
-    made = rope_launches(cfg, q, k, positions, cos_sin_cache, rot, style)
-    _run(made)
-    if config is None:
-        keep_plan(_ROPE_PLANS, sig, made, (q, k, positions, cos_sin_cache, faults.word(q.device)))
+    _run(rope_launches(cfg, q, k, positions, cos_sin_cache, rot, style))
     faults.after_launch(q.device)
     return q, k
 
@@ -763,28 +735,17 @@ def embedding_problem(table: Tensor, ids: Tensor, **_) -> dict:
     return {"n_tokens": ids.numel, "dim": table.shape[1]}
 
 
-_EMBEDDING_PLANS = served_plans()
-
-
+@served
 def embedding(table: Tensor, ids: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """table[ids] for table [vocab, dim] (rows contiguous) and integer ids of any shape -> [*ids.shape, dim]. An id
     outside [0, vocab) raises `LaunchError` naming it and the table size: at once under the interpreter, at the
     first synchronisation after the launch on a GPU (the kernel checks each id; `nbxcert.kernels.faults`)."""
-    if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
-        sig = (signature(table), signature(ids), signature(out))
-        plan = _EMBEDDING_PLANS.get(sig)
-        if plan:  # the signature fixed ids' strides: contiguous, as the call that made the plan passed them
-            y = out if out is not None else empty(ids.shape + (table.shape[1],), table.dtype, table.device)
-            plan((table, ids, y, faults.word(table.device)))
-            faults.after_launch(table.device)
-            return y
     _float("embedding: table", table, CAST_DTYPES)
     if ids.dtype.name not in ("int32", "int64"):
         raise ShapeMismatch(f"embedding: ids must be int32 or int64, got {ids.dtype.name}")
     if table.ndim != 2 or (table.shape[1] > 1 and table.stride(1) != 1):
         raise ShapeMismatch(f"embedding: table must be [vocab, dim] with contiguous rows, got {list(table.shape)}")
     y = _contiguous_out(out, ids.shape + (table.shape[1],), table.dtype, table.device, "embedding")
-    given = ids
     ids = ids if ids.is_contiguous() else ids.contiguous()
 
     def run(c: Config) -> None:
@@ -792,10 +753,7 @@ def embedding(table: Tensor, ids: Tensor, out: Tensor | None = None, config: Con
 
     dtypes = (table.dtype.name, ids.dtype.name)
     cfg = choose_config(EMBEDDING, embedding_problem(table, ids), dtypes, config, run=run, outputs=(y,))
-    made = embedding_launches(cfg, table, ids, y)
-    _run(made)
-    if config is None:  # ids copied to be contiguous: not the call's own tensor, so no plan (None)
-        keep_plan(_EMBEDDING_PLANS, sig, made if ids is given else None, (table, ids, y, faults.word(table.device)))
+    _run(embedding_launches(cfg, table, ids, y))
     faults.after_launch(table.device)
     return y
 

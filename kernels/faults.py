@@ -27,6 +27,7 @@ import numpy as np
 import triton.language as tl
 
 from nbxcert.errors import LaunchError
+from nbxcert.kernels import recording as _recording
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.tensor import Device, Storage, Tensor, as_device, from_numpy
 
@@ -64,7 +65,7 @@ def word(device: str | Device) -> Tensor:
     found = _words.get(device)
     if found is not None:
         return found[1]
-    with _lock:
+    with _lock, _recording.paused():  # the device's one word, not memory of the call that asked first
         if device not in _words:
             if device.type == "cpu":
                 tensor = from_numpy(np.zeros(WORDS, np.int64), "int64", device)
@@ -107,6 +108,7 @@ def after_launch(device: Device) -> None:
     """After a checking kernel's launch: under the interpreter (which runs the launch before returning) raise what it
     recorded now; on a GPU the next synchronisation does."""
     if device.type == "cpu":
+        _recording.then(raise_recorded)  # a replay of the call checks at the same point
         raise_recorded()
 
 

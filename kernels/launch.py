@@ -1,16 +1,32 @@
-"""`KernelLaunch`: one kernel launch as the families' launch functions build it, and running a list of them; and the
-split-K workspace the matmul and quantized families share.
+"""`KernelLaunch`: one kernel launch as the families' launch functions build it, and running a list of them; served
+launch plans (`served`); and the split-K workspace the matmul and quantized families share.
 
 A launch function returns its launches instead of making them, so the sweep, the tests and the cross-compiling census
 run exactly what a launch would: the kernel, its grid, its positional arguments and its keyword arguments
-(constexprs, num_warps, num_stages)."""
+(constexprs, num_warps, num_stages).
+
+Launch plans. Every user-facing entry point of a family is `@served`. The first served call with a given signature
+(each tensor argument's shape, strides, dtype, address modulo 16 and device; every other argument's value and type;
+the stream it is queued on) runs in full (checks, key, certified config, launches built) while `recording` notes the
+kernels it launches and the device memory it allocates. A later call with the same signature replays that record
+with its own tensors: the same allocations (from the stream-ordered pool), the same launches with the new addresses,
+the same kind of result; no check, key, lookup or building again. On a GPU each launch goes straight to the compiled
+kernel's launcher (`_Direct`): pointers passed as integers, TMA descriptors encoded once per address and kept, none of
+Triton's dispatch. A call that read device data to the host, copied or synchronised is tied to its data and gets no
+plan (decode attention without `max_len`, a run-time sweep); nor does one whose tensors alias each other, or one that
+launched with an argument the record cannot place (a tensor view it cannot trace to the call or its allocations).
+"""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
-from nbxcert.kernels.tensor import Tensor, empty
+from nbxcert.kernels import recording as _recording
+from nbxcert.kernels.dtypes import DType
+from nbxcert.kernels.tensor import Storage, Tensor, empty
 
 
 class KernelLaunch:
@@ -28,11 +44,27 @@ class KernelLaunch:
         self.kwargs = kwargs
 
     def __call__(self) -> None:
-        self.kernel[self.grid](*self.args, **self.kwargs)
+        rec = _recording.active()
+        if rec is None:
+            self.kernel[self.grid](*self.args, **self.kwargs)
+            return
+        rec.launches.append(self)
+        rec.paused += 1  # the launch itself (a compile, the interpreter running it) is not the call's work
+        try:
+            self.kernel[self.grid](*self.args, **self.kwargs)
+        finally:
+            rec.paused -= 1
 
     def __repr__(self) -> str:
         name = getattr(self.kernel, "__name__", None) or type(self.kernel).__name__
         return f"KernelLaunch({name}, grid={self.grid}, {len(self.args)} args, kwargs={self.kwargs})"
+
+
+def launch_kernel(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> KernelLaunch:
+    """`kernel[grid](*args, **kwargs)` as a `KernelLaunch` (so a served call's record sees it); returns the launch."""
+    made = KernelLaunch(kernel, grid, args, kwargs)
+    made()
+    return made
 
 
 def cdiv(a: int, b: int) -> int:
@@ -61,142 +93,543 @@ def constexprs(key: Any, make) -> dict[str, Any]:
     return kwargs
 
 
-_PLAIN = (int, float, bool, str, type(None))
-ALIASED = object()  # LaunchPlan.of's answer for a call whose tensors alias each other (see there)
-
-
-class LaunchPlan:
-    """The launches one served call made, with that call's tensors as slots: a later call with the same signature
-    (the same kernel, scalars and tensors by `signature`: the caller's key) makes the same launches with its own
-    tensors in the slots, and skips the checks, the key, the config lookup and the building that made them.
-
-    `of` refuses (returns None) launches holding anything but the call's tensors and plain scalars: a workspace, a
-    view made for the launch or a TMA descriptor belongs to the call that made it, and its plan would replay it."""
-
-    __slots__ = ("steps",)
-
-    def __init__(self, steps: tuple) -> None:
-        self.steps = steps  # ((launcher, args template, ((position, tensor index), ...), kwargs), ...)
-
-    @staticmethod
-    def of(launches: Sequence[KernelLaunch], tensors: Sequence[Any]) -> LaunchPlan | None | object:
-        """The plan of these launches, None where they cannot be replayed, or ALIASED where one tensor filled two of
-        the call's places (out=x, or x @ x): which place an argument came from is then unknown, so this call makes no
-        plan, and a later call of the same signature without the aliasing makes it."""
-        index = {id(t): i for i, t in enumerate(tensors) if t is not None}
-        if len(index) != sum(t is not None for t in tensors):
-            return ALIASED
-        steps = []
-        for launch in launches:
-            slots = []
-            for position, arg in enumerate(launch.args):
-                if id(arg) in index:
-                    slots.append((position, index[id(arg)]))
-                elif not isinstance(arg, _PLAIN):
-                    return None
-            if any(not isinstance(v, _PLAIN) and not _is_constexpr_value(v) for v in launch.kwargs.values()):
-                return None
-            launcher, arguments, kwargs = launch.kernel[launch.grid], launch.args, launch.kwargs
-            direct = _compiled_runner(launch) if DIRECT else None
-            if direct is not None:  # the compiled kernel's runner, on the kernel's whole argument list
-                (launcher, arguments), kwargs = direct, {}
-            held = {position for position, _ in slots}  # the plan keeps no tensor of the call that made it
-            template = tuple(None if position in held else arg for position, arg in enumerate(arguments))
-            steps.append((launcher, template, tuple(slots), kwargs))
-        return LaunchPlan(tuple(steps)) if steps else None
-
-    def __call__(self, tensors: Sequence[Any]) -> None:
-        for launcher, template, slots, kwargs in self.steps:
-            args = list(template)
-            for position, i in slots:
-                args[position] = tensors[i]
-            launcher(*args, **kwargs)
-
-
-# Plans replay a compiled kernel through its own runner (`_compiled_runner`). False: through `kernel[grid](...)`,
-# Triton's whole dispatch, which is where `capture_launches` (benchmarks/common.py) sees launches, for tests that
-# compare a plan's launches with the full path's.
+# ======================================================================================================================
+# Served launch plans
+# ======================================================================================================================
+_SCALARS = (int, float, bool, str, type(None), DType)
+MAX_PLANS = 4096  # signatures one entry point keeps; a process serving more distinct shapes starts its memo afresh
+TIED_TRIES = 2  # a signature whose calls were tied to their data this often is served in full from then on
+_memos: list[dict] = []
+# Plans replay a compiled kernel through its launcher (`_Direct`). False: through `kernel[grid](...)`, Triton's whole
+# dispatch, which is where `capture_launches` (benchmarks/common.py) sees launches, for tests that compare a plan's
+# launches with the full path's.
 DIRECT = True
 
 
-def _compiled_runner(launch: KernelLaunch):
-    """(runner, arguments) for replaying `launch` without Triton's dispatch: the runner of the kernel Triton compiled
-    for it (`CompiledKernel[grid]`, which takes the stream, launch hooks and scratch as `JITFunction.run` does) and
-    the kernel's whole argument list in its parameters' order, defaults filled, as `JITFunction.run` hands it to the
-    launcher. `JITFunction.run` would also bind and specialise the arguments again (most of a launch's host cost);
-    a plan needs neither, because its signature fixes everything Triton specialises on: dtypes, the scalars, and each
-    pointer's 16-byte alignment (`signature`). None for a kernel that is not a plain JITFunction (the interpreter's),
-    one with pre-run hooks, or one Triton did not compile here."""
-    from triton.runtime.jit import JITFunction
-
-    kernel = launch.kernel
-    # not a plain JITFunction (the interpreter's), hooks to run first, or a Triton whose JITFunction lacks these
-    if type(kernel) is not JITFunction or getattr(kernel, "pre_run_hooks", None) or not hasattr(kernel, "params"):
-        return None
-    compiled = kernel.run(*launch.args, grid=launch.grid, warmup=True, **launch.kwargs)  # found in Triton's cache
-    if compiled is None or not hasattr(compiled, "packed_metadata"):
-        return None
-    names = [p.name for p in kernel.params]
-    bound = kernel.signature.bind(*launch.args, **{k: v for k, v in launch.kwargs.items() if k in names})
-    bound.apply_defaults()
-    grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
-    return compiled[grid], tuple(bound.arguments[name] for name in names)
-
-
-def signature(t: Tensor | None):
-    """What a launch plan's signature holds of one tensor of the call (None for an absent one): its shape, strides,
-    dtype, whether its address is 16-byte aligned (Triton specialises pointers on it, and a plan replays the kernel
-    compiled for the call that made it) and its device (a compiled kernel is loaded on one device); the families add
-    the scalars, and anything else their key reads."""
-    return None if t is None else (t.shape, t.strides, t.dtype, t.data_ptr() % 16 == 0, t.device)
-
-
-MAX_PLANS = 4096  # signatures one family keeps; a process serving more distinct shapes starts its memo afresh
-_plans: list[dict] = []
-
-
-def served_plans() -> dict:
-    """A family's memo of `LaunchPlan`s by call signature; emptied with serving's state (`forget_plans`). Fill it
-    through `keep_plan`, which bounds it."""
-    memo: dict = {}
-    _plans.append(memo)
-    return memo
-
-
-def keep_plan(memo: dict, signature: tuple, launches: Sequence[KernelLaunch] | None, tensors: Sequence[Any]) -> None:
-    """Remember for `signature` the plan of the `launches` a served call made with `tensors` (`LaunchPlan.of`;
-    `launches` None: the call made none a plan may replay). A call that cannot be replayed is kept as False, so such
-    calls take the full path without trying again; one whose tensors alias (ALIASED) keeps nothing. Past MAX_PLANS
-    signatures the memo is cleared first (shapes that vary without end, such as every prefill length, must not grow
-    it)."""
-    if memo.get(signature) is False:  # refused before: the full path again, without building a plan to refuse
-        return
-    plan = LaunchPlan.of(launches, tensors) if launches else None
-    if plan is ALIASED:  # this call's tensors alias each other: no plan from it, none refused either
-        return
-    keep_beside_plan(memo, signature, plan or False)
-
-
-def keep_beside_plan(memo: dict, signature: tuple, value: Any) -> None:
-    """Keep `value` for `signature` in a memo that goes beside a family's plans (what a replay needs besides the
-    call's tensors, such as the size of a workspace the call made): None forgets it; bounded as `keep_plan` bounds."""
-    if value is None:
-        memo.pop(signature, None)
-        return
-    if len(memo) >= MAX_PLANS:
-        memo.clear()
-    memo[signature] = value
-
-
 def forget_plans() -> None:
-    """Drop every family's launch plans: the configs they were made with may no longer be the ones served."""
-    for memo in _plans:
+    """Drop every entry point's plans: the configs they were made with may no longer be the ones served."""
+    for memo in _memos:
         memo.clear()
 
 
-def _is_constexpr_value(value: Any) -> bool:
-    """A Triton type given as a constexpr (`CDT=tl.float32`): the same object for every launch, safe to replay."""
-    return type(value).__module__.startswith("triton.language")
+_current_stream = None  # cuda.current_stream, bound on the first GPU call (a CPU-only process never loads cuda)
+
+
+def _cuda_stream(index: int) -> int:
+    global _current_stream
+    if _current_stream is None:
+        from nbxcert.kernels.backends import cuda
+
+        _current_stream = cuda.current_stream
+    return _current_stream(index)
+
+
+def tensor_key(t: Tensor) -> tuple:
+    """What a plan's signature holds of a tensor: shape, strides, dtype, address modulo 16 (Triton specialises
+    pointers on 16-byte alignment) and device. Made once per view, of plain ints and strings (and the dtype, hashed
+    by identity), so hashing and comparing a signature stays in C."""
+    key = t._key
+    if key is None:
+        device = t._storage.device
+        key = t._key = (t.shape, t._strides, t.dtype, t.data_ptr() % 16, device.type, device.index)
+    return key
+
+
+def call_signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor]] | None:
+    """(signature, the call's tensors in signature order), or None for a call with an argument a signature cannot
+    hold (a list, a numpy array, ...): such a call is served in full."""
+    parts: list = []
+    tensors: list[Tensor] = []
+    stream_of = None
+    for value in args if not kwargs else (*args, *(kwargs[k] for k in sorted(kwargs))):
+        kind = type(value)
+        if kind is Tensor:
+            key = value._key or tensor_key(value)
+            parts.append(key)
+            tensors.append(value)
+            if stream_of is None and key[4] == "cuda":
+                stream_of = key[5]
+        elif kind in _SCALARS:
+            parts.append((kind, value))
+        elif kind is tuple and all(type(v) in _SCALARS for v in value):
+            parts.append((kind, value))
+        else:
+            return None
+    if kwargs:
+        parts.append(tuple(sorted(kwargs)))
+    if stream_of is not None:
+        parts.append(_cuda_stream(stream_of))
+    return tuple(parts), tensors
+
+
+def served(fn: Callable) -> Callable:
+    """Serve a user-facing entry point through launch plans (see the module docstring). A call given `config=` (an
+    explicit config, not the served one) always runs in full."""
+    memo: dict = {}
+    _memos.append(memo)
+    params = list(inspect.signature(fn).parameters)
+    config_at = params.index("config") if "config" in params else None
+
+    @functools.wraps(fn)
+    def entry(*args, **kwargs):
+        if kwargs.get("config") is not None or (config_at is not None and len(args) > config_at
+                                                 and args[config_at] is not None):  # fmt: skip
+            return fn(*args, **kwargs)
+        if getattr(_recording._tls, "rec", None) is not None:  # called by another served call: part of its record
+            return fn(*args, **kwargs)
+        found = call_signature(args, kwargs)
+        if found is None:
+            return fn(*args, **kwargs)
+        sig, tensors = found
+        if len(tensors) > 1 and len({id(t) for t in tensors}) != len(tensors):
+            # one tensor in two places (out=x): which place an argument came from is unknown, so no plan is made
+            # from this call, and a plan made from another is not replayed on it
+            return fn(*args, **kwargs)
+        plan = memo.get(sig)
+        if plan is not None and type(plan) is CallPlan:
+            result = plan.replay(tensors)
+            if result is not _NOT_NOW:
+                return result
+            return fn(*args, **kwargs)
+        if plan is not None and plan >= TIED_TRIES:  # tied to its data before: in full, unrecorded
+            return fn(*args, **kwargs)
+        with _recording.recording() as rec:
+            result = fn(*args, **kwargs)
+        made = CallPlan.of(rec, tensors, result) if rec.host_work is None else None
+        if len(memo) >= MAX_PLANS:
+            memo.clear()
+        memo[sig] = made if made is not None else (plan or 0) + 1
+        return result
+
+    # a profile of a served call names the op, not this wrapper: the wrapper's code object takes the op's name
+    names = {"co_name": fn.__name__}
+    if hasattr(entry.__code__, "co_qualname"):  # Python 3.11+
+        names["co_qualname"] = fn.__qualname__
+    entry.__code__ = entry.__code__.replace(**names)
+    entry.plans = memo  # type: ignore[attr-defined]
+    return entry
+
+
+_NOT_NOW = object()  # a plan's answer when it cannot replay at this moment (a launch hook is set): the full path runs
+
+
+class _Unplaceable(Exception):
+    """A recorded launch holds something a plan cannot place: the call gets no plan."""
+
+
+class _Sources:
+    """Where the addresses of a recorded call come from: the call's tensors (0..n-1) and the storages it made
+    (n..n+m-1). `place(t)` gives (source, byte offset) of a tensor the launches or the result hold, None for one
+    that existed before the call and belongs to neither (a persistent buffer: replayed as it is)."""
+
+    def __init__(self, tensors: Sequence[Tensor], storages: Sequence[Storage]):
+        self.tensors, self.storages = list(tensors), list(storages)
+        self.by_id = {id(t): i for i, t in enumerate(self.tensors)}
+        self.made = {id(s): len(self.tensors) + j for j, s in enumerate(self.storages)}
+
+    def place(self, t: Tensor) -> tuple[int, int] | None:
+        i = self.by_id.get(id(t))
+        if i is not None:
+            return i, 0
+        storage = t._storage
+        j = self.made.get(id(storage))
+        if j is not None:
+            return j, t.data_ptr() - storage.data_ptr()
+        ptr = t.data_ptr()
+        same = [i for i, c in enumerate(self.tensors) if c._storage is storage]
+        if not same:
+            return None
+        exact = [i for i in same if self.tensors[i].data_ptr() == ptr]
+        if len(exact) == 1:
+            return exact[0], 0
+        if exact:
+            raise _Unplaceable("two of the call's tensors start where a launch argument does")
+        lo, hi = t._span()
+        inside = []
+        for i in same:
+            c_lo, c_hi = self.tensors[i]._span()
+            if c_lo <= lo and hi <= c_hi:
+                inside.append(i)
+        if len(inside) != 1:
+            raise _Unplaceable("a view the record cannot trace to one of the call's tensors")
+        return inside[0], ptr - self.tensors[inside[0]].data_ptr()
+
+
+class _View:
+    """The shape, strides and dtype of a tensor a recorded launch took (not the tensor: a plan holds none)."""
+
+    __slots__ = ("shape", "_strides", "dtype")
+
+    @staticmethod
+    def of(t: Tensor) -> _View:
+        v = _View.__new__(_View)
+        v.shape, v._strides, v.dtype = t.shape, t._strides, t.dtype
+        return v
+
+
+def _view(storage: Storage, base_ptr: int, byte_offset: int, like: _View) -> Tensor:
+    """A tensor shaped as `like` at `byte_offset` past `base_ptr` (an address inside `storage`)."""
+    at = base_ptr + byte_offset - storage.data_ptr()
+    return Tensor.trusted(storage, like.shape, like._strides, like.dtype, at // like.dtype.itemsize)
+
+
+class CallPlan:
+    """A recorded served call, to replay with another call's tensors: the storages to make, the steps (zero-fills and
+    launches), and how the result is put together."""
+
+    __slots__ = ("n_call", "made", "steps", "result", "locks")
+
+    def __init__(self, n_call, made, steps, result, locks):
+        self.n_call = n_call
+        self.made = made  # ((nbytes, device), ...) of the storages to make
+        self.steps = steps
+        self.result = result
+        self.locks = locks
+
+    @staticmethod
+    def of(rec: _recording.Recording, tensors: Sequence[Tensor], result: Any) -> CallPlan | None:
+        sources = _Sources(tensors, rec.storages)
+        try:
+            steps: list = []
+            extras = list(rec.extras)
+            for position in range(len(rec.launches) + 1):
+                while extras and extras[0][0] == position:
+                    extra = extras.pop(0)[1]
+                    if extra[0] == "zero":
+                        steps.append(_Zero(extra[1] + len(tensors), rec.storages[extra[1]]))
+                    else:
+                        steps.append(_Call(extra[1], extra[2]))
+                if position < len(rec.launches):
+                    steps.append(_step(rec.launches[position], sources))
+            shape = _result_spec(result, sources)
+        except _Unplaceable:
+            return None
+        made = tuple((s.nbytes, s.device) for s in rec.storages)
+        locks = []
+        for launch in rec.launches:  # a persistent buffer shared under a lock (the split-K workspace): held alike
+            for value in launch.args:
+                lock = getattr(value, "_replay_lock", None) if type(value) is Tensor else None
+                if lock is not None and lock not in locks:
+                    locks.append(lock)
+        return CallPlan(len(tensors), made, tuple(steps), shape, tuple(locks))
+
+    def replay(self, tensors: Sequence[Tensor]):
+        if self.locks:
+            for lock in self.locks:
+                lock.acquire()
+            try:
+                return self._replay(tensors)
+            finally:
+                for lock in self.locks:
+                    lock.release()
+        return self._replay(tensors)
+
+    def _replay(self, tensors: Sequence[Tensor]):
+        made = self.made
+        if made:
+            fresh = Storage.fresh
+            storages = [fresh(nbytes, device) for nbytes, device in made]
+            addresses = [t._ptr or t.data_ptr() for t in tensors]
+            addresses += [s._alloc.ptr if s._alloc is not None else s.data_ptr() for s in storages]
+        else:
+            storages = ()
+            addresses = [t._ptr or t.data_ptr() for t in tensors]
+        for step in self.steps:
+            if step.run(addresses, tensors, storages) is _NOT_NOW:
+                return _NOT_NOW
+        result = self.result
+        if result[0] == "call":
+            return tensors[result[1]]
+        if result[0] == "view" and result[1] >= self.n_call:  # a tensor over a storage this replay made
+            _, source, offset, shape, strides, dtype = result
+            return Tensor.trusted(storages[source - self.n_call], shape, strides, dtype, offset // dtype.itemsize)
+        return _build_result(result, tensors, storages, addresses, self.n_call)
+
+
+class _Zero:
+    """A zero-fill of a storage the call made, queued on the stream."""
+
+    __slots__ = ("source", "nbytes", "device")
+
+    def __init__(self, source: int, storage: Storage):
+        self.source, self.nbytes, self.device = source, storage.nbytes, storage.device
+
+    def run(self, addresses, tensors, storages):
+        from nbxcert.kernels.tensor import zero_fill
+
+        zero_fill(storages[self.source - len(tensors)], self.nbytes)
+
+
+class _Call:
+    """A host function the recorded call ran after its launches so far (the interpreter's fault check)."""
+
+    __slots__ = ("fn", "args")
+
+    def __init__(self, fn, args):
+        self.fn, self.args = fn, args
+
+    def run(self, addresses, tensors, storages):
+        self.fn(*self.args)
+
+
+def _result_spec(result: Any, sources: _Sources):
+    kind = type(result)
+    if kind is Tensor:
+        placed = sources.place(result)
+        if placed is None:
+            raise _Unplaceable("the result is a tensor the call neither took nor made")
+        source, offset = placed
+        if source < len(sources.tensors) and offset == 0 and result is sources.tensors[source]:
+            return ("call", source)
+        return ("view", source, offset, result.shape, result._strides, result.dtype)
+    if kind is tuple:
+        return ("tuple", tuple(_result_spec(r, sources) for r in result))
+    if kind in _SCALARS:
+        return ("value", result)
+    raise _Unplaceable(f"a result of type {kind.__name__}")
+
+
+def _build_result(spec, tensors, storages, addresses, n_call):
+    kind = spec[0]
+    if kind == "call":
+        return tensors[spec[1]]
+    if kind == "view":
+        _, source, offset, shape, strides, dtype = spec
+        if source < n_call:
+            base = tensors[source]
+            storage, at = base._storage, base.data_ptr() + offset - base._storage.data_ptr()
+        else:
+            storage = storages[source - n_call]
+            at = offset
+        return Tensor.trusted(storage, shape, strides, dtype, at // dtype.itemsize)
+    if kind == "tuple":
+        return tuple(_build_result(s, tensors, storages, addresses, n_call) for s in spec[1])
+    return spec[1]
+
+
+def _is_descriptor(value: Any) -> bool:
+    return type(value).__name__ == "TensorDescriptor" and hasattr(value, "block_shape")
+
+
+def _step(launch: KernelLaunch, sources: _Sources):
+    """The replayable form of one recorded launch: `_Direct` where the compiled kernel's launcher can be driven
+    directly, else `_Dispatched` (Triton's `kernel[grid](...)` on rebuilt arguments)."""
+    placed_args = []
+    for value in launch.args:
+        placed_args.append(_place_argument(value, sources))
+    for value in launch.kwargs.values():
+        if type(value) is Tensor or _is_descriptor(value):
+            raise _Unplaceable("a tensor given to a launch by keyword")
+        if not (type(value) in _SCALARS or type(value).__module__.startswith("triton.language")):
+            raise _Unplaceable(f"a launch keyword of type {type(value).__name__}")
+    if DIRECT:
+        direct = _Direct.of(launch, placed_args)
+        if direct is not None:
+            return direct
+    return _Dispatched(launch, placed_args)
+
+
+def _place_argument(value: Any, sources: _Sources):
+    """("const", value) | ("tensor", source, offset, view) | ("desc", source, offset, view, descriptor), where a view
+    is (shape, strides, dtype) and a descriptor (type, shape, strides, block shape, padding): the plan keeps none of
+    the recorded call's tensors."""
+    kind = type(value)
+    if kind is Tensor:
+        placed = sources.place(value)
+        return ("const", value) if placed is None else ("tensor", *placed, _View.of(value))
+    if _is_descriptor(value):
+        base = value.base
+        if type(base) is not Tensor:
+            raise _Unplaceable("a tensor descriptor over something other than a tensor")
+        placed = sources.place(base)
+        if placed is None:
+            return ("const", value)
+        form = (type(value), list(value.shape), list(value.strides), list(value.block_shape), value.padding)
+        return ("desc", *placed, _View.of(base), form)
+    if kind in _SCALARS or kind.__module__.startswith("triton.language"):
+        return ("const", value)
+    raise _Unplaceable(f"a launch argument of type {kind.__name__}")
+
+
+def _rebuild(placed, addresses, tensors, storages):
+    """A recorded argument with this replay's tensors in it (for `_Dispatched`)."""
+    kind = placed[0]
+    if kind == "const":
+        return placed[1]
+    source, offset, like = placed[1], placed[2], placed[3]
+    n_call = len(tensors)
+    if source < n_call and offset == 0 and like.shape == tensors[source].shape and like.dtype is tensors[
+            source].dtype and like._strides == tensors[source]._strides:  # fmt: skip
+        tensor = tensors[source]
+    else:
+        storage = tensors[source]._storage if source < n_call else storages[source - n_call]
+        tensor = _view(storage, addresses[source], offset, like)
+    if kind == "tensor":
+        return tensor
+    form, shape, strides, block, padding = placed[4]
+    return form(tensor, list(shape), list(strides), list(block), padding)
+
+
+class _Dispatched:
+    """A launch replayed through Triton's dispatch (`kernel[grid](...)`) on rebuilt arguments: the interpreter's
+    kernels, and wherever `_Direct` does not apply."""
+
+    __slots__ = ("kernel", "grid", "placed", "kwargs")
+
+    def __init__(self, launch: KernelLaunch, placed):
+        self.kernel, self.grid, self.placed, self.kwargs = launch.kernel, launch.grid, placed, launch.kwargs
+
+    def run(self, addresses, tensors, storages):
+        args = [_rebuild(p, addresses, tensors, storages) for p in self.placed]
+        self.kernel[self.grid](*args, **self.kwargs)
+
+
+DESCRIPTORS_KEPT = 64  # encoded TMA descriptors one launch keeps by address (weights, the pool's reused outputs)
+
+
+class _Direct:
+    """A launch replayed straight into the compiled kernel's launcher (Triton 3.6's `CudaLauncher`): the launcher's
+    whole argument list is built once, pointers are filled in as integers (the launcher then asks the driver nothing
+    about them), and a TMA descriptor argument is expanded to the encoded map, its shape and strides, encoded once
+    per address (`DESCRIPTORS_KEPT` kept). None from `of` where the launcher is not of the form this drives (another
+    Triton, profile scratch, pre-run hooks, the interpreter): such a launch goes through `_Dispatched`."""
+
+    __slots__ = ("raw", "grid", "function", "coop", "pdl", "packed", "scratch", "template", "pointers", "descriptors",
+                 "device", "knobs", "keep", "stream", "chain")  # fmt: skip
+
+    @staticmethod
+    def of(launch: KernelLaunch, placed) -> _Direct | None:
+        try:
+            from triton import knobs
+            from triton.backends.nvidia import driver as nvidia_driver
+            from triton.runtime.jit import JITFunction
+        except ImportError:
+            return None
+        kernel = launch.kernel
+        if type(kernel) is not JITFunction or getattr(kernel, "pre_run_hooks", None) or not hasattr(kernel, "params"):
+            return None
+        if getattr(nvidia_driver, "_BASE_ARGS_FORMAT", None) != "iiiKKppOOOOOO":
+            return None
+        compiled = kernel.run(*launch.args, grid=launch.grid, warmup=True, **launch.kwargs)  # from Triton's cache
+        launcher = getattr(compiled, "run", None)
+        if compiled is None or not hasattr(compiled, "packed_metadata") or type(launcher).__name__ != "CudaLauncher":
+            return None
+        if getattr(launcher, "profile_scratch_size", 0) or getattr(launcher, "num_ctas", 1) != 1:
+            return None
+        raw, desc_indices, desc_meta = launcher.launch, (), ()
+        closure = getattr(raw, "__closure__", None)
+        if closure:
+            cells = dict(zip(raw.__code__.co_freevars, (c.cell_contents for c in closure)))
+            if not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= set(cells):
+                return None
+            raw, desc_indices = cells["launcher"], sorted(cells["tensordesc_indices"])
+            desc_meta = cells["tensordesc_meta"] or [None] * len(desc_indices)
+        compiled._init_handles()
+        names = [p.name for p in kernel.params]
+        by_keyword = {k: v for k, v in launch.kwargs.items() if k in names}
+        bound = kernel.signature.bind(*launch.args, **by_keyword)
+        bound.apply_defaults()
+        placed_by_name = dict(zip(names, placed))
+        template, pointers, descriptors = [], [], []
+        for index, name in enumerate(names):
+            value = bound.arguments[name]
+            where = placed_by_name.get(name) if index < len(placed) else None
+            if index in desc_indices:
+                meta = desc_meta[desc_indices.index(index)]
+                if where is None or where[0] != "desc":
+                    return None
+                form = where[4]
+                width = len(_expand(form, value.base.data_ptr(), where[3].dtype, meta, nvidia_driver))
+                descriptors.append((len(template), width, where[1], where[2], where[3].dtype, form, meta, {}))
+                template.extend([None] * width)
+            elif where is not None and where[0] == "tensor":
+                pointers.append((len(template), where[1], where[2]))
+                template.append(0)
+            elif where is not None and where[0] == "desc":
+                return None  # a descriptor where the launcher takes none: not this form
+            else:
+                template.append(value.data_ptr() if type(value) is Tensor else value)
+        made = _Direct.__new__(_Direct)
+        made.keep = tuple(p[1] for p in placed if p[0] == "const" and type(p[1]) is Tensor)  # persistent buffers
+        grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
+        made.raw, made.grid, made.function = raw, grid, compiled.function
+        made.coop, made.pdl = launcher.launch_cooperative_grid, launcher.launch_pdl
+        made.packed = compiled.packed_metadata
+        size = launcher.global_scratch_size
+        made.scratch = (grid[0] * grid[1] * grid[2] * size, launcher.global_scratch_align) if size else None
+        made.template, made.pointers, made.descriptors = template, tuple(pointers), tuple(descriptors)
+        made.device = cuda_device_of(launch)
+        made.knobs = knobs.runtime
+        made.chain = getattr(knobs, "HookChain", None)  # Triton 3.6's hook type: one holding no call does nothing
+        from nbxcert.kernels.backends import cuda
+
+        made.stream = cuda.current_stream
+        return made
+
+    def run(self, addresses, tensors, storages):
+        knobs = self.knobs
+        enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
+        if (enter is not None and (type(enter) is not self.chain or enter.calls)) or (
+            leave is not None and (type(leave) is not self.chain or leave.calls)
+        ):
+            return _NOT_NOW  # a profiler's hooks want Triton's metadata: the full path gives it
+        args = self.template.copy()
+        for position, source, offset in self.pointers:
+            args[position] = addresses[source] + offset
+        if self.descriptors:
+            from triton.backends.nvidia import driver as nvidia_driver
+
+            for position, width, source, offset, dtype, form, meta, kept in self.descriptors:
+                ptr = addresses[source] + offset
+                expanded = kept.get(ptr)
+                if expanded is None:
+                    if len(kept) >= DESCRIPTORS_KEPT:
+                        kept.clear()
+                    expanded = kept[ptr] = _expand(form, ptr, dtype, meta, nvidia_driver)
+                args[position : position + width] = expanded
+        stream = self.stream(self.device)
+        scratch = None
+        if self.scratch is not None:
+            from triton.runtime import _allocation
+
+            scratch = _allocation._allocator.get()(self.scratch[0], self.scratch[1], stream)
+        gx, gy, gz = self.grid
+        self.raw(gx, gy, gz, stream, self.function, self.coop, self.pdl, scratch, None, self.packed, None, None, None,
+                 *args)  # fmt: skip
+
+
+def cuda_device_of(launch: KernelLaunch) -> int:
+    """The CUDA device index of the first tensor a launch takes (0 when it takes none)."""
+    for value in launch.args:
+        t = value if type(value) is Tensor else getattr(value, "base", None)
+        if type(t) is Tensor and t._storage.device.type == "cuda":
+            return t._storage.device.index
+    return 0
+
+
+class _Address:
+    """What a TMA descriptor's base must answer for Triton to encode it at another address: `data_ptr()` and the
+    element type's size."""
+
+    __slots__ = ("ptr", "dtype")
+
+    def __init__(self, ptr: int, dtype):
+        self.ptr, self.dtype = ptr, dtype
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+
+def _expand(form, ptr: int, dtype, meta, nvidia_driver) -> list:
+    """The launcher arguments of a descriptor of `form` (type, shape, strides, block shape, padding) at address `ptr`,
+    as Triton's own `make_tensordesc_arg` makes them (the encoded CUtensorMap, then shape and strides; or the lowered
+    form for a kernel that reads it by pointers)."""
+    kind, shape, strides, block, padding = form
+    if meta is None:
+        return [ptr, *shape, *strides, padding == "nan", *shape, *strides]
+    moved = object.__new__(kind)  # the descriptor as Triton reads it, without re-checking what the record checked
+    moved.__dict__.update(base=_Address(ptr, dtype), shape=shape, strides=strides, block_shape=block, padding=padding)
+    return list(nvidia_driver.make_tensordesc_arg(moved, meta))
 
 
 def run_all(launches: Sequence[KernelLaunch]) -> None:
@@ -206,30 +639,35 @@ def run_all(launches: Sequence[KernelLaunch]) -> None:
 
 
 class SplitWorkspace:
-    """The split-K partial-sum buffer of matmul and dequant_gemv: one grow-only float32 buffer per (device, stream),
-    reused by every launch.
+    """The float32 workspace of split kernels (matmul and dequant_gemv split-K, the split softmax, split decode
+    attention): one grow-only buffer per (device, stream), reused by every launch, so no call allocates one.
 
     Launches on one stream run in order, so reuse is safe as long as the two kernels of one product are queued
     back to back: `lock` is held while they are, so another thread's product on that stream cannot slip between
-    them. Another stream gets its own buffer."""
+    them. Another stream gets its own buffer. A replayed plan passes the buffer it was recorded with (kept alive by
+    the plan), on the same stream (the stream is part of a plan's signature)."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self._buffers: dict[tuple[str, int], Tensor] = {}
 
     def get(self, elements: int, device) -> Tensor:
+        """A float32 buffer of at least `elements` for this thread's current stream on `device`; call it holding
+        `lock`, and queue the kernels that use it before letting go. On the CPU, a buffer of its own each time."""
         if device.type == "cpu":
             return empty((max(elements, 1),), "float32", device)
-        from nbxcert.kernels.backends import cuda, triton_cuda
+        from nbxcert.kernels.backends import cuda
 
-        key = (str(device), triton_cuda.current_stream(device.index))
+        key = (str(device), cuda.current_stream(device.index))
         buf = self._buffers.get(key)
         if buf is None or buf.numel < elements:
-            if buf is not None:
-                cuda.synchronize()  # the old buffer may still be read by a queued reduction
-            buf = empty((max(elements, 2 * (buf.numel if buf is not None else 0)),), "float32", device)
+            with _recording.paused():  # nbxcert's own buffer, not the call's memory
+                if buf is not None:
+                    cuda.synchronize()  # the old buffer may still be read by a queued reduction
+                buf = empty((max(elements, 2 * (buf.numel if buf is not None else 0)),), "float32", device)
+            buf._replay_lock = self.lock  # a plan replaying launches on it takes the lock as the full path does
             self._buffers[key] = buf
         return buf
 
 
-SPLIT_WORKSPACE = SplitWorkspace()  # matmul's split-K and dequant_gemv's split-K share it
+SPLIT_WORKSPACE = SplitWorkspace()  # split-K (matmul, dequant_gemv), the split softmax and split decode share it

@@ -78,7 +78,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _workspace
-from nbxcert.kernels.launch import KernelLaunch, cdiv, keep_plan, served_plans, signature
+from nbxcert.kernels.launch import KernelLaunch, cdiv, launch_kernel, served
 from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty
@@ -933,12 +933,12 @@ def _launch_mm(
         k_per_split = cdiv(cdiv(max(k, 1), split_k), block_k) * block_k
         with _workspace.lock:
             ws = _workspace.get(split_k * batch * m * n, a.device)
-            _mm_split_k_kernel[(tiles, split_k, batch)](
+            launch_kernel(_mm_split_k_kernel, (tiles, split_k, batch),
                 a, b, ws, m, n, k, k_per_split, *a_st, *b_st, batch * m * n, m * n,
                 DOT_PRECISION="ieee", UPCAST=upcast, EVEN_K=(k % block_k == 0),
                 BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, GROUP_M=group_m, num_warps=warps, num_stages=stages,
             )  # fmt: skip
-            _split_k_reduce_kernel[(cdiv(m * n, _REDUCE_BLOCK), batch)](
+            launch_kernel(_split_k_reduce_kernel, (cdiv(m * n, _REDUCE_BLOCK), batch),
                 ws, out, bias, m, n, batch * m * n, m * n, *c_st, *bias_st, alpha, beta,
                 HAS_BIAS=has_bias, ACTIVATION=activation, SPLIT_K=split_k, BLOCK=_REDUCE_BLOCK, num_warps=_REDUCE_WARPS,
             )  # fmt: skip
@@ -950,7 +950,7 @@ def _launch_mm(
         # else by pointers: the same values either way (tested), so a caller's strided `out` still takes the config
         c_tma = c_tma and _c_tma_ready(out, c_st, batch, m)
         c_desc = _descriptor(out, "out", c_st, batch, m, n, (bm, bn // parts))[0] if c_tma else None
-        _mm_tma_persistent_kernel[(programs,)](
+        launch_kernel(_mm_tma_persistent_kernel, (programs,),
             a_desc, b_desc, c_desc, out, bias, m, n, k, batch, a_step, b_step, programs, *c_st, *bias_st, alpha, beta,
             TRANS_A=trans_a, TRANS_B=trans_b, BATCHED=batch > 1, HAS_BIAS=has_bias, ACTIVATION=activation,
             DOT_PRECISION="ieee", UPCAST=upcast, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, GROUP_M=group_m,
@@ -1032,7 +1032,7 @@ def _launch_gemv(
     if config.get("KIND") != "gemv":
         raise LaunchError(f"config {config.label()} has KIND={config.get('KIND')!r}, not a gemv kernel")
     bn, bk = config["BLOCK_N"], config["BLOCK_K"]
-    _gemv_kernel[(cdiv(n, bn),)](
+    launch_kernel(_gemv_kernel, (cdiv(n, bn),),
         x, w, out, bias, m, n, k, x_st[1], x_st[2], w_st[1], w_st[2], c_st[1], c_st[2], bias_st[1], bias_st[2],
         alpha, beta, HAS_BIAS=has_bias, ACTIVATION=activation, EVEN_K=(k % bk == 0), BLOCK_M=next_pow2(m),
         BLOCK_N=bn, BLOCK_K=bk, STAGES=config.num_stages, num_warps=config.num_warps, num_stages=config.num_stages,
@@ -1296,19 +1296,9 @@ def _run_gemv(cfg, x, w, out, bias, alpha, beta, activation) -> Tensor:
     return out
 
 
-_MATMUL_PLANS = served_plans()
-
-
+@served
 def matmul(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """C = A @ B for 2-d A (M, K) and B (K, N) of one dtype (float16, bfloat16, float32); returns C (M, N)."""
-    if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
-        # `signature` holds what the key's `aligned` field reads too: strides and 16-byte base alignment (for TMA)
-        sig = (signature(a), signature(b), signature(out))
-        plan = _MATMUL_PLANS.get(sig)
-        if plan:
-            c = out if out is not None else empty((a.shape[0], b.shape[1]), a.dtype, a.device)
-            plan((a, b, c))
-            return c
     _check_dtypes(a, b, out)
     problem = _problem_matmul(a, b, out)
     out = _out(out, (problem["M"], problem["N"]), a)
@@ -1320,12 +1310,11 @@ def matmul(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | Non
         run=lambda c: _run_mm(c, a, b, out, None, 1, 1.0, 1.0, "none"),
         outputs=(out,),
     )
-    made = _run_mm(cfg, a, b, out, None, 1, 1.0, 1.0, "none")
-    if config is None:
-        keep_plan(_MATMUL_PLANS, sig, made, (a, b, out))
+    _run_mm(cfg, a, b, out, None, 1, 1.0, 1.0, "none")
     return out
 
 
+@served
 def addmm(
     bias: Tensor,
     a: Tensor,
@@ -1354,6 +1343,7 @@ def addmm(
     return out
 
 
+@served
 def bmm(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """C[i] = A[i] @ B[i] for A (batch, M, K), B (batch, K, N); a batch stride of 0 broadcasts an operand."""
     _check_dtypes(a, b, out)
@@ -1371,6 +1361,7 @@ def bmm(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | None =
     return out
 
 
+@served
 def baddbmm(
     bias: Tensor,
     a: Tensor,
@@ -1398,6 +1389,7 @@ def baddbmm(
     return out
 
 
+@served
 def gemv(x: Tensor, w: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """C = X @ W for decode: X (M, K) with M <= 4, or a vector (K,) (then C is (N,)); W (K, N) (pass nn.Linear's
     weight as `weight.T`)."""
@@ -1415,6 +1407,7 @@ def gemv(x: Tensor, w: Tensor, out: Tensor | None = None, config: Config | None 
     return _run_gemv(cfg, x, w, out, None, 1.0, 1.0, "none")
 
 
+@served
 def addmv(
     bias: Tensor,
     x: Tensor,

@@ -62,7 +62,7 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import cdiv
+from nbxcert.kernels.launch import cdiv, launch_kernel, served
 from nbxcert.kernels.prune import lanes_refusal, next_pow2, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
@@ -491,16 +491,16 @@ def _launch_align(config: Config, ids: Tensor, experts: int, block: int, sorted_
     length = sorted_ids.numel
     tile, steps, warps = config["TILE"], config["STEPS"], config.num_warps
     fill = cdiv(cdiv(length, programs), tile) * tile
-    _align_count_kernel[(programs,)](
+    launch_kernel(_align_count_kernel, (programs,),
         ids, ws, sorted_ids, pairs, length, fill, TILE=tile, STEPS=steps, E_BLOCK=e_block, num_warps=warps,
         num_stages=1,
     )  # fmt: skip
     rows = max(_OFFSETS_TILE // e_block, 1)
-    _align_offsets_kernel[(1,)](
+    launch_kernel(_align_offsets_kernel, (1,),
         ws, starts, expert_ids, num_padded, programs, experts, expert_ids.numel, block, ROWS=rows, E_BLOCK=e_block,
         num_warps=_OFFSETS_WARPS, num_stages=1,
     )  # fmt: skip
-    _align_scatter_kernel[(programs,)](
+    launch_kernel(_align_scatter_kernel, (programs,),
         ids, ws, starts, sorted_ids, pairs, experts, TILE=tile, STEPS=steps, E_BLOCK=e_block, num_warps=warps,
         num_stages=1,
     )  # fmt: skip
@@ -573,7 +573,7 @@ def _launch_moe(config: Config, a: Tensor, w: Tensor, out: Tensor, weights: Tens
                           f"BLOCK_M {bm}")  # fmt: skip
     upcast = a.dtype.name == "bfloat16" and _interpreting()
     # a block row is read only below the padded count, a multiple of BLOCK_M within the layout: never past its end
-    _fused_moe_kernel[(blocks_m * cdiv(n, bn),)](
+    launch_kernel(_fused_moe_kernel, (blocks_m * cdiv(n, bn),),
         a, w, out, weights, sorted_ids, expert_ids, num_padded, n, k, pairs, blocks_m,
         a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2), out.stride(0), out.stride(1),
         A_DIV=1 if pair_rows else top_k, MUL_WEIGHT=bool(mul_weight), UPCAST=upcast, EVEN_K=(k % bk == 0),
@@ -663,8 +663,18 @@ def _launch_sum(config: Config, x: Tensor, out: Tensor) -> None:
     if m == 0 or n == 0:
         return
     bn = config["BLOCK_N"]
-    _moe_sum_kernel[(m, cdiv(n, bn))](
-        x, out, n, *x.strides, *out.strides, TOP_K=top_k, BLOCK_N=bn, num_warps=config.num_warps, num_stages=1
+    launch_kernel(
+        _moe_sum_kernel,
+        (m, cdiv(n, bn)),
+        x,
+        out,
+        n,
+        *x.strides,
+        *out.strides,
+        TOP_K=top_k,
+        BLOCK_N=bn,
+        num_warps=config.num_warps,
+        num_stages=1,
     )
 
 
@@ -805,6 +815,7 @@ SPECS = (MOE_ALIGN, FUSED_MOE, MOE_SUM)
 # ======================================================================================================================
 # User-facing functions
 # ======================================================================================================================
+@served
 def moe_align(topk_ids: Tensor, experts: int, block: int, config: Config | None = None):
     """(sorted_ids, expert_ids, num_padded) of `topk_ids` [M, top_k] int32 for `experts` experts, each expert's pairs
     padded to a multiple of `block` (see the module docstring)."""
@@ -819,6 +830,7 @@ def moe_align(topk_ids: Tensor, experts: int, block: int, config: Config | None 
     return sorted_ids, expert_ids, num_padded
 
 
+@served
 def fused_moe(
     a: Tensor,
     w: Tensor,
@@ -851,6 +863,7 @@ def fused_moe(
     return out
 
 
+@served
 def moe_sum(x: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """x [M, top_k, N] summed over top_k -> [M, N] (float32 sum in order, one rounding)."""
     problem = _problem_sum(x)

@@ -40,7 +40,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _split_workspace
-from nbxcert.kernels.launch import KernelLaunch, cdiv, run_all
+from nbxcert.kernels.launch import KernelLaunch, cdiv, run_all, served
 from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal
 from nbxcert.kernels.rows import narrow, upcast
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
@@ -350,11 +350,13 @@ def _user(spec, gemv, x, qweight, scales, qzeros, fmt, out, config) -> Tensor:
     return out
 
 
+@served
 def dequant_gemv(x, qweight, scales, qzeros=None, fmt: str = "int4", out=None, config=None) -> Tensor:
     """X @ dequantize(W) for decode: X [M, K] (M <= 4) float16/bfloat16; W in `fmt` (module docstring) -> [M, N]."""
     return _user(DEQUANT_GEMV, True, x, qweight, scales, qzeros, fmt, out, config)
 
 
+@served
 def dequant_matmul(x, qweight, scales, qzeros=None, fmt: str = "int4", out=None, config=None) -> Tensor:
     """X @ dequantize(W): X [M, K] float16/bfloat16; W in `fmt` (module docstring) -> [M, N] of X's dtype."""
     return _user(DEQUANT_MATMUL, False, x, qweight, scales, qzeros, fmt, out, config)

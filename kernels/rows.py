@@ -54,16 +54,7 @@ from nbxcert.errors import LaunchError, ShapeMismatch, ViewError
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import (
-    KernelLaunch,
-    cdiv,
-    constexprs,
-    keep_beside_plan,
-    keep_plan,
-    next_power_of_2,
-    served_plans,
-    signature,
-)
+from nbxcert.kernels.launch import SPLIT_WORKSPACE, KernelLaunch, cdiv, constexprs, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
@@ -665,6 +656,7 @@ def softmax_problem(x: Tensor, scale: float = 1.0, mask: Any = None, **_) -> dic
     return {"n_rows": x.numel // max(1, n_cols), "n_cols": n_cols, "mask": kind}
 
 
+@served
 def softmax(
     x: Tensor,
     scale: float = 1.0,
@@ -678,16 +670,6 @@ def softmax(
     mask: None; "causal" (x [..., q_len, n_cols]: query i of each q_len group sees columns <= i + n_cols - q_len);
     or an additive Tensor [q_len, n_cols] (x's dtype, may hold -inf) added to row r as mask[r mod q_len]. A fully
     masked row comes out as zeros. `workspace`: for the split variant (allocated when None)."""
-    if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
-        masking = mask if mask is None or isinstance(mask, str) else signature(mask)
-        sig = (signature(x), scale, masking, signature(out), signature(workspace))
-        plan = _SOFTMAX_PLANS.get(sig)
-        if plan:
-            y = out if out is not None else empty(x.shape, x.dtype, x.device)
-            made = _SOFTMAX_WORKSPACES.get(sig)  # the split variant's workspace, made per call as the plan's was
-            ws = workspace if made is None else split_workspace(made[0], made[1], made[2], x.device, made[3])
-            plan((x, y, mask if isinstance(mask, Tensor) else None, ws))
-            return y
     _check_float("softmax: x", x)
     rows_x = as_rows(x, "softmax: x")
     y = _out_like(out, x, "softmax")
@@ -708,24 +690,24 @@ def softmax(
         raise LaunchError(f"softmax: mask must be None, 'causal' or a Tensor, got {mask!r}")
     problem = softmax_problem(x, scale, mask)
 
-    def workspace_for(c: Config) -> tuple[Tensor | None, tuple | None]:
-        """The workspace c launches with, and how it was made when this call made it (None: the caller's)."""
+    def workspace_for(c: Config) -> Tensor | None:
+        """The workspace c launches with: the caller's, else a split variant's own (made for a run-time sweep)."""
         if c["VARIANT"] != "split" or workspace is not None:
-            return workspace, None
-        made_as = (rows_x.shape[0], rows_x.shape[1], x.dtype.name, c["BLOCK_N"])
-        return split_workspace(made_as[0], made_as[1], made_as[2], x.device, made_as[3]), made_as
+            return workspace
+        return split_workspace(rows_x.shape[0], rows_x.shape[1], x.dtype.name, x.device, c["BLOCK_N"])
 
     def run(c: Config) -> None:
-        _run(softmax_launches(c, rows_x, rows_y, scale, kind, q_len, additive, workspace_for(c)[0]))
+        _run(softmax_launches(c, rows_x, rows_y, scale, kind, q_len, additive, workspace_for(c)))
 
     cfg = choose_config(SOFTMAX, problem, (x.dtype.name,), config, run=run, outputs=(rows_y,))
-    ws, made_as = workspace_for(cfg)
-    made = softmax_launches(cfg, rows_x, rows_y, scale, kind, q_len, additive, ws)
-    _run(made)
-    if config is None:
-        # a workspace this call made is a tensor of the call too: a replay makes its own alike (_SOFTMAX_WORKSPACES)
-        keep_plan(_SOFTMAX_PLANS, sig, made, (x, y, mask if isinstance(mask, Tensor) else None, ws))
-        keep_beside_plan(_SOFTMAX_WORKSPACES, sig, made_as)
+    if cfg["VARIANT"] == "split" and workspace is None and _workspace_dtype(x.dtype.name) == "float32":
+        # the shared per-stream buffer (no allocation per call), its two kernels queued back to back under its lock
+        need = rows_x.shape[0] * cdiv(max(1, rows_x.shape[1]), cfg["BLOCK_N"]) * 2
+        with SPLIT_WORKSPACE.lock:
+            shared = SPLIT_WORKSPACE.get(max(1, need), x.device)
+            _run(softmax_launches(cfg, rows_x, rows_y, scale, kind, q_len, additive, shared))
+        return y
+    _run(softmax_launches(cfg, rows_x, rows_y, scale, kind, q_len, additive, workspace_for(cfg)))
     return y
 
 
@@ -735,24 +717,7 @@ def norm_problem(x: Tensor, *_, **__) -> dict:
     return {"n_rows": x.numel // max(1, n_cols), "n_cols": n_cols}
 
 
-_NORM_PLANS = served_plans()
-_SOFTMAX_PLANS = served_plans()
-# signature -> (n_rows, n_cols, dtype, BLOCK_N) of the split workspace the call that made its plan made for itself
-# (emptied with the plans: `forget_plans`)
-_SOFTMAX_WORKSPACES: dict = served_plans()
-
-
 def _norm(spec, x, residual, weight, bias, eps, out, out_sum, config, rms):
-    if config is None:  # served: a call like one served before replays its plan (launch.LaunchPlan)
-        sig = (spec.name, eps, signature(x), signature(weight), signature(out))
-        if residual is not None or bias is not None or out_sum is not None:
-            sig += (signature(residual), signature(bias), signature(out_sum))
-        plan = _NORM_PLANS.get(sig)
-        if plan:
-            y = out if out is not None else empty(x.shape, x.dtype, x.device)
-            s = None if residual is None else out_sum if out_sum is not None else empty(x.shape, x.dtype, x.device)
-            plan((x, residual, weight, bias, y, s))
-            return y if s is None else (s, y)
     name = spec.name
     _check_float(name, x, "x")
     n_cols = x.shape[-1]
@@ -784,28 +749,29 @@ def _norm(spec, x, residual, weight, bias, eps, out, out_sum, config, rms):
 
     outputs = (y,) if s is None else (y, s)
     cfg = choose_config(spec, problem, (x.dtype.name, weight.dtype.name), config, run=run, outputs=outputs)
-    made = launches(cfg)
-    _run(made)
-    if config is None:
-        keep_plan(_NORM_PLANS, sig, made, (x, residual, weight, bias, y, s))
+    _run(launches(cfg))
     return y if s is None else (s, y)
 
 
+@served
 def layernorm(x, weight, bias, eps: float = 1e-5, out=None, config=None) -> Tensor:
     """(x - mean) / sqrt(var + eps) * weight + bias over the last dimension (population variance)."""
     return _norm(LAYERNORM, x, None, weight, bias, eps, out, None, config, rms=False)
 
 
+@served
 def rmsnorm(x, weight, eps: float = 1e-6, out=None, config=None) -> Tensor:
     """x / sqrt(mean(x²) + eps) * weight over the last dimension."""
     return _norm(RMSNORM, x, None, weight, None, eps, out, None, config, rms=True)
 
 
+@served
 def add_layernorm(x, residual, weight, bias, eps: float = 1e-5, out=None, out_sum=None, config=None):
     """(s, layernorm(s)) with s = x + residual (s rounded to x's dtype; the norm of the unrounded sum)."""
     return _norm(ADD_LAYERNORM, x, residual, weight, bias, eps, out, out_sum, config, rms=False)
 
 
+@served
 def add_rmsnorm(x, residual, weight, eps: float = 1e-6, out=None, out_sum=None, config=None):
     """(s, rmsnorm(s)) with s = x + residual (s rounded to x's dtype; the norm of the unrounded sum)."""
     return _norm(ADD_RMSNORM, x, residual, weight, None, eps, out, out_sum, config, rms=True)
@@ -818,6 +784,7 @@ def row_reduce_problem(x: Tensor, op: str = "sum", correction: int = 0, **_) -> 
     return {"n_rows": x.numel // max(1, n_cols), "n_cols": n_cols, "op": op, "correction": corr}
 
 
+@served
 def row_reduce(x: Tensor, op: str, correction: int = 0, out: Tensor | None = None, config=None) -> Tensor:
     """sum / mean / amax / var (divided by n - correction) over the last dimension -> x.shape[:-1], x's dtype."""
     _check_float("row_reduce: x", x)

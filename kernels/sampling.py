@@ -56,7 +56,7 @@ import triton.language as tl
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2
+from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.rows import as_rows, both, compute_type, narrow, upcast
@@ -917,6 +917,7 @@ def topk_problem(x: Tensor, k: int, *_, **__) -> dict:
     return dict(rows_problem(x), k=int(k))
 
 
+@served
 def argmax(x: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """The index (int64) of the largest element over the last dimension -> x.shape[:-1]: the lowest index of the
     maximum; a NaN ranks above every number (the first NaN's index)."""
@@ -936,6 +937,7 @@ def argmax(x: Tensor, out: Tensor | None = None, config: Config | None = None) -
     return out
 
 
+@served
 def topk(
     x: Tensor,
     k: int,
@@ -965,6 +967,7 @@ def topk(
     return values, indices
 
 
+@served
 def log_softmax(x: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """x - max - log Σ exp(x - max) over the last dimension (x's shape and dtype)."""
     _check_float("log_softmax: x", x)
@@ -981,6 +984,7 @@ def log_softmax(x: Tensor, out: Tensor | None = None, config: Config | None = No
     return y
 
 
+@served
 def cross_entropy(
     logits: Tensor,
     target: Tensor,

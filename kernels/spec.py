@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from nbxcert.errors import KernelNotFound, KernelSpecInvalid, PruneEmpty
+from nbxcert.kernels import server
 from nbxcert.kernels.dtypes import DType, get_dtype
 from nbxcert.kernels.tensor import Tensor
 
@@ -257,23 +258,11 @@ def unregister(name: str) -> None:
 
 
 def choose_config(spec: KernelSpec, problem: Mapping[str, Any], dtypes, config: Config | None = None, **runtime):
-    """The one place a user-facing launch picks its config: the caller's `config` when given, else the certified one
-    served for `problem` and `dtypes` (`nbxcert.serve`). `runtime` (run=, outputs=, restore=) lets serving sweep the
-    launch's own arguments when no certificate covers it and certified-only mode is off."""
+    """The one place a user-facing launch picks its config: the caller's `config` when given, else the one the
+    registered server gives for `problem` and `dtypes` (`nbxcert.kernels.server`; `import nbxcert` registers serving,
+    which serves the certified config). `runtime` (run=, outputs=, restore=) lets serving sweep the launch's own
+    arguments when no certificate covers it and certified-only mode is off. With no server registered, a launch with
+    no config is refused (`ServerNotRegistered`)."""
     if config is not None:
         return config
-    return _serving().config_for(spec, problem, dtypes, runtime or None)
-
-
-_serve_module = None
-
-
-def _serving():
-    """nbxcert.serve, imported on first use (it imports this module's users) and then held: an import statement in
-    every launch cost 0.4 us of the served path's host time."""
-    global _serve_module
-    if _serve_module is None:
-        from nbxcert import serve
-
-        _serve_module = serve
-    return _serve_module
+    return server.config_for(spec, problem, dtypes, runtime or None)

@@ -17,6 +17,7 @@ import numpy as np
 
 from nbxcert.errors import DeviceNotFound, ShapeMismatch, ViewError
 from nbxcert.kernels import dtypes as _dt
+from nbxcert.kernels import recording as _recording
 from nbxcert.kernels.dtypes import DType, get_dtype
 
 _HOST_ALIGN = 128  # bytes; Triton specializes pointers on 16-byte divisibility, vector loads like wider
@@ -84,6 +85,21 @@ class Storage:
             cuda.make_current(self.device.index)
             self._host = None
             self._alloc = cuda.pool_alloc(max(self.nbytes, 1), self.device.index)
+        _recording.storage_made(self)
+
+    @classmethod
+    def fresh(cls, nbytes: int, device: Device) -> "Storage":
+        """A storage as `Storage(nbytes, device)` makes it, for a device already checked (a launch plan's replay makes
+        the storages its record made: no device check, no record)."""
+        if device.type == "cpu":
+            return cls(nbytes, device)
+        self = cls.__new__(cls)
+        self.device, self.nbytes, self._host = device, nbytes, None
+        cuda = _CUDA_MODULE or _cuda()
+        index = device.index
+        cuda.make_current(index)
+        self._alloc = cuda.pool_block(nbytes or 1, index)
+        return self
 
     @classmethod
     def over(cls, owner: Any, nbytes: int, device: str | Device) -> "Storage":
@@ -93,7 +109,7 @@ class Storage:
         return self
 
     def data_ptr(self) -> int:
-        return self._host_ptr if self._alloc is None else int(self._alloc.ptr)
+        return self._host_ptr if self._alloc is None else self._alloc.ptr
 
     def host_bytes(self) -> np.ndarray:
         """The bytes of this storage as a uint8 array: the buffer itself on cpu, a fresh copy from a GPU."""
@@ -155,6 +171,7 @@ class Tensor:
         # made for every view, so on a served launch's path: written for the host's time (benchmarks/RESULTS.md)
         self._storage = storage
         self._ptr = None  # the address, found at the first `data_ptr` (a storage's address is fixed for its life)
+        self._key = None  # what a launch plan's signature holds of this view (`launch.tensor_key`), made once
         self.shape = shape = _check_shape(shape)
         self._strides = strides = tuple(map(int, strides))
         self.dtype = dtype = dtype if type(dtype) is DType else get_dtype(dtype)
@@ -169,6 +186,15 @@ class Tensor:
                 f"view shape={self.shape} strides={self._strides} offset={self._offset} reaches bytes "
                 f"[{lo}, {hi}) of a storage of {storage.nbytes} bytes"
             )
+
+    @classmethod
+    def trusted(cls, storage: Storage, shape: tuple, strides: tuple, dtype: DType, offset: int) -> "Tensor":
+        """A view whose shape, strides, dtype and offset are known to fit `storage` (a launch plan rebuilding the
+        result its record made): the constructor's checks are skipped."""
+        self = cls.__new__(cls)
+        self._storage, self._ptr, self._key, self._offset = storage, None, None, offset
+        self.shape, self._strides, self.dtype = shape, strides, dtype
+        return self
 
     # --- properties ---------------------------------------------------------------------------------------------------
     @property
@@ -243,6 +269,7 @@ class Tensor:
         """The values in their numpy storage type (raw bits for bfloat16/float8): a view on cpu, a copy from a GPU."""
         lo, hi = self._span()
         if self.device.type == "cpu":
+            _recording.host_work("a host read of a tensor's values")
             buf = self._storage._host
             base = 0
         else:
@@ -459,7 +486,7 @@ class Tensor:
         return empty(size, self.dtype, device)
 
     def set_(self, storage: Storage, offset: int, size, stride) -> "Tensor":
-        self._storage, self._offset, self._ptr = storage, int(offset), None
+        self._storage, self._offset, self._ptr, self._key = storage, int(offset), None, None
         self.shape, self._strides = tuple(size), tuple(stride)
         return self
 
@@ -508,11 +535,23 @@ def full(shape, value: float, dtype: DType | str, device: str | Device = "cpu") 
 
 
 def zeros(shape, dtype: DType | str, device: str | Device = "cpu") -> Tensor:
+    """A new tensor of zeros. On a GPU the fill is queued on the current stream (ordered with the launches after it;
+    the host does not wait)."""
     t = empty(shape, dtype, device)
-    if t.device.type == "cuda" and t.nbytes:
-        _cuda().memset_d8(t.data_ptr(), 0, t.nbytes)
-        return t
-    return t.fill_(0)
+    zero_fill(t._storage, t._storage.nbytes)
+    _recording.zeroed(t._storage)
+    return t
+
+
+def zero_fill(storage: Storage, nbytes: int) -> None:
+    """Zero the first `nbytes` of `storage`: a memset queued on the current stream on a GPU, in place on the CPU."""
+    if not nbytes:
+        return
+    if storage._alloc is None:
+        storage._host[:nbytes] = 0
+        return
+    cuda = _cuda()
+    cuda.memset_d8_async(storage.data_ptr(), 0, nbytes, cuda.current_stream(storage.device.index))
 
 
 def from_numpy(array, dtype: DType | str | None = None, device: str | Device = "cpu") -> Tensor:

@@ -70,7 +70,7 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2
+from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.matmul import _tile_coords
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
@@ -697,6 +697,7 @@ def upsample_launches(config: Config, x: Tensor, y: Tensor, scale_h: int, scale_
 # ======================================================================================================================
 # User-facing functions
 # ======================================================================================================================
+@served
 def conv2d(
     x: Tensor,
     weight: Tensor,
@@ -723,6 +724,7 @@ def conv2d(
     return y
 
 
+@served
 def group_norm(
     x: Tensor,
     num_groups: int,
@@ -746,6 +748,7 @@ def group_norm(
     return y
 
 
+@served
 def upsample_nearest2d(x: Tensor, scale_factor=2, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """torch.nn.functional.interpolate(x, scale_factor=..., mode="nearest") for integer factors (one, or (sh, sw)):
     x [N, C, H, W] (nchw or nhwc) -> [N, C, H·sh, W·sw] in x's layout, a bit-exact copy of x's values."""

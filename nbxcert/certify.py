@@ -105,7 +105,7 @@ def provenance() -> dict[str, Any]:
         "host_os": f"{platform.system()} {platform.release()}",
     }
     if choice.name == "cuda":
-        from nbxcert.doctor import _nvidia_driver_version
+        from nbxcert.serving import nvidia_driver_version
 
         info = cuda.device_info(0)
         major, minor = cuda.driver_version()
@@ -113,7 +113,7 @@ def provenance() -> dict[str, Any]:
             gpu=info.name,
             gpu_memory_bytes=int(info.total_memory),
             compute_capability=".".join(map(str, info.compute_capability)),
-            driver=_nvidia_driver_version(),
+            driver=nvidia_driver_version(),
             cuda=f"{major}.{minor}",
         )
     else:

@@ -354,7 +354,7 @@ def _profile_dirs(dirs: Sequence[Path], profile: str | None) -> tuple[list[Path]
 
 def _search_path() -> list[Path]:
     """Serving's search path: NBXCERT_CERTIFIED_DIR's directories, then the shipped certificates."""
-    from nbxcert.serve import search_path
+    from nbxcert.serving import search_path
 
     return search_path()
 

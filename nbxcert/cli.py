@@ -798,7 +798,7 @@ def _default_dir(directory: Optional[Path]) -> Path:
         if not directory.is_dir():
             raise errors.UsageError(f"certificate directory {directory} does not exist")
         return directory
-    from nbxcert.serve import search_path
+    from nbxcert.serving import search_path
 
     return search_path()[-1]
 

@@ -7,7 +7,7 @@ it to a device file. Nothing here launches a kernel or imports torch (torch is o
 It also reads every certificate directory serving would search (`NBXCERT_CERTIFIED_DIR`, then the shipped ones) and
 counts, per profile, the certifications that apply to this machine and the ones it rejects, with the reason: another
 profile or memory class, or a provenance serving would not take silently (another Triton major, driver major or
-device profile: `serve.provenance_differences`).
+device profile: `nbxcert.serving.provenance_differences`).
 """
 
 from __future__ import annotations
@@ -207,16 +207,16 @@ def check_certificates(report: DoctorReport, dirs: list[Path] | None = None) -> 
     how many it rejects, with the reasons counted; the rejected ones of this machine's profile and the invalid files
     listed. Reads JSON only; never raises on what the files hold."""
     from nbxcert.certtools import scan_dir
-    from nbxcert.serve import Machine, _major, provenance_differences, search_path
+    from nbxcert.serving import Machine, major_version, provenance_differences, search_path
 
     if report.backend == "cuda" and report.cuda_gpus:
         gpu = report.cuda_gpus[0]
-        profile, memory_class, driver = gpu.profile, gpu.memory_class, _major(report.driver_version)
+        profile, memory_class, driver = gpu.profile, gpu.memory_class, major_version(report.driver_version)
     elif report.backend == "interpreter":
         profile, memory_class, driver = "cpu/interpreter", "cpu", "none"
     else:
         return {}
-    machine = Machine(profile, _major(report.versions.get("triton", "")), driver)
+    machine = Machine(profile, major_version(report.versions.get("triton", "")), driver)
     out: dict = {
         "machine": {**vars(machine), "memory_class": memory_class},
         "strict": os.environ.get("NBXCERT_STRICT_PROVENANCE", "") == "1",
@@ -252,23 +252,14 @@ def check_certificates(report: DoctorReport, dirs: list[Path] | None = None) -> 
     return out
 
 
-def _nvidia_driver_version() -> str:
-    """The kernel module's version (e.g. 580.159.04), as the driver itself publishes it."""
-    text = _read(Path("/sys/module/nvidia/version"))
-    if text:
-        return text
-    line = _read(Path("/proc/driver/nvidia/version"))
-    words = line.split("Kernel Module")[-1].split() if "Kernel Module" in line else []
-    return words[0] if words else "unknown (neither /sys/module/nvidia/version nor /proc/driver/nvidia/version)"
-
-
 def _fill_cuda(report: DoctorReport, cuda) -> None:
     from nbxcert.errors import ProfileNotFound
     from nbxcert.profiles import match_nvidia
+    from nbxcert.serving import nvidia_driver_version
 
     major, minor = cuda.driver_version()
     report.cuda_version = f"{major}.{minor}"
-    report.driver_version = _nvidia_driver_version()
+    report.driver_version = nvidia_driver_version()
     for index in range(cuda.device_count()):
         info = cuda.device_info(index)
         cc = f"{info.compute_capability[0]}.{info.compute_capability[1]}"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 from typing import Any, Callable, Mapping, Sequence
 
+from nbxcert import serving
 from nbxcert.errors import KernelSpecInvalid, UsageError
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, register
 
@@ -128,8 +129,6 @@ class Autotuned:
         return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
 
     def run(self, *args, grid, **kwargs) -> None:
-        from nbxcert import serve
-
         bound = self._bind(args, kwargs)
         problem = {k: bound[k] for k in self.key}
         tensors = [bound[n] for n in self.arg_names if n in bound and hasattr(bound[n], "data_ptr")]
@@ -140,12 +139,12 @@ class Autotuned:
                 bound[name].fill_(0)
             self._launch(cfg, grid, bound)
 
-        runtime = serve.RuntimeLaunch(
+        runtime = serving.RuntimeLaunch(
             run=run_candidate,
             outputs=[bound[n] for n in self.restore_value + self.reset_to_zero],
             restore=[bound[n] for n in self.restore_value],
         )
-        config = serve.config_for(self.spec, problem, dtypes, runtime)
+        config = serving.config_for(self.spec, problem, dtypes, runtime)
         for name in self.reset_to_zero:
             bound[name].fill_(0)
         self._launch(config, grid, bound)

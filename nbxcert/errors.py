@@ -60,6 +60,13 @@ class CudaError(NbxcertError):
     default_hint = "run `nbxcert doctor`; an illegal address poisons the process's CUDA context (start a new process)"
 
 
+class DeviceOutOfMemory(CudaError):
+    """A device allocation failed after nbxcert released the memory its pool kept and tried once more. Names the
+    bytes asked for, the bytes nbxcert's tensors hold, its pool's reserve and the device's free memory."""
+
+    default_hint = "free tensors no longer needed (or other libraries' caches), or use smaller shapes or batches"
+
+
 class LaunchError(NbxcertError):
     """A kernel launch was refused before it reached the device (bad arguments, out-of-range ids)."""
 
@@ -118,6 +125,16 @@ class KeyNotCertified(NbxcertError):
     """Certified-only mode met a launch key that no certificate covers."""
 
     default_hint = "certify it: `nbxcert certify --profile PROFILE --key 'KEY'`"
+
+
+class ServerNotRegistered(NbxcertError):
+    """A launch asked the kernel layer for a served config while no server is registered with it
+    (`nbxcert.kernels.server.set_server`)."""
+
+    default_hint = (
+        "give the launch a config (`config=`), or register a server: `import nbxcert` registers serving's, "
+        "`nbxcert.kernels.server.set_server(fn)` another"
+    )
 
 
 class WorkloadInvalid(NbxcertError):

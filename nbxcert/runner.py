@@ -50,7 +50,9 @@ def _timing_kind() -> str:
     return "interpreter_cpu" if select().name == "interpreter" else "cuda_events_gated"
 
 
-def _summary(times_ms: list[float], kind: str) -> dict[str, Any]:
+def summary(times_ms: list[float], kind: str) -> dict[str, Any]:
+    """A timing as sweeps record it (and the run-time sweep too): median and minimum in us, the 20-80% spread
+    relative to the median, the repetitions and how it was measured (`kind`)."""
     ordered = sorted(times_ms)
     median = statistics.median(ordered)
     lo = ordered[int(0.2 * (len(ordered) - 1))]
@@ -115,7 +117,7 @@ def time_launch(spec, config: Config, inputs, profile, budget: tuple[float, floa
     warmup_ms, rep_ms, most = budget
     timed = triton_cuda.time_events(lambda: spec.launch(config, inputs), warmup_ms, rep_ms, flush_bytes=2 * l2,
                                     max_repetitions=most)  # fmt: skip
-    return _summary(timed.times_ms, "cuda_events_gated" if timed.gated else "cuda_events_waiting")
+    return summary(timed.times_ms, "cuda_events_gated" if timed.gated else "cuda_events_waiting")
 
 
 def _bits(inputs) -> dict[str, bytes]:
@@ -210,7 +212,7 @@ def handle(req: dict[str, Any]) -> dict[str, Any]:
                     worst["tolerance"] = v.tolerance
         reply: dict[str, Any] = {"status": "correct", "error": worst, "seconds": seconds}
         if req.get("time") and interpreted:
-            reply["timing"] = _summary([s * 1e3 for s in launch_seconds], "interpreter_cpu")
+            reply["timing"] = summary([s * 1e3 for s in launch_seconds], "interpreter_cpu")
             reply["phase"] = "final"  # the checked launch's CPU time is all the interpreter's timing there is
         elif req.get("time"):
             t0 = time.perf_counter()

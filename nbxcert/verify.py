@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from nbxcert import serve
+from nbxcert import serving
 from nbxcert.errors import KeyNotCertified
 from nbxcert.keys import LaunchKey, key_problems
 
@@ -63,7 +63,7 @@ def verify(
     from nbxcert.warm import warm
 
     profile, _how = resolve_profile(profile_name)
-    serve.configure(dirs=dirs, certified_only=certified_only)
+    serving.configure(dirs=dirs, certified_only=certified_only)
     warmed = warm(profile.key, keys, None, jobs)  # the serving state just configured (None: not made again)
     if on_warmed:
         on_warmed(warmed)
@@ -86,18 +86,18 @@ def _verify_keys(report: VerifyReport, profile, keys, certified_only: bool, seed
             progress(key.text())
         spec = get_spec(key.kernel)
         problems = key_problems(spec, key, profile)
-        st = serve.state()
+        st = serving.state()
         certified = st.index.get(key.text()) is not None
         runtime = None  # a certified key's config is looked up: no inputs are made for it here (the checks make theirs)
         if not certified and not certified_only:
             inputs = spec.make_inputs(problems["largest"], key.dtypes, seed, device)
-            runtime = serve.RuntimeLaunch(
+            runtime = serving.RuntimeLaunch(
                 run=lambda c, inputs=inputs: spec.launch(c, inputs),
                 outputs=[inputs.tensors[o] for o in inputs.outputs],
                 restore=[inputs.tensors[o] for o in inputs.inplace],
             )
         try:
-            cfg = serve.config_for(spec, problems["largest"], key.dtypes, runtime)
+            cfg = serving.config_for(spec, problems["largest"], key.dtypes, runtime)
         except KeyNotCertified:
             report.missing.append(key.text())
             continue
@@ -140,7 +140,7 @@ def coverage(profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] 
     from nbxcert.profiles import get_profile
 
     profile = get_profile(profile_name)
-    have = certified_keys(profile.key, list(dirs) if dirs else serve.search_path())
+    have = certified_keys(profile.key, list(dirs) if dirs else serving.search_path())
     texts = [k.text() for k in keys]
     return CoverageReport(profile.key, texts, [t for t in texts if t in have], [t for t in texts if t not in have])
 

@@ -1,5 +1,6 @@
-"""`nbxcert warm`: compile the certified winners of some keys ahead, in parallel, into Triton's on-disk cache; and
-`compile_ahead`, the same for any configs of one problem (the GPU tests and benchmarks).
+"""`nbxcert warm`: compile the certified winners of some keys ahead, in parallel, into Triton's on-disk cache;
+`compile_ahead`, the same for any configs of one problem (the GPU tests and benchmarks); and `check_configs`, which
+checks such configs against the oracle once they are compiled ahead (the kernel families' GPU tests at real shapes).
 
 A serving process that meets a key for the first time compiles its certified config then, one kernel after the other
 (a second or more each on a GPU). `warm` compiles every certified winner of a workload (or keys file, or key texts)
@@ -16,7 +17,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from nbxcert.keys import LaunchKey
 
@@ -85,7 +86,7 @@ def compile_all(requests: Sequence[dict], jobs: int | None = None) -> list[dict]
 def _requests(profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None):
     """(the report so far, each certified key's compile request, their key texts): the serving index read in the
     caller's thread."""
-    from nbxcert import serve
+    from nbxcert import serving
     from nbxcert.certify import resolve_profile
     from nbxcert.kernels.backends import select
     from nbxcert.kernels.spec import get_spec
@@ -93,8 +94,8 @@ def _requests(profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path]
     profile, _how = resolve_profile(profile_name)
     report = WarmReport(profile.key, select().name, keys=len(keys))
     if dirs is not None:
-        serve.configure(dirs=dirs)
-    index = serve.state().index
+        serving.configure(dirs=dirs)
+    index = serving.state().index
     requests, names = [], []
     for key in keys:
         text = key.text()
@@ -103,7 +104,7 @@ def _requests(profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path]
             report.missing.append(text)
             continue
         spec = get_spec(key.kernel)
-        config = serve._certified_config(spec, entry, text)
+        config = serving.certified_config(spec, entry, text)
         requests.append(compile_request(spec, config, key.dtypes, entry["certified_problems"], entry["seed"],
                                         profile.key))  # fmt: skip
         names.append(text)
@@ -216,3 +217,38 @@ def compile_ahead(spec, problem, dtypes, configs, profile_key: str, seed: int = 
     requests = [compile_request(spec, c, dtypes, same, seed, profile_key) for c in configs]
     replies = _ahead_pool.compile_all(requests, TIMEOUT_S)
     return sum(1 for r in replies if r.get("status") == "compiled")
+
+
+def check_configs(
+    spec,
+    problem: Mapping[str, Any],
+    dtypes: tuple[str, ...],
+    profile,
+    seed: int,
+    device: str,
+    configs=None,
+) -> list[str]:
+    """Check every config (by default those the profile's prune keeps for `problem`) against the oracle, made once,
+    each from the same input bytes; configs equal but for no-bit fields must agree to the bit. On a GPU the configs
+    are compiled ahead first (`compile_ahead`), so the launches below load them. Returns the failures' reports
+    (empty: every config is correct and every no-bit claim holds)."""
+    from nbxcert.kernels.check import describe, no_bit_group, prepare, run_prepared
+
+    prepared = prepare(spec, problem, tuple(dtypes), profile, seed, device)
+    if configs is None:
+        configs = spec.pruned_for(problem, profile).kept
+    if device.startswith("cuda"):
+        compile_ahead(spec, problem, tuple(dtypes), configs, profile.key, seed)  # the launches below then load them
+    failures: list[str] = []
+    first: dict[tuple, tuple[Any, dict[str, bytes]]] = {}
+    for config in configs:
+        verdicts = run_prepared(prepared, config)
+        failures += [v.report for v in verdicts.values() if not v.ok]
+        outs = prepared.inputs.tensors
+        bits = {name: outs[name].contiguous().numpy().tobytes() for name in prepared.inputs.outputs}
+        group = no_bit_group(spec, config)
+        if group in first and first[group][1] != bits:
+            failures.append(f"{describe(spec, config, problem, dtypes)}: differs in bits from {first[group][0].label()}"
+                            " (a no-bit claim)")  # fmt: skip
+        first.setdefault(group, (config, bits))
+    return failures

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from nbxcert.kernels.check import check_configs, no_bit_group
+from nbxcert.kernels.check import no_bit_group
 from nbxcert.kernels.spec import Config
 from nbxcert.profiles import get_profile
+from nbxcert.warm import check_configs
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 

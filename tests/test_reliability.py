@@ -430,12 +430,12 @@ def test_certify_killed_twenty_times_at_random_points_then_resumed_loses_nothing
 # --- concurrency ------------------------------------------------------------------------------------------------------
 _RECORDER = """
 import os, sys, time
-from nbxcert import serve
+from nbxcert import serving
 from nbxcert.kernels.spec import get_spec
 
 spec, who, stop, n = get_spec("rmsnorm"), int(sys.argv[1]), sys.argv[2], 0
 while not os.path.exists(stop) or n < 50:  # a new key each time: every launch formed is one line
-    serve.config_for(spec, {"n_rows": 16, "n_cols": 100_000 * (who + 1) + n}, ("float16", "float16"))
+    serving.config_for(spec, {"n_rows": 16, "n_cols": 100_000 * (who + 1) + n}, ("float16", "float16"))
     n += 1
     time.sleep(0.005)
 print(n)
@@ -636,7 +636,7 @@ def test_hostile_certificate_is_refused_by_the_loader_and_validate_without_alloc
 ):
     import tracemalloc
 
-    from nbxcert import certificates, certtools, serve
+    from nbxcert import certificates, certtools, serving
     from nbxcert.errors import CertificateInvalid
     from nbxcert.kernels.spec import get_spec
 
@@ -664,14 +664,14 @@ def test_hostile_certificate_is_refused_by_the_loader_and_validate_without_alloc
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("NBXCERT_CACHE_DIR", str(cache))
-    serve.configure(dirs=[root], certified_only=True)
+    serving.configure(dirs=[root], certified_only=True)
     try:
         # serving refuses it: the whole directory when it breaks the schema (no index is written), the entry when
         # only the kernel's spec can tell (a config the kernel does not take), at the launch that looks it up
         with pytest.raises(CertificateInvalid, match="is not a candidate" if name in SPEC_CASES else f"^{path}: "):
-            serve.config_for(faulty.SPEC, {"n": 300}, ("float32",))
+            serving.config_for(faulty.SPEC, {"n": 300}, ("float32",))
     finally:
-        serve.configure()
+        serving.configure()
     if name not in SPEC_CASES:
         assert not (cache.exists() and list(cache.glob("*.nbxidx")))
 
@@ -900,12 +900,12 @@ ELSEWHERE = {  # provenance fields -> what the notice / the refusal says
 
 @pytest.fixture
 def serving(monkeypatch, tmp_path):
-    from nbxcert import serve
+    from nbxcert import serving
 
     monkeypatch.setenv("NBXCERT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("NBXCERT_STRICT_PROVENANCE", raising=False)
-    yield serve
-    serve.configure()
+    yield serving
+    serving.configure()
 
 
 def _probe_dir(certs, root: Path, **by_n) -> Path:
@@ -1010,24 +1010,24 @@ def test_doctor_lists_the_certificates_that_apply_here_and_the_ones_it_rejects(c
 
 @pytest.mark.gpu
 def test_on_the_gpu_the_driver_major_is_compared(backend):
-    from nbxcert import serve
-    from nbxcert.doctor import _nvidia_driver_version
+    from nbxcert import serving
     from nbxcert.kernels.backends import cuda
     from nbxcert.profiles import match_nvidia
+    from nbxcert.serving import nvidia_driver_version
 
     if backend.name != "cuda":
         pytest.skip("needs the cuda backend")
     info = cuda.device_info(0)
-    here = serve.this_machine(match_nvidia(info.compute_capability)[0].key)
-    assert here.driver_major == _nvidia_driver_version().split(".")[0] and here.driver_major.isdigit()
+    here = serving.this_machine(match_nvidia(info.compute_capability)[0].key)
+    assert here.driver_major == nvidia_driver_version().split(".")[0] and here.driver_major.isdigit()
     made = {
         "backend": "cuda",
         "compute_capability": ".".join(map(str, info.compute_capability)),
         "triton": _triton_version(),
-        "driver": _nvidia_driver_version(),
+        "driver": nvidia_driver_version(),
     }
-    assert serve.provenance_differences(made, here) == []
+    assert serving.provenance_differences(made, here) == []
     older = {**made, "driver": f"{int(here.driver_major) - 1}.0.0"}
-    assert serve.provenance_differences(older, here) == [
+    assert serving.provenance_differences(older, here) == [
         f"made with driver {int(here.driver_major) - 1}, this machine's driver is {here.driver_major}"
     ]

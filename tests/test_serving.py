@@ -38,14 +38,14 @@ def certified_dir(user_kernel, tmp_path_factory):
 
 @pytest.fixture
 def serving(monkeypatch, tmp_path):
-    from nbxcert import serve
+    from nbxcert import serving
 
     monkeypatch.setenv("NBXCERT_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("NBXCERT_CERTIFIED_ONLY", raising=False)
     monkeypatch.setenv("NBXCERT_UNCERTIFIED", "sweep")
-    serve.reset()
-    yield serve
-    serve.reset()
+    serving.reset()
+    yield serving
+    serving.reset()
 
 
 def _launch(user_kernel, n):
@@ -136,13 +136,32 @@ def test_concurrent_key_recording_loses_no_line(tmp_path):
 
 def test_serving_imports_no_sweep_cli_or_oracle():
     code = (
-        "import sys, os; os.environ['NBXCERT_BACKEND']='interpreter'; import nbxcert.serve;"
+        "import sys, os; os.environ['NBXCERT_BACKEND']='interpreter'; import nbxcert.serving;"
         "bad=[m for m in ('nbxcert.sweep','nbxcert.cli','nbxcert.oracles','nbxcert.certify') if m in sys.modules];"
         "assert not bad, bad"
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "torch" not in os.environ.get("PYTHONPATH", "")
+
+
+def test_the_first_launch_registers_servings_lookup_and_a_served_launch_loads_no_sweep(tmp_path):
+    """The kernel layer asks the server `import nbxcert` registered: on the first launch it loads serving and puts
+    serving's `config_for` in its own place (later launches call it with no import). A launch served its default
+    (no certificate, NBXCERT_UNCERTIFIED=default) loads no sweep (the kernel family's module holds its oracle: that
+    one is the kernel's, not serving's)."""
+    code = (
+        "import sys; import numpy as np; from nbxcert.kernels import rows, server; from nbxcert.kernels.tensor import"
+        " from_numpy; assert 'nbxcert.serving' not in sys.modules;"
+        "x = from_numpy(np.ones((2, 40), np.float16), 'float16'); w = from_numpy(np.ones(40, np.float16), 'float16');"
+        "rows.rmsnorm(x, w); import nbxcert.serving as s; assert server.registered() is s.config_for;"
+        "bad = [m for m in ('nbxcert.sweep', 'nbxcert.runner', 'nbxcert.cli', 'nbxcert.certify') if m in sys.modules];"
+        "assert not bad, bad"
+    )
+    env = {**os.environ, "NBXCERT_BACKEND": "interpreter", "NBXCERT_UNCERTIFIED": "default"}
+    env.update(NBXCERT_CERTIFIED_DIR=str(tmp_path / "none"), NBXCERT_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
 
 
 def test_an_interrupted_verify_reports_the_keys_it_reached(serving, backend, monkeypatch):

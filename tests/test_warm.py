@@ -217,7 +217,7 @@ def test_a_background_warm_that_fails_says_so_at_once_and_at_wait(monkeypatch, c
 def test_start_under_the_interpreter_reads_the_index_and_compiles_nothing(backend):
     if backend.name != "interpreter":
         pytest.skip("the interpreter's answer (nothing to compile)")
-    from nbxcert import serve, warm
+    from nbxcert import serving, warm
     from nbxcert.profiles import get_profile
     from nbxcert.workload import load_workload, workload_keys
 
@@ -225,5 +225,5 @@ def test_start_under_the_interpreter_reads_the_index_and_compiles_nothing(backen
     try:
         report = warm.start("interpreter", keys, [ROOT / "certificates"]).wait(60)
     finally:
-        serve.configure()  # the serving state as the environment says, for the tests that follow
+        serving.configure()  # the serving state as the environment says, for the tests that follow
     assert report.backend == "interpreter" and report.keys == len(keys) == report.compiled and report.missing == []

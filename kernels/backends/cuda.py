@@ -37,6 +37,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from nbxcert.errors import BackendUnavailable, CudaError, DeviceNotFound
+from nbxcert.kernels import recording as _recording
 
 # The loader name; tests point it at a missing file to exercise the no-driver path.
 LIBCUDA_NAME = "libcuda.so.1"
@@ -222,6 +223,18 @@ class _Libcuda:
                 )
 
 
+# This process's id, kept by an at-fork hook rather than asked of the kernel on every driver call (a system call,
+# which a served launch's host budget cannot afford several times over).
+_pid = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 _load_lock = threading.Lock()
 _libcuda: _Libcuda | None = None
 _poisoned: int | None = None  # the first context-poisoning CUresult a driver call returned in this process
@@ -233,7 +246,7 @@ def _lib() -> _Libcuda:
     if lib is None:
         with _load_lock:
             lib = _libcuda if _libcuda is not None else _load()
-    if lib.pid != os.getpid():
+    if lib.pid != _pid:
         # The driver state of a forked child is undefined once the parent has called cuInit.
         raise BackendUnavailable(
             f"CUDA was initialised in process {lib.pid}; this forked process ({os.getpid()}) cannot use it",
@@ -284,8 +297,12 @@ def _call(api: str, *args: Any, what: str = "") -> None:
     """Call a bound driver function and check its status; remember a status that poisons the context."""
     global _poisoned
     lib = _lib()
-    if api in WAITING_CALLS and getattr(_tls, "gates", 0):
-        raise GateHeld(f"{lib.symbols[api]} waits for the device, and this thread holds a stream gate it would wait on")
+    if api in WAITING_CALLS:
+        if getattr(_tls, "gates", 0):
+            raise GateHeld(
+                f"{lib.symbols[api]} waits for the device, and this thread holds a stream gate it would wait on"
+            )
+        _recording.host_work(f"{lib.symbols[api]} (a wait for the device)")
     status = getattr(lib, api)(*args)
     if status != CUDA_SUCCESS:
         if status in POISONING_STATUSES and _poisoned is None:
@@ -567,7 +584,7 @@ def _owned_here(pid: int) -> bool:
     """Whether a finalizer may release a driver object: not in a forked child (the parent owns it), and not after the
     context was poisoned (every call would fail with the poisoning error; the process must end and the driver
     reclaims everything then)."""
-    return pid == os.getpid() and _poisoned is None
+    return pid == _pid and _poisoned is None
 
 
 def _after_gates(free, *args) -> bool:
@@ -609,7 +626,7 @@ class DeviceAllocation:
         self._finalizer: weakref.finalize | None = None
         if ptr:
             if release is None:
-                self._finalizer = weakref.finalize(self, _free_device_memory, ptr, device, os.getpid())
+                self._finalizer = weakref.finalize(self, _free_device_memory, ptr, device, _pid)
             else:
                 self._finalizer = weakref.finalize(self, release, *release_args)
             # At interpreter exit the driver releases the whole context; freeing one by one would only add work.
@@ -772,13 +789,58 @@ def _pool_attribute(device: int, attribute: int) -> int:
     return value.value
 
 
-def _pool_free(ptr: int, device: int, nbytes: int, pid: int, stream: int, _keep: Any = None) -> None:
-    """Give a pool allocation back on the stream it was made on (queued: nothing waits). `_keep` holds the
-    `Stream` object of that stream, so the stream outlives its allocations."""
-    if not _owned_here(pid):
+class PoolBlock:
+    """Device memory from nbxcert's pool (`pool_alloc`): given back with `cuMemFreeAsync` on the stream it was made
+    on, by `free()` (idempotent) or when the object is dropped. After `free()`, `ptr` reads 0.
+
+    A slotted object with `__del__` rather than a `weakref.finalize` (which costs several times more, and a served
+    call makes one per output). `keep` holds the `Stream` object of that stream, so the stream outlives its memory."""
+
+    __slots__ = ("ptr", "nbytes", "device", "stream", "keep", "pid")
+
+    def __init__(self, ptr: int, nbytes: int, device: int, stream: int, keep: Any = None):
+        self.ptr, self.nbytes, self.device, self.stream, self.keep, self.pid = ptr, nbytes, device, stream, keep, _pid
+
+    def free(self) -> None:
+        ptr = self.ptr
+        if ptr:
+            self.ptr = 0
+            _pool_free(ptr, self.device, self.nbytes, self.pid, self.stream)
+
+    def __del__(self) -> None:
+        ptr = self.ptr
+        if ptr and _pool_free is not None:  # None: the module is being torn down at exit (the driver frees all)
+            self.ptr = 0
+            _pool_free(ptr, self.device, self.nbytes, self.pid, self.stream)
+
+    @property
+    def freed(self) -> bool:
+        return not self.ptr
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    def __int__(self) -> int:
+        return self.ptr
+
+    __index__ = __int__
+
+    def __repr__(self) -> str:
+        state = "freed" if not self.ptr else f"ptr=0x{self.ptr:x}"
+        return f"PoolBlock({state}, nbytes={self.nbytes}, device={self.device}, stream=0x{self.stream:x})"
+
+
+def _pool_free(ptr: int, device: int, nbytes: int, pid: int, stream: int) -> None:
+    """Give a pool allocation back on the stream it was made on (queued: nothing waits)."""
+    if pid != _pid or _poisoned is not None:  # a forked child's copy, or a poisoned context: left to process exit
         return
-    with _in_context(device):
-        _call("cuMemFreeAsync", ptr, stream, what=f"{nbytes} bytes on device {device}")
+    if getattr(_tls, "device", None) == device:
+        status = _libcuda.cuMemFreeAsync(ptr, stream)
+    else:
+        with _in_context(device):
+            status = _libcuda.cuMemFreeAsync(ptr, stream)
+    if status:
+        _failed("cuMemFreeAsync", status, f"{nbytes} bytes on device {device}")
     stats = _stats[device]
     with _pool_lock:
         stats.allocated -= nbytes
@@ -786,23 +848,35 @@ def _pool_free(ptr: int, device: int, nbytes: int, pid: int, stream: int, _keep:
         stats.frees += 1
 
 
-def pool_alloc(nbytes: int, device: int) -> DeviceAllocation:
+def _failed(api: str, status: int, what: str) -> None:
+    """What `_call` does with a failed status, for the hot paths that call the driver directly."""
+    global _poisoned
+    if status in POISONING_STATUSES and _poisoned is None:
+        _poisoned = status
+    check(status, f"{_lib().symbols[api]} ({what})")
+
+
+def pool_alloc(nbytes: int, device: int) -> PoolBlock:
     """`nbytes` (> 0) of device memory on `device` from nbxcert's pool, ordered on this thread's current stream for
     the device (`current_stream`) and freed on it (see above). Out of memory: the pool's kept memory is released and
-    the allocation tried once more, then `DeviceOutOfMemory`."""
-    nbytes = _size(nbytes, "pool_alloc")
-    size = max(nbytes, 1)
+    the allocation tried once more, then `DeviceOutOfMemory`. The driver is called directly (no `_call`): this is
+    every served call's output."""
+    return pool_block(max(_size(nbytes, "pool_alloc"), 1), device)
+
+
+def pool_block(size: int, device: int) -> PoolBlock:
+    """`pool_alloc` for a size already checked (an int > 0): a launch plan's replay making its outputs."""
     pool = _pools.get(device) or _pool(device)
     streams = getattr(_tls, "streams", None)
     chosen = streams.get(device, 0) if streams else 0
-    stream = chosen.handle if isinstance(chosen, Stream) else int(chosen)
-    ptr = _CUdeviceptr()
-    try:
-        _call("cuMemAllocFromPoolAsync", ctypes.byref(ptr), size, pool, stream, what=f"{size} bytes on device {device}")
-    except CudaError as e:
-        if getattr(e, "status", None) != CUDA_ERROR_OUT_OF_MEMORY:
-            raise
-        _out_of_memory_retry(ptr, size, pool, stream, device)
+    stream = chosen.handle if type(chosen) is Stream else int(chosen)
+    lib = _libcuda if _libcuda is not None and _libcuda.pid == _pid else _lib()
+    out = _CUdeviceptr()
+    status = lib.cuMemAllocFromPoolAsync(ctypes.byref(out), size, pool, stream)
+    if status:
+        if status != CUDA_ERROR_OUT_OF_MEMORY:
+            _failed("cuMemAllocFromPoolAsync", status, f"{size} bytes on device {device}")
+        _out_of_memory_retry(out, size, pool, stream, device)
     stats = _stats[device]
     with _pool_lock:
         stats.allocated += size
@@ -810,11 +884,7 @@ def pool_alloc(nbytes: int, device: int) -> DeviceAllocation:
         stats.allocations += 1
         if stats.allocated > stats.peak:
             stats.peak = stats.allocated
-    keep = chosen if isinstance(chosen, Stream) else None
-    allocation = DeviceAllocation(
-        ptr.value, size, device, _pool_free, (ptr.value, device, size, os.getpid(), stream, keep)
-    )
-    return allocation
+    return PoolBlock(out.value, size, device, stream, chosen if type(chosen) is Stream else None)
 
 
 def _out_of_memory_retry(ptr, size: int, pool: int, stream: int, device: int) -> None:
@@ -1093,7 +1163,7 @@ class Stream:
         with _in_context(self.device):
             _call("cuStreamCreate", ctypes.byref(handle), CU_STREAM_NON_BLOCKING, what=f"device {self.device}")
         self.handle: int = handle.value or 0
-        self._finalizer = weakref.finalize(self, _destroy_stream, self.handle, self.device, os.getpid())
+        self._finalizer = weakref.finalize(self, _destroy_stream, self.handle, self.device, _pid)
         self._finalizer.atexit = False
 
     def synchronize(self) -> None:
@@ -1124,7 +1194,7 @@ class Event:
         with _in_context(self.device):
             _call("cuEventCreate", ctypes.byref(handle), CU_EVENT_DEFAULT, what=f"device {self.device}")
         self.handle: int = handle.value or 0
-        self._finalizer = weakref.finalize(self, _destroy_event, self.handle, self.device, os.getpid())
+        self._finalizer = weakref.finalize(self, _destroy_event, self.handle, self.device, _pid)
         self._finalizer.atexit = False
 
     def record(self, stream: Stream | int = 0) -> None:
@@ -1164,7 +1234,7 @@ class MappedHostWords:
         with _in_context(self.device):
             _call("cuMemHostAlloc", ctypes.byref(host), 8 * count, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP,
                   what=f"{count} mapped words for device {self.device}")  # fmt: skip
-            self._finalizer = weakref.finalize(self, _release, "cuMemFreeHost", host.value, self.device, os.getpid())
+            self._finalizer = weakref.finalize(self, _release, "cuMemFreeHost", host.value, self.device, _pid)
             self._finalizer.atexit = False
             _call("cuMemHostGetDevicePointer", ctypes.byref(mapped), host.value, 0, what=f"device {self.device}")
         self.host = np.ctypeslib.as_array((ctypes.c_int64 * count).from_address(host.value or 0))

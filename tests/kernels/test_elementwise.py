@@ -18,10 +18,11 @@ import pytest
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import dtypes as D
 from nbxcert.kernels import elementwise as ew
-from nbxcert.kernels.check import all_ok, check_configs, first_report, run_checked
+from nbxcert.kernels.check import all_ok, first_report, run_checked
 from nbxcert.kernels.compare import compare, poison
 from nbxcert.kernels.tensor import from_numpy
 from nbxcert.oracles import elementwise as oracle
+from nbxcert.warm import check_configs
 
 SPECS = {s.name: s for s in (ew.SILU_AND_MUL, ew.GELU, ew.ADD_MUL, ew.CAST, ew.ROPE, ew.EMBEDDING)}
 

@@ -14,11 +14,12 @@ import pytest
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import quant
-from nbxcert.kernels.check import all_ok, check_configs, first_report, run_checked
+from nbxcert.kernels.check import all_ok, first_report, run_checked
 from nbxcert.kernels.compare import compare
 from nbxcert.kernels.tensor import from_numpy
 from nbxcert.oracles import quant as oracle
 from nbxcert.profiles import get_profile
+from nbxcert.warm import check_configs
 
 SPECS = {s.name: s for s in quant.SPECS}
 SMALL_M = {"dequant_gemv": (1, 3, 4), "dequant_matmul": (16, 5, 9)}

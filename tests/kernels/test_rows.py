@@ -23,11 +23,12 @@ import pytest
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import rows
-from nbxcert.kernels.check import all_ok, check_configs, first_report, no_bit_group, run_checked
+from nbxcert.kernels.check import all_ok, first_report, no_bit_group, run_checked
 from nbxcert.kernels.compare import compare, poison
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.tensor import from_numpy
 from nbxcert.profiles import get_profile
+from nbxcert.warm import check_configs
 
 SPECS = {s.name: s for s in (rows.SOFTMAX, rows.LAYERNORM, rows.RMSNORM, rows.ADD_LAYERNORM, rows.ADD_RMSNORM)}
 SPECS["row_reduce"] = rows.ROW_REDUCE

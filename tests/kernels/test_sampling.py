@@ -17,10 +17,11 @@ import pytest
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import sampling
-from nbxcert.kernels.check import all_ok, check_configs, first_report, no_bit_group, run_checked
+from nbxcert.kernels.check import all_ok, first_report, no_bit_group, run_checked
 from nbxcert.kernels.compare import compare, poison
 from nbxcert.kernels.tensor import from_numpy
 from nbxcert.profiles import get_profile
+from nbxcert.warm import check_configs
 
 SPECS = {s.name: s for s in sampling.SPECS}
 AWKWARD = (5, 4500)  # 5 rows: not a multiple of ROWS=4; 4500 columns: two 4096-column chunks, a multiple of no tile
