@@ -2,7 +2,9 @@
 `empty((rows, cols), float16, cuda:0)` then its release, after warm-up (so nbxcert's stream-ordered pool holds the
 block: the allocation and the free are queued on the stream, nothing waits and no memory is reserved anew), the
 median of --repeats runs of --calls each. `--compare-driver` also times the same through plain cuMemAlloc/cuMemFree
-(what a pool is weighed against), in the same process.
+(what a pool is weighed against), in the same process. Also reported: the memory alone (`pool_alloc`) with a
+freed block kept for the stream's next allocation of its size (`memory_kept_us`, the default) and through the
+driver's pool alone (`memory_pool_us`, `memory.KEPT_PER_SIZE` 0).
 
     python3 benchmarks/bench_alloc.py [--fake] [--calls 20000] [--repeats 5] [--out alloc.json]
 
@@ -54,37 +56,46 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="")
     args = parser.parse_args(argv)
     driver = _use_fake_driver() if args.fake else "libcuda"
-    from nbxcert.kernels.backends import cuda
+    from nbxcert.kernels.backends import cuda, memory
     from nbxcert.kernels.tensor import empty
 
     ok, reason = cuda.device_present(0)
     if not ok:
         raise SystemExit(f"bench_alloc: no CUDA device 0 ({reason}); --fake measures over the tests' fake libcuda")
     shape = (args.rows, args.cols)
-    for _ in range(200):
-        empty(shape, "float16", "cuda:0")
-    runs = []
-    for _ in range(args.repeats):
-        t0 = time.perf_counter()
-        for _ in range(args.calls):
-            empty(shape, "float16", "cuda:0")
-        runs.append((time.perf_counter() - t0) / args.calls * 1e6)
+    nbytes = args.rows * args.cols * 2
+
+    def per_call(fn) -> list[float]:
+        for _ in range(200):
+            fn()
+        runs = []
+        for _ in range(args.repeats):
+            t0 = time.perf_counter()
+            for _ in range(args.calls):
+                fn()
+            runs.append((time.perf_counter() - t0) / args.calls * 1e6)
+        return runs
+
+    tensor = per_call(lambda: empty(shape, "float16", "cuda:0"))  # a tensor as a caller makes one
+    kept = per_call(lambda: memory.pool_alloc(nbytes, 0))  # the memory alone: the block kept for the stream reused
+    kept_per_size, memory.KEPT_PER_SIZE = memory.KEPT_PER_SIZE, 0
+    memory.release_kept()
+    try:
+        pool = per_call(lambda: memory.pool_alloc(nbytes, 0))  # the driver's pool alone: its allocation and free
+    finally:
+        memory.KEPT_PER_SIZE = kept_per_size
     result = {
         "driver": driver,
         "shape": list(shape),
         "calls": args.calls,
-        "alloc_us": statistics.median(runs),
-        "runs_us": runs,
-        "memory_stats": cuda.memory_stats(0),
+        "alloc_us": statistics.median(tensor),
+        "runs_us": tensor,
+        "memory_kept_us": statistics.median(kept),
+        "memory_pool_us": statistics.median(pool),
+        "memory_stats": memory.memory_stats(0),
     }
-    if args.compare_driver:
-        nbytes = args.rows * args.cols * 2
-        plain = []
-        for _ in range(args.repeats):
-            t0 = time.perf_counter()
-            for _ in range(args.calls):
-                cuda.mem_alloc(nbytes, 0).free()
-            plain.append((time.perf_counter() - t0) / args.calls * 1e6)
+    if args.compare_driver:  # plain cuMemAlloc and cuMemFree (which waits for the device)
+        plain = per_call(lambda: cuda.mem_alloc(nbytes, 0).free())
         result["driver_alloc_free_us"] = statistics.median(plain)
         result["driver_runs_us"] = plain
     text = json.dumps(result, indent=1)

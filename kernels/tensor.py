@@ -50,14 +50,15 @@ def as_device(device: str | Device) -> Device:
 
 
 _CUDA_MODULE = None
+_MEMORY_MODULE = None
 
 
 def _cuda():
-    global _CUDA_MODULE
+    global _CUDA_MODULE, _MEMORY_MODULE
     if _CUDA_MODULE is None:  # imported when first needed (a cpu-only process never loads it); kept, as it is per call
-        from nbxcert.kernels.backends import cuda
+        from nbxcert.kernels.backends import cuda, memory
 
-        _CUDA_MODULE = cuda
+        _CUDA_MODULE, _MEMORY_MODULE = cuda, memory
     return _CUDA_MODULE
 
 
@@ -84,7 +85,7 @@ class Storage:
             cuda = _cuda()
             cuda.make_current(self.device.index)
             self._host = None
-            self._alloc = cuda.pool_alloc(max(self.nbytes, 1), self.device.index)
+            self._alloc = _MEMORY_MODULE.pool_alloc(max(self.nbytes, 1), self.device.index)
         _recording.storage_made(self)
 
     @classmethod
@@ -98,7 +99,7 @@ class Storage:
         cuda = _CUDA_MODULE or _cuda()
         index = device.index
         cuda.make_current(index)
-        self._alloc = cuda.pool_block(nbytes or 1, index)
+        self._alloc = _MEMORY_MODULE.pool_block(nbytes or 1, index)
         return self
 
     @classmethod

@@ -26,7 +26,7 @@ def test_bench_alloc_over_the_fake_driver_reuses_one_block(tmp_path):
     assert len(result["driver_runs_us"]) == 2 and result["driver_alloc_free_us"] > 0
     stats = result["memory_stats"]
     assert stats["reserved_bytes.all.current"] == 4096 and stats["allocated_bytes.all.current"] == 0
-    assert stats["allocation.all.allocated"] == 200 + 2 * 200 and stats["allocation.all.freed"] == 600
+    assert result["memory_kept_us"] > 0 and result["memory_pool_us"] > 0
 
 
 def test_bench_alloc_without_a_gpu_says_so_in_one_line(tmp_path):

@@ -463,7 +463,7 @@ def test_gpu_a_served_call_on_a_callers_stream_keeps_its_plan_and_its_memory_reu
     reused memory, read back bit for bit against the rmsnorm computed before."""
     if backend.name != "cuda":
         pytest.skip("needs the cuda backend")
-    from nbxcert.kernels.backends import cuda
+    from nbxcert.kernels.backends import cuda, memory
 
     with _defaults_served(monkeypatch, tmp_path):
         gen, dev = rng(21), backend.device
@@ -473,10 +473,10 @@ def test_gpu_a_served_call_on_a_callers_stream_keeps_its_plan_and_its_memory_reu
         stream = cuda.Stream()
         with cuda.using_stream(stream):
             rows.rmsnorm(x, w, 1e-6)
-            reserved = cuda.memory_reserved()
+            reserved = memory.memory_reserved()
             for _ in range(100):
                 rows.rmsnorm(x, w, 1e-6)
-            assert cuda.memory_reserved() == reserved
+            assert memory.memory_reserved() == reserved
             assert any(sig[-1] == stream.handle for sig in rows.rmsnorm.plans if type(rows.rmsnorm.plans[sig]) is
                        CallPlan)  # fmt: skip
             product = mm.matmul(a, b)  # [512, 2048] float16: the rmsnorm output's size

@@ -678,300 +678,65 @@ def _driver_alloc(nbytes: int, device: int) -> int:
     return ptr.value
 
 
-# --- the stream-ordered memory pool -----------------------------------------------------------------------------------
-# A tensor's memory (`pool_alloc`, which `Tensor` storage uses) comes from a pool of nbxcert's own on each device,
-# through CUDA's stream-ordered allocator: `cuMemAllocFromPoolAsync` on the stream the allocation is made on, and
-# `cuMemFreeAsync` on that same stream when the tensor is freed or collected. Neither waits for the device, and the
-# pool keeps what is freed (its release threshold: every byte, unless NBXCERT_MEMORY_RELEASE_THRESHOLD says fewer), so
-# after the first call of a shape no allocation reaches the driver's physical allocator: a freed block is reused in its
-# stream's order (a later allocation on that stream may take it at once; another stream only once the driver knows the
-# free is complete). The pool is nbxcert's own, not the device's default pool, so another library's allocations
-# (torch's caching allocator, CuPy's pools) and their release settings are untouched. Out of memory: the pool's kept
-# memory is released (after the device has finished the frees queued so far) and the allocation tried once more; a
-# second failure is `DeviceOutOfMemory`, naming the bytes asked for, held and free. benchmarks/bench_alloc.py measures
-# the host cost of an allocation and its free (benchmarks/README.md).
-CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115
-CU_MEM_ALLOCATION_TYPE_PINNED = 1  # CUmemAllocationType: device memory that is not migratable
-CU_MEM_LOCATION_TYPE_DEVICE = 1
-CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4  # cuuint64_t: bytes the pool keeps reserved across synchronisations
-CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5
-CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6
-CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7
-CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8
-KEEP_EVERYTHING = (1 << 64) - 1  # the release threshold that keeps every freed byte in the pool
+# --- what the memory pool (`memory`) uses of these bindings -----------------------------------------------------------
+CUdeviceptr = _CUdeviceptr
+call = _call  # a bound driver function called, its status checked (`_call`)
+in_context = _in_context
 
 
-class _MemLocation(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+def driver() -> _Libcuda:
+    """The loaded, initialised driver with its bound functions (loaded on first use; refused in a forked child)."""
+    return _lib()
 
 
-class _MemPoolProps(ctypes.Structure):
-    """CUmemPoolProps (cuda.h, CUDA 12.x/13.x: 88 bytes; fields after `location` are zero for a plain device pool)."""
-
-    _fields_ = [
-        ("allocType", ctypes.c_int),
-        ("handleTypes", ctypes.c_int),
-        ("location", _MemLocation),
-        ("win32SecurityAttributes", ctypes.c_void_p),
-        ("maxSize", ctypes.c_size_t),
-        ("usage", ctypes.c_ushort),
-        ("reserved", ctypes.c_ubyte * 54),
-    ]
+def owned_here(pid: int) -> bool:
+    """Whether memory or a driver object made by process `pid` may be released from here (see `_owned_here`)."""
+    return pid == _pid and _poisoned is None
 
 
-def release_threshold() -> int:
-    """The bytes each pool keeps reserved when the device synchronises: NBXCERT_MEMORY_RELEASE_THRESHOLD (a whole
-    number of bytes), else every byte (memory goes back only on out-of-memory or `empty_cache`)."""
-    from nbxcert.errors import UsageError
-
-    text = os.environ.get("NBXCERT_MEMORY_RELEASE_THRESHOLD", "").strip()
-    if not text:
-        return KEEP_EVERYTHING
-    if not text.isdigit():
-        raise UsageError(f"NBXCERT_MEMORY_RELEASE_THRESHOLD={text} is not a whole number of bytes")
-    return min(int(text), KEEP_EVERYTHING)
+def process_id() -> int:
+    """This process's id, as kept by the at-fork hook (no system call)."""
+    return _pid
 
 
-class _PoolStats:
-    """What nbxcert's allocations hold on one device (bytes as asked for), counted under a lock: a free comes from a
-    finalizer that may run on any thread."""
-
-    __slots__ = ("allocated", "peak", "count", "allocations", "frees", "retries", "ooms")
-
-    def __init__(self) -> None:
-        self.allocated = self.peak = self.count = self.allocations = self.frees = self.retries = self.ooms = 0
+def holding_a_gate() -> bool:
+    """Whether this thread holds a stream gate shut (a wait for the device would wait for this thread)."""
+    return bool(getattr(_tls, "gates", 0))
 
 
-_pool_lock = threading.Lock()
-_pools: dict[int, int] = {}  # device -> CUmemoryPool
-_stats: dict[int, _PoolStats] = {}
+def thread_device() -> int | None:
+    """The device whose context nbxcert made current on this thread, or None."""
+    return getattr(_tls, "device", None)
 
 
-def _pool(device: int) -> int:
-    """The device's pool, made on first use with the release threshold set; `BackendUnavailable` where the device has
-    no stream-ordered allocator (a fact of the device, said by name)."""
-    pool = _pools.get(device)
-    if pool is not None:
-        return pool
-    with _pool_lock:
-        pool = _pools.get(device)
-        if pool is None:
-            handle = _device(device)
-            if not _attribute(handle, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, device):
-                raise BackendUnavailable(
-                    f"CUDA device {device} does not support stream-ordered memory pools "
-                    "(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0)",
-                    hint="nbxcert needs a driver and device with cuMemAllocAsync (CUDA 11.2+, not every vGPU mode)",
-                )
-            props = _MemPoolProps()
-            props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED
-            props.location.type = CU_MEM_LOCATION_TYPE_DEVICE
-            props.location.id = device
-            made = ctypes.c_void_p()
-            with _in_context(device):
-                _call("cuMemPoolCreate", ctypes.byref(made), ctypes.byref(props), what=f"device {device}")
-                threshold = ctypes.c_uint64(release_threshold())
-                _call("cuMemPoolSetAttribute", made, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, ctypes.byref(threshold),
-                      what=f"release threshold, device {device}")  # fmt: skip
-            pool = made.value or 0
-            _stats.setdefault(device, _PoolStats())
-            _pools[device] = pool
-    return pool
+def device_attribute(index: int, attribute: int) -> int:
+    """One CUdevice_attribute of device `index`."""
+    return _attribute(_device(index), attribute, index)
 
 
-def _pool_attribute(device: int, attribute: int) -> int:
-    pool = _pools.get(device)
-    if pool is None:
-        return 0
-    value = ctypes.c_uint64()
-    with _in_context(device):
-        _call("cuMemPoolGetAttribute", pool, attribute, ctypes.byref(value), what=f"device {device}")
-    return value.value
+def current_stream_object(device: int) -> tuple[int, Stream | None]:
+    """(handle, the `Stream` object when one is set) of the stream this thread launches and allocates on."""
+    streams = getattr(_tls, "streams", None)
+    chosen = streams.get(device, 0) if streams else 0
+    return (chosen.handle, chosen) if type(chosen) is Stream else (int(chosen), None)
 
 
-class PoolBlock:
-    """Device memory from nbxcert's pool (`pool_alloc`): given back with `cuMemFreeAsync` on the stream it was made
-    on, by `free()` (idempotent) or when the object is dropped. After `free()`, `ptr` reads 0.
-
-    A slotted object with `__del__` rather than a `weakref.finalize` (which costs several times more, and a served
-    call makes one per output). `keep` holds the `Stream` object of that stream, so the stream outlives its memory."""
-
-    __slots__ = ("ptr", "nbytes", "device", "stream", "keep", "pid")
-
-    def __init__(self, ptr: int, nbytes: int, device: int, stream: int, keep: Any = None):
-        self.ptr, self.nbytes, self.device, self.stream, self.keep, self.pid = ptr, nbytes, device, stream, keep, _pid
-
-    def free(self) -> None:
-        ptr = self.ptr
-        if ptr:
-            self.ptr = 0
-            _pool_free(ptr, self.device, self.nbytes, self.pid, self.stream)
-
-    def __del__(self) -> None:
-        ptr = self.ptr
-        if ptr and _pool_free is not None:  # None: the module is being torn down at exit (the driver frees all)
-            self.ptr = 0
-            _pool_free(ptr, self.device, self.nbytes, self.pid, self.stream)
-
-    @property
-    def freed(self) -> bool:
-        return not self.ptr
-
-    def data_ptr(self) -> int:
-        return self.ptr
-
-    def __int__(self) -> int:
-        return self.ptr
-
-    __index__ = __int__
-
-    def __repr__(self) -> str:
-        state = "freed" if not self.ptr else f"ptr=0x{self.ptr:x}"
-        return f"PoolBlock({state}, nbytes={self.nbytes}, device={self.device}, stream=0x{self.stream:x})"
-
-
-def _pool_free(ptr: int, device: int, nbytes: int, pid: int, stream: int) -> None:
-    """Give a pool allocation back on the stream it was made on (queued: nothing waits)."""
-    if pid != _pid or _poisoned is not None:  # a forked child's copy, or a poisoned context: left to process exit
-        return
-    if getattr(_tls, "device", None) == device:
-        status = _libcuda.cuMemFreeAsync(ptr, stream)
-    else:
-        with _in_context(device):
-            status = _libcuda.cuMemFreeAsync(ptr, stream)
-    if status:
-        _failed("cuMemFreeAsync", status, f"{nbytes} bytes on device {device}")
-    stats = _stats[device]
-    with _pool_lock:
-        stats.allocated -= nbytes
-        stats.count -= 1
-        stats.frees += 1
-
-
-def _failed(api: str, status: int, what: str) -> None:
-    """What `_call` does with a failed status, for the hot paths that call the driver directly."""
+def raise_failed(api: str, status: int, what: str) -> None:
+    """What `_call` does with a failed status, for hot paths that call a bound function directly: remember a status
+    that poisons the context, then raise `CudaError` naming the call."""
     global _poisoned
     if status in POISONING_STATUSES and _poisoned is None:
         _poisoned = status
     check(status, f"{_lib().symbols[api]} ({what})")
 
 
-def pool_alloc(nbytes: int, device: int) -> PoolBlock:
-    """`nbytes` (> 0) of device memory on `device` from nbxcert's pool, ordered on this thread's current stream for
-    the device (`current_stream`) and freed on it (see above). Out of memory: the pool's kept memory is released and
-    the allocation tried once more, then `DeviceOutOfMemory`. The driver is called directly (no `_call`): this is
-    every served call's output."""
-    return pool_block(max(_size(nbytes, "pool_alloc"), 1), device)
+def error_name(status: int) -> str:
+    return _error_name(status)
 
 
-def pool_block(size: int, device: int) -> PoolBlock:
-    """`pool_alloc` for a size already checked (an int > 0): a launch plan's replay making its outputs."""
-    pool = _pools.get(device) or _pool(device)
-    streams = getattr(_tls, "streams", None)
-    chosen = streams.get(device, 0) if streams else 0
-    stream = chosen.handle if type(chosen) is Stream else int(chosen)
-    lib = _libcuda if _libcuda is not None and _libcuda.pid == _pid else _lib()
-    out = _CUdeviceptr()
-    status = lib.cuMemAllocFromPoolAsync(ctypes.byref(out), size, pool, stream)
-    if status:
-        if status != CUDA_ERROR_OUT_OF_MEMORY:
-            _failed("cuMemAllocFromPoolAsync", status, f"{size} bytes on device {device}")
-        _out_of_memory_retry(out, size, pool, stream, device)
-    stats = _stats[device]
-    with _pool_lock:
-        stats.allocated += size
-        stats.count += 1
-        stats.allocations += 1
-        if stats.allocated > stats.peak:
-            stats.peak = stats.allocated
-    return PoolBlock(out.value, size, device, stream, chosen if type(chosen) is Stream else None)
-
-
-def _out_of_memory_retry(ptr, size: int, pool: int, stream: int, device: int) -> None:
-    """Release the pool's kept memory (once the frees queued so far have run) and try once more; else raise
-    `DeviceOutOfMemory` with what is held and free."""
-    from nbxcert.errors import DeviceOutOfMemory
-
-    stats = _stats[device]
-    with _pool_lock:
-        stats.retries += 1
-    empty_cache(device)
-    status = _lib().cuMemAllocFromPoolAsync(ctypes.byref(ptr), size, pool, stream)
-    if status == CUDA_SUCCESS:
-        return
-    with _pool_lock:
-        stats.ooms += 1
-    free, total = mem_get_info(device)
-    reserved = _pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
-    raise DeviceOutOfMemory(
-        f"out of memory on cuda:{device}: asked for {size} bytes; nbxcert's tensors hold {stats.allocated} bytes "
-        f"and its pool reserves {reserved}; the device has {free} of {total} bytes free "
-        f"(cuMemAllocFromPoolAsync: {_error_name(status)} ({status}))"
-    )
-
-
-def empty_cache(device: int | None = None) -> None:
-    """Give the memory nbxcert's pools keep but no tensor holds back to the device (of `device`, or every device),
-    after the device has finished the frees queued so far (so they count). As `torch.cuda.empty_cache`. Inside a held
-    stream gate the wait is skipped (it would wait for this thread): what is already free is released."""
-    for dev, pool in list(_pools.items()):
-        if device is not None and dev != device:
-            continue
-        with _in_context(dev):
-            if not getattr(_tls, "gates", 0):
-                _call("cuCtxSynchronize", what=f"before releasing pool memory, device {dev}")
-            _call("cuMemPoolTrimTo", pool, 0, what=f"device {dev}")
-
-
-def memory_stats(device: int | None = None) -> dict[str, int]:
-    """The allocator's figures for `device` (default: the current one), under torch.cuda.memory_stats' names:
-    allocated bytes (what live tensors asked for) now and at peak, reserved bytes (what the pool holds from the
-    device, in use or kept) now and at peak, live and total allocation counts, frees, out-of-memory retries and
-    failures."""
-    device = current_device() if device is None else device
-    stats = _stats.get(device) or _PoolStats()
-    with _pool_lock:
-        figures = {
-            "allocated_bytes.all.current": stats.allocated,
-            "allocated_bytes.all.peak": stats.peak,
-            "allocation.all.current": stats.count,
-            "allocation.all.allocated": stats.allocations,
-            "allocation.all.freed": stats.frees,
-            "num_alloc_retries": stats.retries,
-            "num_ooms": stats.ooms,
-        }
-    figures["reserved_bytes.all.current"] = _pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
-    figures["reserved_bytes.all.peak"] = _pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
-    return dict(sorted(figures.items()))
-
-
-def memory_allocated(device: int | None = None) -> int:
-    """Bytes nbxcert's live tensors on `device` asked for."""
-    return memory_stats(device)["allocated_bytes.all.current"]
-
-
-def memory_reserved(device: int | None = None) -> int:
-    """Bytes nbxcert's pool on `device` holds from the device (in use or kept for reuse)."""
-    return memory_stats(device)["reserved_bytes.all.current"]
-
-
-def max_memory_allocated(device: int | None = None) -> int:
-    return memory_stats(device)["allocated_bytes.all.peak"]
-
-
-def reset_peak_memory_stats(device: int | None = None) -> None:
-    """Start the peaks afresh from what is held now."""
-    device = current_device() if device is None else device
-    stats = _stats.get(device)
-    if stats is not None:
-        with _pool_lock:
-            stats.peak = stats.allocated
-    pool = _pools.get(device)
-    if pool is not None:
-        zero = ctypes.c_uint64(0)
-        with _in_context(device):
-            for attribute in (CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, CU_MEMPOOL_ATTR_USED_MEM_HIGH):
-                _call("cuMemPoolSetAttribute", pool, attribute, ctypes.byref(zero), what=f"device {device}")
+def check_size(nbytes: Any, what: str) -> int:
+    """A byte count as an int >= 0 (numpy integers taken, floats refused), else ValueError naming `what`."""
+    return _size(nbytes, what)
 
 
 # --- the stream launches and allocations go to ------------------------------------------------------------------------

@@ -12,6 +12,7 @@ Three kinds:
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import ctypes
 import gc
@@ -29,7 +30,7 @@ import numpy as np
 import pytest
 
 from nbxcert.errors import BackendUnavailable, CudaError, DeviceNotFound, DeviceOutOfMemory, UsageError
-from nbxcert.kernels.backends import cuda
+from nbxcert.kernels.backends import cuda, memory
 
 
 # --- helpers ----------------------------------------------------------------------------------------------------------
@@ -673,10 +674,11 @@ FAKE_STATE = {
     "_contexts": dict,
     "_last_device": 0,
     "_tls": threading.local,
-    "_pools": dict,
-    "_stats": dict,
     "_sync_hooks": list,
 }
+
+
+MEMORY_STATE = {"_pools": dict, "_stats": dict, "_kept": collections.OrderedDict, "_driver": None, "_driver_pid": -1}
 
 
 @pytest.fixture(scope="session")
@@ -700,6 +702,10 @@ def fake(monkeypatch, fake_libcuda_path):
     monkeypatch.setattr(cuda, "LIBCUDA_NAME", str(fake_libcuda_path))
     for name, fresh in FAKE_STATE.items():
         monkeypatch.setattr(cuda, name, fresh() if callable(fresh) else fresh)
+    from nbxcert.kernels.backends import memory
+
+    for name, fresh in MEMORY_STATE.items():
+        monkeypatch.setattr(memory, name, fresh() if callable(fresh) else fresh)
     lib = ctypes.CDLL(str(fake_libcuda_path))
     lib.fake_live_allocations.restype = ctypes.c_long
     lib.fake_live_streams.restype = ctypes.c_long
@@ -842,13 +848,16 @@ def test_fake_free_is_idempotent_and_collection_frees(fake):
     assert fake.fake_live_allocations() == 0
 
 
-def test_fake_a_32mib_tensor_made_a_thousand_times_reserves_device_memory_once(fake, monkeypatch):
+@pytest.mark.parametrize("kept", [2, 0], ids=["kept-for-the-stream", "pool-alone"])
+def test_fake_a_32mib_tensor_made_a_thousand_times_reserves_device_memory_once(fake, monkeypatch, kept):
     """Bug: an output above the old block cache's 16 MiB cost a cuMemAlloc and a cuMemFree (which waits for the
     device) on every served call. From nbxcert's pool, a 32 MiB tensor made and dropped a thousand times reserves
     memory from the device once; every later allocation reuses the freed block, and the only driver calls are the
-    pool's queued allocation and free (no cuMemAlloc, no cuMemFree, no synchronisation, nothing else)."""
+    pool's queued allocation and free (no cuMemAlloc, no cuMemFree, no synchronisation, nothing else); with a block
+    kept for the stream's next allocation of its size (the default), not even those."""
     from nbxcert.kernels.tensor import empty
 
+    monkeypatch.setattr(memory, "KEPT_PER_SIZE", kept)
     cuda.use_device(0)
     empty((4096, 4096), "float16", "cuda:0")  # the first: the pool is made and reserves the block
     assert fake.fake_pools_made() == 1 and fake.fake_pool_reservations() == 1
@@ -859,8 +868,9 @@ def test_fake_a_32mib_tensor_made_a_thousand_times_reserves_device_memory_once(f
         t = empty((4096, 4096), "float16", "cuda:0")  # 32 MiB
         del t
     assert fake.fake_pool_reservations() == 1
-    assert calls == [] and fake.fake_pool_allocs() - allocs == 1000 and fake.fake_pool_frees() - frees == 1000
-    stats = cuda.memory_stats(0)
+    made = 0 if kept else 1000
+    assert calls == [] and fake.fake_pool_allocs() - allocs == made and fake.fake_pool_frees() - frees == made
+    stats = memory.memory_stats(0)
     assert stats["allocation.all.allocated"] == 1001 and stats["allocation.all.freed"] == 1001
     assert stats["allocated_bytes.all.current"] == 0 and stats["allocated_bytes.all.peak"] == 32 << 20
     assert stats["reserved_bytes.all.current"] == 32 << 20 and stats["reserved_bytes.all.peak"] == 32 << 20
@@ -869,16 +879,16 @@ def test_fake_a_32mib_tensor_made_a_thousand_times_reserves_device_memory_once(f
 def test_fake_the_pool_keeps_every_freed_byte_unless_told_otherwise(fake, monkeypatch):
     monkeypatch.delenv("NBXCERT_MEMORY_RELEASE_THRESHOLD", raising=False)
     cuda.use_device(0)
-    cuda.pool_alloc(100, 0)
-    assert cuda._pool_attribute(0, cuda.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) == cuda.KEEP_EVERYTHING
-    monkeypatch.setattr(cuda, "_pools", {})
+    memory.pool_alloc(100, 0)
+    assert memory._pool_attribute(0, memory.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) == memory.KEEP_EVERYTHING
+    monkeypatch.setattr(memory, "_pools", {})
     monkeypatch.setenv("NBXCERT_MEMORY_RELEASE_THRESHOLD", str(1 << 30))
-    cuda.pool_alloc(100, 0)
-    assert cuda._pool_attribute(0, cuda.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) == 1 << 30
-    monkeypatch.setattr(cuda, "_pools", {})
+    memory.pool_alloc(100, 0)
+    assert memory._pool_attribute(0, memory.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD) == 1 << 30
+    monkeypatch.setattr(memory, "_pools", {})
     monkeypatch.setenv("NBXCERT_MEMORY_RELEASE_THRESHOLD", "1GB")
     with pytest.raises(UsageError, match=r"^NBXCERT_MEMORY_RELEASE_THRESHOLD=1GB is not a whole number of bytes$"):
-        cuda.pool_alloc(100, 0)
+        memory.pool_alloc(100, 0)
 
 
 def test_fake_a_tensor_allocation_on_a_present_current_device_makes_only_the_pools_calls(fake, monkeypatch):
@@ -898,7 +908,7 @@ def test_fake_a_tensor_allocation_on_a_present_current_device_makes_only_the_poo
     for _ in range(3):
         t = empty((1, 2048), "float16", "cuda:1")
         del t
-    assert calls == [] and fake.fake_pool_allocs() - allocs == 3 and cuda.current_device() == 1
+    assert calls == [] and fake.fake_pool_allocs() - allocs == 0 and cuda.current_device() == 1  # kept blocks
     empty((1, 2048), "float16", "cuda:0")  # another device: made current (its context set), its own pool
     assert calls == ["cuCtxSetCurrent"] and cuda.current_device() == 0
 
@@ -929,6 +939,7 @@ def test_fake_a_tensor_is_allocated_and_freed_on_the_stream_current_when_it_was_
     from nbxcert.kernels.tensor import empty
 
     triton_cuda = _fresh_triton_cuda(monkeypatch)
+    monkeypatch.setattr(memory, "KEPT_PER_SIZE", 0)  # the pool's own path (the kept blocks: the test below)
     cuda.use_device(0)
     stream = cuda.Stream()
     handle = stream.handle
@@ -949,39 +960,80 @@ def test_fake_a_tensor_is_allocated_and_freed_on_the_stream_current_when_it_was_
     assert fake.fake_pool_reservations() == 1  # the freed block reused
 
 
+def test_fake_a_block_kept_for_a_stream_goes_to_that_streams_next_allocation_only(fake, monkeypatch):
+    """A freed block is kept for the next allocation of its size on the stream it was freed on (reuse in that
+    stream's order, as the pool's own), never handed to another stream's; the stream lives while a block of it is
+    kept, and `release_kept` gives the blocks back to the pool on their streams."""
+    cuda.use_device(0)
+    stream = cuda.Stream()
+    handle = stream.handle
+    with cuda.using_stream(stream):
+        a = memory.pool_alloc(4096, 0)
+    ptr = a.ptr
+    a.free()
+    allocs = fake.fake_pool_allocs()
+    b = memory.pool_alloc(4096, 0)  # the legacy stream: not the kept block
+    assert b.ptr != ptr and fake.fake_pool_allocs() == allocs + 1
+    with cuda.using_stream(stream):
+        c = memory.pool_alloc(4096, 0)  # the same stream and size: the kept block, no driver call
+        d = memory.pool_alloc(4096, 0)  # none kept now: from the pool
+    assert c.ptr == ptr and c.stream == handle and fake.fake_pool_allocs() == allocs + 2 and d.ptr != ptr
+    c.free()
+    del stream
+    gc.collect()
+    assert fake.fake_live_streams() == 1  # held by the kept block (and d)
+    d.free()
+    frees = fake.fake_pool_frees()
+    assert memory.release_kept() == 2 and fake.fake_pool_frees() == frees + 2
+    assert fake.fake_last_free_stream() == handle
+    gc.collect()
+    assert fake.fake_live_streams() == 0
+    stats = memory.memory_stats(0)
+    assert stats["allocated_bytes.all.current"] == 4096 and stats["allocation.all.current"] == 1  # b
+
+
+def test_fake_kept_blocks_are_bounded_by_size_count(fake, monkeypatch):
+    monkeypatch.setattr(memory, "KEPT_SIZES", 3)
+    cuda.use_device(0)
+    for size in (1000, 2000, 3000, 4000):  # four sizes: the least recently used one goes back to the pool
+        memory.pool_alloc(size, 0).free()
+    assert [k[2] for k in memory._kept] == [2000, 3000, 4000]
+    assert fake.fake_pool_frees() == 1
+
+
 def test_fake_out_of_memory_releases_the_pools_kept_memory_and_retries(fake):
     cuda.use_device(0)
     fake.fake_set_pool_limit(8192)
-    cuda.pool_alloc(4096, 0).free()  # kept by the pool: 4096 reserved, none in use
+    memory.pool_alloc(4096, 0).free()  # kept by the pool: 4096 reserved, none in use
     assert fake.fake_pool_reserved() == 4096
-    a = cuda.pool_alloc(6000, 0)  # 6144 more would pass the limit: the kept block is released, then it fits
+    a = memory.pool_alloc(6000, 0)  # 6144 more would pass the limit: the kept block is released, then it fits
     assert a.ptr != 0 and fake.fake_pool_reserved() == 6144
-    stats = cuda.memory_stats(0)
+    stats = memory.memory_stats(0)
     assert stats["num_alloc_retries"] == 1 and stats["num_ooms"] == 0
     with pytest.raises(DeviceOutOfMemory) as info:
-        cuda.pool_alloc(4096, 0)  # 6144 held: nothing kept to release
+        memory.pool_alloc(4096, 0)  # 6144 held: nothing kept to release
     assert str(info.value) == (
         "out of memory on cuda:0: asked for 4096 bytes; nbxcert's tensors hold 6000 bytes and its pool reserves 6144;"
         f" the device has {cuda.mem_get_info(0)[0]} of {80 << 30} bytes free (cuMemAllocFromPoolAsync: "
         "CUDA_ERROR_OUT_OF_MEMORY (2))"
     )
     assert isinstance(info.value, CudaError) and cuda.context_poisoned() is None
-    stats = cuda.memory_stats(0)
+    stats = memory.memory_stats(0)
     assert stats["num_alloc_retries"] == 2 and stats["num_ooms"] == 1 and stats["allocated_bytes.all.current"] == 6000
 
 
 def test_fake_memory_stats_peaks_reset_and_empty_cache(fake):
     cuda.use_device(0)
-    a, b = cuda.pool_alloc(1000, 0), cuda.pool_alloc(3000, 0)
-    assert cuda.memory_allocated(0) == 4000 and cuda.max_memory_allocated(0) == 4000
+    a, b = memory.pool_alloc(1000, 0), memory.pool_alloc(3000, 0)
+    assert memory.memory_allocated(0) == 4000 and memory.max_memory_allocated(0) == 4000
     b.free()
-    assert cuda.memory_allocated(0) == 1000 and cuda.max_memory_allocated(0) == 4000
-    assert cuda.memory_reserved(0) == 1024 + 3072
-    cuda.reset_peak_memory_stats(0)
-    assert cuda.max_memory_allocated(0) == 1000 and cuda.memory_stats(0)["reserved_bytes.all.peak"] == 4096
-    cuda.empty_cache()
-    assert cuda.memory_reserved(0) == 1024 and a.ptr != 0
-    assert cuda.memory_stats(1)["allocated_bytes.all.current"] == 0  # a device with no pool yet: zeros
+    assert memory.memory_allocated(0) == 1000 and memory.max_memory_allocated(0) == 4000
+    assert memory.memory_reserved(0) == 1024 + 3072
+    memory.reset_peak_memory_stats(0)
+    assert memory.max_memory_allocated(0) == 1000 and memory.memory_stats(0)["reserved_bytes.all.peak"] == 4096
+    memory.empty_cache()
+    assert memory.memory_reserved(0) == 1024 and a.ptr != 0
+    assert memory.memory_stats(1)["allocated_bytes.all.current"] == 0  # a device with no pool yet: zeros
 
 
 def test_fake_sync_hooks_run_after_every_synchronising_call(fake):

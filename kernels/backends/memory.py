@@ -1,0 +1,369 @@
+"""nbxcert's device memory: a stream-ordered pool of its own on each device, with the last blocks freed on a stream
+kept for that stream's next allocation of the same size.
+
+A tensor's memory (`pool_alloc`, which `Tensor` storage uses) comes from CUDA's stream-ordered allocator:
+`cuMemAllocFromPoolAsync` on the stream the allocation is made on, and `cuMemFreeAsync` on that same stream when the
+tensor is freed or dropped. Neither waits for the device, and the pool keeps what is freed (its release threshold:
+every byte, unless NBXCERT_MEMORY_RELEASE_THRESHOLD says fewer), so after the first call of a shape no allocation
+reaches the driver's physical allocator: a freed block is reused in its stream's order. The pool is nbxcert's own,
+not the device's default pool, so another library's allocations (torch's caching allocator, CuPy's pools) and their
+release settings are untouched.
+
+Above the pool, the last `KEPT_PER_SIZE` blocks freed on a stream are kept for the next allocation of the same size
+on that stream (stream order makes that reuse safe as it makes the pool's: the block's last use is queued on the
+stream before its next one), because a served call allocates its outputs on every call and the pool's two driver
+calls cost several microseconds of host time each: benchmarks/bench_alloc.py measures both paths (benchmarks/README.md).
+At most `KEPT_SIZES` sizes are kept, the least recently used given back to the pool.
+
+Out of memory: the kept blocks are given back, the pool's memory released (after the device has finished the frees
+queued so far) and the allocation tried once more; a second failure is `DeviceOutOfMemory`, naming the bytes asked
+for, held and free. `memory_stats` gives allocated, reserved and peak bytes under torch.cuda.memory_stats' names.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import os
+import threading
+from typing import Any
+
+from nbxcert.errors import BackendUnavailable
+from nbxcert.kernels.backends import cuda
+
+CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115
+CU_MEM_ALLOCATION_TYPE_PINNED = 1  # CUmemAllocationType: device memory that is not migratable
+CU_MEM_LOCATION_TYPE_DEVICE = 1
+CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4  # cuuint64_t: bytes the pool keeps reserved across synchronisations
+CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5
+CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6
+CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7
+CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8
+KEEP_EVERYTHING = (1 << 64) - 1  # the release threshold that keeps every freed byte in the pool
+
+
+class _MemLocation(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _MemPoolProps(ctypes.Structure):
+    """CUmemPoolProps (cuda.h, CUDA 12.x/13.x: 88 bytes; fields after `location` are zero for a plain device pool)."""
+
+    _fields_ = [
+        ("allocType", ctypes.c_int),
+        ("handleTypes", ctypes.c_int),
+        ("location", _MemLocation),
+        ("win32SecurityAttributes", ctypes.c_void_p),
+        ("maxSize", ctypes.c_size_t),
+        ("usage", ctypes.c_ushort),
+        ("reserved", ctypes.c_ubyte * 54),
+    ]
+
+
+def release_threshold() -> int:
+    """The bytes each pool keeps reserved when the device synchronises: NBXCERT_MEMORY_RELEASE_THRESHOLD (a whole
+    number of bytes), else every byte (memory goes back only on out-of-memory or `empty_cache`)."""
+    from nbxcert.errors import UsageError
+
+    text = os.environ.get("NBXCERT_MEMORY_RELEASE_THRESHOLD", "").strip()
+    if not text:
+        return KEEP_EVERYTHING
+    if not text.isdigit():
+        raise UsageError(f"NBXCERT_MEMORY_RELEASE_THRESHOLD={text} is not a whole number of bytes")
+    return min(int(text), KEEP_EVERYTHING)
+
+
+class _PoolStats:
+    """What nbxcert's allocations hold on one device (bytes as asked for), counted under a lock: a free comes from a
+    finalizer that may run on any thread."""
+
+    __slots__ = ("allocated", "peak", "count", "allocations", "frees", "retries", "ooms")
+
+    def __init__(self) -> None:
+        self.allocated = self.peak = self.count = self.allocations = self.frees = self.retries = self.ooms = 0
+
+
+_pool_lock = threading.Lock()
+_pools: dict[int, int] = {}  # device -> CUmemoryPool
+_stats: dict[int, _PoolStats] = {}
+_driver: Any = None  # the loaded driver (`cuda.driver()`), bound when the first pool is made
+_driver_pid = -1  # the process that bound it
+
+KEPT_PER_SIZE = 2  # blocks of one size kept for one stream's next allocations (0: every free goes to the pool)
+KEPT_SIZES = 64  # (device, stream, size) keys kept at most; the least recently used is given back to the pool
+# (device, stream, size) -> [(ptr, the Stream object or None), ...], in the order of last use
+_kept: collections.OrderedDict[tuple[int, int, int], list] = collections.OrderedDict()
+
+
+def _bind_driver() -> None:
+    global _driver, _driver_pid
+    _driver, _driver_pid = cuda.driver(), cuda.process_id()
+
+
+def _pool(device: int) -> int:
+    """The device's pool, made on first use with the release threshold set; `BackendUnavailable` where the device has
+    no stream-ordered allocator (a fact of the device, said by name)."""
+    pool = _pools.get(device)
+    if pool is not None:
+        return pool
+    with _pool_lock:
+        pool = _pools.get(device)
+        if pool is None:
+            if not cuda.device_attribute(device, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED):
+                raise BackendUnavailable(
+                    f"CUDA device {device} does not support stream-ordered memory pools "
+                    "(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0)",
+                    hint="nbxcert needs a driver and device with cuMemAllocAsync (CUDA 11.2+, not every vGPU mode)",
+                )
+            props = _MemPoolProps()
+            props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED
+            props.location.type = CU_MEM_LOCATION_TYPE_DEVICE
+            props.location.id = device
+            made = ctypes.c_void_p()
+            with cuda.in_context(device):
+                cuda.call("cuMemPoolCreate", ctypes.byref(made), ctypes.byref(props), what=f"device {device}")
+                threshold = ctypes.c_uint64(release_threshold())
+                cuda.call("cuMemPoolSetAttribute", made, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, ctypes.byref(threshold),
+                      what=f"release threshold, device {device}")  # fmt: skip
+            pool = made.value or 0
+            _bind_driver()
+            _stats.setdefault(device, _PoolStats())
+            _pools[device] = pool
+    return pool
+
+
+def _pool_attribute(device: int, attribute: int) -> int:
+    pool = _pools.get(device)
+    if pool is None:
+        return 0
+    value = ctypes.c_uint64()
+    with cuda.in_context(device):
+        cuda.call("cuMemPoolGetAttribute", pool, attribute, ctypes.byref(value), what=f"device {device}")
+    return value.value
+
+
+class PoolBlock:
+    """Device memory from nbxcert's pool (`pool_alloc`): given back with `cuMemFreeAsync` on the stream it was made
+    on, by `free()` (idempotent) or when the object is dropped. After `free()`, `ptr` reads 0.
+
+    A slotted object with `__del__` rather than a `weakref.finalize` (which costs several times more, and a served
+    call makes one per output). `keep` holds the `Stream` object of that stream, so the stream outlives its memory."""
+
+    __slots__ = ("ptr", "nbytes", "device", "stream", "keep", "pid")
+
+    def __init__(self, ptr: int, nbytes: int, device: int, stream: int, keep: Any = None):
+        self.ptr, self.nbytes, self.device, self.stream, self.keep = ptr, nbytes, device, stream, keep
+        self.pid = cuda.process_id()
+
+    def free(self) -> None:
+        ptr = self.ptr
+        if ptr:
+            self.ptr, keep, self.keep = 0, self.keep, None
+            _pool_free(ptr, self.device, self.nbytes, self.pid, self.stream, keep)
+
+    def __del__(self) -> None:
+        ptr = self.ptr
+        if ptr and _pool_free is not None:  # None: the module is being torn down at exit (the driver frees all)
+            self.ptr, keep, self.keep = 0, self.keep, None
+            _pool_free(ptr, self.device, self.nbytes, self.pid, self.stream, keep)
+
+    @property
+    def freed(self) -> bool:
+        return not self.ptr
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    def __int__(self) -> int:
+        return self.ptr
+
+    __index__ = __int__
+
+    def __repr__(self) -> str:
+        state = "freed" if not self.ptr else f"ptr=0x{self.ptr:x}"
+        return f"PoolBlock({state}, nbytes={self.nbytes}, device={self.device}, stream=0x{self.stream:x})"
+
+
+def _pool_free(ptr: int, device: int, nbytes: int, pid: int, stream: int, keep: Any = None) -> None:
+    """Keep a freed block for its stream's next allocation of the same size, or give it back to the pool on that
+    stream (queued: nothing waits)."""
+    if not cuda.owned_here(pid):  # a forked child's copy, or a poisoned context: left to process exit
+        return
+    stats = _stats.get(device) or _stats.setdefault(device, _PoolStats())
+    with _pool_lock:
+        stats.allocated -= nbytes
+        stats.count -= 1
+        stats.frees += 1
+        if KEPT_PER_SIZE:
+            key = (device, stream, nbytes)
+            kept = _kept.get(key)
+            if kept is None:
+                kept = _kept[key] = []
+                evicted = _kept.popitem(last=False) if len(_kept) > KEPT_SIZES else None
+            else:
+                _kept.move_to_end(key)
+                evicted = None
+            if len(kept) < KEPT_PER_SIZE:
+                kept.append((ptr, keep))
+                ptr = 0
+    if KEPT_PER_SIZE and evicted is not None:
+        (ev_device, ev_stream, ev_size), blocks = evicted
+        for ev_ptr, _ in blocks:
+            _give_back(ev_ptr, ev_device, ev_stream, ev_size)
+    if ptr:
+        _give_back(ptr, device, stream, nbytes)
+
+
+def _give_back(ptr: int, device: int, stream: int, nbytes: int) -> None:
+    """`cuMemFreeAsync` of one block on its stream."""
+    if cuda.thread_device() == device:
+        status = _driver.cuMemFreeAsync(ptr, stream)
+    else:
+        with cuda.in_context(device):
+            status = _driver.cuMemFreeAsync(ptr, stream)
+    if status:
+        cuda.raise_failed("cuMemFreeAsync", status, f"{nbytes} bytes on device {device}")
+
+
+def pool_alloc(nbytes: int, device: int) -> PoolBlock:
+    """`nbytes` (> 0) of device memory on `device` from nbxcert's pool, ordered on this thread's current stream for
+    the device (`current_stream`) and freed on it (see above). Out of memory: the pool's kept memory is released and
+    the allocation tried once more, then `DeviceOutOfMemory`. The driver is called directly (no `_call`): this is
+    every served call's output."""
+    return pool_block(max(cuda.check_size(nbytes, "pool_alloc"), 1), device)
+
+
+def pool_block(size: int, device: int) -> PoolBlock:
+    """`pool_alloc` for a size already checked (an int > 0): a launch plan's replay making its outputs."""
+    pool = _pools.get(device) or _pool(device)
+    stream, keep = cuda.current_stream_object(device)
+    kept = _kept.get((device, stream, size))
+    if kept:
+        with _pool_lock:
+            if kept:
+                ptr, keep = kept.pop()
+                stats = _stats[device]
+                stats.allocated += size
+                stats.count += 1
+                stats.allocations += 1
+                if stats.allocated > stats.peak:
+                    stats.peak = stats.allocated
+                return PoolBlock(ptr, size, device, stream, keep)
+    if _driver_pid != cuda.process_id():
+        cuda.driver()  # refuses a forked child by name
+    out = cuda.CUdeviceptr()
+    status = _driver.cuMemAllocFromPoolAsync(ctypes.byref(out), size, pool, stream)
+    if status:
+        if status != cuda.CUDA_ERROR_OUT_OF_MEMORY:
+            cuda.raise_failed("cuMemAllocFromPoolAsync", status, f"{size} bytes on device {device}")
+        _out_of_memory_retry(out, size, pool, stream, device)
+    stats = _stats[device]
+    with _pool_lock:
+        stats.allocated += size
+        stats.count += 1
+        stats.allocations += 1
+        if stats.allocated > stats.peak:
+            stats.peak = stats.allocated
+    return PoolBlock(out.value, size, device, stream, keep)
+
+
+def _out_of_memory_retry(ptr, size: int, pool: int, stream: int, device: int) -> None:
+    """Release the pool's kept memory (once the frees queued so far have run) and try once more; else raise
+    `DeviceOutOfMemory` with what is held and free."""
+    from nbxcert.errors import DeviceOutOfMemory
+
+    stats = _stats[device]
+    with _pool_lock:
+        stats.retries += 1
+    empty_cache(device)
+    status = _driver.cuMemAllocFromPoolAsync(ctypes.byref(ptr), size, pool, stream)
+    if status == cuda.CUDA_SUCCESS:
+        return
+    with _pool_lock:
+        stats.ooms += 1
+    free, total = cuda.mem_get_info(device)
+    reserved = _pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+    raise DeviceOutOfMemory(
+        f"out of memory on cuda:{device}: asked for {size} bytes; nbxcert's tensors hold {stats.allocated} bytes "
+        f"and its pool reserves {reserved}; the device has {free} of {total} bytes free "
+        f"(cuMemAllocFromPoolAsync: {cuda.error_name(status)} ({status}))"
+    )
+
+
+def empty_cache(device: int | None = None) -> None:
+    """Give the memory nbxcert's pools keep but no tensor holds back to the device (of `device`, or every device),
+    after the device has finished the frees queued so far (so they count). As `torch.cuda.empty_cache`. Inside a held
+    stream gate the wait is skipped (it would wait for this thread): what is already free is released. The blocks
+    kept for streams' next allocations are given back first."""
+    release_kept(device)
+    for dev, pool in list(_pools.items()):
+        if device is not None and dev != device:
+            continue
+        with cuda.in_context(dev):
+            if not cuda.holding_a_gate():
+                cuda.call("cuCtxSynchronize", what=f"before releasing pool memory, device {dev}")
+            cuda.call("cuMemPoolTrimTo", pool, 0, what=f"device {dev}")
+
+
+def memory_stats(device: int | None = None) -> dict[str, int]:
+    """The allocator's figures for `device` (default: the current one), under torch.cuda.memory_stats' names:
+    allocated bytes (what live tensors asked for) now and at peak, reserved bytes (what the pool holds from the
+    device, in use or kept) now and at peak, live and total allocation counts, frees, out-of-memory retries and
+    failures."""
+    device = cuda.current_device() if device is None else device
+    stats = _stats.get(device) or _PoolStats()
+    with _pool_lock:
+        figures = {
+            "allocated_bytes.all.current": stats.allocated,
+            "allocated_bytes.all.peak": stats.peak,
+            "allocation.all.current": stats.count,
+            "allocation.all.allocated": stats.allocations,
+            "allocation.all.freed": stats.frees,
+            "num_alloc_retries": stats.retries,
+            "num_ooms": stats.ooms,
+        }
+    figures["reserved_bytes.all.current"] = _pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+    figures["reserved_bytes.all.peak"] = _pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
+    return dict(sorted(figures.items()))
+
+
+def memory_allocated(device: int | None = None) -> int:
+    """Bytes nbxcert's live tensors on `device` asked for."""
+    return memory_stats(device)["allocated_bytes.all.current"]
+
+
+def memory_reserved(device: int | None = None) -> int:
+    """Bytes nbxcert's pool on `device` holds from the device (in use or kept for reuse)."""
+    return memory_stats(device)["reserved_bytes.all.current"]
+
+
+def max_memory_allocated(device: int | None = None) -> int:
+    return memory_stats(device)["allocated_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device: int | None = None) -> None:
+    """Start the peaks afresh from what is held now."""
+    device = cuda.current_device() if device is None else device
+    stats = _stats.get(device)
+    if stats is not None:
+        with _pool_lock:
+            stats.peak = stats.allocated
+    pool = _pools.get(device)
+    if pool is not None:
+        zero = ctypes.c_uint64(0)
+        with cuda.in_context(device):
+            for attribute in (CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, CU_MEMPOOL_ATTR_USED_MEM_HIGH):
+                cuda.call("cuMemPoolSetAttribute", pool, attribute, ctypes.byref(zero), what=f"device {device}")
+
+
+def release_kept(device: int | None = None) -> int:
+    """Give the blocks kept for streams' next allocations (of `device`, or all) back to the pool; returns how many."""
+    with _pool_lock:
+        keys = [k for k in _kept if device is None or k[0] == device]
+        taken = [(k, _kept.pop(k)) for k in keys]
+    n = 0
+    for (dev, stream, size), blocks in taken:
+        for ptr, _ in blocks:
+            _give_back(ptr, dev, stream, size)
+            n += 1
+    return n
