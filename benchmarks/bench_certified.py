@@ -1,4 +1,5 @@
-"""The four measurements of shipped certificates (issue #8), each a ratio measured side by side in one run.
+"""The measurements of shipped certificates (how good their winners are, what serving them saves at a cold start, what
+a served launch costs the host, how fast they are made), each a ratio measured side by side in one run.
 
     python3 benchmarks/bench_certified.py quality --workload tinyllama-1.1b --dir certificates --out quality.json
     python3 benchmarks/bench_certified.py coldstart --workload tinyllama-1.1b --dir certificates --out cold.json
@@ -30,8 +31,9 @@ coldstart   A fresh process runs the workload's launch sequence once (every laun
             launches was queued) beside the lower bound on the whole.
 serving     The per-launch host cost of the served path (the user-facing `rmsnorm` on a decode-sized row, its key
             certified) against `kernel[grid](...)` of the same config with its arguments built once ("raw", the
-            issue's baseline) and against `spec.launch` (the launch built per call), averaged over --calls launches,
-            the paths interleaved over --repeats rounds; --profile adds cProfile's top functions of served and raw.
+            baseline: what a caller of Triton pays) and against `spec.launch` (the launch built per call), averaged
+            over --calls launches, the paths interleaved over --repeats rounds; --profile adds cProfile's top
+            functions of served and raw.
 winners     Read from the certificates alone (no device): per kernel, the certified winner's time against the untuned
             default's, both as the sweep measured them in the same run (its full budget).
 report      The quality measurement over a workload's shards (`quality --out` files): the distributions over every key,
@@ -245,10 +247,10 @@ def quality(args) -> dict:
               file=sys.stderr)  # fmt: skip
     rows, peer_cases = [], []
     interrupted = stopped = False
-    try:  # a device call's time limit (SIGINT) ends the loop, not the report: the keys measured so far are kept
+    try:  # a time limit's SIGINT ends the loop, not the report: the keys measured so far are kept
         for i, key in enumerate(keys):
             if args.stop_after is not None and time.monotonic() - STARTED > args.stop_after:
-                # stopped before the call's limit, the peer still timed over the keys measured
+                # stopped before an outer time limit would stop it: the peer is still timed over the keys measured
                 stopped = True
                 print(f"[quality] stopped after {args.stop_after:g} s: {len(rows)} of {len(keys)} keys measured; "
                       f"the rest: --start {args.start + len(rows)}", file=sys.stderr)  # fmt: skip

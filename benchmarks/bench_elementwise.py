@@ -1,5 +1,5 @@
 """Element-wise kernels on the GPU: the best candidate's effective bandwidth next to torch's and next to the device's
-copy bandwidth, measured in the same run (issue #4's benchmark for the element-wise family).
+copy bandwidth, measured in the same run.
 
     python benchmarks/bench_elementwise.py --out elementwise.json
 

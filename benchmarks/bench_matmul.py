@@ -298,8 +298,8 @@ def main(argv=None) -> int:
             best_inputs[spec.name] = (spec, problem, dtypes, inputs)
         entry = {"flop": flops(shape), "candidates": rows, "refused": refused, "finalists": []}
         # the --finalists fastest of the sweep, each checked against the float64 oracle, go to the rounds: the
-        # fastest sweep time alone is the luckiest of many noisy medians (the ninth session's 4096^3 winner timed
-        # 0.195 ms in its sweep and 0.209-0.214 in every round, the sweep's next ones 0.211)
+        # fastest sweep time alone is the luckiest of many noisy medians (on an H200 a 4096^3 winner timed 0.195 ms in
+        # its sweep and 0.209-0.214 in every round, the sweep's next ones 0.211)
         for cand in sorted(rows, key=lambda r: r["median_ms"])[: args.finalists]:
             spec, problem, dtypes, inputs = best_inputs[cand["spec"]]
             verdicts = run_checked(spec, Config.from_dict(cand["kwargs"]), problem, dtypes, profile, 1, choice.device)

@@ -1,44 +1,56 @@
 #!/usr/bin/env bash
-# One device call of the Hopper certification (issues #6/#8): install from the working tree, then
-# `nbxcert certify --profile hopper` over the keys of $WORKLOADS into certificates/nvidia/hopper, for at most
-# $CERTIFY_S seconds (resumable: a later call continues where this one stopped), with torch made unimportable in every
-# process (a sitecustomize whose meta_path finder refuses it).
-# KEYS="file ..." certifies the keys of keys files instead (JSON lines, as `nbxcert keys --json` writes them); a key certified
-# by another nbxcert version or card is swept again, one certified by this one is skipped (resumable).
-# With several GPUs the keys are split into one `--shard i/N` per GPU (CUDA_VISIBLE_DEVICES=i), run at once, each
-# with its share of the CPU cores for compiling; they write into the same directory (writes are atomic and locked).
-# Logs (one line per key, and each shard's JSON summary when it finishes) and the certificates come back packed in
-# $OUT/hopper_certs.tgz; $OUT/coverage_*.txt says what is covered; the Triton cache comes back in parts
-# ($OUT/triton_cache.tgz.*: copy them into .triton-carry/ and name it in the next call's `carry`).
+# Certify shipped workloads on this machine's NVIDIA GPUs into certificates/nvidia/$PROFILE, logs into an output
+# directory:
+#
+#   WORKLOADS="tinyllama-1.1b llama-3-8b" bash benchmarks/gpu_certify.sh OUTDIR
+#   KEYS=stale.jsonl FORCE=1 bash benchmarks/gpu_certify.sh OUTDIR     # keys files instead (`nbxcert stale --out`)
+#
+# Needs one or more NVIDIA GPUs of one host, of the profile to certify (PROFILE, default hopper: H100 or H200; the
+# shipped nvidia/hopper certificates were made on H200s). With several GPUs the keys are split into one `--shard i/N`
+# per GPU (CUDA_VISIBLE_DEVICES=i), run at once, each with its share of the CPU cores for compiling and for the float64
+# oracles; they write into the same directory (writes are atomic and locked). torch is made unimportable in every
+# process (gpu_env.sh).
+#
+# Resumable: a key already certified on this card, driver and Triton with the same code is skipped, so the same command
+# goes on where a stopped one ended. KEYS="file ..." certifies the keys of keys files (JSON lines, as `nbxcert keys
+# --json` and `nbxcert stale --out` write them) instead of the workloads'; FORCE=1 sweeps keys again even where they
+# are certified (`certify --force`), as stale winners need. CERTIFY_S=S interrupts each shard after S seconds (every
+# entry written so far is kept).
+#
+# OUTDIR gets keys.jsonl (the keys asked for), certify_shard<i>.log (a line per key as it finishes, then the table),
+# and coverage_<workload>.txt (`nbxcert coverage`'s line) for each of WORKLOADS (with KEYS, those named).
 set -u
-WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
-CERTIFY_S=${CERTIFY_S:-300}
-mkdir -p /tmp/certify-logs
+if [ -z "${1:-}" ]; then
+  echo "usage: [WORKLOADS=...] [KEYS=...] bash benchmarks/gpu_certify.sh OUTDIR" >&2
+  exit 2
+fi
+mkdir -p "$1" && dest=$(cd "$1" && pwd)
+PROFILE=${PROFILE:-hopper}
+[ -n "${KEYS:-}" ] || WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
+WORKLOADS=${WORKLOADS:-}
 source "$(dirname "$0")/gpu_env.sh"
-: > /tmp/certify-logs/keys.jsonl
-if [ -n "${KEYS:-}" ]; then  # keys files instead (e.g. benchmarks/stale_hopper_0.1.0.jsonl: keys to sweep again)
-  cat $KEYS > /tmp/certify-logs/keys.jsonl
+: > "$dest/keys.jsonl"
+if [ -n "${KEYS:-}" ]; then
+  cat $KEYS > "$dest/keys.jsonl"
 else
   for w in $WORKLOADS; do
-    python3 -m nbxcert keys --profile hopper --workload "$w" --json >> /tmp/certify-logs/keys.jsonl
+    python3 -m nbxcert keys --profile "$PROFILE" --workload "$w" --json >> "$dest/keys.jsonl"
   done
 fi
-echo "$(wc -l < /tmp/certify-logs/keys.jsonl) keys of ${KEYS:-$WORKLOADS} over $SHARDS shard(s), $JOBS compile jobs each"
-mkdir -p certificates/nvidia/hopper
+force=()
+[ "${FORCE:-0}" = 1 ] && force=(--force)
+echo "$(wc -l < "$dest/keys.jsonl") keys of ${KEYS:-$WORKLOADS} over $SHARDS shard(s), $JOBS compile jobs each"
 start=$(date +%s)
 for i in $(seq 0 $(( SHARDS - 1 ))); do
   # each shard's float64 oracles (numpy's BLAS) get its share of the cores, not all of them each
   CUDA_VISIBLE_DEVICES=$i OMP_NUM_THREADS=$JOBS OPENBLAS_NUM_THREADS=$JOBS MKL_NUM_THREADS=$JOBS \
-  PYTHONPATH=/tmp/notorch timeout -s INT "$CERTIFY_S" python3 -m nbxcert certify \
-    --profile hopper --keys /tmp/certify-logs/keys.jsonl --out certificates --shard "$i/$SHARDS" --jobs "$JOBS" \
-    > "/tmp/certify-logs/shard$i.log" 2>&1 &
+  PYTHONPATH=/tmp/notorch timeout -s INT "${CERTIFY_S:-0}" python3 -m nbxcert certify \
+    --profile "$PROFILE" --keys "$dest/keys.jsonl" --out certificates --shard "$i/$SHARDS" --jobs "$JOBS" \
+    ${force[@]+"${force[@]}"} > "$dest/certify_shard$i.log" 2>&1 &
 done
 wait
 echo "certify: $SHARDS shard(s) ended after $(( $(date +%s) - start )) s"
 for w in $WORKLOADS; do
-  PYTHONPATH=/tmp/notorch python3 -m nbxcert coverage --profile hopper --workload "$w" --dir certificates \
-    2>&1 | tail -1 | tee "$OUT/coverage_$w.txt"
+  PYTHONPATH=/tmp/notorch python3 -m nbxcert coverage --profile "$PROFILE" --workload "$w" --dir certificates \
+    2>&1 | tail -1 | tee "$dest/coverage_$w.txt"
 done
-rm -f certificates/nvidia/hopper/.lock
-tar czf "$OUT/hopper_certs.tgz" certificates/nvidia/hopper /tmp/certify-logs 2>/dev/null
-[ "${PACK_CACHE:-1}" = 1 ] && triton_cache_pack 3  # the next call carries it (.triton-carry) and compiles less

@@ -169,7 +169,7 @@ class Tensor:
     """A strided view of a `Storage`. Strides and offsets count elements, as in torch and Triton."""
 
     def __init__(self, storage: Storage, shape, strides, dtype: DType | str, offset: int = 0):
-        # made for every view, so on a served launch's path: written for the host's time (benchmarks/RESULTS.md)
+        # made for every view, so on a served launch's path: written for the host's time (bench_dispatch.py measures it)
         self._storage = storage
         self._ptr = None  # the address, found at the first `data_ptr` (a storage's address is fixed for its life)
         self._key = None  # what a launch plan's signature holds of this view (`launch.tensor_key`), made once

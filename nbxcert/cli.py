@@ -732,6 +732,47 @@ def diff(
 
 @app.command()
 @handled
+def stale(
+    directory: Annotated[Path, typer.Argument(help="A certificate directory (<vendor>/<profile>/*.json).")],
+    profile: Annotated[Optional[str], typer.Option(help="Only this profile (default: every profile).")] = None,
+    keys_out: Annotated[
+        Optional[Path],
+        typer.Option("--out", help="Write the stale keys as a keys file, for `nbxcert certify --keys F --force`."),
+    ] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+):
+    """Certified winners the winner rule would not choose from their entry's own timings (no device; exit 1 if any)."""
+    from nbxcert.certtools import config_label
+    from nbxcert.stale import find_stale
+
+    report = find_stale(directory, profile)
+    if keys_out is not None:
+        keys_out.write_text(report.keys_jsonl())
+    if json_out:
+        doc = {"dir": str(directory), "profile": report.profile, "entries": report.entries, "judged": report.judged}
+        print(json.dumps({**doc, "stale": [s.as_dict() for s in report.stale]}, indent=2))
+    else:
+        if report.stale:
+            t = Table(title=_cell(f"stale winners in {directory}"))
+            for col in ("profile", "key", "certified winner", "us", "the rule's choice", "us", "winner/choice"):
+                t.add_column(col)
+            for s in report.stale:
+                t.add_row(
+                    _cell(s.profile),
+                    _cell(s.key),
+                    _cell(config_label(s.winner)),
+                    f"{s.winner_us:.4g}",
+                    _cell(config_label(s.chosen)),
+                    f"{s.chosen_us:.4g}",
+                    f"{s.ratio:.3f}",
+                )
+            out.print(t)
+        print(report.line())
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command()
+@handled
 def merge(
     out_dir: Annotated[Path, typer.Argument(help="The certificate directory to merge into (created if missing).")],
     dirs: Annotated[Optional[list[Path]], typer.Argument(help="Shard certificate directories (same layout).")] = None,

@@ -123,7 +123,7 @@ def test_quality_of_a_shard_times_every_nth_key(tmp_path, monkeypatch):
 
 
 def test_quality_stopped_early_says_where_to_go_on_and_start_goes_on_there(tmp_path, monkeypatch):
-    """`--stop-after` ends the loop before a device call's limit would (the peer then still runs over the keys measured)
+    """`--stop-after` ends the loop before an outer time limit would (the peer then still runs over the keys measured)
     and `--start` measures a shard's keys after those: together they are the shard, in order."""
     monkeypatch.setenv("NBXCERT_BACKEND", "interpreter")
     base = ["quality", "--workload", "demo", "--dir", str(ROOT / "certificates"), "--limit", "4"]

@@ -101,7 +101,7 @@ FAKE_TORCH = ROOT / "tests" / "fixtures" / "fake_torch"
 def test_the_peer_times_as_many_calls_as_rep_ms_allows_from_its_first_shape(script):
     """The peer's flush buffer is written once before any estimate: were its first write (slow, a first launch)
     inside the first shape's estimate, that shape would get a handful of timed calls, a burst ten times shorter than
-    nbxcert's side times (the eleventh session's 4096^3 cuBLAS: 21-73 calls against ~415)."""
+    nbxcert's side times (the bug: cuBLAS at 4096^3 was timed over 21-73 calls against nbxcert's ~415 on an H200)."""
     import json
     import subprocess
 

@@ -1,4 +1,4 @@
-"""The benchmark scripts' own code that runs after the GPU work (tables, labels): a fault there loses a device call's
+"""The benchmark scripts' own code that runs after the GPU work (tables, labels): a fault there loses a GPU run's
 measurements, so it is exercised here on the CPU with results shaped as the GPU run makes them."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _result(bench, name, problem, dtypes, torch_ms, check="ok"):
 
 
 def test_the_elementwise_table_has_a_line_for_every_case(bench_elementwise):
-    # the first H200 run lost its torch column: the case label read a second dtype that only cast has
+    # the bug: the case label read a second dtype that only cast has, and an H200 run's table lost its torch column
     results = [_result(bench_elementwise, n, p, d, 0.2 if i % 2 else None) for i, (n, p, d) in
                enumerate(bench_elementwise.CASES)]  # fmt: skip
     lines = bench_elementwise.table(results)

@@ -1,22 +1,16 @@
 """A certificate keeps every fully timed candidate (`finalists`, fastest first): the choice of its winner can be
-audited and a change of the winner rule applied without sweeping the key again. Serving's index leaves them out."""
+audited and a change of the winner rule applied without sweeping the key again (`nbxcert stale`, tests/test_stale.py).
+Serving's index leaves them out."""
 
 from __future__ import annotations
 
 import copy
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import stale_winners as sw  # noqa: E402
-
-from nbxcert import certificates  # noqa: E402
-from nbxcert.errors import CertificateInvalid  # noqa: E402
+from nbxcert import certificates
+from nbxcert.errors import CertificateInvalid
 
 KEY = "rmsnorm[n_cols=64,n_rows=8;float16,float16]@v1"
 
@@ -66,19 +60,8 @@ def test_the_index_leaves_the_finalists_out(certified, tmp_path):
     assert served is not None and "finalists" not in served and served["winner"]
 
 
-def test_stale_winners_applies_todays_rule_to_the_finalists(backend):
-    """With finalists the rule itself runs over all of them, the kernel's untuned default preferred inside the band."""
-    from nbxcert.kernels import rows
+def test_the_winner_rule_chooses_a_fresh_certificates_winner_again_from_its_finalists(certified):
+    from nbxcert.stale import rule_choice
 
-    def side(config, median, spread, reps):
-        timing = {"median_us": median, "min_us": median, "spread": spread, "reps": reps, "kind": "cuda_events"}
-        return {"config": config.as_dict(), "timing": timing}
-
-    default = rows.RMSNORM.default
-    other = next(c for c in rows.RMSNORM.candidates if c != default)
-    slow_default, fast = side(default, 20.0, 1.0, 50), side(other, 10.0, 2.5, 500)  # old band: 350% wide
-    entry = {"winner": slow_default, "runner_up": fast, "finalists": [fast, slow_default]}
-    assert sw.stale(entry, "rmsnorm") == pytest.approx(2.0)
-    assert sw.stale(entry) == pytest.approx(2.0), "without the kernel, the runner-up says the same"
-    near = side(default, 10.2, 0.2, 50)  # within today's band too: the default stays
-    assert sw.stale({"winner": near, "runner_up": fast, "finalists": [fast, near]}, "rmsnorm") is None
+    _out, path = certified
+    assert rule_choice(certificates.load_file(path).entries[KEY]) is None

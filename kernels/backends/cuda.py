@@ -535,7 +535,7 @@ def use_device(index: int) -> int:
 
 def make_current(index: int) -> None:
     """`use_device(index)` unless nbxcert made it current on this thread already (as `_ensure_context` assumes: a
-    tensor allocation's per-call cost on a served path, benchmarks/RESULTS.md)."""
+    tensor allocation's per-call cost on a served path, measured by benchmarks/bench_alloc.py)."""
     global _last_device
     if getattr(_tls, "device", None) == index:
         _last_device = index
@@ -816,35 +816,36 @@ def memcpy_htod(dst_ptr: int, src: Any, nbytes: int) -> None:
     Synchronous: prior work on every stream has finished before the copy, and the copy has landed when it returns."""
     dst_ptr, nbytes = _pointer(dst_ptr), _size(nbytes, "memcpy_htod")
     address, _keep = _host_address(src, nbytes, writable=False)
-    if nbytes == 0:
-        return
+    if nbytes:
+        # pageable copies return once the data is staged, not landed; a kernel on a non-blocking stream could overtake
+        _fenced("a host-to-device copy", "cuMemcpyHtoD", (dst_ptr, address, nbytes), f"{nbytes} bytes to 0x{dst_ptr:x}")
+
+
+def _fenced(what: str, api: str, args: tuple, detail: str, after: bool = True) -> None:
+    """A synchronous copy or memset: the work queued on every stream finished before it, and (`after`) the device
+    waited for again once it is made."""
     device = _ensure_context()
-    _call("cuCtxSynchronize", what=f"before a host-to-device copy, device {device}")
-    _call("cuMemcpyHtoD", dst_ptr, address, nbytes, what=f"{nbytes} bytes to 0x{dst_ptr:x}")
-    # Pageable copies return once the data is staged, not landed; a kernel on a non-blocking stream could overtake.
-    _call("cuCtxSynchronize", what=f"after a host-to-device copy, device {device}")
+    _call("cuCtxSynchronize", what=f"before {what}, device {device}")
+    _call(api, *args, what=detail)
+    if after:
+        _call("cuCtxSynchronize", what=f"after {what}, device {device}")
 
 
 def memcpy_dtoh(dst: Any, src_ptr: int, nbytes: int) -> None:
     """Copy `nbytes` from device memory at `src_ptr` into host `dst` (writable, C-contiguous). Synchronous."""
     src_ptr, nbytes = _pointer(src_ptr), _size(nbytes, "memcpy_dtoh")
     address, _keep = _host_address(dst, nbytes, writable=True)
-    if nbytes == 0:
-        return
-    device = _ensure_context()
-    _call("cuCtxSynchronize", what=f"before a device-to-host copy, device {device}")
-    _call("cuMemcpyDtoH", address, src_ptr, nbytes, what=f"{nbytes} bytes from 0x{src_ptr:x}")
+    if nbytes:  # a device-to-host copy into pageable memory has landed when it returns
+        detail = f"{nbytes} bytes from 0x{src_ptr:x}"
+        _fenced("a device-to-host copy", "cuMemcpyDtoH", (address, src_ptr, nbytes), detail, after=False)
 
 
 def memcpy_dtod(dst_ptr: int, src_ptr: int, nbytes: int) -> None:
     """Copy `nbytes` between device buffers. Synchronous."""
     dst_ptr, src_ptr, nbytes = _pointer(dst_ptr), _pointer(src_ptr), _size(nbytes, "memcpy_dtod")
-    if nbytes == 0:
-        return
-    device = _ensure_context()
-    _call("cuCtxSynchronize", what=f"before a device-to-device copy, device {device}")
-    _call("cuMemcpyDtoD", dst_ptr, src_ptr, nbytes, what=f"{nbytes} bytes 0x{src_ptr:x} -> 0x{dst_ptr:x}")
-    _call("cuCtxSynchronize", what=f"after a device-to-device copy, device {device}")
+    if nbytes:
+        detail = f"{nbytes} bytes 0x{src_ptr:x} -> 0x{dst_ptr:x}"
+        _fenced("a device-to-device copy", "cuMemcpyDtoD", (dst_ptr, src_ptr, nbytes), detail)
 
 
 def _memset_value(value: Any, bits: int) -> int:
@@ -857,23 +858,15 @@ def _memset_value(value: Any, bits: int) -> int:
 def memset_d8(ptr: int, value: int, nbytes: int) -> None:
     """Set `nbytes` bytes at `ptr` to `value` (0..255). Synchronous."""
     ptr, value, nbytes = _pointer(ptr), _memset_value(value, 8), _size(nbytes, "memset_d8")
-    if nbytes == 0:
-        return
-    device = _ensure_context()
-    _call("cuCtxSynchronize", what=f"before a memset, device {device}")
-    _call("cuMemsetD8", ptr, value, nbytes, what=f"{nbytes} bytes at 0x{ptr:x}")
-    _call("cuCtxSynchronize", what=f"after a memset, device {device}")
+    if nbytes:
+        _fenced("a memset", "cuMemsetD8", (ptr, value, nbytes), f"{nbytes} bytes at 0x{ptr:x}")
 
 
 def memset_d32(ptr: int, value: int, count: int) -> None:
     """Set `count` 32-bit words at `ptr` (4-byte aligned) to `value` (0..2**32-1). Synchronous."""
     ptr, value, count = _pointer(ptr), _memset_value(value, 32), _size(count, "memset_d32")
-    if count == 0:
-        return
-    device = _ensure_context()
-    _call("cuCtxSynchronize", what=f"before a memset, device {device}")
-    _call("cuMemsetD32", ptr, value, count, what=f"{count} words at 0x{ptr:x}")
-    _call("cuCtxSynchronize", what=f"after a memset, device {device}")
+    if count:
+        _fenced("a memset", "cuMemsetD32", (ptr, value, count), f"{count} words at 0x{ptr:x}")
 
 
 def memset_d8_async(ptr: int, value: int, nbytes: int, stream: Stream | int = 0) -> None:

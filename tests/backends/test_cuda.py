@@ -1222,7 +1222,7 @@ def test_fake_do_bench_events_times_each_repetition(fake, monkeypatch):
 
 
 def test_fake_gated_timing_leaves_the_hosts_launch_out(fake, monkeypatch):
-    """The defect the H200 showed (seventh session): with each repetition queued as flush, start, fn, end, a GPU that
+    """The defect seen on an H200: with each repetition queued as flush, start, fn, end, a GPU that
     is faster than the host reaches the start event before fn is queued, and the pair times the host. On the fake,
     events are host-clock stamps, so a fn that costs the host 0.5 ms and the device nothing is that ungated, and
     nothing once its repetitions wait behind the gate and run together."""
