@@ -1,17 +1,19 @@
 """Host-side cost of a launch, on a machine with no GPU: the served path (a user-facing function: checks, the key,
 the certified config looked up, the launch built) against the same launches made directly (`kernel[grid](...)` with
-the arguments the served call built, captured once: the issue's baseline) and against `spec.launch`, with
-Triton's dispatch but no kernel run (Triton compiles for sm_90 through the census's cross-compiling driver, and each
-`kernel[grid](...)` stops after its dispatch: binding, specialisation, cache lookup). What it leaves out, the C
-launcher and the driver call, is the same for both paths, so the difference is the serving overhead (issue #8's
-third measurement; target <= 2 us). The certificates are the shipped `nvidia/hopper` ones, served as on an H200 of
-the 141GB class.
+the arguments the served call built, captured once: what a caller of Triton pays) and against `spec.launch`, with
+Triton's dispatch but no kernel run (the cross-compiling backend, `nbxcert.kernels.backends.cross`: Triton compiles
+for sm_90, and each `kernel[grid](...)` goes through its dispatch, binding, specialisation and cache lookup, to the
+cross driver's launcher, which runs nothing). What it leaves out, the C launcher and the driver call, is the same
+for both paths, so the difference is the serving overhead (target: at most 2 us over the direct launch). The
+certificates are the shipped `nvidia/hopper` ones, served as on an H200 of the 141GB class.
 
     python3 benchmarks/bench_host.py [--calls 3000] [--repeats 3] [--out host.json]
 
-Cases (decode-sized, tinyllama-1.1b, float16): rmsnorm [1, 2048]; silu_and_mul [1, 2 x 5632]; matmul 1 x 2048 @
-2048 x 2560 (weights transposed, as a linear layer holds them). Times are per call, the median of --repeats runs of
---calls calls each after 200 warm-up calls, on this machine's CPU.
+Cases (a tinyllama-1.1b decode step at batch 1, KV 1024, float16): rmsnorm and add_rmsnorm [1, 2048]; softmax
+[1, 32000]; embedding of 1 id in [32000, 2048]; rope of 32 + 4 heads of 64; decode attention (max_len given, as a
+serving loop knows it); silu_and_mul [1, 2 x 5632]; matmul 1 x 2048 @ 2048 x 2560 (weights transposed, as a linear
+layer holds them). Times are per call, the median of --repeats runs of --calls calls each after 200 warm-up calls,
+on the CPU it runs on.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ import common  # noqa: E402
 
 
 def _cross_compiling() -> None:
-    """Kernels compile for sm_90 and are dispatched, never run (the census workers' set-up, in this process)."""
+    """Kernels compile for sm_90 and are dispatched, never run (the census workers' backend, in this process)."""
     os.environ.setdefault("NBXCERT_BACKEND", "interpreter")  # no GPU here: nothing must try libcuda
-    from nbxcert import census
+    from nbxcert.kernels.backends import cross
 
-    census.cross_compile_here(census.Target("cuda", 90, 32, "nvidia/hopper", 132))
+    cross.activate(cross.Target("cuda", 90, 32, "nvidia/hopper", 132))
 
 
 def main(argv=None) -> int:

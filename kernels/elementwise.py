@@ -38,13 +38,13 @@ import triton.language as tl
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import faults
 from nbxcert.kernels import inputs as _inputs
+from nbxcert.kernels.common import as_rows, both, compute_type, narrow, upcast
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.faults import record_fault
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import KernelLaunch, cdiv, constexprs, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.rows import as_rows, both, compute_type, narrow, upcast
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import elementwise as _oracle

@@ -75,6 +75,7 @@ import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
+from nbxcert.kernels.common import tile_coords
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _workspace
@@ -103,18 +104,6 @@ _INTERPRETER_PROGRAMS = 3
 # ======================================================================================================================
 # Triton kernels
 # ======================================================================================================================
-@jit
-def _tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
-    """Grouped launch order: tile index -> (pid_m, pid_n). Groups of GROUP_M tile rows are walked column by column,
-    so consecutive programs share B tiles in L2. A bijection for any GROUP_M >= 1 (it only permutes tiles)."""
-    per_group = GROUP_M * tiles_n
-    group = tile // per_group
-    first_m = group * GROUP_M
-    rows = tl.minimum(tiles_m - first_m, GROUP_M)
-    in_group = tile % per_group
-    return first_m + in_group % rows, in_group // rows
-
-
 @jit
 def _activate(z, ACTIVATION: tl.constexpr):
     """The fused activation on float32 values: none, relu, gelu_tanh (tanh approximation) or silu. Written with
@@ -212,7 +201,7 @@ def _mm_tiled_kernel(
     """
     pid = tl.program_id(0)
     batch = tl.program_id(1).to(tl.int64)
-    pid_m, pid_n = _tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    pid_m, pid_n = tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     # Rows and columns past the edge wrap around (mod M, N) so the loads need no mask; the store masks them.
     offs_am = tl.max_contiguous(tl.multiple_of((pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M, BLOCK_M), BLOCK_M)
     offs_bn = tl.max_contiguous(tl.multiple_of((pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N, BLOCK_N), BLOCK_N)
@@ -263,7 +252,7 @@ def _mm_split_k_kernel(
     pid = tl.program_id(0)
     split = tl.program_id(1)
     batch = tl.program_id(2).to(tl.int64)
-    pid_m, pid_n = _tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    pid_m, pid_n = tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     offs_am = tl.max_contiguous(tl.multiple_of((pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M, BLOCK_M), BLOCK_M)
     offs_bn = tl.max_contiguous(tl.multiple_of((pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N, BLOCK_N), BLOCK_N)
     k_start = split * k_per_split
@@ -356,7 +345,7 @@ def _mm_tma_persistent_kernel(
     k_tiles = tl.cdiv(K, BLOCK_K)
     for tile in tl.range(tl.program_id(0), batch_count * tiles_per_batch, num_programs, flatten=True):
         batch = tile // tiles_per_batch
-        pid_m, pid_n = _tile_coords(tile % tiles_per_batch, tiles_m, tiles_n, GROUP_M)
+        pid_m, pid_n = tile_coords(tile % tiles_per_batch, tiles_m, tiles_n, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -862,9 +851,9 @@ def _programs(device_index: int) -> int:
         return _INTERPRETER_PROGRAMS
     count = _SM_COUNT.get(device_index)
     if count is None:
-        from nbxcert.kernels.backends import cuda
+        from nbxcert.kernels.backends import device_info
 
-        count = _SM_COUNT[device_index] = cuda.device_info(device_index).attributes["multiprocessor_count"]
+        count = _SM_COUNT[device_index] = device_info(device_index).attributes["multiprocessor_count"]
     return count
 
 

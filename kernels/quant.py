@@ -37,12 +37,12 @@ import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
+from nbxcert.kernels.common import narrow, upcast
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _split_workspace
 from nbxcert.kernels.launch import KernelLaunch, cdiv, run_all, served
 from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal
-from nbxcert.kernels.rows import narrow, upcast
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import quant as _oracle
@@ -90,7 +90,7 @@ def _dequant_gemv_kernel(
 
     x_ptr: X [M, K], rows `stride_xm` apart, K contiguous. qw_ptr, qz_ptr, s_ptr: the quantized weight (`INT4`: the
     int4 format, else int8; module docstring), rows the given strides apart, columns contiguous. out_ptr: [M, N],
-    rows `stride_om` apart. K: a multiple of BLOCK_K. GROUP: int4 group size. UPCAST: interpreter (`rows.narrow`).
+    rows `stride_om` apart. K: a multiple of BLOCK_K. GROUP: int4 group size. UPCAST: interpreter (`common.narrow`).
     BLOCK_M: next power of two >= M. BLOCK_N: columns per program. BLOCK_K: the K chunk (divides GROUP).
     SPLIT_K: 1, one program per column block over all of K, writing out; else program (j, s) sums the K slice
     [s k_per_split, (s + 1) k_per_split) (k_per_split a multiple of BLOCK_K; a slice past K is empty and sums to 0)

@@ -50,9 +50,18 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import triton.language as tl
 
-from nbxcert.errors import LaunchError, ShapeMismatch, ViewError
+from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.backends import select
+from nbxcert.kernels.common import (
+    MAX_TILE,
+    SCALAR_REGS,
+    as_rows,
+    both,
+    compute_type,
+    narrow,
+    reduction_shared_bytes,
+    upcast,
+)
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE, KernelLaunch, cdiv, constexprs, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
@@ -64,30 +73,6 @@ from nbxcert.oracles import rows as _oracle
 FLOAT_DTYPES = ("float16", "bfloat16", "float32")
 MASKS = {"none": 0, "causal": 1, "additive": 2}
 OPS = {"sum": 0, "mean": 1, "amax": 2, "var": 3}
-MAX_TILE = tl.TRITON_MAX_TENSOR_NUMEL  # Triton refuses a tensor of more elements (triton/language/core.py)
-
-
-# --- shared device helpers --------------------------------------------------------------------------------------------
-@jit
-def narrow(x, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
-    """`x` converted to the storage type DTYPE, rounding to nearest even.
-
-    x: a float32 (or float64) tensor. DTYPE: the output pointer's element type. UPCAST: True under Triton's
-    interpreter, whose float32 -> bfloat16 cast truncates: there the rounding is done on the bits first (finite
-    values and infinities keep their class; a NaN stays a NaN), and the truncating cast is then exact."""
-    if UPCAST and DTYPE == tl.bfloat16:
-        x = x.to(tl.float32)
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        x = bits.to(tl.float32, bitcast=True)
-    return x.to(DTYPE)
-
-
-@jit
-def both(mask, cond):
-    """`mask & cond` for a tensor mask and a scalar condition. Written as a select: Triton 3.9's interpreter gives
-    `tensor_bool & scalar_bool` an int32 result, which its load/store then refuse ("mask has unsupported dtype")."""
-    return tl.where(cond, mask, False)
 
 
 # --- softmax kernels --------------------------------------------------------------------------------------------------
@@ -425,19 +410,11 @@ def row_tile(n_cols: int) -> int:
 # scores, which become their exponentials in place, + 1 for the temporaries of exp; norm tile: the row, the weight and
 # (LayerNorm) the bias; loop and reduce kernels: the accumulator, the loaded tile and the offsets. Checked against
 # ptxas's own allocation for sm_90 (tests/kernels/test_rows.py::test_kept_candidates_compile_for_hopper_without_spills).
-# Besides its tiles a row kernel holds ~12 registers of scalars (row and mask addresses, strides, the loop counter,
-# the row's statistics): ptxas gives the loop kernels 13-14 registers in all with 4-element-per-thread tiles.
-SCALAR_REGS = 12
+# Besides its tiles a row kernel holds `common.SCALAR_REGS` registers of scalars.
 SOFTMAX_TILE_REGS = 2
 LAYERNORM_TILE_REGS = 3
 RMSNORM_TILE_REGS = 2
 LOOP_REGS = 3
-
-
-def reduction_shared_bytes(config: Config) -> int:
-    """Shared memory of a row kernel: the cross-warp reduction's scratch, one float64 partial per warp (the largest
-    Triton allocated for sm_90 was 8 bytes x num_warps; no kernel here stages a tile through shared memory)."""
-    return 8 * config.num_warps
 
 
 def _variant_refusal(config: Config, n_cols: int, tile_regs: int, profile) -> str | None:
@@ -491,16 +468,6 @@ def prune_row_reduce(candidates: Sequence[Config], problem: Mapping[str, Any], p
 
 
 # --- launches ---------------------------------------------------------------------------------------------------------
-def upcast() -> bool:
-    """True under Triton's interpreter (see `narrow`)."""
-    return select().name == "interpreter"
-
-
-def compute_type(dtype_name: str):
-    """The compute type of an input dtype: float64 for float32/float64, float32 for half precision."""
-    return tl.float64 if dtype_name in ("float32", "float64") else tl.float32
-
-
 def _warps(config: Config) -> dict[str, int]:
     return {"num_warps": config.num_warps, "num_stages": config.num_stages}
 
@@ -613,26 +580,6 @@ def row_reduce_launches(config: Config, x: Tensor, out: Tensor, op: str, correct
 
 
 # --- user-facing functions --------------------------------------------------------------------------------------------
-def as_rows(t: Tensor, name: str, role: str = "") -> Tensor:
-    """`t` as a [n_rows, n_cols] view over its last dimension (contiguous columns), without a copy; `LaunchError`
-    when its strides cannot express that (make it `.contiguous()` first). Errors name it "name: role" (made only
-    then: a served launch formats no message)."""
-    if t.ndim == 2 and (t.shape[1] <= 1 or t.strides[1] == 1):
-        return t  # already rows (the served path's common case: no view made per launch)
-    if role:
-        name = f"{name}: {role}"
-    if t.ndim == 0:
-        raise LaunchError(f"{name}: a 0-d tensor has no rows")
-    n_cols = t.shape[-1]
-    try:
-        v = t.view(1, n_cols) if t.ndim == 1 else t.view(-1, n_cols)
-    except ViewError as e:
-        raise LaunchError(f"{name}: shape {t.shape} strides {t.strides} is not a view of rows ({e})") from None
-    if v.shape[1] > 1 and v.stride(1) != 1:
-        raise LaunchError(f"{name}: the last dimension has stride {v.stride(1)}; rows need contiguous columns")
-    return v
-
-
 def _check_float(name: str, t: Tensor, role: str = "") -> None:
     if t.dtype.name not in FLOAT_DTYPES:
         name = f"{name}: {role}" if role else name

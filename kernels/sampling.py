@@ -36,7 +36,7 @@ Variants (config field `VARIANT`):
 Numerics: argmax and topk compare values exactly (float16/bfloat16/float32 widen exactly to float32); topk's values
 are the input elements themselves, gathered by index. log_softmax and cross_entropy compute half-precision inputs in
 float32 and float32 inputs in float64 (as the row kernels do, `kernels/rows.py`); the oracles are
-`nbxcert.oracles.sampling`. Under the interpreter, bfloat16 stores round through `rows.narrow` and inputs are never
+`nbxcert.oracles.sampling`. Under the interpreter, bfloat16 stores round through `common.narrow` and inputs are never
 bfloat16 subnormals (its bfloat16 load mishandles them, see `kernels/rows.py`).
 
 Prunes (device facts only): threads per block; a tile of at least num_warps x warp_size elements (`lanes_refusal`);
@@ -55,11 +55,11 @@ import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
+from nbxcert.kernels.common import as_rows, both, compute_type, narrow, upcast
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.rows import as_rows, both, compute_type, narrow, upcast
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import sampling as _oracle
@@ -484,7 +484,7 @@ def _log_softmax_kernel(
 ):  # fmt: skip
     """y = x - M - log S per row (`_row_lse`), then a second pass writes. x_ptr, y_ptr: [n_rows, n_cols], rows the
     given strides apart, columns contiguous. ROWS: rows per program (changes no bit). BLOCK_N: the column tile. CDT:
-    compute type. UPCAST: interpreter backend (`rows.narrow`). Live tile values: the loaded tile, its exponentials,
+    compute type. UPCAST: interpreter backend (`common.narrow`). Live tile values: the loaded tile, its exponentials,
     the offsets."""
     pid = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_N)
@@ -668,7 +668,7 @@ SMALLEST_CHUNK = 4096  # make_inputs sizes the split workspace for the most chun
 # the [K_PAD, K_PAD] comparison, one register per element (its int1 terms, summed as they are made: ptxas gave the
 # loop kernel 152 registers for K_PAD = 64 at one warp, 128 elements per thread, with no spill). Besides its tiles a
 # kernel holds ~12 registers of scalars (row addresses, strides, the loop counter, the row's statistics; as
-# `rows.SCALAR_REGS`). The census (`nbxcert census --kernels argmax,topk,log_softmax,cross_entropy`) compiles every
+# `common.SCALAR_REGS`). The census (`nbxcert census --kernels argmax,topk,log_softmax,cross_entropy`) compiles every
 # kept candidate and found no spill for hopper, ampere or volta.
 SCALAR_REGS = 12
 ARGMAX_REGS = 6

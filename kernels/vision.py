@@ -22,7 +22,7 @@ Specs (stable certificate names):
 
 conv2d as an implicit GEMM: the product of the [N·OH·OW, C/groups·R·S] matrix of input windows (never formed) with
 the [C/groups·R·S, K/groups] weight matrix, per group. A program owns BLOCK_M output pixels x BLOCK_N output channels
-of one group (grid: pixel tiles x channel tiles in grouped launch order, `matmul._tile_coords`, x groups) and walks
+of one group (grid: pixel tiles x channel tiles in grouped launch order, `common.tile_coords`, x groups) and walks
 the reduction in one flat loop over (r, s, channel chunk of BLOCK_K): for each step it gathers the [BLOCK_M, BLOCK_K]
 input tile the window position (r, s) sees (masked outside the image and past the group's channels) and the
 [BLOCK_K, BLOCK_N] weight tile, and accumulates their `tl.dot` in float32. The flat loop (rather than nested loops
@@ -68,20 +68,20 @@ import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.dtypes import finfo, get_dtype
-from nbxcert.kernels.jit import jit
-from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2, served
-from nbxcert.kernels.launch import run_all as _run
-from nbxcert.kernels.matmul import _tile_coords
-from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.rows import (
+from nbxcert.kernels.common import (
     MAX_TILE,
     SCALAR_REGS,
     compute_type,
     narrow,
     reduction_shared_bytes,
+    tile_coords,
     upcast,
 )
+from nbxcert.kernels.dtypes import finfo, get_dtype
+from nbxcert.kernels.jit import jit
+from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2, served
+from nbxcert.kernels.launch import run_all as _run
+from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import vision as _oracle
@@ -116,12 +116,12 @@ def _conv2d_kernel(
     pixels and K_G channels). C_G, K_G: input and output channels per group. H, W: input size; OH, OW: output size.
     M: N·OH·OW, the output pixels. R, S: kernel height and width. STRIDE, PAD, DIL: stride, zero padding and
     dilation, the same along both axes. UPCAST: the interpreter (its tl.dot reads bfloat16 storage as integers, and
-    its float32 -> bfloat16 cast truncates: `rows.narrow`). BLOCK_M, BLOCK_N: output pixels x output channels per
+    its float32 -> bfloat16 cast truncates: `common.narrow`). BLOCK_M, BLOCK_N: output pixels x output channels per
     program; BLOCK_K: input channels per reduction step; GROUP_M: pixel tiles per launch-order group (no output bit).
     """
     pid = tl.program_id(0)
     g = tl.program_id(1)
-    pid_m, pid_n = _tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(K_G, BLOCK_N), GROUP_M)
+    pid_m, pid_n = tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(K_G, BLOCK_N), GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     m_ok = offs_m < M
     n = offs_m // (OH * OW)

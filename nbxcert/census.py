@@ -7,14 +7,15 @@ kept candidate that does not fit is a **prune defect** (the prune kept what cann
 that compiles and fits is an **over-prune** (an option lost; reported, failing only with `strict`), unless its binary
 is the very binary of a kept candidate at the same problem (`same_code`: nothing lost).
 
-How a candidate is compiled: in census worker processes (`CensusWorker`, never in interpreter mode) the kernel
-modules are imported as plain `JITFunction`s, a stand-in Triton driver (`CrossCompileDriver`) names the profile's
-target, and every `JITFunction.run` is turned into its warmup, which compiles without launching. The spec's own launch
-then runs on CPU tensors made by the spec's own `make_inputs`, so the argument types, the 16-byte divisibility
-specialization and the constexprs compiled are exactly those a launch on the GPU would compile, through Triton's own
-binder and on-disk cache (a rerun loads instead of compiling). Configs that lower alike share the work: each NVIDIA
-step after the TTGIR (LLVM IR, PTX, cubin) is kept under the hash of its input and options, so before sm_80, where
-num_stages changes nothing, the five num_stages of a tile cost one LLVM and one ptxas run, not five.
+How a candidate is compiled: census worker processes (`CensusWorker`, never in interpreter mode) run in the
+cross-compiling backend (`nbxcert.kernels.backends.cross`) for the profile's target: the kernel modules are imported as
+plain `JITFunction`s, Triton's active driver names the target, and every launch compiles and runs nothing. The spec's
+own launch runs on CPU tensors made by the spec's own `make_inputs`, inside `cross.recording()`, so the argument types,
+the 16-byte divisibility specialization and the constexprs compiled are exactly those a launch on the GPU would
+compile, through Triton's own binder and on-disk cache (a rerun loads instead of compiling), and the kernels it
+launched are known. Configs that lower alike share the work: each NVIDIA step after the TTGIR (LLVM IR, PTX, cubin) is
+kept under the hash of its input and options, so before sm_80, where num_stages changes nothing, the five num_stages
+of a tile cost one LLVM and one ptxas run, not five (the cross backend's doing).
 
 Figures: shared memory is `metadata.shared` (Triton's figure, which its loader checks against the device). Registers
 and spills are what Triton's loader reads from the driver at load time (`n_regs`, `n_spills` = local bytes / 4);
@@ -43,7 +44,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from nbxcert.errors import BackendUnavailable, KernelNotFound, UsageError
-from nbxcert.worker import Worker, WorkerGone, _one_line
+from nbxcert.kernels.backends import cross
+from nbxcert.kernels.backends.cross import TRITON_BACKEND, Target
+from nbxcert.worker import SPAWN, Worker, WorkerGone, one_line
 
 SCHEMA_VERSION = 1
 SEED = 0  # inputs' values never reach the compiler; their layout (strides, alignment) does
@@ -52,29 +55,10 @@ CHUNK = 12  # candidates per worker request: inputs are made once per request, c
 # stages' text), about 2 MB per candidate, and a census compiles thousands. A fresh worker reads its disk cache.
 RECYCLE_AFTER = 25
 DEFAULT_TIMEOUT_S = 300.0  # one candidate's compile on a busy CPU (ptxas on a large tile takes a minute or more)
-# Triton's own names for its backends (`triton.backends.backends`) per profile backend.
-TRITON_BACKEND = {"cuda": "nvidia", "hip": "amd"}
 _ENV_TARGET = "NBXCERT_CENSUS_TARGET"
 
 
-# --- the target -------------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Target:
-    """What Triton compiles for: `GPUTarget(backend, arch, warp_size)`, plus the stand-in device's SM count."""
-
-    backend: str  # "cuda" or "hip"
-    arch: int | str  # 90 (compute capability as 10*major+minor) or "gfx942"
-    warp_size: int
-    profile: str  # the profile key, e.g. "nvidia/hopper"
-    sm_count: int  # the largest SKU's SMs / CUs: persistent kernels size their grid by it (the grid compiles nothing)
-
-    def text(self) -> str:
-        return f"{self.backend} sm_{self.arch}" if self.backend == "cuda" else f"{self.backend} {self.arch}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("backend", "arch", "warp_size", "profile", "sm_count")}
-
-
+# --- the target (`cross.Target`) --------------------------------------------------------------------------------------
 def target_of(profile) -> Target:
     """The compile target of a GPU profile; `BackendUnavailable` when the installed Triton cannot compile for it."""
     import triton
@@ -476,7 +460,7 @@ def load_census_specs(profile, modules: Sequence[str] = ()) -> dict:
     the census takes the cross-compiling one rather than start the interpreter (or a GPU) it does not need."""
     from nbxcert.certtools import load_specs
 
-    _cross_compile_backend(target_of(profile), only_if_unset=True)
+    cross.choose(target_of(profile), keep_chosen=True)
     return load_specs(modules)
 
 
@@ -548,202 +532,11 @@ class CensusWorker(Worker):
     are `Worker`'s."""
 
     def _start(self) -> None:
-        from nbxcert.worker import _CTX
-
-        parent, child = _CTX.Pipe()
-        self.process = _CTX.Process(target=_serve_census, args=(child, self.env, self.modules), daemon=True)
+        parent, child = SPAWN.Pipe()
+        self.process = SPAWN.Process(target=_serve_census, args=(child, self.env, self.modules), daemon=True)
         self.process.start()
         child.close()
         self.conn = parent
-
-
-class CrossCompileDriver:
-    """A stand-in for Triton's active driver that names the target and owns no device: what `JITFunction.run` asks
-    of a driver before it compiles (target, device, stream). Nothing it serves can launch."""
-
-    def __init__(self, target):
-        self.target = target
-
-    def get_current_target(self):
-        return self.target
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def set_current_device(self, device: int) -> None:
-        pass
-
-    def get_current_stream(self, device: int | None = None) -> int:
-        return 0
-
-    @staticmethod
-    def is_active() -> bool:
-        return True
-
-
-def _cross_compile_backend(target: Target, only_if_unset: bool = False) -> None:
-    """Fix this process's nbxcert backend as "compile for the target, launch nothing": kernel modules are imported as
-    plain JITFunctions and the launch code takes its GPU path (no interpreter upcasts), with CPU tensors."""
-    from nbxcert.kernels import backends
-
-    with backends._lock:
-        if only_if_unset and backends._choice is not None:
-            return
-        backends._choice = backends.BackendChoice(
-            target.backend,
-            f"cross-compiling for {target.text()} ({target.profile}) on the CPU: nothing launched",
-            "cpu",
-        )
-
-
-def _stand_in_device(target: Target) -> None:
-    """Launch code that sizes a grid by the device (persistent kernels) asks `cuda.device_info`: answer with the
-    profile's figures instead of a driver call. The grid is not part of what is compiled."""
-    from nbxcert.kernels.backends import cuda
-
-    info = cuda.DeviceInfo(
-        index=0,
-        name=f"{target.profile} (census stand-in, no device)",
-        compute_capability=divmod(target.arch, 10) if isinstance(target.arch, int) else (0, 0),
-        total_memory=0,
-        pci_bus_id="",
-        attributes={"multiprocessor_count": target.sm_count},
-    )
-    cuda.device_info = lambda index=0: info
-
-
-def _hip_without_torch() -> None:
-    """Triton 3.6's HIP backend imports torch to decide whether a tensor argument lies within 2 GiB (the "S" pointer
-    range specialization that enables buffer loads); Triton 3.9 answers False when torch is not importable. nbxcert
-    never imports torch, so the census answers as Triton 3.9 does without it, in both: a `ptr_range()` when the
-    argument has one, else no pointer-range specialization."""
-    from triton.backends.amd.compiler import HIPBackend
-
-    def is_within_2gb(arg) -> bool:
-        return hasattr(arg, "ptr_range") and arg.ptr_range() <= 2**31 - 1
-
-    HIPBackend.is_within_2gb = staticmethod(is_within_2gb)
-
-
-_launched: list[tuple[Any, Any, float]] = []  # (JITFunction, CompiledKernel, seconds) of the current candidate
-
-
-def _compile_instead_of_launch() -> None:
-    """Every `kernel[grid](...)` compiles (Triton's warmup: binder, specialization, cache) and launches nothing."""
-    from triton.runtime.jit import JITFunction
-
-    original = JITFunction.run
-
-    def run(self, *args, grid, warmup, **kwargs):
-        t0 = time.perf_counter()
-        try:
-            kernel = original(self, *args, grid=grid, warmup=True, **kwargs)
-        except Exception as exc:
-            exc.census_kernel = self.fn.__name__  # which of the launch's kernels failed
-            raise
-        _launched.append((self, kernel, time.perf_counter() - t0))
-        return kernel
-
-    JITFunction.run = run
-    # A compiled kernel's own runner (`CompiledKernel[grid]`, which served launch plans replay) loads its binary first:
-    # here there is no device to load it on, so it gets a launcher that launches nothing, as `run` above does.
-    from triton.compiler.compiler import CompiledKernel
-
-    def no_device(self) -> None:
-        self.function, self._run = 0, _launch_nothing
-
-    CompiledKernel._init_handles = no_device
-
-
-def _launch_nothing(*args) -> None:
-    """The launcher of every compiled kernel when cross-compiling: the arguments are taken, nothing runs."""
-
-
-def _reuse_identical_lowering() -> None:
-    """Before sm_80 Triton 3.6 does not pipeline, so every num_stages of a tile lowers to one TTGIR, one LLVM IR, one
-    PTX and one cubin (seen for every flash-attention candidate on sm_70), yet each config compiles all of them again
-    under its own cache key: minutes of LLVM and ptxas per large tile. Each of those steps depends only on its input
-    text (with its source locations), the target and the options it reads, never on num_stages (which acts through
-    the TTGIR; Triton 3.6 and 3.9 read none of it after), so the census keeps each step's output and the metadata it
-    sets in Triton's on-disk cache under the hash of those, and answers a repeat from it (shared by the workers, kept
-    across runs)."""
-    import dataclasses
-
-    import triton
-    from triton import knobs
-    from triton.backends.nvidia.compiler import CUDABackend, get_ptxas
-
-    def context(self, opt, capability) -> tuple:
-        options = {k: v for k, v in dataclasses.asdict(opt).items() if k != "num_stages"}
-        c, n = knobs.compilation, knobs.nvidia
-        tool = get_ptxas(self.target.arch)
-        return (
-            triton.__version__,
-            self.target.arch,
-            capability,
-            sorted(options.items(), key=lambda kv: kv[0]),
-            # read where this Triton has them (3.9's CUDABackend has no `instrumentation`; seen in CI, 2026-11-29)
-            tuple(
-                getattr(c, k, None)
-                for k in (
-                    "disable_line_info",
-                    "dump_ir_extract_di_local_variables",
-                    "instrumentation_mode",
-                    "enable_asan",
-                )
-            ),  # fmt: skip
-            (n.disable_ptxas_opt, tool.path, tool.version, getattr(CUDABackend, "instrumentation", None) is None),
-        )
-
-    for stage, ext in (("make_llir", "llir"), ("make_ptx", "ptx"), ("make_cubin", "cubin")):
-        setattr(CUDABackend, stage, _memoized(getattr(CUDABackend, stage), stage, ext, context))
-
-
-def _memoized(step, stage: str, ext: str, context):
-    """`step(self, src, metadata, opt, capability)` answered from the cache when its input and context repeat."""
-    from triton.runtime.cache import get_cache_manager
-
-    def run(self, src, metadata, opt, capability):
-        text = src if isinstance(src, str) else str(src)  # an MLIR module prints with its source locations
-        head = repr((stage, context(self, opt, capability))).encode()
-        cache = get_cache_manager(hashlib.sha256(head + b"\0" + text.encode()).hexdigest())
-        out, meta = cache.get_file(f"{_MEMO}.{ext}"), cache.get_file(f"{_MEMO}.json")
-        if out is not None and meta is not None:
-            with open(meta) as f:
-                metadata.update(json.load(f))
-            with open(out, "rb" if ext == "cubin" else "r") as f:
-                return f.read()
-        before = dict(metadata)
-        result = step(self, src, metadata, opt, capability)
-        changed = {k: v for k, v in metadata.items() if k not in before or before[k] != v}
-        cache.put(result, f"{_MEMO}.{ext}", binary=ext == "cubin")
-        cache.put(json.dumps(changed), f"{_MEMO}.json", binary=False)  # the json last: a hit needs both files
-        return result
-
-    return run
-
-
-_MEMO = "nbxcert-census"
-
-
-def cross_compile_here(target: Target) -> None:
-    """Make this process compile for `target` with no GPU: Triton's cross-compiling driver, a stand-in device, and
-    every `kernel[grid](...)` compiled and dispatched (binding, specialisation, cache lookup), never run. The census
-    workers run in it; so does `benchmarks/bench_host.py`, which times the dispatch. Call it before any kernel module
-    is imported (Triton decides at decoration time whether a kernel is interpreted)."""
-    os.environ.pop("TRITON_INTERPRET", None)
-    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 1 is its (and 3.6's) default
-    _cross_compile_backend(target)
-    _stand_in_device(target)
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import driver
-
-    driver.set_active(CrossCompileDriver(GPUTarget(target.backend, target.arch, target.warp_size)))
-    _compile_instead_of_launch()
-    if target.backend == "hip":
-        _hip_without_torch()
-    else:
-        _reuse_identical_lowering()
 
 
 def _serve_census(conn, env: dict[str, str], modules: list[str]) -> None:
@@ -751,7 +544,7 @@ def _serve_census(conn, env: dict[str, str], modules: list[str]) -> None:
     kernels, then answer `census` requests until the pipe closes."""
     os.environ.update(env)
     target = Target(**json.loads(os.environ[_ENV_TARGET]))
-    cross_compile_here(target)
+    cross.activate(target)
     import importlib
 
     from nbxcert.kernels.spec import load_all
@@ -767,7 +560,7 @@ def _serve_census(conn, env: dict[str, str], modules: list[str]) -> None:
         try:
             reply = _answer(request, target)
         except BaseException as exc:  # noqa: BLE001 - every failure is reported, the worker goes on
-            reply = {"status": "crash", "reason": _one_line(exc)}
+            reply = {"status": "crash", "reason": one_line(exc)}
         if answered >= RECYCLE_AFTER:
             reply["worker_exits"] = True  # the parent reaps this process and starts a fresh one for the next request
         conn.send(reply)
@@ -784,40 +577,40 @@ def _answer(req: dict[str, Any], target: Target) -> dict[str, Any]:
     try:
         inputs = spec.make_inputs(req["problem"], dtypes, SEED, "cpu")
     except Exception as exc:  # noqa: BLE001 - the spec cannot make this problem: every candidate of it fails alike
-        return {"status": "failure", "reason": f"make_inputs: {_one_line(exc)}"}
+        return {"status": "failure", "reason": f"make_inputs: {one_line(exc)}"}
     results = []
     for c in req["configs"]:
-        _launched.clear()
         try:
-            spec.launch(Config.from_dict(c), inputs)
+            with cross.recording() as launched:
+                spec.launch(Config.from_dict(c), inputs)
         except Exception as exc:  # noqa: BLE001 - a compile error, or the launch refusing the config
-            where = getattr(exc, "census_kernel", None)
-            results.append({"status": "failure", "reason": (f"{where}: " if where else "") + _one_line(exc)})
+            where = cross.failing_kernel(exc)  # which of the launch's kernels failed
+            results.append({"status": "failure", "reason": (f"{where}: " if where else "") + one_line(exc)})
             continue
-        results.append({"status": "compiled", "kernels": [_figures(fn, k, s, target) for fn, k, s in _launched]})
+        results.append({"status": "compiled", "kernels": [_figures(launch, target) for launch in launched]})
     return {"status": "done", "results": results}
 
 
 _FIGURES: dict[str, tuple[int | None, int | None]] = {}  # kernel hash -> (n_regs, n_spills), per process
 
 
-def _figures(fn, kernel, seconds: float, target: Target) -> dict[str, Any]:
-    md = kernel.metadata
+def _figures(launch: cross.Launch, target: Target) -> dict[str, Any]:
+    md, kernel = launch.metadata, launch.compiled
     warp = getattr(md, "warp_size", None) or target.warp_size
     h = str(md.hash)
     if h not in _FIGURES:
-        _FIGURES[h] = _registers(kernel, target)
+        _FIGURES[h] = _registers(kernel, target) if kernel is not None else (None, None)
     regs, spills = _FIGURES[h]
-    binary = kernel.asm.get("cubin") or kernel.asm.get("hsaco")
+    binary = (kernel.asm.get("cubin") or kernel.asm.get("hsaco")) if kernel is not None else None
     return {
-        "name": fn.fn.__name__,
+        "name": launch.name,
         "hash": h,
         "code": hashlib.sha256(binary).hexdigest()[:32] if binary else None,  # the binary itself, not the cache key
         "shared": int(md.shared),
         "threads": int(md.num_warps) * int(warp),
         "n_regs": regs,
         "n_spills": spills,
-        "seconds": round(seconds, 4),
+        "seconds": round(launch.seconds, 4),
     }
 
 

@@ -80,7 +80,9 @@ def dumps(doc: dict) -> str:
 
 
 # --- validation -------------------------------------------------------------------------------------------------------
-def _fail(path, key, field, reason) -> CertificateInvalid:
+def invalid(path, key, field, reason) -> CertificateInvalid:
+    """The `CertificateInvalid` of a certificate file (and key, and field) for `reason`, its parts attached (the index
+    raises these too, for a file it cannot read)."""
     where = f"{path}" + (f": key {key}" if key else "") + (f": field '{field}'" if field else "")
     e = CertificateInvalid(f"{where}: {reason}")
     e.file, e.key, e.field, e.reason = str(path), key, field, reason  # the parts, for `nbxcert validate --json`
@@ -91,13 +93,13 @@ def _check_type(path, key, field, value, kind, allow_none=False):
     if value is None and allow_none:
         return
     if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise _fail(path, key, field, f"expected an integer, got {type(value).__name__}")
+        raise invalid(path, key, field, f"expected an integer, got {type(value).__name__}")
     if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise _fail(path, key, field, f"expected a number, got {type(value).__name__}")
+        raise invalid(path, key, field, f"expected a number, got {type(value).__name__}")
     if kind is float and not _finite(value):
-        raise _fail(path, key, field, "expected a finite number")
+        raise invalid(path, key, field, "expected a finite number")
     if kind in (str, bool, dict, list) and not isinstance(value, kind):
-        raise _fail(path, key, field, f"expected {kind.__name__}, got {type(value).__name__}")
+        raise invalid(path, key, field, f"expected {kind.__name__}, got {type(value).__name__}")
 
 
 def _finite(value) -> bool:
@@ -114,10 +116,10 @@ def _check_keys(path, key, field, obj: dict, required: dict, optional: dict | No
     _check_type(path, key, field, obj, dict)
     for name in obj:
         if name not in required and name not in optional:
-            raise _fail(path, key, f"{field}.{name}" if field else name, "unknown field")
+            raise invalid(path, key, f"{field}.{name}" if field else name, "unknown field")
     for name, kind in required.items():
         if name not in obj:
-            raise _fail(path, key, f"{field}.{name}" if field else name, "missing")
+            raise invalid(path, key, f"{field}.{name}" if field else name, "missing")
         if kind is not None:
             _check_type(path, key, f"{field}.{name}" if field else name, obj[name], kind)
     for name, kind in optional.items():
@@ -130,14 +132,14 @@ def check_config(path, key, field, cfg: Any, spec=None) -> None:
     spec, every kwarg must be one the kernel takes, with a value one of its candidates uses."""
     _check_keys(path, key, field, cfg, {"kwargs": dict, "num_warps": int, "num_stages": int})
     if cfg["num_warps"] not in (1, 2, 4, 8, 16, 32):
-        raise _fail(path, key, f"{field}.num_warps", f"{cfg['num_warps']} is not a power of two in 1..32")
+        raise invalid(path, key, f"{field}.num_warps", f"{cfg['num_warps']} is not a power of two in 1..32")
     if not 1 <= cfg["num_stages"] <= 16:
-        raise _fail(path, key, f"{field}.num_stages", f"{cfg['num_stages']} is out of range 1..16")
+        raise invalid(path, key, f"{field}.num_stages", f"{cfg['num_stages']} is out of range 1..16")
     for name, value in cfg["kwargs"].items():
         if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise _fail(path, key, f"{field}.kwargs.{name}", "must be an integer or a word")
+            raise invalid(path, key, f"{field}.kwargs.{name}", "must be an integer or a word")
         if isinstance(value, int) and not 0 <= value <= 2**16:
-            raise _fail(path, key, f"{field}.kwargs.{name}", f"{value} is out of range 0..65536")
+            raise invalid(path, key, f"{field}.kwargs.{name}", f"{value} is out of range 0..65536")
     if spec is not None:
         from nbxcert.kernels.spec import Config
 
@@ -147,9 +149,9 @@ def check_config(path, key, field, cfg: Any, spec=None) -> None:
                 allowed.setdefault(n, set()).add(v)
         for name, value in cfg["kwargs"].items():
             if name not in allowed:
-                raise _fail(path, key, f"{field}.kwargs.{name}", f"kernel {spec.name} takes no config field '{name}'")
+                raise invalid(path, key, f"{field}.kwargs.{name}", f"kernel {spec.name} takes no config field '{name}'")
         if Config.from_dict(cfg) not in set(spec.candidates):
-            raise _fail(path, key, field, f"config is not one of kernel {spec.name}'s candidates")
+            raise invalid(path, key, field, f"config is not one of kernel {spec.name}'s candidates")
 
 
 _TIMING = {"median_us": float, "min_us": float, "spread": float, "reps": int, "kind": str}
@@ -174,9 +176,9 @@ def validate_entry(path, key_text: str, entry: Any, kernel: str, dtype: str, spe
     try:
         key = parse_key(key_text)
     except KeyParseError as e:
-        raise _fail(path, key_text, None, f"key does not parse: {e.message}") from None
+        raise invalid(path, key_text, None, f"key does not parse: {e.message}") from None
     if key.kernel != kernel:
-        raise _fail(path, key_text, None, f"key's kernel '{key.kernel}' is not the file's kernel '{kernel}'")
+        raise invalid(path, key_text, None, f"key's kernel '{key.kernel}' is not the file's kernel '{kernel}'")
     _check_keys(path, key_text, "", entry, _ENTRY_REQUIRED, {"finalists": list})
     for role in ("winner", "default"):
         if role == "default" and entry[role] is None:
@@ -185,7 +187,7 @@ def validate_entry(path, key_text: str, entry: Any, kernel: str, dtype: str, spe
         check_config(path, key_text, f"{role}.config", entry[role]["config"], spec)
         _check_keys(path, key_text, f"{role}.timing", entry[role]["timing"], _TIMING)
         if entry[role]["timing"]["kind"] not in TIMING_KINDS:
-            raise _fail(path, key_text, f"{role}.timing.kind", f"must be one of {TIMING_KINDS}")
+            raise invalid(path, key_text, f"{role}.timing.kind", f"must be one of {TIMING_KINDS}")
     for i, f in enumerate(entry.get("finalists") or ()):  # optional: certificates before nbxcert 0.2.0 lack it
         _check_keys(path, key_text, f"finalists[{i}]", f, {"config": dict, "timing": dict})
         check_config(path, key_text, f"finalists[{i}].config", f["config"], spec)
@@ -196,7 +198,7 @@ def validate_entry(path, key_text: str, entry: Any, kernel: str, dtype: str, spe
         _check_keys(path, key_text, "runner_up.timing", entry["runner_up"]["timing"], _TIMING)
         _check_type(path, key_text, "margin", entry["margin"], float)
     elif entry["margin"] is not None:
-        raise _fail(path, key_text, "margin", "must be null when there is no runner-up")
+        raise invalid(path, key_text, "margin", "must be null when there is no runner-up")
     _check_keys(
         path,
         key_text,
@@ -206,24 +208,24 @@ def validate_entry(path, key_text: str, entry: Any, kernel: str, dtype: str, spe
     )
     _check_keys(path, key_text, "counts", entry["counts"], {o: int for o in OUTCOMES})
     if any(v < 0 for v in entry["counts"].values()):
-        raise _fail(path, key_text, "counts", "counts must not be negative")
+        raise invalid(path, key_text, "counts", "counts must not be negative")
     if entry["counts"]["correct"] < 1:
-        raise _fail(path, key_text, "counts.correct", "a certified key has at least one correct candidate")
+        raise invalid(path, key_text, "counts.correct", "a certified key has at least one correct candidate")
     _check_keys(path, key_text, "provenance", entry["provenance"], PROVENANCE_FIELDS, PROVENANCE_OPTIONAL)
     for i, r in enumerate(entry["refused"]):
         _check_keys(path, key_text, f"refused[{i}]", r, {"config": dict, "status": str, "reason": str})
         check_config(path, key_text, f"refused[{i}].config", r["config"], spec)
         if r["status"] not in OUTCOMES[:-1]:
-            raise _fail(path, key_text, f"refused[{i}].status", f"must be one of {OUTCOMES[:-1]}")
+            raise invalid(path, key_text, f"refused[{i}].status", f"must be one of {OUTCOMES[:-1]}")
     cp = entry["certified_problems"]
     _check_type(path, key_text, "certified_problems", cp, dict)
     for role, problem in cp.items():  # {role: {field: int or word}}: nothing deeper is accepted, so nothing nests
         _check_type(path, key_text, f"certified_problems.{role}", problem, dict)
         for name, value in problem.items():
             if isinstance(value, bool) or not isinstance(value, (int, str)):
-                raise _fail(path, key_text, f"certified_problems.{role}.{name}", "must be an integer or a word")
+                raise invalid(path, key_text, f"certified_problems.{role}.{name}", "must be an integer or a word")
     if dtype not in key.dtypes:
-        raise _fail(path, key_text, None, f"file dtype '{dtype}' is not among the key's dtypes {list(key.dtypes)}")
+        raise invalid(path, key_text, None, f"file dtype '{dtype}' is not among the key's dtypes {list(key.dtypes)}")
 
 
 def validate_doc(path, doc: Any, spec_lookup=None) -> CertFile:
@@ -231,14 +233,14 @@ def validate_doc(path, doc: Any, spec_lookup=None) -> CertFile:
     path = Path(path)
     m = _FILE_NAME.match(path.name)
     if not m:
-        raise _fail(path, None, None, "file name must be <kernel>.<dtype>.json (lower-case, no path parts)")
+        raise invalid(path, None, None, "file name must be <kernel>.<dtype>.json (lower-case, no path parts)")
     _check_keys(
         path, None, "", doc, {"schema_version": int, "kernel": str, "dtype": str, "profile": str, "entries": dict}
     )
     if doc["schema_version"] != SCHEMA_VERSION:
-        raise _fail(path, None, "schema_version", f"{doc['schema_version']} is not the supported {SCHEMA_VERSION}")
+        raise invalid(path, None, "schema_version", f"{doc['schema_version']} is not the supported {SCHEMA_VERSION}")
     if doc["kernel"] != m.group("kernel") or doc["dtype"] != m.group("dtype"):
-        raise _fail(path, None, "kernel", "kernel/dtype do not match the file name")
+        raise invalid(path, None, "kernel", "kernel/dtype do not match the file name")
     spec = spec_lookup(doc["kernel"]) if spec_lookup else None
     for key_text, entry in doc["entries"].items():
         validate_entry(path, key_text, entry, doc["kernel"], doc["dtype"], spec)
@@ -259,20 +261,20 @@ def read_json(path: Path) -> Any:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise _fail(path, None, None, f"cannot be read: {e.strerror}") from None
+        raise invalid(path, None, None, f"cannot be read: {e.strerror}") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise _fail(path, None, None, "is not a regular file")
+        raise invalid(path, None, None, "is not a regular file")
     with os.fdopen(fd, "rb") as f:
         if st.st_size > MAX_FILE_BYTES:
-            raise _fail(path, None, None, f"is {st.st_size} bytes, over the {MAX_FILE_BYTES}-byte limit")
+            raise invalid(path, None, None, f"is {st.st_size} bytes, over the {MAX_FILE_BYTES}-byte limit")
         try:
             data = f.read(st.st_size + 1)  # one byte more tells a file that grew since the fstat
         except OSError as e:
-            raise _fail(path, None, None, f"cannot be read: {e.strerror}") from None
+            raise invalid(path, None, None, f"cannot be read: {e.strerror}") from None
     if len(data) > MAX_FILE_BYTES:
-        raise _fail(path, None, None, f"grew over the {MAX_FILE_BYTES}-byte limit while it was read")
+        raise invalid(path, None, None, f"grew over the {MAX_FILE_BYTES}-byte limit while it was read")
 
     def pairs(items):
         d = {}
@@ -285,7 +287,7 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(data.decode("utf-8"), object_pairs_hook=pairs, parse_constant=_no_constant)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
-        raise _fail(path, None, None, f"is not valid JSON: {str(e)[:200]}") from None
+        raise invalid(path, None, None, f"is not valid JSON: {str(e)[:200]}") from None
 
 
 def load_file(path: Path, spec_lookup=None) -> CertFile:
@@ -302,7 +304,7 @@ def iter_files(root: Path, profile_key: str | None = None) -> Iterator[Path]:
     for path in sorted(base.rglob("*.json")):
         resolved = path.resolve()
         if real_root not in resolved.parents:
-            raise _fail(path, None, None, "is a link that points outside the certificate directory")
+            raise invalid(path, None, None, "is a link that points outside the certificate directory")
         if resolved.is_dir():
             # a directory named `*.json` holds no certificate (`validate` walks into it); reading it as one failed
             # the whole index build (found by tests/test_reliability.py::test_hostile_certificate_is_refused_...)
@@ -347,7 +349,7 @@ def _inside(root: Path, path: Path) -> Path:
     (bug found by tests/test_reliability.py::test_certify_writes_only_under_out)."""
     real_root, target = Path(root).resolve(), Path(path).resolve()
     if target != real_root and real_root not in target.parents:
-        raise _fail(path, None, None, f"is a link that points outside the certificate directory {root}")
+        raise invalid(path, None, None, f"is a link that points outside the certificate directory {root}")
     return path
 
 

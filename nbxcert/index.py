@@ -118,14 +118,14 @@ def _read_bytes(path: Path) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise certificates._fail(path, None, None, f"cannot be read: {e.strerror}") from None
+        raise certificates.invalid(path, None, None, f"cannot be read: {e.strerror}") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise certificates._fail(path, None, None, "is not a regular file")
+        raise certificates.invalid(path, None, None, "is not a regular file")
     with os.fdopen(fd, "rb") as f:
         if st.st_size > certificates.MAX_FILE_BYTES:
-            raise certificates._fail(
+            raise certificates.invalid(
                 path, None, None, f"is {st.st_size} bytes, over the {certificates.MAX_FILE_BYTES}-byte limit"
             )
         return f.read(st.st_size + 1)
@@ -207,7 +207,7 @@ def _collect(dirs: list[Path], profile_key: str, memory_class: str) -> dict[str,
             cert = certificates.load_file(path)
             if cert.profile != profile_key:
                 reason = f"'{cert.profile}' is not its directory's profile '{profile_key}'"
-                raise certificates._fail(path, None, "profile", reason)  # file, key, field, reason, as validate_doc
+                raise certificates.invalid(path, None, "profile", reason)  # file, key, field, reason, as validate_doc
             for key_text, entry in cert.entries.items():
                 if entry["memory_class"] == memory_class and key_text not in chosen:
                     served = {k: v for k, v in entry.items() if k not in AUDIT_ONLY}

@@ -19,9 +19,11 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from typing import Any
 
-_CTX = multiprocessing.get_context("spawn")
+# Every worker process is spawned, never forked (a CUDA context does not survive a fork): `Worker`'s and the census's.
+SPAWN = multiprocessing.get_context("spawn")
 
 
 class WorkerGone(Exception):
@@ -65,7 +67,8 @@ def _classify(exc: BaseException) -> str:
     return "crash"
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """The one line a refusal's reason gives of an exception: its type and its useful line."""
     # A Triton compile error's text is the kernel's source up to the failing line, then the message (seen with 3.6 on
     # an H200: a static assertion's refusal read "CompileTimeAssertionFailure: at 3:4:", its message lost): say the
     # message, and where.
@@ -82,6 +85,9 @@ def _one_line(exc: BaseException) -> str:
         if "error" in line.lower():
             first = line.strip()
     return f"{type(exc).__name__}: {first}"[:500]
+
+
+_one_line = one_line  # the name tests/test_sweep.py imports
 
 
 # The last characters of a request's captured output that a failed reply carries (`NBXCERT_DEBUG=1` shows them).
@@ -114,11 +120,20 @@ def captured_output():
             text.append(sink.read().decode("utf-8", "replace"))
 
 
+def quiet_interpreter() -> None:
+    """Silence the RuntimeWarnings numpy raises inside Triton's interpreter (`divide by zero encountered in divide`
+    from triton/runtime/interpreter.py): it evaluates whole blocks as numpy arrays, lanes a mask leaves unwritten
+    included, and warns of what they compute. They leaked into certify's output, two lines each, and say nothing the
+    oracle's judgement of every written element does not."""
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
+
+
 def _serve(conn, env: dict[str, str], modules: list[str]) -> None:
     """The worker's loop: set the environment, load kernels, answer requests until the pipe closes."""
     # Ctrl-C (or `timeout -s INT`) reaches the whole process group: the parent stops the sweep and closes its workers,
     # so a worker must not die on its own with a traceback of its own
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet_interpreter()
     os.environ.update(env)
     from nbxcert.kernels.backends import select
     from nbxcert.kernels.spec import load_all
@@ -145,7 +160,7 @@ def _serve(conn, env: dict[str, str], modules: list[str]) -> None:
             detail = traceback.format_exc()
             if printed:
                 detail += f"\nits output (last {CAPTURED_TAIL} characters):\n{printed}"
-            reply = {"status": _classify(exc), "reason": _one_line(exc), "traceback": detail}
+            reply = {"status": _classify(exc), "reason": one_line(exc), "traceback": detail}
             from nbxcert.errors import CudaError
             from nbxcert.kernels.backends import cuda
 
@@ -175,8 +190,8 @@ class Worker:
         self.restarts = 0
 
     def _start(self) -> None:
-        parent, child = _CTX.Pipe()
-        self.process = _CTX.Process(target=_serve, args=(child, self.env, self.modules), daemon=True)
+        parent, child = SPAWN.Pipe()
+        self.process = SPAWN.Process(target=_serve, args=(child, self.env, self.modules), daemon=True)
         # SIGINT blocked while the child is spawned: the child inherits the mask (it ignores Ctrl-C from birth, before
         # `_serve` says so), and a Ctrl-C meant for the parent waits until the handshake is over instead of cutting it
         # (the child then died on a half-read pipe, with a traceback)

@@ -166,9 +166,7 @@ def test_identical_lowering_is_done_once(monkeypatch, tmp_path):
     from dataclasses import dataclass, replace
     from types import SimpleNamespace
 
-    from triton.backends.nvidia.compiler import CUDABackend
-
-    from nbxcert.census import _reuse_identical_lowering
+    from nbxcert.kernels.backends.cross import _stages_hook
 
     @dataclass(frozen=True)
     class Options:
@@ -188,23 +186,79 @@ def test_identical_lowering_is_done_once(monkeypatch, tmp_path):
         return f"cubin of {src}".encode()
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    for stage in ("make_llir", "make_ptx", "make_cubin"):
-        monkeypatch.setattr(CUDABackend, stage, getattr(CUDABackend, stage))  # restored after the test
-    monkeypatch.setattr(CUDABackend, "make_ptx", make_ptx)
-    monkeypatch.setattr(CUDABackend, "make_cubin", make_cubin)
-    _reuse_identical_lowering()
     backend = SimpleNamespace(target=SimpleNamespace(arch=70))
+
+    def lowered(stage, src, metadata, opt, capability):
+        """One step of one compile: its stages as the NVIDIA backend builds them, passed through the cross backend's
+        stages hook as Triton passes them."""
+        stages = {
+            "ptx": lambda s, m: make_ptx(backend, s, m, opt, capability),
+            "cubin": lambda s, m: make_cubin(backend, s, m, opt, capability),
+        }
+        _stages_hook(backend, stages, opt, None, capability)
+        return stages[stage](src, metadata)
+
     first, again = {"num_stages": 1}, {"num_stages": 3}
-    assert CUDABackend.make_ptx(backend, "llir A", first, Options(num_stages=1), 70) == "ptx of llir A for sm_70"
-    assert CUDABackend.make_ptx(backend, "llir A", again, Options(num_stages=3), 70) == "ptx of llir A for sm_70"
+    assert lowered("ptx", "llir A", first, Options(num_stages=1), 70) == "ptx of llir A for sm_70"
+    assert lowered("ptx", "llir A", again, Options(num_stages=3), 70) == "ptx of llir A for sm_70"
     assert again == {"num_stages": 3, "name": "kernel_of_llir A"} and done == ["llir A"]  # metadata set on a hit too
-    assert CUDABackend.make_cubin(backend, "ptx A", {}, Options(), 70) == b"cubin of ptx A"
-    assert CUDABackend.make_cubin(backend, "ptx A", {}, Options(num_stages=5), 70) == b"cubin of ptx A"
+    assert lowered("cubin", "ptx A", {}, Options(), 70) == b"cubin of ptx A"
+    assert lowered("cubin", "ptx A", {}, Options(num_stages=5), 70) == b"cubin of ptx A"
     assert done == ["llir A", "ptx A"]
-    CUDABackend.make_cubin(backend, "ptx B", {}, Options(), 70)  # another input
-    CUDABackend.make_cubin(backend, "ptx A", {}, replace(Options(), enable_fp_fusion=False), 70)  # --fmad=false
-    CUDABackend.make_cubin(backend, "ptx A", {}, Options(), 75)  # another target
+    lowered("cubin", "ptx B", {}, Options(), 70)  # another input
+    lowered("cubin", "ptx A", {}, replace(Options(), enable_fp_fusion=False), 70)  # --fmad=false
+    lowered("cubin", "ptx A", {}, Options(), 75)  # another target
     assert done == ["llir A", "ptx A", "ptx B", "ptx A", "ptx A"]
+
+
+# --- the cross-compiling backend itself -------------------------------------------------------------------------------
+def test_a_process_keeps_the_backend_it_chose():
+    """The cross backend is fixed through `backends.fix`, which refuses to change a backend already in force (kernel
+    modules were decorated for it) unless asked to keep it."""
+    from nbxcert.kernels.backends import cross, select
+
+    hopper = cross.Target("cuda", 90, 32, "nvidia/hopper", 132)
+    in_force = select()
+    with pytest.raises(BackendUnavailable, match="cannot become cuda"):
+        cross.choose(hopper)
+    assert cross.choose(hopper, keep_chosen=True) is in_force
+
+
+@pytest.mark.parametrize("backend", ["cuda", "hip"])
+def test_the_cross_backend_gives_triton_back_what_it_changed(backend):
+    """`activate` sets Triton's driver, and the stages hook (NVIDIA) or HIP's pointer-range check (the one replaced
+    third-party function); `deactivate` puts each back. In a subprocess: the backend is the process's."""
+    if backend == "hip" and not _triton_has("amd"):
+        pytest.skip("the installed Triton has no AMD backend")
+    target = {"cuda": ("cuda", 90, 32, "nvidia/hopper", 132), "hip": ("hip", "gfx942", 64, "amd/cdna3", 304)}[backend]
+    code = f"""
+from triton import knobs
+from triton.runtime import driver
+from nbxcert.kernels.backends import cross, device_info, select
+hip = None
+if {backend!r} == "hip":
+    from triton.backends.amd.compiler import HIPBackend
+    hip = HIPBackend.__dict__["is_within_2gb"]
+target = cross.Target(*{target!r})
+made = cross.activate(target)
+assert driver.active is made and cross.activate(target) is made and select().name == {backend!r}
+assert device_info().attributes["multiprocessor_count"] == target.sm_count
+if hip is None:
+    assert knobs.runtime.add_stages_inspection_hook is not None
+else:
+    assert HIPBackend.__dict__["is_within_2gb"] is not hip
+cross.deactivate()
+assert knobs.runtime.add_stages_inspection_hook is None and cross.active() is None
+assert hip is None or HIPBackend.__dict__["is_within_2gb"] is hip
+try:
+    assert driver.active is not made
+except RuntimeError:  # no GPU driver here to become Triton's default
+    pass
+print("given back")
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NBXCERT_BACKEND")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "given back", r.stdout + r.stderr
 
 
 # --- the wrong prune is caught (CLI, subprocess) ----------------------------------------------------------------------

@@ -4,13 +4,19 @@
 CPU, for CI and machines with no GPU. The choice is `NBXCERT_BACKEND` when set, else `cuda` when a GPU answers, else
 `interpreter`; it is made once per process, before any kernel module is imported (Triton decides at decoration time
 whether a `@triton.jit` function is compiled or interpreted), and is always reported with its reason.
+
+A backend that no environment variable names is fixed by its own module through `fix()` instead: `cross`, which
+compiles for a named GPU target on a machine without that GPU and launches nothing (the census, `bench_host.py`).
+Launch code asks `device_info()`, not `cuda`, about the device, so such a backend can describe the device it stands for.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from nbxcert.errors import BackendUnavailable
 
@@ -19,11 +25,13 @@ BACKENDS = ("cuda", "interpreter")
 
 @dataclass(frozen=True)
 class BackendChoice:
-    """The backend in force (`name`), why (`reason`), and the device kernels launch on (`device`)."""
+    """The backend in force (`name`), why (`reason`), and the device kernels launch on (`device`). `stand_in`: the
+    `cuda.DeviceInfo` that `device_info()` answers for a backend with no such device (the cross-compiling one)."""
 
     name: str
     reason: str
     device: str
+    stand_in: Any = field(default=None, compare=False, repr=False)
 
     def line(self) -> str:
         return f"[nbxcert] backend: {self.name} ({self.reason})"
@@ -71,6 +79,35 @@ def select() -> BackendChoice:
                 triton_cuda.install()
             _choice = choice
         return _choice
+
+
+def fix(choice: BackendChoice, keep_chosen: bool = False) -> BackendChoice:
+    """Fix this process's backend to `choice` instead of deciding it (the way `cross` is selected); return the backend
+    in force. Call it before any kernel module is imported, as `select()` would be. A backend already in force stays:
+    with `keep_chosen` it is returned, otherwise a different one is refused (`BackendUnavailable`), since the kernel
+    modules were decorated for it."""
+    global _choice
+    with _lock:
+        if _choice is None:
+            _choice = choice
+        elif _choice != choice and not keep_chosen:
+            raise BackendUnavailable(
+                f"this process's backend is {_choice.name} ({_choice.reason}) already; it cannot become {choice.name} "
+                f"({choice.reason})",
+                hint="choose the backend before any kernel module is imported",
+            )
+        return _choice
+
+
+def device_info(index: int = 0):
+    """What the device kernels launch on says of itself (`cuda.DeviceInfo`): the driver's answer, or the stand-in of a
+    backend with no such device (persistent kernels size their grid by its `multiprocessor_count`)."""
+    stand_in = select().stand_in
+    if stand_in is not None:
+        return dataclasses.replace(stand_in, attributes=dict(stand_in.attributes))  # a copy, as `cuda.device_info`'s
+    from nbxcert.kernels.backends import cuda
+
+    return cuda.device_info(index)
 
 
 def peek() -> BackendChoice:

@@ -6,8 +6,8 @@ and matches the float64 oracle; representative candidates run the full matrix (h
 not, GQA ratios 1/4/8, lengths 1/17/100, float16 and bfloat16); the no-bit claim (num_stages) and decode's
 reproducibility are checked bit for bit; fully masked rows are exactly zero; the user-facing functions (strided
 layouts, scale, out) and their refusals (a block id out of range, a length past the cache) are tested, as is the
-prune's refusal of tiles the device cannot hold. Cross-compilation for sm_90 and sm_80 on the CPU (a subprocess with
-a stand-in driver, nothing launched) checks candidates compile for Hopper (wgmma) and that the shared-memory
+prune's refusal of tiles the device cannot hold. Cross-compilation for sm_90 and sm_80 on the CPU (a subprocess in
+the cross-compiling backend, nothing launched) checks candidates compile for Hopper (wgmma) and that the shared-memory
 estimate bounds the compiler's own figure.
 
 GPU tests (`gpu`): every candidate kept for the GPU's profile at real shapes (B1 H32 S2048 D128 causal; decode B32
@@ -16,12 +16,7 @@ H32 KV-heads 8 D128 kv_len 4096, contiguous and paged), judged against an oracle
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
-
+import crosstools
 import numpy as np
 import pytest
 import triton.language as tl
@@ -497,66 +492,25 @@ def test_specs_candidates_and_keys():
 
 
 # --- cross-compilation on the CPU -------------------------------------------------------------------------------------
-# A subprocess, because kernels must be plain JITFunctions there (this process runs them interpreted): a stand-in
-# Triton driver names the target, and the module's launch runner is replaced by one that calls each kernel's
-# `warmup` (which compiles for the target without launching) with exactly the arguments a launch passes.
-_CROSS_SCRIPT = textwrap.dedent(
-    r"""
-    import json, sys
-    from nbxcert.kernels import backends
-    backends._choice = backends.BackendChoice("cuda", "cross-compilation on the CPU, nothing launched", "cpu")
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import driver
-    from nbxcert.kernels import attention as A
-    from nbxcert.kernels.spec import Config
-
-    class CrossDriver:
-        def __init__(self, arch):
-            self.target = GPUTarget("cuda", arch, 32)
-        def get_current_target(self): return self.target
-        def get_current_device(self): return 0
-        def get_current_stream(self, device=None): return 0
-
-    job = json.loads(sys.argv[1])
-    driver.set_active(CrossDriver(job["arch"]))
-    compiled = []
-    A._run = lambda launches: compiled.extend(
-        launch.kernel.warmup(*launch.args, grid=launch.grid, **launch.kwargs) for launch in launches)
-    specs = {s.name: s for s in (A.FLASH_ATTENTION, A.DECODE_ATTENTION, A.PAGED_DECODE_ATTENTION)}
-    for item in job["items"]:
-        spec, config, problem = specs[item["spec"]], Config.from_dict(item["config"]), item["problem"]
-        old = job["arch"] < 80
-        if spec is A.FLASH_ATTENTION:
-            estimate = A.flash_shared_bytes(config, problem["head_dim"], old)
-        else:
-            group, paged = problem["heads"] // problem["kv_heads"], "block_size" in problem
-            estimate = A.decode_shared_bytes(config, problem["head_dim"], group, old, paged)
-        compiled.clear()
-        try:
-            spec.launch(config, spec.make_inputs(problem, (item["dtype"],), 0, "cpu"))
-            main = compiled[0]
-            ptx = main.asm["ptx"]
-            print(json.dumps(dict(item, ok=True, shared=main.metadata.shared, estimate=estimate, wgmma="wgmma" in ptx,
-                                  tma="cp.async.bulk.tensor" in ptx, kernels=len(compiled))))
-        except Exception as e:
-            print(json.dumps(dict(item, ok=False, error=f"{type(e).__name__}: {e}"[:2000])))
-        sys.stdout.flush()
-    """
-)
+# In a subprocess in the cross-compiling backend (`crosstools`): each spec's own launch compiles for the target, through
+# Triton's binder with exactly the arguments a launch passes, and nothing is launched.
+def _estimate(arch: int, r: dict) -> int:
+    config, problem, old = Config.from_dict(r["config"]), r["problem"], arch < 80
+    if r["spec"] == A.FLASH_ATTENTION.name:
+        return A.flash_shared_bytes(config, problem["head_dim"], old)
+    group, paged = problem["heads"] // problem["kv_heads"], "block_size" in problem
+    return A.decode_shared_bytes(config, problem["head_dim"], group, old, paged)
 
 
 def _cross_compile(arch: int, items: list[dict], timeout: int) -> list[dict]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NBXCERT_BACKEND")}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 1 is its (and 3.6's) default
-    job = json.dumps({"arch": arch, "items": items})
-    proc = subprocess.run(
-        [sys.executable, "-c", _CROSS_SCRIPT, job], capture_output=True, text=True, timeout=timeout, env=env
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    results = crosstools.cross_compile(arch, crosstools.launch_specs, items, timeout)
     assert len(results) == len(items), f"{len(items) - len(results)} compile jobs printed nothing"
     failed = [r for r in results if not r["ok"]]
     assert not failed, "\n".join(f"{r['spec']} {r['config']}: {r['error']}" for r in failed[:5])
+    for r in results:  # the launch's first kernel is the one its estimate is for
+        main = r["kernels"][0]
+        r.update(shared=main["shared"], estimate=_estimate(arch, r), wgmma=main["wgmma"], tma=main["tma"],
+                 kernels=len(r["kernels"]))  # fmt: skip
     over = [r for r in results if r["shared"] > r["estimate"]]
     assert not over, "estimate below the compiler's figure:\n" + "\n".join(
         f"{r['spec']} {Config.from_dict(r['config']).label()} {r['problem']}: shared {r['shared']} > "
@@ -566,7 +520,7 @@ def _cross_compile(arch: int, items: list[dict], timeout: int) -> list[dict]:
 
 
 def _item(spec, config, problem, dtype="float16"):
-    return {"spec": spec.name, "config": config.as_dict(), "problem": problem, "dtype": dtype}
+    return {"spec": spec.name, "config": config.as_dict(), "problem": problem, "dtypes": [dtype]}
 
 
 @pytest.mark.parametrize("arch", (90, 80, 75))

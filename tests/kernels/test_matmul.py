@@ -4,8 +4,8 @@ Under the interpreter (CI): every candidate the prune keeps for cpu/interpreter 
 and matches the float64 oracle; one candidate of each kernel kind (and the default) runs every example problem in
 every dtype; the no-bit claim (GROUP_M) is checked bit for bit; the user-facing functions, the keys derived from
 strides, the prune's refusals and the oracle check's power to fail are tested. Cross-compilation for sm_90 and sm_80
-on the CPU (a subprocess with a stand-in driver that compiles without launching) checks that candidates compile for
-Hopper and that the shared-memory estimate bounds the compiler's own figure (`compiled.metadata.shared`).
+on the CPU (a subprocess in the cross-compiling backend, which compiles without launching) checks that candidates
+compile for Hopper and that the shared-memory estimate bounds the compiler's own figure (`compiled.metadata.shared`).
 
 GPU tests (`gpu`): every candidate kept for the GPU's profile at the real shapes, one launch each, judged against
 an oracle computed once per shape.
@@ -13,13 +13,9 @@ an oracle computed once per shape.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 import time
 
+import crosstools
 import numpy as np
 import pytest
 
@@ -425,66 +421,17 @@ def test_candidate_counts_and_default():
 
 
 # --- cross-compilation on the CPU: compiles for Hopper; shared memory estimate bounds the compiler -------------------
-# A subprocess, because kernels must be plain JITFunctions there (this process runs them interpreted): it installs a
-# stand-in Triton driver that names the target, and replaces each kernel's `run` with its warmup, which compiles for
-# the target without launching; the real launch code of the spec runs unchanged, so the specialization compiled is
-# exactly the one a GPU launch would compile.
-_CROSS_SCRIPT = textwrap.dedent(
-    r"""
-    import json, sys
-    from nbxcert.kernels import backends
-    backends._choice = backends.BackendChoice("cuda", "cross-compilation on the CPU, nothing launched", "cpu")
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.runtime import driver
-    from nbxcert.kernels import matmul as mm
-    from nbxcert.kernels.spec import Config
-
-    class CrossDriver:
-        def __init__(self, arch):
-            self.target = GPUTarget("cuda", arch, 32)
-        def get_current_target(self): return self.target
-        def get_current_device(self): return 0
-        def get_current_stream(self, device=None): return 0
-
-    job = json.loads(sys.argv[1])
-    driver.set_active(CrossDriver(job["arch"]))
-    mm._programs = lambda index: 132  # the grid size compiles nothing
-    compiled = []
-    for spec in mm.SPECS:
-        for k in spec.kernels:
-            if getattr(k, "_cross", False):
-                continue
-            orig = k.run
-            def run(*args, grid, warmup, _orig=orig, **kw):
-                compiled.append(_orig(*args, grid=grid, warmup=True, **kw))
-            k.run, k._cross = run, True
-    for item in job["items"]:
-        spec = {s.name: s for s in mm.SPECS}[item["spec"]]
-        config = Config.from_dict(item["config"])
-        inputs = spec.make_inputs(item["problem"], tuple(item["dtypes"]), 0, "cpu")
-        compiled.clear()
-        try:
-            spec.launch(config, inputs)
-            main = compiled[0]
-            print(json.dumps(dict(item, ok=True, shared=main.metadata.shared, estimate=mm.smem_estimate(config),
-                                  wgmma="wgmma" in main.asm["ptx"], tma="cp.async.bulk.tensor" in main.asm["ptx"])))
-        except Exception as e:
-            print(json.dumps(dict(item, ok=False, error=f"{type(e).__name__}: {e}"[:2000])))
-        sys.stdout.flush()
-    """
-)
-
-
+# In a subprocess in the cross-compiling backend (`crosstools`): the real launch code of the spec runs unchanged and
+# each launch compiles for the target without launching, so the specialization compiled is exactly the one a GPU
+# launch would compile (a persistent kernel's grid takes the target's 132 SMs).
 def _cross_compile(arch: int, items: list[dict], timeout: int) -> list[dict]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NBXCERT_BACKEND")}
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 1 is its (and 3.6's) default
-    job = json.dumps({"arch": arch, "items": items})
-    proc = subprocess.run(
-        [sys.executable, "-c", _CROSS_SCRIPT, job], capture_output=True, text=True, timeout=timeout, env=env
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    results = crosstools.cross_compile(arch, crosstools.launch_specs, items, timeout)
+    for r in results:
+        if r["ok"]:  # the launch's first kernel is the one the estimate is for
+            main = r["kernels"][0]
+            estimate = mm.smem_estimate(Config.from_dict(r["config"]))
+            r.update(shared=main["shared"], estimate=estimate, wgmma=main["wgmma"], tma=main["tma"])
+    return results
 
 
 def _item(spec, config, problem, dtype):

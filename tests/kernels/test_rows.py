@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import textwrap
 from collections import defaultdict
 from pathlib import Path
 
+import crosstools
 import numpy as np
 import pytest
 
@@ -313,56 +312,31 @@ def test_the_tile_limit_is_tritons_own():
 
 
 # --- cross-compilation for sm_90 (slow) ------------------------------------------------------------------------------
-CROSS_COMPILE = textwrap.dedent(
-    """
-    import json, os, re, subprocess, sys, tempfile
-    os.environ.pop("TRITON_INTERPRET", None)
-    import nbxcert.kernels.backends as backends
-    # compile only (no launch, no driver): the kernels must be decorated as compiled JITFunctions, not interpreted
-    backends._choice = backends.BackendChoice("cuda", "cross-compilation for sm_90", "cuda:0")
+def _hopper_resources(shapes):
+    """(In a subprocess in the cross-compiling backend, `crosstools`.) Every launch of every candidate the hopper prune
+    keeps at `shapes`, compiled for sm_90 through Triton's own binder: one line per launch that spills or uses more
+    shared memory than `reduction_shared_bytes` or the device has, or "ok"."""
+    import re
+    import tempfile
+
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from nbxcert.kernels import rows
-    from nbxcert.kernels.tensor import Tensor, empty
-    from nbxcert.profiles import get_profile
 
-    CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    from nbxcert.kernels.backends import cross
+    from nbxcert.kernels.launch import run_all
+    from nbxcert.kernels.tensor import empty
 
-    def source(launch):
-        # the signature and specialisation Triton's launcher would give these arguments (16-divisible pointers and
-        # ints get tt.divisibility 16; an int equal to 1 is a constexpr)
-        sig, consts, attrs = {}, {}, {}
-        for i, (name, v) in enumerate(zip(launch.kernel.arg_names, launch.args)):
-            if isinstance(v, Tensor):
-                sig[name] = "*" + v.dtype.triton
-                if v.data_ptr() % 16 == 0:
-                    attrs[(i,)] = [["tt.divisibility", 16]]
-            elif isinstance(v, int) and v == 1:
-                sig[name], consts[name] = "constexpr", 1
-            elif isinstance(v, int):
-                sig[name] = "i32" if -2**31 <= v < 2**31 else "i64"
-                if v % 16 == 0:
-                    attrs[(i,)] = [["tt.divisibility", 16]]
-            else:
-                sig[name] = "fp32"
-        opts = {}
-        for k, v in launch.kwargs.items():
-            if k in ("num_warps", "num_stages"):
-                opts[k] = v
-            else:
-                sig[k], consts[k] = "constexpr", v
-        return ASTSource(launch.kernel, sig, consts, attrs), opts
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
     def resources(launch):
-        src, opts = source(launch)
-        c = triton.compile(src, target=GPUTarget("cuda", 90, 32), options=opts)
+        with cross.recording() as launched:
+            run_all([launch])
+        (made,) = launched
         with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-            f.write(c.asm["cubin"])
-        out = subprocess.run([CUOBJDUMP, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
+            f.write(made.compiled.asm["cubin"])
+        out = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True, check=True).stdout
         os.unlink(f.name)
-        reg, stack, local = (int(v) for v in re.search(r"REG:(\\d+) STACK:(\\d+) .*LOCAL:(\\d+)", out).groups())
-        return c.metadata.shared, reg, stack + local
+        reg, stack, local = (int(v) for v in re.search(r"REG:(\d+) STACK:(\d+) .*LOCAL:(\d+)", out).groups())
+        return made.metadata.shared, reg, stack + local
 
     def launches(name, config, r, c):
         x, y = empty((r, c), "float16"), empty((r, c), "float16")
@@ -377,19 +351,16 @@ CROSS_COMPILE = textwrap.dedent(
     hopper = get_profile("nvidia/hopper")
     cap = hopper.fact("max_shared_memory_per_block_optin")
     problems = []
-    for name, (r, c) in json.loads(sys.argv[1]):
-        spec = {s.name: s for s in (rows.SOFTMAX, rows.LAYERNORM, rows.RMSNORM, rows.ADD_LAYERNORM,
-                                    rows.ADD_RMSNORM)}[name]
+    for name, (r, c) in shapes:
+        spec = SPECS[name]
         for config in spec.pruned_for({"n_rows": r, "n_cols": c, "mask": "causal"}, hopper).kept:
             for launch in launches(name, config, r, c):
                 shared, reg, spill = resources(launch)
                 bound = rows.reduction_shared_bytes(config)
                 if spill or shared > bound or shared > cap:
                     problems.append(f"{name} {r}x{c} {config.label()} {launch.kernel.__name__}: "
-                                    f"regs {reg}, spilled bytes {spill}, shared {shared} (bound {bound})")
-    print("\\n".join(problems) or "ok")
-    """
-)
+                                    f"regs {reg}, spilled bytes {spill}, shared {shared} (bound {bound})")  # fmt: skip
+    yield "\n".join(problems) or "ok"
 
 
 @pytest.mark.slow
@@ -403,14 +374,8 @@ def test_kept_candidates_compile_for_hopper_without_spills():
         pytest.skip("this Triton has no cuobjdump to read register use from")
     shapes = [(n, s) for n, s in ISSUE_SHAPES if n != "row_reduce"]
     shapes += [("rmsnorm", (64, 16384)), ("add_layernorm", (64, 16384)), ("softmax", (64, 32768))]
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NBXCERT_BACKEND")}
-    import json
-
-    out = subprocess.run(
-        [sys.executable, "-c", CROSS_COMPILE, json.dumps(shapes)], capture_output=True, text=True, env=env, timeout=900
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.strip().splitlines()[-1] == "ok", out.stdout
+    out = crosstools.cross_compile(90, _hopper_resources, shapes, timeout=900)
+    assert out[-1] == "ok", out
 
 
 # --- GPU: every hopper-kept candidate at the real shapes --------------------------------------------------------------

@@ -1,0 +1,100 @@
+"""What the kernel families share: device helpers their kernels call, the host helpers their launches use, and the
+prune facts more than one family counts with. A family imports these from here, never from another family, so a
+family module holds its own kernels and nothing another one needs.
+
+    narrow, both, tile_coords     @triton.jit helpers: a rounding store conversion, a mask select, grouped tile order
+    upcast, compute_type          a launch's UPCAST (interpreter) and CDT (compute type) constexprs
+    as_rows                       a tensor as a [n_rows, n_cols] view over its last dimension
+    MAX_TILE, SCALAR_REGS,        Triton's limit on a tile, the scalar registers a reduction kernel holds besides its
+    reduction_shared_bytes        tiles, and the shared memory of a kernel whose only shared memory is a reduction's
+"""
+
+from __future__ import annotations
+
+import triton.language as tl
+
+from nbxcert.errors import LaunchError, ViewError
+from nbxcert.kernels.backends import select
+from nbxcert.kernels.jit import jit
+from nbxcert.kernels.spec import Config
+from nbxcert.kernels.tensor import Tensor
+
+MAX_TILE = tl.TRITON_MAX_TENSOR_NUMEL  # Triton refuses a tensor of more elements (triton/language/core.py)
+# Besides its tiles a reduction kernel holds ~12 registers of scalars (row and mask addresses, strides, the loop
+# counter, the row's statistics): ptxas gives the row loop kernels 13-14 registers in all with 4-element-per-thread
+# tiles (tests/kernels/test_rows.py::test_kept_candidates_compile_for_hopper_without_spills).
+SCALAR_REGS = 12
+
+
+# --- device helpers ---------------------------------------------------------------------------------------------------
+@jit
+def narrow(x, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
+    """`x` converted to the storage type DTYPE, rounding to nearest even.
+
+    x: a float32 (or float64) tensor. DTYPE: the output pointer's element type. UPCAST: True under Triton's
+    interpreter, whose float32 -> bfloat16 cast truncates: there the rounding is done on the bits first (finite
+    values and infinities keep their class; a NaN stays a NaN), and the truncating cast is then exact."""
+    if UPCAST and DTYPE == tl.bfloat16:
+        x = x.to(tl.float32)
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        x = bits.to(tl.float32, bitcast=True)
+    return x.to(DTYPE)
+
+
+@jit
+def both(mask, cond):
+    """`mask & cond` for a tensor mask and a scalar condition. Written as a select: Triton 3.9's interpreter gives
+    `tensor_bool & scalar_bool` an int32 result, which its load/store then refuse ("mask has unsupported dtype")."""
+    return tl.where(cond, mask, False)
+
+
+@jit
+def tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """Grouped launch order: tile index -> (pid_m, pid_n). Groups of GROUP_M tile rows are walked column by column,
+    so consecutive programs share B tiles in L2. A bijection for any GROUP_M >= 1 (it only permutes tiles)."""
+    per_group = GROUP_M * tiles_n
+    group = tile // per_group
+    first_m = group * GROUP_M
+    rows = tl.minimum(tiles_m - first_m, GROUP_M)
+    in_group = tile % per_group
+    return first_m + in_group % rows, in_group // rows
+
+
+# --- host helpers -----------------------------------------------------------------------------------------------------
+def upcast() -> bool:
+    """True under Triton's interpreter (see `narrow`)."""
+    return select().name == "interpreter"
+
+
+def compute_type(dtype_name: str):
+    """The compute type of an input dtype: float64 for float32/float64, float32 for half precision."""
+    return tl.float64 if dtype_name in ("float32", "float64") else tl.float32
+
+
+def as_rows(t: Tensor, name: str, role: str = "") -> Tensor:
+    """`t` as a [n_rows, n_cols] view over its last dimension (contiguous columns), without a copy; `LaunchError`
+    when its strides cannot express that (make it `.contiguous()` first). Errors name it "name: role" (made only
+    then: a served launch formats no message)."""
+    if t.ndim == 2 and (t.shape[1] <= 1 or t.strides[1] == 1):
+        return t  # already rows (the served path's common case: no view made per launch)
+    if role:
+        name = f"{name}: {role}"
+    if t.ndim == 0:
+        raise LaunchError(f"{name}: a 0-d tensor has no rows")
+    n_cols = t.shape[-1]
+    try:
+        v = t.view(1, n_cols) if t.ndim == 1 else t.view(-1, n_cols)
+    except ViewError as e:
+        raise LaunchError(f"{name}: shape {t.shape} strides {t.strides} is not a view of rows ({e})") from None
+    if v.shape[1] > 1 and v.stride(1) != 1:
+        raise LaunchError(f"{name}: the last dimension has stride {v.stride(1)}; rows need contiguous columns")
+    return v
+
+
+# --- prune facts ------------------------------------------------------------------------------------------------------
+def reduction_shared_bytes(config: Config) -> int:
+    """Shared memory of a kernel whose only shared memory is its cross-warp reductions' scratch (the row kernels,
+    group_norm): one float64 partial per warp (the largest Triton allocated for sm_90 was 8 bytes x num_warps; no such
+    kernel stages a tile through shared memory)."""
+    return 8 * config.num_warps
