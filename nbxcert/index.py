@@ -53,13 +53,13 @@ import os
 import re
 import stat
 import struct
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
 
 from nbxcert import certificates
 from nbxcert.errors import CertificateInvalid, IndexCorrupt, UsageError
+from nbxcert.files import atomic_write
 
 MAGIC = b"NBXIDX\x00\x01"
 FORMAT_VERSION = 1
@@ -188,7 +188,7 @@ class _DigestMemo:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            certificates.atomic_write(self.path, json.dumps(self.table, sort_keys=True))
+            atomic_write(self.path, json.dumps(self.table, sort_keys=True))
             self.dirty = False
         except OSError:
             pass  # an unwritable cache costs a re-hash next time, nothing else
@@ -255,22 +255,6 @@ def _compile(dirs: list[Path], profile_key: str, memory_class: str, attempts: in
             return _serialize(entries, profile_key, memory_class, before), before
     where = ", ".join(str(d) for d in dirs)
     raise CertificateInvalid(f"{where}: certificate files kept changing while the index was built", hint="try again")
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 # --- the index --------------------------------------------------------------------------------------------------------
@@ -406,7 +390,7 @@ class CertifiedIndex:
         """Validate the JSON certificates of `profile_key` in `dirs` (first directory wins a key), keep the entries of
         `memory_class`, write the index to `out_path` atomically and open it. `CertificateInvalid` writes nothing."""
         data, _ = _compile([Path(d) for d in dirs], profile_key, memory_class)
-        _write_atomic(Path(out_path), data)
+        atomic_write(Path(out_path), data, make_parents=True)
         return CertifiedIndex.open(out_path)
 
     def verify(self) -> None:
@@ -565,7 +549,7 @@ def load_index(
     if problem is not None and notices is not None:
         notices.append(f"{problem}; rebuilt it from the JSON certificates")
     try:
-        _write_atomic(path, data)
+        atomic_write(path, data, make_parents=True)
     except OSError as e:
         if notices is not None:
             notices.append(f"cannot write the index cache {cache} ({e.strerror}); serving from memory")

@@ -258,7 +258,7 @@ def certified_config(spec, entry: Mapping[str, Any], key_text: str):
 
 
 def _save_runtime_cache(st: ServingState) -> None:
-    from nbxcert.certificates import atomic_write
+    from nbxcert.files import atomic_write
 
     st.runtime_cache_path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(st.runtime_cache_path, json.dumps(st.runtime_cache, indent=1, sort_keys=True))
