@@ -1,12 +1,14 @@
 """Test-wide setup: the backend is chosen before any kernel module is imported, and `gpu` tests skip cleanly.
 
 With no usable NVIDIA GPU the interpreter backend is chosen (CI); on a GPU machine the cuda backend is, and the
-`gpu`-marked tests run. Tests never import torch; `test_no_torch` checks the whole session stayed clean.
+`gpu`-marked tests run. Tests never import torch: at the end of the run `pytest_sessionfinish` fails it if torch was
+imported into the test process (benchmarks' torch peers run in processes of their own).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -51,3 +53,10 @@ def profile(backend):
     from nbxcert.kernels.backends import cuda
 
     return match_nvidia(cuda.device_info(0).compute_capability)[0]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """nbxcert never imports torch, and nor does its test run: a test process that ends with torch loaded fails."""
+    if "torch" in sys.modules:
+        print("\ntorch was imported into the test process: nbxcert and its tests must run without it", file=sys.stderr)
+        session.exitstatus = 1
