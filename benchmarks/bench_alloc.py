@@ -8,8 +8,8 @@ driver's pool alone (`memory_pool_us`, `memory.KEPT_PER_SIZE` 0).
 
     python3 benchmarks/bench_alloc.py [--fake] [--calls 20000] [--repeats 5] [--out alloc.json]
 
---fake runs over the fake libcuda the tests build (`tests/backends/test_cuda.py`, a C compiler needed): the Python and
-ctypes part of the cost on a machine with no GPU. Without it, the real driver of the machine.
+--fake runs over the fake libcuda the tests build (`tests/kernels/backends/test_cuda.py`, a C compiler needed):
+the Python and ctypes part of the cost on a machine with no GPU. Without it, the real driver of the machine.
 """
 
 from __future__ import annotations
@@ -32,7 +32,9 @@ def _use_fake_driver() -> str:
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise SystemExit("--fake: no C compiler (cc or gcc) to build the fake libcuda")
-    spec = importlib.util.spec_from_file_location("_fake_source", ROOT / "tests" / "backends" / "test_cuda.py")
+    spec = importlib.util.spec_from_file_location(
+        "_fake_source", ROOT / "tests" / "kernels" / "backends" / "test_cuda.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     build = Path(tempfile.mkdtemp(prefix="nbxcert-fake-cuda-"))
@@ -42,7 +44,7 @@ def _use_fake_driver() -> str:
     from nbxcert.kernels.backends import cuda
 
     cuda.LIBCUDA_NAME = str(library)
-    return "fake libcuda (tests/backends/test_cuda.py)"
+    return "fake libcuda (tests/kernels/backends/test_cuda.py)"
 
 
 def main(argv=None) -> int:

@@ -14,13 +14,13 @@
 # each benchmark's JSON is OUTDIR/<step>.json (bench_dispatch.py and bench_model.py write their own files there).
 #
 # Sets:
-#   core      the device judge, warm and the fault sweep (tests/test_judge.py, test_warm.py, test_reliability.py), the
+#   core      the device judge, warm and the fault sweep (tests/kernels/test_judge.py, test_warm.py, tests/engine/test_sweep_faults.py and test_provenance.py), the
 #             row and element-wise kernels' GPU tests, then bench_autotune.py (AUTOTUNE=0 leaves it out)
 #   families  the sampling, quantized-weight, MoE and vision kernels' GPU tests, then bench_sampling.py,
 #             bench_quant.py, bench_vision.py and bench_moe.py
 #   matmul    the matmul family's GPU tests (every kept candidate at real shapes), then bench_matmul.py
-#   serving   the CUDA backend's and the launch plans' GPU tests (tests/backends/test_cuda.py,
-#             tests/test_served_plans.py), then bench_alloc.py (4096 x 4096 and 1 x 4096, against cuMemAlloc/cuMemFree),
+#   serving   the CUDA backend's and the launch plans' GPU tests (tests/kernels/backends/test_cuda.py,
+#             tests/kernels/test_served_plans.py), then bench_alloc.py (4096 x 4096 and 1 x 4096, against cuMemAlloc/cuMemFree),
 #             bench_certified.py serving, bench_dispatch.py and bench_model.py (llama-3-8b's decoder layer)
 #   quality   bench_certified.py quality of $WORKLOAD's certified keys; one shard of them per GPU through gpu_pair.sh:
 #               QUALITY_OF=2 WORKLOAD=llama-3-8b bash benchmarks/gpu_pair.sh quality quality OUTDIR
@@ -63,7 +63,8 @@ python3 -c "import sys, triton; print('Python', sys.version.split()[0], 'Triton'
 python3 -c "import torch; print('torch', torch.__version__)" 2>/dev/null | tee -a "$dest/summary.txt"
 case "$SET" in
   core)
-    step tests_core 150 "${TESTS[@]}" tests/test_judge.py tests/test_warm.py tests/test_reliability.py
+    step tests_core 150 "${TESTS[@]}" tests/kernels/test_judge.py tests/test_warm.py \
+      tests/engine/test_sweep_faults.py tests/engine/test_provenance.py
     step tests_rows_elementwise 230 "${TESTS[@]}" tests/kernels/test_rows.py tests/kernels/test_elementwise.py
     if [ "${AUTOTUNE:-1}" = 1 ]; then
       step bench_autotune 190 python3 benchmarks/bench_autotune.py --keys 6 --out "$dest/bench_autotune.json"
@@ -82,7 +83,7 @@ case "$SET" in
     step bench_matmul 420 python3 benchmarks/bench_matmul.py --out "$dest/bench_matmul.json"
     ;;
   serving)
-    step tests_serving 150 "${TESTS[@]}" tests/backends/test_cuda.py tests/test_served_plans.py
+    step tests_serving 150 "${TESTS[@]}" tests/kernels/backends/test_cuda.py tests/kernels/test_served_plans.py
     step bench_alloc_4096x4096 60 "${NOTORCH[@]}" python3 benchmarks/bench_alloc.py --rows 4096 --cols 4096 \
       --calls 2000 --compare-driver --out "$dest/bench_alloc_4096x4096.json"
     step bench_alloc_1x4096 60 "${NOTORCH[@]}" python3 benchmarks/bench_alloc.py --rows 1 --cols 4096 \

@@ -20,8 +20,8 @@ python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | tail -2
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$dest/nvidia-smi.txt"
 python3 -m nbxcert doctor 2>&1 | tee "$dest/doctor.txt"; echo "doctor exit: ${PIPESTATUS[0]}" | tee -a "$dest/doctor.txt"
 python3 -m nbxcert doctor --json > "$dest/doctor.json" 2>&1
-timeout 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/backends tests/test_device_agreement.py \
-  tests/test_cli_doctor.py tests/test_tensor.py 2>&1 | tee "$dest/gpu_tests.txt" | tail -25
+timeout 400 python3 -m pytest -q -p no:cacheprovider -m gpu tests/kernels/backends tests/engine/test_device_agreement.py \
+  tests/cli/test_cli_doctor.py tests/kernels/test_tensor.py 2>&1 | tee "$dest/gpu_tests.txt" | tail -25
 rm -rf "$dest/fault_certs"
 PYTHONPATH=tests/fixtures timeout 300 python3 -m nbxcert certify --profile "${PROFILE:-hopper}" \
   --key 'fault_probe[n=300000;float32]@v1' --kernels fault_probe --spec faulty_kernels --out "$dest/fault_certs" \

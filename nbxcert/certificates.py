@@ -255,8 +255,8 @@ def read_json(path: Path) -> Any:
     """Read a certificate file's JSON: size-capped, NaN/Infinity refused, duplicate keys refused, depth-limited.
 
     Only a regular file is read, and no more of it than its size: a directory or a FIFO named `*.json` raised
-    IsADirectoryError or blocked for ever on the read (bugs found by tests/test_fuzz.py and test_reliability.py),
-    so the file is opened without blocking and checked (fstat) before a byte is read."""
+    IsADirectoryError or blocked for ever on the read (bugs found by tests/test_fuzz.py and the reliability tests in
+    tests/engine/), so the file is opened without blocking and checked (fstat) before a byte is read."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -307,7 +307,7 @@ def iter_files(root: Path, profile_key: str | None = None) -> Iterator[Path]:
             raise invalid(path, None, None, "is a link that points outside the certificate directory")
         if resolved.is_dir():
             # a directory named `*.json` holds no certificate (`validate` walks into it); reading it as one failed
-            # the whole index build (found by tests/test_reliability.py::test_hostile_certificate_is_refused_...)
+            # the whole index build (found by tests/engine/test_hostile_certificates.py)
             continue
         yield path
 
@@ -330,7 +330,7 @@ def locked(directory: Path):
 def _inside(root: Path, path: Path) -> Path:
     """`path`, refused when it (or a directory on its way) is a link leading out of `root`: certify read a file
     through such a link and wrote through a linked profile directory, outside the directory it was asked to write
-    (bug found by tests/test_reliability.py::test_certify_writes_only_under_out)."""
+    (bug found by tests/engine/test_write_paths.py::test_certify_writes_only_under_out)."""
     real_root, target = Path(root).resolve(), Path(path).resolve()
     if target != real_root and real_root not in target.parents:
         raise invalid(path, None, None, f"is a link that points outside the certificate directory {root}")
@@ -340,7 +340,7 @@ def _inside(root: Path, path: Path) -> Path:
 def _remove_stale_temps(path: Path) -> None:
     """Remove the temp files a writer of `path` killed mid-write left (SIGKILL skips atomic_write's cleanup). Called
     under the directory lock, which every writer of a certificate file holds, so none of them is live (found by
-    tests/test_reliability.py::test_a_writer_killed_mid_write_leaves_no_temp_file_behind)."""
+    tests/engine/test_concurrency.py::test_a_writer_killed_mid_write_leaves_no_temp_file_behind)."""
     for stale in path.parent.glob(f".{path.name}.*.tmp"):
         with contextlib.suppress(FileNotFoundError):
             stale.unlink()

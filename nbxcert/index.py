@@ -113,7 +113,7 @@ def index_path(cache: Path, profile_key: str, memory_class: str, fingerprint_hex
 # --- fingerprint and compilation --------------------------------------------------------------------------------------
 def _read_bytes(path: Path) -> bytes:
     # opened without blocking and checked before reading: a FIFO named `*.json` in a certificate directory blocked
-    # the fingerprint (and so every process that serves) for ever (found by tests/test_reliability.py, the hostile
+    # the fingerprint (and so every process that serves) for ever (found by tests/engine/, the hostile
     # `fifo` case)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))

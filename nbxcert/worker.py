@@ -87,7 +87,7 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:500]
 
 
-_one_line = one_line  # the name tests/test_sweep.py imports
+_one_line = one_line  # the name tests/engine/test_sweep.py imports
 
 
 # The last characters of a request's captured output that a failed reply carries (`NBXCERT_DEBUG=1` shows them).

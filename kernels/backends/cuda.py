@@ -56,7 +56,7 @@ CU_STREAM_WAIT_VALUE_GEQ = 0x0  # cuStreamWaitValue32: wait until (int32_t)(*add
 ALLOCATION_ALIGNMENT = 256
 
 # CUresult names for when libcuda cannot be asked (not loaded, or cuGetErrorName itself failing). Values from cuda.h
-# (CUDA 13.1, as bundled with Triton 3.9); `tests/backends/test_cuda.py` checks them against the header.
+# (CUDA 13.1, as bundled with Triton 3.9); `tests/kernels/backends/test_cuda.py` checks them against the header.
 ERROR_NAMES: dict[int, str] = {
     0: "CUDA_SUCCESS",
     1: "CUDA_ERROR_INVALID_VALUE",

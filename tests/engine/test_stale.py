@@ -17,7 +17,7 @@ from clitools import check
 
 from nbxcert.stale import rule_choice
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 
 import certs  # noqa: E402

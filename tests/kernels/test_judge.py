@@ -81,7 +81,7 @@ def test_a_sweep_on_the_device_path_finds_the_same_verdicts(interpreted):
     from nbxcert.kernels.check import prepare, run_prepared
     from nbxcert.profiles import get_profile
 
-    sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
     import faulty_kernels
 
     spec = faulty_kernels.SPEC

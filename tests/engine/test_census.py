@@ -24,7 +24,7 @@ from nbxcert.errors import BackendUnavailable, UsageError
 from nbxcert.kernels.spec import Config
 from nbxcert.profiles import get_profile
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 WRONG = ("--spec", "wrong_prune", "--kernels", "wrong_prune_mm")
 
 

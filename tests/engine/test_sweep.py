@@ -11,7 +11,7 @@ import pytest
 from nbxcert.kernels.spec import Config
 from nbxcert.sweep import Outcome, choose_winner
 
-FIXTURES = str(Path(__file__).parent / "fixtures")
+FIXTURES = str(Path(__file__).resolve().parents[1] / "fixtures")
 
 
 @pytest.fixture(scope="module")

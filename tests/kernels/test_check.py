@@ -14,7 +14,7 @@ from nbxcert.kernels.spec import Config
 from nbxcert.profiles import get_profile
 from nbxcert.warm import check_configs
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 NUMPY_TORCH = ROOT / "tests" / "fixtures" / "numpy_torch"
 DTYPE = "float16"  # the dtype the demo workload is certified in (certificates/cpu/interpreter)

@@ -11,7 +11,7 @@ import pytest
 
 from nbxcert.kernels.spec import Config
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_the_oracle_benchmark_times_this_oracle_beside_another_file(tmp_path):
     """bench_oracles.py times oracles/attention.py beside a given copy of it; a copy of itself agrees to the bit."""
     import subprocess
 
-    oracle = Path(__file__).resolve().parents[1] / "oracles" / "attention.py"
+    oracle = Path(__file__).resolve().parents[2] / "oracles" / "attention.py"
     cmd = [sys.executable, str(BENCH / "bench_oracles.py"), "--repeats", "1", "--oracle-file", str(oracle)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]

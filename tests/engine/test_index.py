@@ -17,7 +17,7 @@ from nbxcert import certificates, index
 from nbxcert.errors import CertificateInvalid, IndexCorrupt, UsageError
 from nbxcert.index import CertifiedIndex, fingerprint, load_index
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import certs  # noqa: E402
 
 PROFILE = certs.PROFILE

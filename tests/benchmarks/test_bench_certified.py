@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import bench_certified as bc  # noqa: E402
@@ -74,7 +74,7 @@ def test_winners_reads_every_entry_with_a_timed_default():
     import argparse
     import json
 
-    root = Path(__file__).resolve().parent.parent / "certificates"
+    root = Path(__file__).resolve().parents[2] / "certificates"
     entries = {}
     for f in (root / "cpu" / "interpreter").glob("*.json"):
         entries.update(json.loads(f.read_text())["entries"])

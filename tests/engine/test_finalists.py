@@ -1,6 +1,6 @@
 """A certificate keeps every fully timed candidate (`finalists`, fastest first): the choice of its winner can be
-audited and a change of the winner rule applied without sweeping the key again (`nbxcert stale`, tests/test_stale.py).
-Serving's index leaves them out."""
+audited and a change of the winner rule applied without sweeping the key again (`nbxcert stale`,
+tests/engine/test_stale.py). Serving's index leaves them out."""
 
 from __future__ import annotations
 
