@@ -103,7 +103,7 @@ def time_candidates(spec, problem, configs, launch_of, warmup_ms, rep_ms, log, d
     rows, refused = [], []
     for config in configs:
         t0 = time.time()
-        times = common.time_or_refuse(config, lambda: launch_of(config), warmup_ms, rep_ms, refused, log)
+        times = common.time_or_refuse(config, lambda config=config: launch_of(config), warmup_ms, rep_ms, refused, log)
         if times is None:
             continue
         rows.append({"config": config.label(), "kwargs": config.as_dict(), "median_ms": statistics.median(times)})

@@ -98,7 +98,7 @@ def peer(plan_path: str) -> None:
             configs.append(triton.Config(kw, num_warps=c["num_warps"], num_stages=c["num_stages"]))
         tuned = triton.autotune(configs=configs, key=["M", "N", "K"])(mm._mm_tiled_kernel)
 
-        def grid(meta):
+        def grid(meta, m=m, n=n):  # this key's sizes, bound now (the grid is called within this iteration)
             return (triton.cdiv(m, meta["BLOCK_M"]) * triton.cdiv(n, meta["BLOCK_N"]), 1)
 
         torch.cuda.synchronize()
@@ -146,7 +146,7 @@ def main() -> None:
         sys.exit(f"bench_autotune: the triton.autotune process failed:\n{r.stderr[-3000:]}")
     peer_result = json.loads(r.stdout.strip().splitlines()[-1])
     rows = []
-    for item, mine, theirs in zip(plan, ours_result["keys"], peer_result):
+    for item, mine, theirs in zip(plan, ours_result["keys"], peer_result, strict=False):
         ours_s = mine["seconds"].get("total", float("nan"))
         rows.append({"key": item["key"], "candidates": len(item["configs"]), "ours_s": ours_s,
                      "autotune_s": theirs["seconds"], "ratio": theirs["seconds"] / ours_s, "ours": mine,

@@ -817,7 +817,7 @@ class Peer:
                     "gpu_calls": min(args.calls, args.gpu_calls), "rope_base": ROPE_BASE,
                     "group": QUANT_GROUP}  # fmt: skip
         self.timeout = args.peer_timeout
-        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - the peer's stderr for its life, closed in close()
         self.proc = subprocess.Popen([sys.executable, "-c", peer_script(), json.dumps(settings)], text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)  # fmt: skip
         self.info = self._answer()

@@ -104,7 +104,7 @@ def main(argv=None) -> int:
         inputs = spec.make_inputs(problem, dtypes, 0, "cpu")
         paths = {
             "served": served_call,
-            "direct": lambda: spec.launch(config, inputs),
+            "direct": lambda spec=spec, config=config, inputs=inputs: spec.launch(config, inputs),
             "raw": common.replay(common.capture_launches(served_call)),
         }
         runs = common.interleaved_us(paths, args.calls, args.repeats)

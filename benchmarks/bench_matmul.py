@@ -141,8 +141,11 @@ def retime_main(payload: str) -> int:
         spec = get_spec(item["spec"])
         inputs = spec.make_inputs(item["problem"], tuple(item["dtypes"]), 0, choice.device)
         config = Config.from_dict(item["kwargs"])
-        times = triton_cuda.do_bench_events(lambda: spec.launch(config, inputs), warmup_ms=args["warmup_ms"],
-                                            rep_ms=args["rep_ms"])  # fmt: skip
+
+        def launch(spec=spec, config=config, inputs=inputs):  # this finalist's, bound now
+            spec.launch(config, inputs)
+
+        times = triton_cuda.do_bench_events(launch, warmup_ms=args["warmup_ms"], rep_ms=args["rep_ms"])
         out[item["id"]] = {"median_ms": statistics.median(times), "reps": len(times)}
     print(json.dumps(out))
     return 0
@@ -205,7 +208,9 @@ def bench_spec(spec, problem, dtypes, profile, device, warmup_ms, rep_ms, kinds,
         if not wanted(config, kinds):
             continue
         t0 = time.time()
-        times = common.time_or_refuse(config, lambda: spec.launch(config, inputs), warmup_ms, rep_ms, refused, log)
+        times = common.time_or_refuse(
+            config, lambda config=config: spec.launch(config, inputs), warmup_ms, rep_ms, refused, log
+        )
         if times is None:
             continue
         rows.append(
@@ -215,7 +220,7 @@ def bench_spec(spec, problem, dtypes, profile, device, warmup_ms, rep_ms, kinds,
                 "kwargs": config.as_dict(),
                 "median_ms": statistics.median(times),
                 "reps": len(times),
-                "host_us": host_launch_us(lambda: spec.launch(config, inputs)),
+                "host_us": host_launch_us(lambda config=config: spec.launch(config, inputs)),
             }
         )
         log(f"    {rows[-1]['median_ms']:.4f} ms (host {rows[-1]['host_us']:.1f} us)  {config.label()}  "

@@ -101,7 +101,9 @@ def time_configs(spec, configs, inputs, prune, profile, warmup_ms, rep_ms, log):
     rows, refused = [], [{"config": c.label(), "reason": f"pruned: {r}"} for c, r in verdicts.pruned]
     for config in verdicts.kept:
         t0 = time.time()
-        times = common.time_or_refuse(config, lambda: spec.launch(config, inputs), warmup_ms, rep_ms, refused, log)
+        times = common.time_or_refuse(
+            config, lambda config=config: spec.launch(config, inputs), warmup_ms, rep_ms, refused, log
+        )
         if times is None:
             continue
         rows.append({"config": config.label(), "kwargs": config.as_dict(), "median_ms": statistics.median(times),

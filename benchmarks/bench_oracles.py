@@ -63,7 +63,9 @@ def main(argv=None) -> int:
             print(f"{label:5s} {case:8s} {best:7.3f} s")
     if "other" in oracles:
         for case in ("decode", "prefill"):
-            diff = max(float(np.abs(a - b).max()) for a, b in zip(answers["this", case], answers["other", case]))
+            diff = max(
+                float(np.abs(a - b).max()) for a, b in zip(answers["this", case], answers["other", case], strict=False)
+            )
             print(f"{case}: largest difference of out and error scale between the two: {diff:.2e}")
     return 0
 

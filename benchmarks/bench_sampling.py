@@ -120,7 +120,7 @@ def main() -> int:
             spec,
             problem,
             profile,
-            lambda c, inputs=inputs: common.call_all(_launches(sampling, spec, c, inputs)),
+            lambda c, inputs=inputs, spec=spec: common.call_all(_launches(sampling, spec, c, inputs)),
             args.warmup,
             args.rep,
         )

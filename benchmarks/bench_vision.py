@@ -103,7 +103,12 @@ def main() -> int:
         problem = full_problem(name, p)
         inputs = spec.make_inputs(problem, ("float16",), 0, "cuda:0")
         timings = common.time_kept(
-            spec, problem, profile, lambda c, inputs=inputs: lambda: spec.launch(c, inputs), args.warmup, args.rep
+            spec,
+            problem,
+            profile,
+            lambda c, inputs=inputs, spec=spec: lambda: spec.launch(c, inputs),
+            args.warmup,
+            args.rep,
         )
         best_ms, best = timings[0]
         verdict = common.check(spec, best, problem, ("float16",), profile, inputs)

@@ -10,8 +10,9 @@ a pool first, is the engine's (`nbxcert.warm.check_configs`).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from nbxcert.kernels.compare import Judge, Verdict, poison
 from nbxcert.kernels.spec import Config, Inputs, KernelSpec

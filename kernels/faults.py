@@ -87,7 +87,7 @@ def _host_view(owner) -> np.ndarray:
 
 def raise_recorded() -> None:
     """Raise `LaunchError` for a fault a kernel recorded (and clear it); nothing when none was."""
-    for device, (owner, tensor) in list(_words.items()):
+    for device, (owner, _tensor) in list(_words.items()):
         view = _host_view(owner)
         if view[0] == 0:
             continue

@@ -22,7 +22,8 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from nbxcert.kernels import recording as _recording
 from nbxcert.kernels.dtypes import DType
@@ -149,9 +150,7 @@ def call_signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor]] | No
             tensors.append(value)
             if stream_of is None and key[4] == "cuda":
                 stream_of = key[5]
-        elif kind in _SCALARS:
-            parts.append((kind, value))
-        elif kind is tuple and all(type(v) in _SCALARS for v in value):
+        elif kind in _SCALARS or kind is tuple and all(type(v) in _SCALARS for v in value):
             parts.append((kind, value))
         else:
             return None
@@ -519,7 +518,7 @@ class _Direct:
         raw, desc_indices, desc_meta = launcher.launch, (), ()
         closure = getattr(raw, "__closure__", None)
         if closure:
-            cells = dict(zip(raw.__code__.co_freevars, (c.cell_contents for c in closure)))
+            cells = dict(zip(raw.__code__.co_freevars, (c.cell_contents for c in closure), strict=False))
             if not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= set(cells):
                 return None
             raw, desc_indices = cells["launcher"], sorted(cells["tensordesc_indices"])
@@ -529,7 +528,7 @@ class _Direct:
         by_keyword = {k: v for k, v in launch.kwargs.items() if k in names}
         bound = kernel.signature.bind(*launch.args, **by_keyword)
         bound.apply_defaults()
-        placed_by_name = dict(zip(names, placed))
+        placed_by_name = dict(zip(names, placed, strict=False))
         template, pointers, descriptors = [], [], []
         for index, name in enumerate(names):
             value = bound.arguments[name]

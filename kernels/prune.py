@@ -6,7 +6,8 @@ Only facts of the device file are used (never a guess). A fact stated as `null` 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from nbxcert.kernels.launch import next_power_of_2
 from nbxcert.kernels.spec import Config, PruneResult

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 _tls = threading.local()
 

@@ -12,7 +12,8 @@ imports nothing of nbxcert but `nbxcert.errors`, so registering a server loads n
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from nbxcert.errors import ServerNotRegistered
 

@@ -16,8 +16,9 @@ Words used throughout:
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ class Config:
     num_stages: int = 2
 
     @staticmethod
-    def make(num_warps: int = 4, num_stages: int = 2, **kwargs) -> "Config":
+    def make(num_warps: int = 4, num_stages: int = 2, **kwargs) -> Config:
         return Config(tuple(sorted(kwargs.items())), int(num_warps), int(num_stages))
 
     def __getitem__(self, name: str) -> Any:
@@ -62,14 +63,14 @@ class Config:
         return {"kwargs": dict(self.kwargs), "num_warps": self.num_warps, "num_stages": self.num_stages}
 
     @staticmethod
-    def from_dict(d: Mapping[str, Any]) -> "Config":
+    def from_dict(d: Mapping[str, Any]) -> Config:
         return Config(tuple(sorted(dict(d["kwargs"]).items())), int(d["num_warps"]), int(d["num_stages"]))
 
     def label(self) -> str:
         parts = [f"{k}={v}" for k, v in self.kwargs]
         return ",".join(parts + [f"warps={self.num_warps}", f"stages={self.num_stages}"])
 
-    def without(self, names: Sequence[str]) -> "Config":
+    def without(self, names: Sequence[str]) -> Config:
         """This config with the named kwargs dropped (used to group configs that differ only in no-bit fields)."""
         return Config(tuple((k, v) for k, v in self.kwargs if k not in names), self.num_warps, self.num_stages)
 

@@ -10,8 +10,9 @@ the few storage calls the interpreter makes (`untyped_storage`, `new_empty`, `se
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -89,7 +90,7 @@ class Storage:
         _recording.storage_made(self)
 
     @classmethod
-    def fresh(cls, nbytes: int, device: Device) -> "Storage":
+    def fresh(cls, nbytes: int, device: Device) -> Storage:
         """A storage as `Storage(nbytes, device)` makes it, for a device already checked (a launch plan's replay makes
         the storages its record made: no device check, no record)."""
         if device.type == "cpu":
@@ -103,7 +104,7 @@ class Storage:
         return self
 
     @classmethod
-    def over(cls, owner: Any, nbytes: int, device: str | Device) -> "Storage":
+    def over(cls, owner: Any, nbytes: int, device: str | Device) -> Storage:
         """A storage over `nbytes` of device memory that `owner` (anything with a `ptr`) holds; kept alive by it."""
         self = cls.__new__(cls)
         self.device, self.nbytes, self._host, self._alloc = as_device(device), int(nbytes), None, owner
@@ -131,14 +132,14 @@ class Storage:
             _cuda().memcpy_htod(self.data_ptr() + byte_offset, data, data.size)
 
     # the interpreter's storage protocol
-    def cpu(self) -> "Storage":
+    def cpu(self) -> Storage:
         if self._alloc is None:
             return self
         copy = Storage(self.nbytes, "cpu")
         copy._host[:] = self.host_bytes()
         return copy
 
-    def copy_(self, other: "Storage") -> "Storage":
+    def copy_(self, other: Storage) -> Storage:
         if other is self:
             return self
         if other.nbytes != self.nbytes:
@@ -189,7 +190,7 @@ class Tensor:
             )
 
     @classmethod
-    def trusted(cls, storage: Storage, shape: tuple, strides: tuple, dtype: DType, offset: int) -> "Tensor":
+    def trusted(cls, storage: Storage, shape: tuple, strides: tuple, dtype: DType, offset: int) -> Tensor:
         """A view whose shape, strides, dtype and offset are known to fit `storage` (a launch plan rebuilding the
         result its record made): the constructor's checks are skipped."""
         self = cls.__new__(cls)
@@ -247,7 +248,7 @@ class Tensor:
 
     def is_contiguous(self) -> bool:
         expected = _contiguous_strides(self.shape)
-        return all(n == 1 or s == e for n, s, e in zip(self.shape, self._strides, expected))
+        return all(n == 1 or s == e for n, s, e in zip(self.shape, self._strides, expected, strict=False))
 
     def _span(self) -> tuple[int, int]:
         """[first byte, one past the last byte) this view touches in its storage."""
@@ -255,7 +256,7 @@ class Tensor:
         lo = hi = self._offset
         if 0 in self.shape:
             return (lo * item, lo * item)
-        for n, st in zip(self.shape, self._strides):  # one pass: every view's constructor calls this
+        for n, st in zip(self.shape, self._strides, strict=False):  # one pass: every view's constructor calls this
             if st > 0:
                 hi += st * (n - 1)
             elif st < 0:
@@ -292,10 +293,10 @@ class Tensor:
         return _dt.decode(self.numpy(), self.dtype)
 
     # --- views --------------------------------------------------------------------------------------------------------
-    def _view(self, shape, strides, offset=None) -> "Tensor":
+    def _view(self, shape, strides, offset=None) -> Tensor:
         return Tensor(self._storage, shape, strides, self.dtype, self._offset if offset is None else offset)
 
-    def view(self, *shape) -> "Tensor":
+    def view(self, *shape) -> Tensor:
         """The same elements in another shape, without a copy; `ViewError` where the strides cannot express it."""
         shape = self._infer_shape(shape)
         strides = _view_strides(self.shape, self._strides, shape)
@@ -306,7 +307,7 @@ class Tensor:
             )
         return self._view(shape, strides)
 
-    def reshape(self, *shape) -> "Tensor":
+    def reshape(self, *shape) -> Tensor:
         """Like `view`, but copies when the strides cannot express the new shape (as torch does)."""
         shape = self._infer_shape(shape)
         strides = _view_strides(self.shape, self._strides, shape)
@@ -330,7 +331,7 @@ class Tensor:
             raise ViewError(f"shape {shape} holds {math.prod(shape)} elements, the tensor has {self.numel}")
         return shape
 
-    def transpose(self, dim0: int, dim1: int) -> "Tensor":
+    def transpose(self, dim0: int, dim1: int) -> Tensor:
         d0, d1 = self._dim(dim0), self._dim(dim1)
         shape, strides = list(self.shape), list(self._strides)
         shape[d0], shape[d1] = shape[d1], shape[d0]
@@ -338,12 +339,12 @@ class Tensor:
         return self._view(shape, strides)
 
     @property
-    def T(self) -> "Tensor":
+    def T(self) -> Tensor:
         if self.ndim != 2:
             raise ViewError(f".T needs a 2-d tensor, this one has shape {self.shape}")
         return self.transpose(0, 1)
 
-    def permute(self, *dims) -> "Tensor":
+    def permute(self, *dims) -> Tensor:
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
         dims = tuple(self._dim(d) for d in dims)
@@ -351,7 +352,7 @@ class Tensor:
             raise ViewError(f"permute({dims}) is not a permutation of the {self.ndim} dimensions")
         return self._view([self.shape[d] for d in dims], [self._strides[d] for d in dims])
 
-    def expand(self, *shape) -> "Tensor":
+    def expand(self, *shape) -> Tensor:
         """Broadcast size-1 dimensions (stride 0) to `shape`, without a copy."""
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = tuple(shape[0])
@@ -359,7 +360,7 @@ class Tensor:
             raise ViewError(f"expand to {tuple(shape)} has fewer dimensions than {self.shape}")
         lead = len(shape) - self.ndim
         new_shape, new_strides = list(shape[:lead]), [0] * lead
-        for n_old, s_old, n_new in zip(self.shape, self._strides, shape[lead:]):
+        for n_old, s_old, n_new in zip(self.shape, self._strides, shape[lead:], strict=False):
             if n_new == -1 or n_new == n_old:
                 new_shape.append(n_old)
                 new_strides.append(s_old)
@@ -370,7 +371,7 @@ class Tensor:
                 raise ViewError(f"cannot expand size {n_old} to {n_new} (shape {self.shape} -> {tuple(shape)})")
         return self._view(new_shape, new_strides)
 
-    def unsqueeze(self, dim: int) -> "Tensor":
+    def unsqueeze(self, dim: int) -> Tensor:
         dim = dim if dim >= 0 else dim + self.ndim + 1
         if not 0 <= dim <= self.ndim:
             raise ViewError(f"unsqueeze({dim}) out of range for a {self.ndim}-d tensor")
@@ -379,7 +380,7 @@ class Tensor:
         strides.insert(dim, strides[dim] * shape[dim + 1] if dim < self.ndim else 1)
         return self._view(shape, strides)
 
-    def __getitem__(self, index) -> "Tensor":
+    def __getitem__(self, index) -> Tensor:
         """Basic indexing: ints, slices with a positive step, `None` and `...`. Never a copy."""
         if not isinstance(index, tuple):
             index = (index,)
@@ -424,19 +425,19 @@ class Tensor:
         return d % self.ndim
 
     # --- copies -------------------------------------------------------------------------------------------------------
-    def contiguous(self) -> "Tensor":
+    def contiguous(self) -> Tensor:
         if self.is_contiguous() and self._offset == 0:
             return self
         out = empty(self.shape, self.dtype, self.device)
         out.copy_(self)
         return out
 
-    def clone(self) -> "Tensor":
+    def clone(self) -> Tensor:
         out = empty(self.shape, self.dtype, self.device)
         out.copy_(self)
         return out
 
-    def to(self, device: str | Device) -> "Tensor":
+    def to(self, device: str | Device) -> Tensor:
         device = as_device(device)
         if device == self.device:
             return self
@@ -444,10 +445,10 @@ class Tensor:
         out.copy_(self)
         return out
 
-    def cpu(self) -> "Tensor":
+    def cpu(self) -> Tensor:
         return self.to("cpu")
 
-    def copy_(self, src: "Tensor") -> "Tensor":
+    def copy_(self, src: Tensor) -> Tensor:
         """Copy `src`'s elements into this view (same shape, same dtype; any devices, any strides)."""
         if not isinstance(src, Tensor):
             raise ShapeMismatch(f"copy_ takes a Tensor, got {type(src).__name__}")
@@ -477,16 +478,16 @@ class Tensor:
         host[...] = values
         self._storage.write_bytes(host.base if host.base is not None else host, lo)
 
-    def fill_(self, value: float) -> "Tensor":
+    def fill_(self, value: float) -> Tensor:
         self._write_host(np.broadcast_to(_dt.encode(np.array(value), self.dtype), self.shape))
         return self
 
     # --- the interpreter's tensor protocol ----------------------------------------------------------------------------
-    def new_empty(self, size, device="cpu") -> "Tensor":
+    def new_empty(self, size, device="cpu") -> Tensor:
         size = (size,) if isinstance(size, int) else tuple(size)
         return empty(size, self.dtype, device)
 
-    def set_(self, storage: Storage, offset: int, size, stride) -> "Tensor":
+    def set_(self, storage: Storage, offset: int, size, stride) -> Tensor:
         self._storage, self._offset, self._ptr, self._key = storage, int(offset), None, None
         self.shape, self._strides = tuple(size), tuple(stride)
         return self

@@ -28,7 +28,7 @@ norm error too.
 from __future__ import annotations
 
 import math
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 

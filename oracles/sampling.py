@@ -47,7 +47,9 @@ def argmax(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     top = numbers.max(axis=1, keepdims=True)
     first_top = np.array([np.flatnonzero(row)[0] for row in numbers == top], dtype=np.int64)
     has_nan = nan.any(axis=1)
-    first_nan = np.array([np.flatnonzero(row)[0] if any_nan else -1 for row, any_nan in zip(nan, has_nan)])
+    first_nan = np.array(
+        [np.flatnonzero(row)[0] if any_nan else -1 for row, any_nan in zip(nan, has_nan, strict=False)]
+    )
     idx = np.where(has_nan, first_nan, first_top).astype(np.float64)
     return idx, np.zeros(idx.shape)
 

@@ -46,8 +46,9 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from nbxcert.errors import BackendUnavailable
 from nbxcert.kernels.backends import BackendChoice, fix

@@ -31,8 +31,9 @@ import os
 import re
 import threading
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 

@@ -27,8 +27,8 @@ from __future__ import annotations
 import math
 import statistics
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import triton
 from triton.backends.nvidia.driver import CudaDriver, CudaLauncher, CudaUtils

@@ -38,7 +38,7 @@ def test_the_elementwise_table_has_a_line_for_every_case(bench_elementwise):
     assert len(lines) == 2 + len(bench_elementwise.CASES)
     labels = [bench_elementwise.case_label(n, p, d) for n, p, d in bench_elementwise.CASES]
     assert labels == ["", "tanh", "add dense", "mul broadcast", "->float32", "neox", ""]
-    for line, (name, _, _), label, r in zip(lines[2:], bench_elementwise.CASES, labels, results):
+    for line, (name, _, _), label, r in zip(lines[2:], bench_elementwise.CASES, labels, results, strict=False):
         assert line.startswith(name) and label in line and "BLOCK=1024" in line
         assert ("2.00x" in line) == (r["torch_ms"] is not None)
 

@@ -66,7 +66,9 @@ def test_two_certify_runs_and_four_key_recorders_in_one_directory_lose_nothing(t
     finally:
         stop.write_text("")
     outs = [p.communicate(timeout=120)[0] for p in recorders]
-    for p, out, err in zip(recorders, outs, errs):  # a recorder that died says why (seen once in CI, 2026-11-29)
+    for p, out, err in zip(
+        recorders, outs, errs, strict=False
+    ):  # a recorder that died says why (seen once in CI, 2026-11-29)
         assert p.returncode == 0 and out.split(), f"recorder exit {p.returncode}: {err.read_text()[-3000:]}"
     counts = [int(out.split()[-1]) for out in outs]
     assert codes == [0, 0], log.read_text()[-3000:]

@@ -77,7 +77,7 @@ def test_bucket_range_is_certified_at_both_ends():
     assert bucket_range(24, LADDER) == (17, 24)
     assert bucket_range(1, LADDER) == (1, 1)
     assert bucket_range(65, LADDER) == (65, 65), "above the top rung a size is its own bucket"
-    for lo_rung, hi_rung in zip(LADDER, LADDER[1:]):
+    for lo_rung, hi_rung in zip(LADDER, LADDER[1:], strict=False):
         lo, hi = bucket_range(hi_rung, LADDER)
         assert lo == lo_rung + 1 and hi == hi_rung
         assert bucket(lo, LADDER) == hi_rung and bucket(lo - 1, LADDER) == lo_rung

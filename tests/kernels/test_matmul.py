@@ -409,8 +409,9 @@ def test_gemv_register_prune():
 
 
 def test_candidate_counts_and_default():
-    assert mm.DEFAULT_MM == Config.make(
-        num_warps=4, num_stages=3, KIND="tiled", BLOCK_M=128, BLOCK_N=128, K_BYTES=64, GROUP_M=8
+    assert (
+        Config.make(num_warps=4, num_stages=3, KIND="tiled", BLOCK_M=128, BLOCK_N=128, K_BYTES=64, GROUP_M=8)
+        == mm.DEFAULT_MM
     )
     kinds = [c["KIND"] for c in mm.MATMUL.candidates]
     tiled = mm.classic_configs() + mm.small_m_configs() + mm.unpipelined_configs()

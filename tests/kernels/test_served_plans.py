@@ -92,10 +92,10 @@ def _cases(device):
 
 def _same_launches(full: list[KernelLaunch], planned: list[KernelLaunch]) -> None:
     assert len(full) == len(planned) >= 1
-    for f, p in zip(full, planned):
+    for f, p in zip(full, planned, strict=False):
         assert p.kernel is f.kernel and p.grid == f.grid and p.kwargs == f.kwargs
         assert len(p.args) == len(f.args)
-        for i, (fa, pa) in enumerate(zip(f.args, p.args)):
+        for i, (fa, pa) in enumerate(zip(f.args, p.args, strict=False)):
             if hasattr(fa, "data_ptr"):  # the output may be a fresh tensor; every other tensor is the call's own
                 assert (pa.shape, pa.strides, pa.dtype) == (fa.shape, fa.strides, fa.dtype), i
             else:
@@ -120,7 +120,7 @@ def test_a_plan_makes_the_launches_and_the_bits_of_the_full_path(served, name):
     _same_launches(full, planned)
     first, again = call(), call()
     first, again = first if isinstance(first, tuple) else (first,), again if isinstance(again, tuple) else (again,)
-    for f, a in zip(first, again):
+    for f, a in zip(first, again, strict=False):
         assert np.array_equal(f.numpy().view(np.uint16), a.numpy().view(np.uint16))
 
 

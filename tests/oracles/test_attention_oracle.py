@@ -18,7 +18,8 @@ def _mp_row(q_row, k, v, visible, scale):
         if not keys:
             return np.zeros(v.shape[1]), np.zeros(v.shape[1])
         s = [
-            mpmath.fsum(mpmath.mpf(float(a)) * mpmath.mpf(float(b)) for a, b in zip(q_row, k[j])) * scale for j in keys
+            mpmath.fsum(mpmath.mpf(float(a)) * mpmath.mpf(float(b)) for a, b in zip(q_row, k[j], strict=False)) * scale
+            for j in keys
         ]
         top = max(s)
         e = [mpmath.exp(x - top) for x in s]
@@ -139,7 +140,7 @@ def test_stacked_query_heads_agree_with_one_head_at_a_time(monkeypatch):
     stacked = oracle.attention(q, k, v, 0.25, False, kv_lengths=lengths)
     monkeypatch.setattr(oracle, "STACK_ELEMENTS", 0)
     per_head = oracle.attention(q, k, v, 0.25, False, kv_lengths=lengths)
-    for a, b in zip(stacked, per_head):
+    for a, b in zip(stacked, per_head, strict=False):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
 
 
@@ -156,5 +157,5 @@ def test_causal_row_blocks_agree_with_whole_heads(monkeypatch, q_len, kv_len):
     blocked = oracle.attention(q, k, v, 0.3, True)
     monkeypatch.setattr(oracle, "CAUSAL_ROWS", 1 << 30)
     whole = oracle.attention(q, k, v, 0.3, True)
-    for a, b in zip(blocked, whole):
+    for a, b in zip(blocked, whole, strict=False):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)

@@ -36,7 +36,7 @@ def ulp_errors(fn, exact, xs: np.ndarray) -> tuple[float, float]:
     """(max ulp error, the input where it occurs) of fn over xs against mpmath's exact function."""
     got = fn(xs)
     worst, where = 0.0, float("nan")
-    for x, g in zip(xs.tolist(), got.tolist()):
+    for x, g in zip(xs.tolist(), got.tolist(), strict=False):
         t = exact(mpmath.mpf(x))
         if abs(t) > MAX * (1 + 2.0**-53):  # beyond float64: must be an infinity of the same sign
             err = 0.0 if (math.isinf(g) and (g > 0) == (t > 0)) else math.inf
