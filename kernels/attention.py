@@ -48,12 +48,13 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import faults
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
+from nbxcert.kernels.common import family_spec
 from nbxcert.kernels.faults import record_fault, record_fault_lanes
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE, KernelLaunch, cdiv, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import limit, prune_with, shared_memory_refusal
-from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
+from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import attention as _oracle
 
@@ -1214,106 +1215,88 @@ def prefill_problem(batch, heads, kv_heads, q_len, kv_len, head_dim, causal, ali
 
 
 # --- specs ------------------------------------------------------------------------------------------------------------
-FLASH_ATTENTION = register(
-    KernelSpec(
-        name="flash_attention",
-        family="attention",
-        description="prefill attention, online softmax, causal (bottom-right) or not, GQA, head dims 64-256, TMA",
-        kernels=(_flash_fwd_kernel,),
-        problem_args=("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "causal", "aligned"),
-        key_fields=(
-            KeyField("batch", "batch"),
-            KeyField("heads"),
-            KeyField("kv_heads"),
-            KeyField("q_len", "tokens"),
-            KeyField("kv_len", "kv_len"),
-            KeyField("head_dim"),
-            KeyField("causal"),
-            KeyField("aligned"),
-        ),
-        dtype_args=("q",),
-        dtypes=DTYPES,
-        output_dtypes=_same_dtype,
-        candidates=flash_candidates(),
-        default=FLASH_DEFAULT,
-        prune=prune_flash,
-        make_inputs=_flash_inputs,
-        launch=_flash_launch,
-        oracle=_flash_oracle,
-        oracle_name="nbxcert.oracles.attention.attention",
-        problem_of=flash_problem,
-        no_bit_fields=("num_stages",),
-        example_problems=(
-            prefill_problem(1, 4, 1, 17, 17, 80, causal=1, aligned=1),
-            prefill_problem(2, 2, 2, 1, 100, 64, causal=0, aligned=0),
-            prefill_problem(1, 8, 1, 100, 37, 96, causal=1, aligned=1),
-        ),
-    )
+FLASH_ATTENTION = family_spec(
+    "attention",
+    "flash_attention",
+    "prefill attention, online softmax, causal (bottom-right) or not, GQA, head dims 64-256, TMA",
+    (_flash_fwd_kernel,),
+    problem_args=("batch", "heads", "kv_heads", "q_len", "kv_len", "head_dim", "causal", "aligned"),
+    key_fields=(
+        KeyField("batch", "batch"),
+        KeyField("heads"),
+        KeyField("kv_heads"),
+        KeyField("q_len", "tokens"),
+        KeyField("kv_len", "kv_len"),
+        KeyField("head_dim"),
+        KeyField("causal"),
+        KeyField("aligned"),
+    ),
+    dtype_args=("q",),
+    dtypes=DTYPES,
+    output_dtypes=_same_dtype,
+    tuning=(flash_candidates(), FLASH_DEFAULT, prune_flash),
+    parts=(_flash_inputs, _flash_launch, _flash_oracle, flash_problem),
+    no_bit_fields=("num_stages",),
+    examples=(
+        prefill_problem(1, 4, 1, 17, 17, 80, causal=1, aligned=1),
+        prefill_problem(2, 2, 2, 1, 100, 64, causal=0, aligned=0),
+        prefill_problem(1, 8, 1, 100, 37, 96, causal=1, aligned=1),
+    ),
+    oracle_name="nbxcert.oracles.attention.attention",
 )
 
-DECODE_ATTENTION = register(
-    KernelSpec(
-        name="decode_attention",
-        family="attention",
-        description="decode attention (one query per sequence), contiguous KV cache, per-sequence lengths, split-KV",
-        kernels=(_decode_partial_kernel, _decode_combine_kernel),
-        problem_args=("batch", "heads", "kv_heads", "kv_len", "head_dim"),
-        key_fields=(
-            KeyField("batch", "batch"),
-            KeyField("heads"),
-            KeyField("kv_heads"),
-            KeyField("kv_len", "kv_len"),
-            KeyField("head_dim"),
-        ),
-        dtype_args=("q",),
-        dtypes=DTYPES,
-        output_dtypes=_same_dtype,
-        candidates=decode_candidates(),
-        default=DECODE_DEFAULT,
-        prune=prune_decode,
-        make_inputs=_decode_inputs,
-        launch=_decode_launch,
-        oracle=_decode_oracle,
-        oracle_name="nbxcert.oracles.attention.decode_attention",
-        problem_of=decode_problem,
-        no_bit_fields=("num_stages",),
-        example_problems=(
-            {"batch": 3, "heads": 8, "kv_heads": 2, "kv_len": 100, "head_dim": 80},
-            {"batch": 2, "heads": 8, "kv_heads": 1, "kv_len": 17, "head_dim": 128},
-        ),
-    )
+_DECODE_PROBLEM = ("batch", "heads", "kv_heads", "kv_len", "head_dim")
+_DECODE_KEY = (
+    KeyField("batch", "batch"),
+    KeyField("heads"),
+    KeyField("kv_heads"),
+    KeyField("kv_len", "kv_len"),
+    KeyField("head_dim"),
 )
 
-PAGED_DECODE_ATTENTION = register(
-    KernelSpec(
-        name="paged_decode_attention",
-        family="attention",
-        description="decode attention against a paged KV cache (block table), per-sequence lengths, split-KV",
-        kernels=(_decode_partial_kernel, _decode_combine_kernel),
-        problem_args=("batch", "heads", "kv_heads", "kv_len", "head_dim", "block_size"),
-        key_fields=(
-            KeyField("batch", "batch"),
-            KeyField("heads"),
-            KeyField("kv_heads"),
-            KeyField("kv_len", "kv_len"),
-            KeyField("head_dim"),
-            KeyField("block_size"),
-        ),
+
+def _decode_spec(name, description, paged: bool, make_inputs, launch, oracle, problem_of, examples) -> KernelSpec:
+    """The decode attention specs (contiguous or paged KV cache): one kernel pair, one candidate list, one prune."""
+    return family_spec(
+        "attention",
+        name,
+        description,
+        (_decode_partial_kernel, _decode_combine_kernel),
+        problem_args=_DECODE_PROBLEM + (("block_size",) if paged else ()),
+        key_fields=_DECODE_KEY + ((KeyField("block_size"),) if paged else ()),
         dtype_args=("q",),
         dtypes=DTYPES,
         output_dtypes=_same_dtype,
-        candidates=decode_candidates(),
-        default=DECODE_DEFAULT,
-        prune=prune_decode,
-        make_inputs=_paged_inputs,
-        launch=_paged_launch,
-        oracle=_paged_oracle,
-        oracle_name="nbxcert.oracles.attention.paged_decode_attention",
-        problem_of=paged_decode_problem,
+        tuning=(decode_candidates(), DECODE_DEFAULT, prune_decode),
+        parts=(make_inputs, launch, oracle, problem_of),
         no_bit_fields=("num_stages",),
-        example_problems=(
-            {"batch": 3, "heads": 4, "kv_heads": 1, "kv_len": 100, "head_dim": 64, "block_size": 16},
-            {"batch": 2, "heads": 8, "kv_heads": 8, "kv_len": 37, "head_dim": 96, "block_size": 32},
-        ),
+        examples=examples,
     )
+
+
+DECODE_ATTENTION = _decode_spec(
+    "decode_attention",
+    "decode attention (one query per sequence), contiguous KV cache, per-sequence lengths, split-KV",
+    False,
+    _decode_inputs,
+    _decode_launch,
+    _decode_oracle,
+    decode_problem,
+    (
+        {"batch": 3, "heads": 8, "kv_heads": 2, "kv_len": 100, "head_dim": 80},
+        {"batch": 2, "heads": 8, "kv_heads": 1, "kv_len": 17, "head_dim": 128},
+    ),
+)
+PAGED_DECODE_ATTENTION = _decode_spec(
+    "paged_decode_attention",
+    "decode attention against a paged KV cache (block table), per-sequence lengths, split-KV",
+    True,
+    _paged_inputs,
+    _paged_launch,
+    _paged_oracle,
+    paged_decode_problem,
+    (
+        {"batch": 3, "heads": 4, "kv_heads": 1, "kv_len": 100, "head_dim": 64, "block_size": 16},
+        {"batch": 2, "heads": 8, "kv_heads": 8, "kv_len": 37, "head_dim": 96, "block_size": 32},
+    ),
 )

@@ -7,6 +7,7 @@ family module holds its own kernels and nothing another one needs.
     as_rows                       a tensor as a [n_rows, n_cols] view over its last dimension
     MAX_TILE, SCALAR_REGS,        Triton's limit on a tile, the scalar registers a reduction kernel holds besides its
     reduction_shared_bytes        tiles, and the shared memory of a kernel whose only shared memory is a reduction's
+    family_spec                   one registered KernelSpec from its grouped parts (every family builds its specs so)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import triton.language as tl
 from nbxcert.errors import LaunchError, ViewError
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.jit import jit
-from nbxcert.kernels.spec import Config
+from nbxcert.kernels.spec import Config, KernelSpec, register
 from nbxcert.kernels.tensor import Tensor
 
 MAX_TILE = tl.TRITON_MAX_TENSOR_NUMEL  # Triton refuses a tensor of more elements (triton/language/core.py)
@@ -90,6 +91,42 @@ def as_rows(t: Tensor, name: str, role: str = "") -> Tensor:
     if v.shape[1] > 1 and v.stride(1) != 1:
         raise LaunchError(f"{name}: the last dimension has stride {v.stride(1)}; rows need contiguous columns")
     return v
+
+
+# --- spec building ----------------------------------------------------------------------------------------------------
+def family_spec(family: str, name: str, description: str, kernels: tuple, *, problem_args, key_fields, dtype_args,
+                dtypes, output_dtypes, tuning, parts, no_bit_fields=(), examples=(), oracle_name=None,
+                **more) -> KernelSpec:  # fmt: skip
+    """Register one `KernelSpec` of `family` from its parts, grouped as a reader looks them up.
+
+    tuning: (candidates, default, prune). parts: (make_inputs, launch, oracle, problem_of). The oracle is named
+    `nbxcert.oracles.<family>.<name>` unless `oracle_name` says otherwise; `more` passes the rarer fields on."""
+    candidates, default, prune = tuning
+    make_inputs, launch, oracle, problem_of = parts
+    return register(
+        KernelSpec(
+            name=name,
+            family=family,
+            description=description,
+            kernels=kernels,
+            problem_args=problem_args,
+            key_fields=key_fields,
+            dtype_args=dtype_args,
+            dtypes=dtypes,
+            output_dtypes=output_dtypes,
+            candidates=candidates,
+            default=default,
+            prune=prune,
+            make_inputs=make_inputs,
+            launch=launch,
+            oracle=oracle,
+            oracle_name=oracle_name or f"nbxcert.oracles.{family}.{name}",
+            problem_of=problem_of,
+            no_bit_fields=no_bit_fields,
+            example_problems=examples,
+            **more,
+        )
+    )
 
 
 # --- prune facts ------------------------------------------------------------------------------------------------------

@@ -38,14 +38,14 @@ import triton.language as tl
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import faults
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import as_rows, both, compute_type, narrow, upcast
+from nbxcert.kernels.common import as_rows, both, compute_type, family_spec, narrow, upcast
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.faults import record_fault
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import KernelLaunch, cdiv, constexprs, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
+from nbxcert.kernels.spec import Config, Inputs, KeyField, PruneResult, Reference, choose_config
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import elementwise as _oracle
 
@@ -987,168 +987,125 @@ def _twice(dtypes: tuple[str, ...]) -> tuple[str, ...]:
 FLAT_NO_BIT = ("BLOCK", "num_warps")
 ROW_KEY = (KeyField("n_rows", "rows"), KeyField("n_cols"))
 
-SILU_AND_MUL = register(
-    KernelSpec(
-        name="silu_and_mul",
-        family="elementwise",
-        description="SwiGLU: silu(x[..., :d]) * x[..., d:]",
-        kernels=(_silu_and_mul_kernel,),
-        problem_args=("n_rows", "d"),
-        key_fields=(KeyField("n_rows", "tokens"), KeyField("d")),
-        dtype_args=("x",),
-        dtypes=tuple((d,) for d in HALF_AND_SINGLE),
-        output_dtypes=_first,
-        candidates=silu_candidates(),
-        default=SILU_DEFAULT,
-        prune=lambda cands, problem, profile: prune_with(
+SILU_AND_MUL = family_spec(
+    "elementwise",
+    "silu_and_mul",
+    "SwiGLU: silu(x[..., :d]) * x[..., d:]",
+    (_silu_and_mul_kernel,),
+    problem_args=("n_rows", "d"),
+    key_fields=(KeyField("n_rows", "tokens"), KeyField("d")),
+    dtype_args=("x",),
+    dtypes=tuple((d,) for d in HALF_AND_SINGLE),
+    output_dtypes=_first,
+    tuning=(
+        silu_candidates(),
+        SILU_DEFAULT,
+        lambda cands, problem, profile: prune_with(
             cands, profile, _tile_check(lambda c: c["BLOCK"], FLAT_REGS, profile, "column tile")
         ),
-        make_inputs=silu_inputs,
-        launch=_silu_launch,
-        oracle=_silu_oracle,
-        oracle_name="nbxcert.oracles.elementwise.silu_and_mul",
-        problem_of=silu_and_mul_problem,
-        no_bit_fields=("ROWS", "BLOCK", "num_warps"),
-        example_problems=({"n_rows": 7, "d": 300}, {"n_rows": 1, "d": 1}, {"n_rows": 3, "d": 2500}),
-    )
+    ),
+    parts=(silu_inputs, _silu_launch, _silu_oracle, silu_and_mul_problem),
+    no_bit_fields=("ROWS", "BLOCK", "num_warps"),
+    examples=({"n_rows": 7, "d": 300}, {"n_rows": 1, "d": 1}, {"n_rows": 3, "d": 2500}),
 )
 
-GELU = register(
-    KernelSpec(
-        name="gelu",
-        family="elementwise",
-        description="GELU, erf form (approximate=none) or tanh form (approximate=tanh)",
-        kernels=(_gelu_kernel,),
-        problem_args=("n_rows", "n_cols", "approximate"),
-        key_fields=ROW_KEY + (KeyField("approximate"),),
-        dtype_args=("x",),
-        dtypes=tuple((d,) for d in HALF_AND_SINGLE),
-        output_dtypes=_first,
-        candidates=flat_candidates(),
-        default=FLAT_DEFAULT,
-        prune=prune_flat,
-        make_inputs=gelu_inputs,
-        launch=_gelu_launch,
-        oracle=_gelu_oracle,
-        oracle_name="nbxcert.oracles.elementwise.gelu",
-        problem_of=gelu_problem,
-        no_bit_fields=FLAT_NO_BIT,
-        example_problems=tuple(
-            {"n_rows": r, "n_cols": c, "approximate": a}
-            for r, c in ((7, 300), (1, 1), (3, 2500))
-            for a in ("none", "tanh")
-        ),
-    )
+
+# the flat specs (gelu, add_mul, cast) share their candidates, prune and no-bit claim
+FLAT_TUNING = (flat_candidates(), FLAT_DEFAULT, prune_flat)
+
+GELU = family_spec(
+    "elementwise",
+    "gelu",
+    "GELU, erf form (approximate=none) or tanh form (approximate=tanh)",
+    (_gelu_kernel,),
+    problem_args=("n_rows", "n_cols", "approximate"),
+    key_fields=ROW_KEY + (KeyField("approximate"),),
+    dtype_args=("x",),
+    dtypes=tuple((d,) for d in HALF_AND_SINGLE),
+    output_dtypes=_first,
+    tuning=FLAT_TUNING,
+    parts=(gelu_inputs, _gelu_launch, _gelu_oracle, gelu_problem),
+    no_bit_fields=FLAT_NO_BIT,
+    examples=tuple(
+        {"n_rows": r, "n_cols": c, "approximate": a} for r, c in ((7, 300), (1, 1), (3, 2500)) for a in ("none", "tanh")
+    ),
+)
+ADD_MUL = family_spec(
+    "elementwise",
+    "add_mul",
+    "a + b or a * b (op) with broadcasting over strided inputs",
+    (_add_mul_kernel,),
+    problem_args=("n_rows", "n_cols", "op", "a_layout", "b_layout"),
+    key_fields=ROW_KEY + (KeyField("op"), KeyField("a_layout"), KeyField("b_layout")),
+    dtype_args=("a", "b"),
+    dtypes=tuple((d, d) for d in CAST_DTYPES),
+    output_dtypes=_first,
+    tuning=FLAT_TUNING,
+    parts=(add_mul_inputs, _add_mul_launch, _add_mul_oracle, add_mul_problem),
+    no_bit_fields=FLAT_NO_BIT,
+    examples=tuple(
+        {"n_rows": r, "n_cols": c, "op": op, "a_layout": la, "b_layout": lb}
+        for r, c in ((7, 300), (1, 1))
+        for op in ("add", "mul")
+        for la, lb in (("dense", "dense"), ("strided", "broadcast"))
+    ),
+    oracle_name="nbxcert.oracles.elementwise.add / mul",
+)
+CAST = family_spec(
+    "elementwise",
+    "cast",
+    "float16/bfloat16/float32/float64 to any of them, round to nearest even, on the bits",
+    (_cast_kernel,),
+    problem_args=("n_rows", "n_cols"),
+    key_fields=ROW_KEY,
+    dtype_args=("x", "y"),
+    dtypes=tuple((s, d) for s in CAST_DTYPES for d in CAST_DTYPES),
+    output_dtypes=_second,
+    tuning=FLAT_TUNING,
+    parts=(cast_inputs, _cast_launch, _cast_oracle, cast_problem),
+    no_bit_fields=FLAT_NO_BIT,
+    examples=({"n_rows": 7, "n_cols": 300}, {"n_rows": 1, "n_cols": 1}),
 )
 
-ADD_MUL = register(
-    KernelSpec(
-        name="add_mul",
-        family="elementwise",
-        description="a + b or a * b (op) with broadcasting over strided inputs",
-        kernels=(_add_mul_kernel,),
-        problem_args=("n_rows", "n_cols", "op", "a_layout", "b_layout"),
-        key_fields=ROW_KEY + (KeyField("op"), KeyField("a_layout"), KeyField("b_layout")),
-        dtype_args=("a", "b"),
-        dtypes=tuple((d, d) for d in CAST_DTYPES),
-        output_dtypes=_first,
-        candidates=flat_candidates(),
-        default=FLAT_DEFAULT,
-        prune=prune_flat,
-        make_inputs=add_mul_inputs,
-        launch=_add_mul_launch,
-        oracle=_add_mul_oracle,
-        oracle_name="nbxcert.oracles.elementwise.add / mul",
-        problem_of=add_mul_problem,
-        no_bit_fields=FLAT_NO_BIT,
-        example_problems=tuple(
-            {"n_rows": r, "n_cols": c, "op": op, "a_layout": la, "b_layout": lb}
-            for r, c in ((7, 300), (1, 1))
-            for op in ("add", "mul")
-            for la, lb in (("dense", "dense"), ("strided", "broadcast"))
-        ),
-    )
+ROPE = family_spec(
+    "elementwise",
+    "rope",
+    "rotary embedding of q and k in place: neox / gptj pairs, partial rotary dims, per-token positions",
+    (_rope_kernel,),
+    problem_args=("n_tokens", "n_heads", "n_kv_heads", "head_dim", "rot_dim", "style"),
+    key_fields=(
+        KeyField("n_tokens", "tokens"),
+        KeyField("n_heads"),
+        KeyField("n_kv_heads"),
+        KeyField("head_dim"),
+        KeyField("rot_dim"),
+        KeyField("style"),
+    ),
+    dtype_args=("q",),
+    dtypes=tuple((d,) for d in HALF_AND_SINGLE),
+    output_dtypes=_twice,
+    tuning=(rope_candidates(), ROPE_DEFAULT, prune_rope),
+    parts=(rope_inputs, _rope_launch, _rope_oracle, rope_problem),
+    no_bit_fields=("TOKENS", "BLOCK_H", "num_warps"),
+    examples=tuple(
+        {"n_tokens": t, "n_heads": 5, "n_kv_heads": 1, "head_dim": 80, "rot_dim": r, "style": s}
+        for t, r in ((7, 80), (1, 32))
+        for s in ("neox", "gptj")
+    ),
 )
 
-CAST = register(
-    KernelSpec(
-        name="cast",
-        family="elementwise",
-        description="float16/bfloat16/float32/float64 to any of them, round to nearest even, on the bits",
-        kernels=(_cast_kernel,),
-        problem_args=("n_rows", "n_cols"),
-        key_fields=ROW_KEY,
-        dtype_args=("x", "y"),
-        dtypes=tuple((s, d) for s in CAST_DTYPES for d in CAST_DTYPES),
-        output_dtypes=_second,
-        candidates=flat_candidates(),
-        default=FLAT_DEFAULT,
-        prune=prune_flat,
-        make_inputs=cast_inputs,
-        launch=_cast_launch,
-        oracle=_cast_oracle,
-        oracle_name="nbxcert.oracles.elementwise.cast",
-        problem_of=cast_problem,
-        no_bit_fields=FLAT_NO_BIT,
-        example_problems=({"n_rows": 7, "n_cols": 300}, {"n_rows": 1, "n_cols": 1}),
-    )
-)
-
-ROPE = register(
-    KernelSpec(
-        name="rope",
-        family="elementwise",
-        description="rotary embedding of q and k in place: neox / gptj pairs, partial rotary dims, per-token positions",
-        kernels=(_rope_kernel,),
-        problem_args=("n_tokens", "n_heads", "n_kv_heads", "head_dim", "rot_dim", "style"),
-        key_fields=(
-            KeyField("n_tokens", "tokens"),
-            KeyField("n_heads"),
-            KeyField("n_kv_heads"),
-            KeyField("head_dim"),
-            KeyField("rot_dim"),
-            KeyField("style"),
-        ),
-        dtype_args=("q",),
-        dtypes=tuple((d,) for d in HALF_AND_SINGLE),
-        output_dtypes=_twice,
-        candidates=rope_candidates(),
-        default=ROPE_DEFAULT,
-        prune=prune_rope,
-        make_inputs=rope_inputs,
-        launch=_rope_launch,
-        oracle=_rope_oracle,
-        oracle_name="nbxcert.oracles.elementwise.rope",
-        problem_of=rope_problem,
-        no_bit_fields=("TOKENS", "BLOCK_H", "num_warps"),
-        example_problems=tuple(
-            {"n_tokens": t, "n_heads": 5, "n_kv_heads": 1, "head_dim": 80, "rot_dim": r, "style": s}
-            for t, r in ((7, 80), (1, 32))
-            for s in ("neox", "gptj")
-        ),
-    )
-)
-
-EMBEDDING = register(
-    KernelSpec(
-        name="embedding",
-        family="elementwise",
-        description="row gather by token id; ids out of range refused before the launch",
-        kernels=(_embedding_kernel,),
-        problem_args=("n_tokens", "dim"),
-        key_fields=(KeyField("n_tokens", "tokens"), KeyField("dim")),
-        dtype_args=("table", "ids"),
-        dtypes=tuple((d, i) for d in HALF_AND_SINGLE for i in ("int32", "int64")),
-        output_dtypes=_first,
-        candidates=embedding_candidates(),
-        default=EMBEDDING_DEFAULT,
-        prune=prune_embedding,
-        make_inputs=embedding_inputs,
-        launch=_embedding_launch,
-        oracle=_embedding_oracle,
-        oracle_name="nbxcert.oracles.elementwise.embedding",
-        problem_of=embedding_problem,
-        no_bit_fields=("TOKENS", "BLOCK_D", "num_warps"),
-        example_problems=({"n_tokens": 7, "dim": 300}, {"n_tokens": 1, "dim": 1}),
-    )
+EMBEDDING = family_spec(
+    "elementwise",
+    "embedding",
+    "row gather by token id; ids out of range refused before the launch",
+    (_embedding_kernel,),
+    problem_args=("n_tokens", "dim"),
+    key_fields=(KeyField("n_tokens", "tokens"), KeyField("dim")),
+    dtype_args=("table", "ids"),
+    dtypes=tuple((d, i) for d in HALF_AND_SINGLE for i in ("int32", "int64")),
+    output_dtypes=_first,
+    tuning=(embedding_candidates(), EMBEDDING_DEFAULT, prune_embedding),
+    parts=(embedding_inputs, _embedding_launch, _embedding_oracle, embedding_problem),
+    no_bit_fields=("TOKENS", "BLOCK_D", "num_warps"),
+    examples=({"n_tokens": 7, "dim": 300}, {"n_tokens": 1, "dim": 1}),
 )

@@ -75,13 +75,13 @@ import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import tile_coords
+from nbxcert.kernels.common import family_spec, tile_coords
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _workspace
 from nbxcert.kernels.launch import KernelLaunch, cdiv, launch_kernel, served
 from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal
-from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
+from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config
 from nbxcert.kernels.tensor import Tensor, empty
 from nbxcert.oracles import matmul as _oracle
 
@@ -1142,29 +1142,21 @@ _GEMV_CANDIDATES = tuple(gemv_configs())
 
 
 def _mm_spec(name, description, problem_args, key, dtypes, examples, problem_of) -> KernelSpec:
-    return register(
-        KernelSpec(
-            name=name,
-            family="matmul",
-            description=description,
-            kernels=(_mm_tiled_kernel, _mm_split_k_kernel, _split_k_reduce_kernel, _mm_tma_persistent_kernel),
-            problem_args=problem_args,
-            key_fields=key,
-            dtype_args=("a", "b", "bias")[: len(dtypes[0])],
-            dtypes=dtypes,
-            output_dtypes=_same,
-            candidates=_MM_CANDIDATES,
-            default=DEFAULT_MM,
-            prune=_prune_mm,
-            make_inputs=_make_mm_inputs,
-            launch=_launch_inputs,
-            oracle=_oracle_mm,
-            oracle_name="oracles.matmul.addmm",
-            problem_of=problem_of,
-            no_bit_fields=("GROUP_M", "C_TMA"),
-            deterministic=True,
-            example_problems=examples,
-        )
+    return family_spec(
+        "matmul",
+        name,
+        description,
+        (_mm_tiled_kernel, _mm_split_k_kernel, _split_k_reduce_kernel, _mm_tma_persistent_kernel),
+        problem_args=problem_args,
+        key_fields=key,
+        dtype_args=("a", "b", "bias")[: len(dtypes[0])],
+        dtypes=dtypes,
+        output_dtypes=_same,
+        tuning=(_MM_CANDIDATES, DEFAULT_MM, _prune_mm),
+        parts=(_make_mm_inputs, _launch_inputs, _oracle_mm, problem_of),
+        no_bit_fields=("GROUP_M", "C_TMA"),
+        examples=examples,
+        oracle_name="oracles.matmul.addmm",
     )
 
 
@@ -1207,29 +1199,20 @@ BADDBMM = _mm_spec(
 
 
 def _gemv_spec(name, description, problem_args, key, dtypes, examples, problem_of) -> KernelSpec:
-    return register(
-        KernelSpec(
-            name=name,
-            family="matmul",
-            description=description,
-            kernels=(_gemv_kernel,),
-            problem_args=problem_args,
-            key_fields=key,
-            dtype_args=("x", "w", "bias")[: len(dtypes[0])],
-            dtypes=dtypes,
-            output_dtypes=_same,
-            candidates=_GEMV_CANDIDATES,
-            default=DEFAULT_GEMV,
-            prune=_prune_gemv,
-            make_inputs=_make_gemv_inputs,
-            launch=_launch_inputs,
-            oracle=_oracle_mm,
-            oracle_name="oracles.matmul.addmm",
-            problem_of=problem_of,
-            no_bit_fields=(),
-            deterministic=True,
-            example_problems=examples,
-        )
+    return family_spec(
+        "matmul",
+        name,
+        description,
+        (_gemv_kernel,),
+        problem_args=problem_args,
+        key_fields=key,
+        dtype_args=("x", "w", "bias")[: len(dtypes[0])],
+        dtypes=dtypes,
+        output_dtypes=_same,
+        tuning=(_GEMV_CANDIDATES, DEFAULT_GEMV, _prune_gemv),
+        parts=(_make_gemv_inputs, _launch_inputs, _oracle_mm, problem_of),
+        examples=examples,
+        oracle_name="oracles.matmul.addmm",
     )
 
 
@@ -1285,22 +1268,39 @@ def _run_gemv(cfg, x, w, out, bias, alpha, beta, activation) -> Tensor:
     return out
 
 
+def _product(spec, problem, x, w, bias, out, config, alpha=1.0, beta=1.0, activation="none") -> Tensor:
+    """Every user wrapper's tail, once: `out` made (or checked), a config chosen (tuning times the real launch), run.
+
+    x @ w (+ bias): the key's dtypes are x's, w's (and bias's), in the spec's `dtype_args` order; `out` takes x's
+    dtype. A gemv spec keeps a vector x's output a vector; a problem with a batch is a batched product."""
+    operands = (x, w) if bias is None else (x, w, bias)
+    rows_cols = (problem["M"], problem["N"])
+    if _gemv_kernel in spec.kernels:
+        shape = rows_cols[1:] if x.ndim == 1 else rows_cols
+
+        def run(c, out):
+            return _run_gemv(c, x, w, out, bias, alpha, beta, activation)
+    else:
+        batch = problem.get("batch")
+        shape = rows_cols if batch is None else (batch, *rows_cols)
+
+        def run(c, out):
+            return _run_mm(c, x, w, out, bias, 1 if batch is None else batch, alpha, beta, activation)
+
+    out = _out(out, shape, x)
+    cfg = choose_config(
+        spec, problem, tuple(t.dtype.name for t in operands), config, run=lambda c: run(c, out), outputs=(out,)
+    )
+    run(cfg, out)
+    return out
+
+
 @served
 def matmul(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | None = None) -> Tensor:
     """C = A @ B for 2-d A (M, K) and B (K, N) of one dtype (float16, bfloat16, float32); returns C (M, N)."""
     _check_dtypes(a, b, out)
     problem = _problem_matmul(a, b, out)
-    out = _out(out, (problem["M"], problem["N"]), a)
-    cfg = choose_config(
-        MATMUL,
-        problem,
-        (a.dtype.name, b.dtype.name),
-        config,
-        run=lambda c: _run_mm(c, a, b, out, None, 1, 1.0, 1.0, "none"),
-        outputs=(out,),
-    )
-    _run_mm(cfg, a, b, out, None, 1, 1.0, 1.0, "none")
-    return out
+    return _product(MATMUL, problem, a, b, None, out, config)
 
 
 @served
@@ -1319,17 +1319,7 @@ def addmm(
     (M, N)."""
     _check_dtypes(bias, a, b, out)
     problem = _problem_addmm(bias, a, b, activation=activation)
-    out = _out(out, (problem["M"], problem["N"]), a)
-    cfg = choose_config(
-        ADDMM,
-        problem,
-        (a.dtype.name, b.dtype.name, bias.dtype.name),
-        config,
-        run=lambda c: _run_mm(c, a, b, out, bias, 1, alpha, beta, activation),
-        outputs=(out,),
-    )
-    _run_mm(cfg, a, b, out, bias, 1, alpha, beta, activation)
-    return out
+    return _product(ADDMM, problem, a, b, bias, out, config, alpha, beta, activation)
 
 
 @served
@@ -1337,17 +1327,7 @@ def bmm(a: Tensor, b: Tensor, out: Tensor | None = None, config: Config | None =
     """C[i] = A[i] @ B[i] for A (batch, M, K), B (batch, K, N); a batch stride of 0 broadcasts an operand."""
     _check_dtypes(a, b, out)
     problem = _problem_bmm(a, b)
-    out = _out(out, (problem["batch"], problem["M"], problem["N"]), a)
-    cfg = choose_config(
-        BMM,
-        problem,
-        (a.dtype.name, b.dtype.name),
-        config,
-        run=lambda c: _run_mm(c, a, b, out, None, problem["batch"], 1.0, 1.0, "none"),
-        outputs=(out,),
-    )
-    _run_mm(cfg, a, b, out, None, problem["batch"], 1.0, 1.0, "none")
-    return out
+    return _product(BMM, problem, a, b, None, out, config)
 
 
 @served
@@ -1365,17 +1345,7 @@ def baddbmm(
     """C[i] = act(beta·bias[i] + alpha·(A[i] @ B[i])); bias broadcastable to (batch, M, N)."""
     _check_dtypes(bias, a, b, out)
     problem = _problem_baddbmm(bias, a, b, activation=activation)
-    out = _out(out, (problem["batch"], problem["M"], problem["N"]), a)
-    cfg = choose_config(
-        BADDBMM,
-        problem,
-        (a.dtype.name, b.dtype.name, bias.dtype.name),
-        config,
-        run=lambda c: _run_mm(c, a, b, out, bias, problem["batch"], alpha, beta, activation),
-        outputs=(out,),
-    )
-    _run_mm(cfg, a, b, out, bias, problem["batch"], alpha, beta, activation)
-    return out
+    return _product(BADDBMM, problem, a, b, bias, out, config, alpha, beta, activation)
 
 
 @served
@@ -1384,16 +1354,7 @@ def gemv(x: Tensor, w: Tensor, out: Tensor | None = None, config: Config | None 
     weight as `weight.T`)."""
     _check_dtypes(x, w, out)
     problem = _problem_gemv(x, w)
-    out = _out(out, (problem["N"],) if x.ndim == 1 else (problem["M"], problem["N"]), x)
-    cfg = choose_config(
-        GEMV,
-        problem,
-        (x.dtype.name, w.dtype.name),
-        config,
-        run=lambda c: _run_gemv(c, x, w, out, None, 1.0, 1.0, "none"),
-        outputs=(out,),
-    )
-    return _run_gemv(cfg, x, w, out, None, 1.0, 1.0, "none")
+    return _product(GEMV, problem, x, w, None, out, config)
 
 
 @served
@@ -1411,16 +1372,7 @@ def addmv(
     """act(beta·bias + alpha·(X @ W)) for decode (M <= 4); bias broadcastable to the output."""
     _check_dtypes(bias, x, w, out)
     problem = _problem_addmv(bias, x, w, activation=activation)
-    out = _out(out, (problem["N"],) if x.ndim == 1 else (problem["M"], problem["N"]), x)
-    cfg = choose_config(
-        ADDMV,
-        problem,
-        (x.dtype.name, w.dtype.name, bias.dtype.name),
-        config,
-        run=lambda c: _run_gemv(c, x, w, out, bias, alpha, beta, activation),
-        outputs=(out,),
-    )
-    return _run_gemv(cfg, x, w, out, bias, alpha, beta, activation)
+    return _product(ADDMV, problem, x, w, bias, out, config, alpha, beta, activation)
 
 
 __all__ = [

@@ -60,11 +60,12 @@ import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
+from nbxcert.kernels.common import family_spec
 from nbxcert.kernels.dtypes import finfo
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import cdiv, launch_kernel, served
 from nbxcert.kernels.prune import lanes_refusal, next_pow2, prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
+from nbxcert.kernels.spec import Config, Inputs, KeyField, PruneResult, Reference, choose_config
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import moe as _oracle
 
@@ -716,97 +717,73 @@ def _ints(combo: tuple[str, ...]) -> tuple[str, ...]:
     return ("int32",)
 
 
-MOE_ALIGN = register(
-    KernelSpec(
-        name="moe_align",
-        family="moe",
-        description="token-expert pairs sorted by expert (stable), each expert padded to the block; integers, exact",
-        kernels=(_align_count_kernel, _align_offsets_kernel, _align_scatter_kernel),
-        problem_args=("M", "top_k", "experts", "block"),
-        key_fields=(KeyField("M", "tokens"), KeyField("top_k"), KeyField("experts"), KeyField("block")),
-        dtype_args=("topk_ids",),
-        dtypes=(("int32",),),
-        output_dtypes=_ints,
-        candidates=ALIGN_CANDIDATES,
-        default=DEFAULT_ALIGN,
-        prune=_prune_align,
-        make_inputs=_make_align_inputs,
-        launch=_launch_align_inputs,
-        oracle=_oracle_align,
-        oracle_name="oracles.moe.align",
-        problem_of=_problem_align,
-        no_bit_fields=("TILE", "STEPS", "num_warps"),
-        deterministic=True,
-        example_problems=(
-            {"M": 16, "top_k": 2, "experts": 8, "block": 16},
-            {"M": 3, "top_k": 8, "experts": 128, "block": 64},
-            {"M": 37, "top_k": 1, "experts": 8, "block": 32},
-            {"M": 5, "top_k": 8, "experts": 8, "block": 16},
-        ),
-    )
+MOE_ALIGN = family_spec(
+    "moe",
+    "moe_align",
+    "token-expert pairs sorted by expert (stable), each expert padded to the block; integers, exact",
+    (_align_count_kernel, _align_offsets_kernel, _align_scatter_kernel),
+    problem_args=("M", "top_k", "experts", "block"),
+    key_fields=(KeyField("M", "tokens"), KeyField("top_k"), KeyField("experts"), KeyField("block")),
+    dtype_args=("topk_ids",),
+    dtypes=(("int32",),),
+    output_dtypes=_ints,
+    tuning=(ALIGN_CANDIDATES, DEFAULT_ALIGN, _prune_align),
+    parts=(_make_align_inputs, _launch_align_inputs, _oracle_align, _problem_align),
+    no_bit_fields=("TILE", "STEPS", "num_warps"),
+    examples=(
+        {"M": 16, "top_k": 2, "experts": 8, "block": 16},
+        {"M": 3, "top_k": 8, "experts": 128, "block": 64},
+        {"M": 37, "top_k": 1, "experts": 8, "block": 32},
+        {"M": 5, "top_k": 8, "experts": 8, "block": 16},
+    ),
+    oracle_name="oracles.moe.align",
 )
 
-FUSED_MOE = register(
-    KernelSpec(
-        name="fused_moe",
-        family="moe",
-        description="out[p] = w_p * (a[token(p)] @ W[expert(p)]^T) over moe_align blocks, float32 accumulation",
-        kernels=(_fused_moe_kernel,),
-        problem_args=("M", "N", "K", "experts", "top_k", "mul_weight", "pair_rows"),
-        key_fields=(
-            KeyField("M", "tokens"),
-            KeyField("N"),
-            KeyField("K"),
-            KeyField("experts"),
-            KeyField("top_k"),
-            KeyField("mul_weight"),
-            KeyField("pair_rows"),
-        ),
-        dtype_args=("a", "w"),
-        dtypes=DTYPES,
-        output_dtypes=_same,
-        candidates=MOE_CANDIDATES,
-        default=DEFAULT_MOE,
-        prune=_prune_moe,
-        make_inputs=_make_moe_inputs,
-        launch=_launch_moe_inputs,
-        oracle=_oracle_moe,
-        oracle_name="oracles.moe.fused_moe",
-        problem_of=_problem_moe,
-        no_bit_fields=("GROUP_M",),
-        deterministic=True,
-        example_problems=(
-            {"M": 16, "N": 128, "K": 64, "experts": 8, "top_k": 2, "mul_weight": 0, "pair_rows": 0},
-            {"M": 16, "N": 64, "K": 64, "experts": 8, "top_k": 2, "mul_weight": 1, "pair_rows": 1},
-            {"M": 5, "N": 40, "K": 72, "experts": 8, "top_k": 8, "mul_weight": 1, "pair_rows": 0},
-            {"M": 9, "N": 24, "K": 40, "experts": 8, "top_k": 1, "mul_weight": 1, "pair_rows": 0},
-        ),
-    )
+FUSED_MOE = family_spec(
+    "moe",
+    "fused_moe",
+    "out[p] = w_p * (a[token(p)] @ W[expert(p)]^T) over moe_align blocks, float32 accumulation",
+    (_fused_moe_kernel,),
+    problem_args=("M", "N", "K", "experts", "top_k", "mul_weight", "pair_rows"),
+    key_fields=(
+        KeyField("M", "tokens"),
+        KeyField("N"),
+        KeyField("K"),
+        KeyField("experts"),
+        KeyField("top_k"),
+        KeyField("mul_weight"),
+        KeyField("pair_rows"),
+    ),
+    dtype_args=("a", "w"),
+    dtypes=DTYPES,
+    output_dtypes=_same,
+    tuning=(MOE_CANDIDATES, DEFAULT_MOE, _prune_moe),
+    parts=(_make_moe_inputs, _launch_moe_inputs, _oracle_moe, _problem_moe),
+    no_bit_fields=("GROUP_M",),
+    examples=(
+        {"M": 16, "N": 128, "K": 64, "experts": 8, "top_k": 2, "mul_weight": 0, "pair_rows": 0},
+        {"M": 16, "N": 64, "K": 64, "experts": 8, "top_k": 2, "mul_weight": 1, "pair_rows": 1},
+        {"M": 5, "N": 40, "K": 72, "experts": 8, "top_k": 8, "mul_weight": 1, "pair_rows": 0},
+        {"M": 9, "N": 24, "K": 40, "experts": 8, "top_k": 1, "mul_weight": 1, "pair_rows": 0},
+    ),
+    oracle_name="oracles.moe.fused_moe",
 )
 
-MOE_SUM = register(
-    KernelSpec(
-        name="moe_sum",
-        family="moe",
-        description="out[t] = sum over j of x[t, j] (a token's top-k expert outputs), float32, fixed order",
-        kernels=(_moe_sum_kernel,),
-        problem_args=("M", "N", "top_k"),
-        key_fields=(KeyField("M", "tokens"), KeyField("N"), KeyField("top_k")),
-        dtype_args=("x",),
-        dtypes=(("float16",), ("bfloat16",)),
-        output_dtypes=_same,
-        candidates=tuple(sum_configs()),
-        default=DEFAULT_SUM,
-        prune=_prune_sum,
-        make_inputs=_make_sum_inputs,
-        launch=_launch_sum_inputs,
-        oracle=_oracle_sum,
-        oracle_name="oracles.moe.moe_sum",
-        problem_of=_problem_sum,
-        no_bit_fields=("BLOCK_N", "num_warps"),
-        deterministic=True,
-        example_problems=({"M": 7, "N": 300, "top_k": 2}, {"M": 2, "N": 64, "top_k": 8}),
-    )
+MOE_SUM = family_spec(
+    "moe",
+    "moe_sum",
+    "out[t] = sum over j of x[t, j] (a token's top-k expert outputs), float32, fixed order",
+    (_moe_sum_kernel,),
+    problem_args=("M", "N", "top_k"),
+    key_fields=(KeyField("M", "tokens"), KeyField("N"), KeyField("top_k")),
+    dtype_args=("x",),
+    dtypes=(("float16",), ("bfloat16",)),
+    output_dtypes=_same,
+    tuning=(tuple(sum_configs()), DEFAULT_SUM, _prune_sum),
+    parts=(_make_sum_inputs, _launch_sum_inputs, _oracle_sum, _problem_sum),
+    no_bit_fields=("BLOCK_N", "num_warps"),
+    examples=({"M": 7, "N": 300, "top_k": 2}, {"M": 2, "N": 64, "top_k": 8}),
+    oracle_name="oracles.moe.moe_sum",
 )
 
 SPECS = (MOE_ALIGN, FUSED_MOE, MOE_SUM)

@@ -37,13 +37,13 @@ import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import narrow, upcast
+from nbxcert.kernels.common import family_spec, narrow, upcast
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _split_workspace
 from nbxcert.kernels.launch import KernelLaunch, cdiv, run_all, served
 from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal
-from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
+from nbxcert.kernels.spec import Config, Inputs, KeyField, PruneResult, Reference, choose_config
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import quant as _oracle
 
@@ -478,52 +478,47 @@ MM_EXAMPLES = (
     {"M": 33, "N": 40, "K": 128, "format": "int4"},
 )
 
-DEQUANT_GEMV = register(
-    KernelSpec(
-        name="dequant_gemv",
-        family="quant",
-        description="X @ dequantize(W) for decode (M <= 4), int4 (GPTQ, group 128) or int8 (per channel), SIMT",
-        kernels=(_dequant_gemv_kernel, _gemv_split_reduce_kernel),
-        problem_args=("M", "N", "K", "format"),
-        key_fields=(KeyField("M"), KeyField("N"), KeyField("K"), KeyField("format")),
-        dtype_args=("x",),
-        dtypes=tuple((d,) for d in ACT_DTYPES),
-        output_dtypes=_same,
-        candidates=gemv_candidates(),
-        default=GEMV_DEFAULT,
-        prune=prune_gemv,
-        make_inputs=quant_inputs,
-        launch=_launcher(True),
-        oracle=_quant_oracle,
-        oracle_name="nbxcert.oracles.quant.dequant_matmul",
-        problem_of=quant_problem,
-        no_bit_fields=(),
-        example_problems=GEMV_EXAMPLES,
-    )
-)
 
-DEQUANT_MATMUL = register(
-    KernelSpec(
-        name="dequant_matmul",
-        family="quant",
-        description="X @ dequantize(W), int4 (GPTQ, group 128) or int8 (per channel), tensor-core tiles",
-        kernels=(_dequant_mm_kernel,),
+def _quant_spec(name, description, kernels, gemv: bool, m_key: KeyField, candidates, default, prune, examples):
+    """The dequantizing product specs (decode gemv or tensor-core tiles): one input maker, one oracle, one key."""
+    return family_spec(
+        "quant",
+        name,
+        description,
+        kernels,
         problem_args=("M", "N", "K", "format"),
-        key_fields=(KeyField("M", "tokens"), KeyField("N"), KeyField("K"), KeyField("format")),
+        key_fields=(m_key, KeyField("N"), KeyField("K"), KeyField("format")),
         dtype_args=("x",),
         dtypes=tuple((d,) for d in ACT_DTYPES),
         output_dtypes=_same,
-        candidates=mm_candidates(),
-        default=MM_DEFAULT,
-        prune=prune_mm,
-        make_inputs=quant_inputs,
-        launch=_launcher(False),
-        oracle=_quant_oracle,
+        tuning=(candidates, default, prune),
+        parts=(quant_inputs, _launcher(gemv), _quant_oracle, quant_problem),
+        examples=examples,
         oracle_name="nbxcert.oracles.quant.dequant_matmul",
-        problem_of=quant_problem,
-        no_bit_fields=(),
-        example_problems=MM_EXAMPLES,
     )
+
+
+DEQUANT_GEMV = _quant_spec(
+    "dequant_gemv",
+    "X @ dequantize(W) for decode (M <= 4), int4 (GPTQ, group 128) or int8 (per channel), SIMT",
+    (_dequant_gemv_kernel, _gemv_split_reduce_kernel),
+    True,
+    KeyField("M"),
+    gemv_candidates(),
+    GEMV_DEFAULT,
+    prune_gemv,
+    GEMV_EXAMPLES,
+)
+DEQUANT_MATMUL = _quant_spec(
+    "dequant_matmul",
+    "X @ dequantize(W), int4 (GPTQ, group 128) or int8 (per channel), tensor-core tiles",
+    (_dequant_mm_kernel,),
+    False,
+    KeyField("M", "tokens"),
+    mm_candidates(),
+    MM_DEFAULT,
+    prune_mm,
+    MM_EXAMPLES,
 )
 
 SPECS = (DEQUANT_GEMV, DEQUANT_MATMUL)

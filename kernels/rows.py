@@ -58,6 +58,7 @@ from nbxcert.kernels.common import (
     as_rows,
     both,
     compute_type,
+    family_spec,
     narrow,
     reduction_shared_bytes,
     upcast,
@@ -66,7 +67,7 @@ from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE, KernelLaunch, cdiv, constexprs, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
+from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import rows as _oracle
 
@@ -903,28 +904,20 @@ NORM_DTYPES = (
 )
 ROW_EXAMPLES = ({"n_rows": 7, "n_cols": 1000}, {"n_rows": 1, "n_cols": 1}, {"n_rows": 5, "n_cols": 5000})
 
-SOFTMAX = register(
-    KernelSpec(
-        name="softmax",
-        family="rows",
-        description="softmax over the last dimension, optional scale and causal/additive mask; tile, loop, split",
-        kernels=(_softmax_tile_kernel, _softmax_loop_kernel, _softmax_split_stats_kernel, _softmax_split_out_kernel),
-        problem_args=("n_rows", "n_cols", "mask"),
-        key_fields=ROW_KEY + (KeyField("mask"),),
-        dtype_args=("x",),
-        dtypes=tuple((d,) for d in FLOAT_DTYPES),
-        output_dtypes=_same_as_first,
-        candidates=softmax_candidates(),
-        default=SOFTMAX_DEFAULT,
-        prune=prune_softmax,
-        make_inputs=softmax_inputs,
-        launch=_softmax_launch,
-        oracle=_softmax_oracle,
-        oracle_name="nbxcert.oracles.rows.softmax",
-        problem_of=softmax_problem,
-        no_bit_fields=("ROWS",),
-        example_problems=tuple(dict(p, mask=m) for p in ROW_EXAMPLES for m in MASKS),
-    )
+SOFTMAX = family_spec(
+    "rows",
+    "softmax",
+    "softmax over the last dimension, optional scale and causal/additive mask; tile, loop, split",
+    (_softmax_tile_kernel, _softmax_loop_kernel, _softmax_split_stats_kernel, _softmax_split_out_kernel),
+    problem_args=("n_rows", "n_cols", "mask"),
+    key_fields=ROW_KEY + (KeyField("mask"),),
+    dtype_args=("x",),
+    dtypes=tuple((d,) for d in FLOAT_DTYPES),
+    output_dtypes=_same_as_first,
+    tuning=(softmax_candidates(), SOFTMAX_DEFAULT, prune_softmax),
+    parts=(softmax_inputs, _softmax_launch, _softmax_oracle, softmax_problem),
+    no_bit_fields=("ROWS",),
+    examples=tuple(dict(p, mask=m) for p in ROW_EXAMPLES for m in MASKS),
 )
 
 
@@ -933,28 +926,21 @@ def _norm_spec(name: str, rms: bool, residual: bool, description: str) -> Kernel
         return norm_inputs(problem, dtypes, seed, device, rms=rms, residual=residual, values=values)
 
     make_inputs.__doc__ = f"Inputs of {name}: see `norm_inputs`."
-    return register(
-        KernelSpec(
-            name=name,
-            family="rows",
-            description=description,
-            kernels=(_norm_kernel,),
-            problem_args=("n_rows", "n_cols"),
-            key_fields=ROW_KEY,
-            dtype_args=("x", "weight"),
-            dtypes=NORM_DTYPES,
-            output_dtypes=_same_as_first_twice if residual else _same_as_first,
-            candidates=norm_candidates(),
-            default=NORM_DEFAULT,
-            prune=_prune_norm(RMSNORM_TILE_REGS if rms else LAYERNORM_TILE_REGS),
-            make_inputs=make_inputs,
-            launch=_norm_launch,
-            oracle=_norm_oracle,
-            oracle_name=f"nbxcert.oracles.rows.{'rmsnorm' if rms else 'layernorm'}",
-            problem_of=norm_problem,
-            no_bit_fields=("ROWS",),
-            example_problems=ROW_EXAMPLES,
-        )
+    return family_spec(
+        "rows",
+        name,
+        description,
+        (_norm_kernel,),
+        problem_args=("n_rows", "n_cols"),
+        key_fields=ROW_KEY,
+        dtype_args=("x", "weight"),
+        dtypes=NORM_DTYPES,
+        output_dtypes=_same_as_first_twice if residual else _same_as_first,
+        tuning=(norm_candidates(), NORM_DEFAULT, _prune_norm(RMSNORM_TILE_REGS if rms else LAYERNORM_TILE_REGS)),
+        parts=(make_inputs, _norm_launch, _norm_oracle, norm_problem),
+        no_bit_fields=("ROWS",),
+        examples=ROW_EXAMPLES,
+        oracle_name=f"nbxcert.oracles.rows.{'rmsnorm' if rms else 'layernorm'}",
     )
 
 
@@ -963,30 +949,22 @@ RMSNORM = _norm_spec("rmsnorm", True, False, "RMSNorm over the last dimension (w
 ADD_LAYERNORM = _norm_spec("add_layernorm", False, True, "residual add, then LayerNorm; returns the sum and the norm")
 ADD_RMSNORM = _norm_spec("add_rmsnorm", True, True, "residual add, then RMSNorm; returns the sum and the norm")
 
-ROW_REDUCE = register(
-    KernelSpec(
-        name="row_reduce",
-        family="rows",
-        description="sum, mean, amax or var (two-pass, correction 0 or 1) over the last dimension",
-        kernels=(_row_reduce_kernel,),
-        problem_args=("n_rows", "n_cols", "op", "correction"),
-        key_fields=ROW_KEY + (KeyField("op"), KeyField("correction")),
-        dtype_args=("x",),
-        dtypes=tuple((d,) for d in FLOAT_DTYPES),
-        output_dtypes=_same_as_first,
-        candidates=reduce_candidates(),
-        default=REDUCE_DEFAULT,
-        prune=prune_row_reduce,
-        make_inputs=row_reduce_inputs,
-        launch=_row_reduce_launch,
-        oracle=_row_reduce_oracle,
-        oracle_name="nbxcert.oracles.rows.row_reduce",
-        problem_of=row_reduce_problem,
-        no_bit_fields=("ROWS",),
-        example_problems=tuple(
-            dict(p, op=op, correction=c)
-            for p in ROW_EXAMPLES
-            for op, c in (("sum", 0), ("mean", 0), ("amax", 0), ("var", 0), ("var", 1))
-        ),
-    )
+ROW_REDUCE = family_spec(
+    "rows",
+    "row_reduce",
+    "sum, mean, amax or var (two-pass, correction 0 or 1) over the last dimension",
+    (_row_reduce_kernel,),
+    problem_args=("n_rows", "n_cols", "op", "correction"),
+    key_fields=ROW_KEY + (KeyField("op"), KeyField("correction")),
+    dtype_args=("x",),
+    dtypes=tuple((d,) for d in FLOAT_DTYPES),
+    output_dtypes=_same_as_first,
+    tuning=(reduce_candidates(), REDUCE_DEFAULT, prune_row_reduce),
+    parts=(row_reduce_inputs, _row_reduce_launch, _row_reduce_oracle, row_reduce_problem),
+    no_bit_fields=("ROWS",),
+    examples=tuple(
+        dict(p, op=op, correction=c)
+        for p in ROW_EXAMPLES
+        for op, c in (("sum", 0), ("mean", 0), ("amax", 0), ("var", 0), ("var", 1))
+    ),
 )

@@ -55,12 +55,12 @@ import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import as_rows, both, compute_type, narrow, upcast
+from nbxcert.kernels.common import as_rows, both, compute_type, family_spec, narrow, upcast
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
+from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import sampling as _oracle
 
@@ -1174,107 +1174,80 @@ TOPK_EXAMPLES = (
 # argmax and topk: the order is total, so no field changes a bit (module docstring); every field is claimed
 RANK_NO_BIT = ("VARIANT", "ROWS", "BLOCK_N", "CHUNK", "num_warps")
 
-ARGMAX = register(
-    KernelSpec(
-        name="argmax",
-        family="sampling",
-        description="index of the largest element over the last dimension (lowest index on ties, NaN first)",
-        kernels=(_argmax_loop_kernel, _argmax_split_kernel, _argmax_combine_kernel),
-        problem_args=("n_rows", "n_cols"),
-        key_fields=ROW_KEY,
-        # the index dtype is a key dtype: certificates are filed under the first output's dtype, which must be one
-        dtype_args=("x", "out"),
-        dtypes=tuple((d, INDEX_DTYPE) for d in FLOAT_DTYPES),
-        output_dtypes=_index_out,
-        candidates=argmax_candidates(),
-        default=ARGMAX_DEFAULT,
-        prune=prune_argmax,
-        make_inputs=argmax_inputs,
-        launch=_argmax_launch,
-        oracle=_argmax_oracle,
-        oracle_name="nbxcert.oracles.sampling.argmax",
-        problem_of=rows_problem,
-        no_bit_fields=RANK_NO_BIT,
-        example_problems=ROW_EXAMPLES,
-    )
+ARGMAX = family_spec(
+    "sampling",
+    "argmax",
+    "index of the largest element over the last dimension (lowest index on ties, NaN first)",
+    (_argmax_loop_kernel, _argmax_split_kernel, _argmax_combine_kernel),
+    problem_args=("n_rows", "n_cols"),
+    key_fields=ROW_KEY,
+    # the index dtype is a key dtype: certificates are filed under the first output's dtype, which must be one
+    dtype_args=("x", "out"),
+    dtypes=tuple((d, INDEX_DTYPE) for d in FLOAT_DTYPES),
+    output_dtypes=_index_out,
+    tuning=(argmax_candidates(), ARGMAX_DEFAULT, prune_argmax),
+    parts=(argmax_inputs, _argmax_launch, _argmax_oracle, rows_problem),
+    no_bit_fields=RANK_NO_BIT,
+    examples=ROW_EXAMPLES,
 )
 
-TOPK = register(
-    KernelSpec(
-        name="topk",
-        family="sampling",
-        description="the k <= 64 largest elements over the last dimension, values and int64 indices in rank order",
-        kernels=(
-            _topk_loop_kernel,
-            _topk_split_kernel,
-            _topk_combine_kernel,
-            _topk_radix_kernel,
-            _topk_radix_combine_kernel,
-        ),  # fmt: skip
-        problem_args=("n_rows", "n_cols", "k"),
-        key_fields=ROW_KEY + (KeyField("k"),),
-        dtype_args=("x",),
-        dtypes=tuple((d,) for d in FLOAT_DTYPES),
-        output_dtypes=_values_and_index,
-        candidates=topk_candidates(),
-        default=TOPK_DEFAULT,
-        prune=prune_topk,
-        make_inputs=topk_inputs,
-        launch=_topk_launch,
-        oracle=_topk_oracle,
-        oracle_name="nbxcert.oracles.sampling.topk",
-        problem_of=topk_problem,
-        no_bit_fields=RANK_NO_BIT,
-        example_problems=TOPK_EXAMPLES,
-    )
+TOPK = family_spec(
+    "sampling",
+    "topk",
+    "the k <= 64 largest elements over the last dimension, values and int64 indices in rank order",
+    (
+        _topk_loop_kernel,
+        _topk_split_kernel,
+        _topk_combine_kernel,
+        _topk_radix_kernel,
+        _topk_radix_combine_kernel,
+    ),  # fmt: skip
+    problem_args=("n_rows", "n_cols", "k"),
+    key_fields=ROW_KEY + (KeyField("k"),),
+    dtype_args=("x",),
+    dtypes=tuple((d,) for d in FLOAT_DTYPES),
+    output_dtypes=_values_and_index,
+    tuning=(topk_candidates(), TOPK_DEFAULT, prune_topk),
+    parts=(topk_inputs, _topk_launch, _topk_oracle, topk_problem),
+    no_bit_fields=RANK_NO_BIT,
+    examples=TOPK_EXAMPLES,
 )
 
-LOG_SOFTMAX = register(
-    KernelSpec(
-        name="log_softmax",
-        family="sampling",
-        description="log-softmax over the last dimension (looped online max)",
-        kernels=(_log_softmax_kernel, _lse_partial_kernel, _log_softmax_split_kernel),
+
+def _lse_spec(name, description, kernels, make_inputs, launch, oracle) -> KernelSpec:
+    """The row log-sum-exp specs (log_softmax, cross_entropy): one candidate list, one prune, one row key."""
+    return family_spec(
+        "sampling",
+        name,
+        description,
+        kernels,
         problem_args=("n_rows", "n_cols"),
         key_fields=ROW_KEY,
         dtype_args=("x",),
         dtypes=tuple((d,) for d in FLOAT_DTYPES),
         output_dtypes=_same,
-        candidates=lse_candidates(),
-        default=LSE_DEFAULT,
-        prune=prune_lse,
-        make_inputs=log_softmax_inputs,
-        launch=_log_softmax_launch,
-        oracle=_log_softmax_oracle,
-        oracle_name="nbxcert.oracles.sampling.log_softmax",
-        problem_of=rows_problem,
+        tuning=(lse_candidates(), LSE_DEFAULT, prune_lse),
+        parts=(make_inputs, launch, oracle, rows_problem),
         no_bit_fields=("ROWS",),
-        example_problems=ROW_EXAMPLES,
+        examples=ROW_EXAMPLES,
     )
-)
 
-CROSS_ENTROPY = register(
-    KernelSpec(
-        name="cross_entropy",
-        family="sampling",
-        description="per-row cross-entropy of logits and int64 targets (ignore_index -100), looped online max",
-        kernels=(_cross_entropy_kernel, _lse_partial_kernel, _cross_entropy_split_kernel),
-        problem_args=("n_rows", "n_cols"),
-        key_fields=ROW_KEY,
-        dtype_args=("x",),
-        dtypes=tuple((d,) for d in FLOAT_DTYPES),
-        output_dtypes=_same,
-        candidates=lse_candidates(),
-        default=LSE_DEFAULT,
-        prune=prune_lse,
-        make_inputs=cross_entropy_inputs,
-        launch=_cross_entropy_launch,
-        oracle=_cross_entropy_oracle,
-        oracle_name="nbxcert.oracles.sampling.cross_entropy",
-        problem_of=rows_problem,
-        no_bit_fields=("ROWS",),
-        example_problems=ROW_EXAMPLES,
-    )
+
+LOG_SOFTMAX = _lse_spec(
+    "log_softmax",
+    "log-softmax over the last dimension (looped online max)",
+    (_log_softmax_kernel, _lse_partial_kernel, _log_softmax_split_kernel),
+    log_softmax_inputs,
+    _log_softmax_launch,
+    _log_softmax_oracle,
+)
+CROSS_ENTROPY = _lse_spec(
+    "cross_entropy",
+    "per-row cross-entropy of logits and int64 targets (ignore_index -100), looped online max",
+    (_cross_entropy_kernel, _lse_partial_kernel, _cross_entropy_split_kernel),
+    cross_entropy_inputs,
+    _cross_entropy_launch,
+    _cross_entropy_oracle,
 )
 
 SPECS = (ARGMAX, TOPK, LOG_SOFTMAX, CROSS_ENTROPY)

@@ -72,6 +72,7 @@ from nbxcert.kernels.common import (
     MAX_TILE,
     SCALAR_REGS,
     compute_type,
+    family_spec,
     narrow,
     reduction_shared_bytes,
     tile_coords,
@@ -82,7 +83,7 @@ from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
-from nbxcert.kernels.spec import Config, Inputs, KernelSpec, KeyField, PruneResult, Reference, choose_config, register
+from nbxcert.kernels.spec import Config, Inputs, KeyField, PruneResult, Reference, choose_config
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 from nbxcert.oracles import vision as _oracle
 
@@ -907,76 +908,49 @@ UPSAMPLE_EXAMPLES = (
     {"batch": 2, "C": 5, "H": 3, "W": 4, "scale_h": 3, "scale_w": 2, "layout": "nhwc"},
 )
 
-CONV2D = register(
-    KernelSpec(
-        name="conv2d",
-        family="vision",
-        description="2-d cross-correlation (implicit GEMM), nchw/nhwc, stride, padding, dilation, groups, bias",
-        kernels=(_conv2d_kernel,),
-        problem_args=CONV_PROBLEM,
-        key_fields=_key(CONV_PROBLEM),
-        dtype_args=("x",),
-        dtypes=tuple((d,) for d in CONV_DTYPES),
-        output_dtypes=_same,
-        candidates=conv_candidates(),
-        default=CONV_DEFAULT,
-        prune=prune_conv2d,
-        make_inputs=conv2d_inputs,
-        launch=_conv2d_launch,
-        oracle=_conv2d_oracle,
-        oracle_name="nbxcert.oracles.vision.conv2d",
-        problem_of=conv2d_problem,
-        no_bit_fields=("GROUP_M",),
-        example_problems=CONV_EXAMPLES,
-    )
+CONV2D = family_spec(
+    "vision",
+    "conv2d",
+    "2-d cross-correlation (implicit GEMM), nchw/nhwc, stride, padding, dilation, groups, bias",
+    (_conv2d_kernel,),
+    problem_args=CONV_PROBLEM,
+    key_fields=_key(CONV_PROBLEM),
+    dtype_args=("x",),
+    dtypes=tuple((d,) for d in CONV_DTYPES),
+    output_dtypes=_same,
+    tuning=(conv_candidates(), CONV_DEFAULT, prune_conv2d),
+    parts=(conv2d_inputs, _conv2d_launch, _conv2d_oracle, conv2d_problem),
+    no_bit_fields=("GROUP_M",),
+    examples=CONV_EXAMPLES,
 )
-
-GROUP_NORM = register(
-    KernelSpec(
-        name="group_norm",
-        family="vision",
-        description="GroupNorm (two-pass variance, affine per channel), optional SiLU, nchw/nhwc; loop and split",
-        kernels=(_group_norm_loop_kernel, _group_norm_stats_kernel, _group_norm_apply_kernel),
-        problem_args=GN_PROBLEM,
-        key_fields=_key(GN_PROBLEM),
-        dtype_args=("x",),
-        dtypes=tuple((d,) for d in NORM_DTYPES),
-        output_dtypes=_same,
-        candidates=gn_candidates(),
-        default=GN_DEFAULT,
-        prune=prune_group_norm,
-        make_inputs=group_norm_inputs,
-        launch=_group_norm_launch,
-        oracle=_group_norm_oracle,
-        oracle_name="nbxcert.oracles.vision.group_norm",
-        problem_of=group_norm_problem,
-        no_bit_fields=(),
-        example_problems=GN_EXAMPLES,
-    )
+GROUP_NORM = family_spec(
+    "vision",
+    "group_norm",
+    "GroupNorm (two-pass variance, affine per channel), optional SiLU, nchw/nhwc; loop and split",
+    (_group_norm_loop_kernel, _group_norm_stats_kernel, _group_norm_apply_kernel),
+    problem_args=GN_PROBLEM,
+    key_fields=_key(GN_PROBLEM),
+    dtype_args=("x",),
+    dtypes=tuple((d,) for d in NORM_DTYPES),
+    output_dtypes=_same,
+    tuning=(gn_candidates(), GN_DEFAULT, prune_group_norm),
+    parts=(group_norm_inputs, _group_norm_launch, _group_norm_oracle, group_norm_problem),
+    examples=GN_EXAMPLES,
 )
-
-UPSAMPLE_NEAREST2D = register(
-    KernelSpec(
-        name="upsample_nearest2d",
-        family="vision",
-        description="nearest-neighbour upsampling by integer factors, nchw/nhwc, a bit-exact copy",
-        kernels=(_upsample_nearest2d_kernel,),
-        problem_args=UPSAMPLE_PROBLEM,
-        key_fields=_key(UPSAMPLE_PROBLEM),
-        dtype_args=("x",),
-        dtypes=tuple((d,) for d in BITS_TYPE),
-        output_dtypes=_bits,
-        candidates=upsample_candidates(),
-        default=UPSAMPLE_DEFAULT,
-        prune=prune_upsample,
-        make_inputs=upsample_inputs,
-        launch=_upsample_launch,
-        oracle=_upsample_oracle,
-        oracle_name="nbxcert.oracles.vision.upsample_nearest2d",
-        problem_of=upsample_problem,
-        no_bit_fields=("BLOCK_R", "BLOCK_I", "num_warps"),
-        example_problems=UPSAMPLE_EXAMPLES,
-    )
+UPSAMPLE_NEAREST2D = family_spec(
+    "vision",
+    "upsample_nearest2d",
+    "nearest-neighbour upsampling by integer factors, nchw/nhwc, a bit-exact copy",
+    (_upsample_nearest2d_kernel,),
+    problem_args=UPSAMPLE_PROBLEM,
+    key_fields=_key(UPSAMPLE_PROBLEM),
+    dtype_args=("x",),
+    dtypes=tuple((d,) for d in BITS_TYPE),
+    output_dtypes=_bits,
+    tuning=(upsample_candidates(), UPSAMPLE_DEFAULT, prune_upsample),
+    parts=(upsample_inputs, _upsample_launch, _upsample_oracle, upsample_problem),
+    no_bit_fields=("BLOCK_R", "BLOCK_I", "num_warps"),
+    examples=UPSAMPLE_EXAMPLES,
 )
 
 SPECS = (CONV2D, GROUP_NORM, UPSAMPLE_NEAREST2D)
