@@ -39,7 +39,8 @@ truncates), so the interpreter sees the same rounding as the GPU.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import triton.language as tl
@@ -71,7 +72,7 @@ def _narrow(x, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
     On a GPU that is `x.to(DTYPE)`. Triton's interpreter converts float32 to bfloat16 by truncation (its cast passes
     no rounding mode; seen with Triton 3.6 and 3.9), so under UPCAST the rounding is done here on the bits first
     (finite values only, which is all these kernels narrow), and the truncating cast is then exact."""
-    if UPCAST and DTYPE == tl.bfloat16:
+    if UPCAST and tl.bfloat16 == DTYPE:
         bits = x.to(tl.uint32, bitcast=True)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
         x = bits.to(tl.float32, bitcast=True)

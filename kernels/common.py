@@ -35,7 +35,7 @@ def narrow(x, DTYPE: tl.constexpr, UPCAST: tl.constexpr):
     x: a float32 (or float64) tensor. DTYPE: the output pointer's element type. UPCAST: True under Triton's
     interpreter, whose float32 -> bfloat16 cast truncates: there the rounding is done on the bits first (finite
     values and infinities keep their class; a NaN stays a NaN), and the truncating cast is then exact."""
-    if UPCAST and DTYPE == tl.bfloat16:
+    if UPCAST and tl.bfloat16 == DTYPE:
         x = x.to(tl.float32)
         bits = x.to(tl.uint32, bitcast=True)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000

@@ -30,7 +30,8 @@ elements, and the registers its live values need.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import triton.language as tl
@@ -435,7 +436,7 @@ def broadcast_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
     n = max(len(a), len(b))
     a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
     out = []
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y and 1 not in (x, y):
             raise ShapeMismatch(f"shapes {tuple(a)} and {tuple(b)} do not broadcast")
         out.append(y if x == 1 else x)
@@ -445,7 +446,7 @@ def broadcast_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
 def _broadcast_strides(t: Tensor, shape: tuple[int, ...]) -> list[int]:
     lead = len(shape) - t.ndim
     strides = [0] * lead
-    for n_t, s_t, n in zip(t.shape, t.strides, shape[lead:]):
+    for n_t, s_t, n in zip(t.shape, t.strides, shape[lead:], strict=False):
         strides.append(0 if (n_t == 1 and n != 1) else s_t)
     return strides
 
@@ -458,7 +459,7 @@ def merge_dims(shape: Sequence[int], *strides: Sequence[int]) -> tuple[list[int]
     for n, st in dims:
         if merged:
             pn, pst = merged[-1]
-            if all(ps == s * n for ps, s in zip(pst, st)):
+            if all(ps == s * n for ps, s in zip(pst, st, strict=False)):
                 merged[-1] = (pn * n, st)
                 continue
         merged.append((n, st))
@@ -607,8 +608,8 @@ def layout_of(t: Tensor, shape: tuple[int, ...]) -> str:
     if tuple(t.shape) == tuple(shape) and t.is_contiguous():
         return "dense"
     sizes = (1,) * (len(shape) - t.ndim) + tuple(t.shape)
-    if any(n_t == 1 and n != 1 for n_t, n in zip(sizes, shape)) or any(
-        s == 0 and n > 1 for s, n in zip(t.strides, t.shape)
+    if any(n_t == 1 and n != 1 for n_t, n in zip(sizes, shape, strict=False)) or any(
+        s == 0 and n > 1 for s, n in zip(t.strides, t.shape, strict=False)
     ):
         return "broadcast"
     return "strided"

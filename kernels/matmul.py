@@ -69,7 +69,8 @@ No-bit fields: `GROUP_M` only changes which program computes which tile, never h
 from __future__ import annotations
 
 import functools
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import triton.language as tl
 
@@ -682,7 +683,7 @@ def _tma_ready(t: Tensor, col_major: int) -> bool:
     inner = len(shape) - 2 if col_major else len(shape) - 1
     if shape[inner] > 1 and strides[inner] != 1:
         return False
-    for d, (size, stride) in enumerate(zip(shape, strides)):
+    for d, (size, stride) in enumerate(zip(shape, strides, strict=False)):
         if d != inner and size != 1 and stride != 0 and (stride * item) % 16:
             return False
     return True
@@ -857,7 +858,7 @@ def _programs(device_index: int) -> int:
     return count
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _plan(config: Config, itemsize: int) -> tuple:
     """A config's launch parameters, derived once: (KIND, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, SPLIT_K,
     EPILOGUE_PARTS, C_TMA)."""

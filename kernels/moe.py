@@ -53,7 +53,8 @@ moe_sum's BLOCK_N and num_warps (each element is summed alone, in the same order
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import triton.language as tl
@@ -604,7 +605,7 @@ def _make_moe_inputs(problem: Mapping[str, Any], dtypes: tuple[str, ...], seed: 
         "out": empty((pairs, n), dtype, device),
     }
     for block in align_blocks():
-        for name, t in zip(("sorted", "experts", "padded"), _layout_tensors(ids, experts, block, device)):
+        for name, t in zip(("sorted", "experts", "padded"), _layout_tensors(ids, experts, block, device), strict=False):
             tensors[f"layout{block}_{name}"] = t
     scalars = {"top_k": top_k, "pair_rows": problem["pair_rows"], "mul_weight": problem["mul_weight"]}
     return Inputs(tensors, scalars, ("out",), dict(problem))

@@ -30,7 +30,8 @@ the warps decide the order of the float32 sums.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import triton.language as tl

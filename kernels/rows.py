@@ -45,7 +45,8 @@ Triton's `metadata.shared` against these counts.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import triton.language as tl

@@ -48,7 +48,8 @@ Triton's pipeliner pipelines.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import triton.language as tl

@@ -61,7 +61,8 @@ spatial sizes, kernel size, stride, padding, dilation, groups, the scale factors
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import triton.language as tl
@@ -469,7 +470,7 @@ def layout_of(t: Tensor, name: str) -> str:
     if t.ndim != 4:
         raise ShapeMismatch(f"{name} must be 4-d [N, C, H, W], got shape {t.shape}")
     for layout, want in (("nchw", _contiguous(t.shape)), ("nhwc", _channels_last_strides(t.shape))):
-        if all(size == 1 or have == expect for size, have, expect in zip(t.shape, t.strides, want)):
+        if all(size == 1 or have == expect for size, have, expect in zip(t.shape, t.strides, want, strict=False)):
             return layout
     raise LaunchError(
         f"{name}: strides {t.strides} of shape {t.shape} are neither nchw (contiguous) nor nhwc (channels last); "
@@ -891,7 +892,7 @@ def _key(problem_args: Sequence[str]) -> tuple[KeyField, ...]:
 def conv_problem_dict(batch, C, H, W, K, R, S, stride=1, padding=0, dilation=1, groups=1, bias=1, layout="nchw"):
     """A conv2d problem from its fields (the workloads and tests write them this way)."""
     values = (batch, C, H, W, K, R, S, stride, padding, dilation, groups, int(bias), layout)
-    return dict(zip(CONV_PROBLEM, values))
+    return dict(zip(CONV_PROBLEM, values, strict=False))
 
 
 CONV_EXAMPLES = (
