@@ -63,7 +63,7 @@ python3 -c "import sys, triton; print('Python', sys.version.split()[0], 'Triton'
 python3 -c "import torch; print('torch', torch.__version__)" 2>/dev/null | tee -a "$dest/summary.txt"
 case "$SET" in
   core)
-    step tests_core 150 "${TESTS[@]}" tests/kernels/test_judge.py tests/test_warm.py \
+    step tests_core 150 "${TESTS[@]}" tests/kernels/test_judge.py tests/engine/test_warm.py \
       tests/engine/test_sweep_faults.py tests/engine/test_provenance.py
     step tests_rows_elementwise 230 "${TESTS[@]}" tests/kernels/test_rows.py tests/kernels/test_elementwise.py
     if [ "${AUTOTUNE:-1}" = 1 ]; then
@@ -110,7 +110,7 @@ case "$SET" in
     ;;
   cold)
     gpus=$(seq -s, 0 $(( $(nvidia-smi -L | wc -l) - 1 )))
-    step tests_warm 90 "${TESTS[@]}" tests/test_warm.py -k start
+    step tests_warm 90 "${TESTS[@]}" tests/engine/test_warm.py -k start
     step coldstart 1800 python3 benchmarks/bench_certified.py coldstart --workload "${WORKLOAD:?}" \
       --dir certificates --gpus "$gpus" --certified-limit 150 --sweep-limit "${COLD_SWEEP_S:-360}" --autotune \
       --warm "${COLD_WARM:-background}" --out "$dest/coldstart.json"

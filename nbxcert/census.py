@@ -40,8 +40,9 @@ import queue
 import re
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from nbxcert.errors import BackendUnavailable, KernelNotFound, UsageError
 from nbxcert.kernels.backends import cross
@@ -92,7 +93,7 @@ class Limits:
     regs_per_block: int | None
 
     @staticmethod
-    def of(profile) -> "Limits":
+    def of(profile) -> Limits:
         from nbxcert.errors import DeviceFactMissing
 
         def fact(name: str) -> int | None:
@@ -480,7 +481,7 @@ def _compile_groups(groups: list[_Group], target: Target, modules, jobs: int, ti
     workers = [CensusWorker(env, list(modules)) for _ in range(min(jobs, max(len(requests), 1)))]
 
     def answer(g: _Group, configs: list, replies: list[dict]) -> None:
-        for c, r in zip(configs, replies):
+        for c, r in zip(configs, replies, strict=False):
             g.results[c] = r
         with lock:
             done[0] += len(configs)

@@ -18,9 +18,10 @@ import math
 import os
 import re
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from nbxcert.errors import CertificateInvalid, KeyParseError
 from nbxcert.files import atomic_write
@@ -104,7 +105,7 @@ def _check_type(path, key, field, value, kind, allow_none=False):
 
 def _finite(value) -> bool:
     """A finite float, or an int a float can hold: math.isfinite(10**400) raises OverflowError, which reached the
-    loader's caller as a traceback (bug found by tests/test_fuzz.py::test_certificates)."""
+    loader's caller as a traceback (bug found by tests/cli/test_fuzz.py::test_certificates)."""
     try:
         return math.isfinite(value)
     except OverflowError:
@@ -147,7 +148,7 @@ def check_config(path, key, field, cfg: Any, spec=None) -> None:
         for c in spec.candidates:
             for n, v in c.kwargs:
                 allowed.setdefault(n, set()).add(v)
-        for name, value in cfg["kwargs"].items():
+        for name in cfg["kwargs"]:
             if name not in allowed:
                 raise invalid(path, key, f"{field}.kwargs.{name}", f"kernel {spec.name} takes no config field '{name}'")
         if Config.from_dict(cfg) not in set(spec.candidates):
@@ -255,7 +256,7 @@ def read_json(path: Path) -> Any:
     """Read a certificate file's JSON: size-capped, NaN/Infinity refused, duplicate keys refused, depth-limited.
 
     Only a regular file is read, and no more of it than its size: a directory or a FIFO named `*.json` raised
-    IsADirectoryError or blocked for ever on the read (bugs found by tests/test_fuzz.py and the reliability tests in
+    IsADirectoryError or blocked for ever on the read (bugs found by tests/cli/test_fuzz.py and the reliability tests in
     tests/engine/), so the file is opened without blocking and checked (fstat) before a byte is read."""
     path = Path(path)
     try:

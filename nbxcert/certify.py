@@ -12,16 +12,18 @@ import datetime
 import hashlib
 import os
 import platform
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from nbxcert import certificates
 from nbxcert._version import __version__
 from nbxcert.errors import ProfileMismatch, UsageError
 from nbxcert.fingerprint import code_digest
 from nbxcert.kernels.spec import get_spec
-from nbxcert.keys import LaunchKey
+from nbxcert.keys import LaunchKey, check_key, check_prune
 from nbxcert.profiles import get_profile
 from nbxcert.sweep import SweepResult, sweep_key
 from nbxcert.worker import CompilePool, Worker
@@ -145,15 +147,41 @@ def in_shard(key: LaunchKey, shard: tuple[int, int] | None) -> bool:
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
-    if not text:
+    if text is None:
         return None
-    try:
-        i, n = (int(p) for p in text.split("/"))
-    except ValueError:
-        raise UsageError(f"--shard '{text}' is not i/n (e.g. 0/4)") from None
+    m = re.fullmatch(r"([0-9]{1,9})/([0-9]{1,9})", text.strip())  # ASCII digits: int() also reads '٣' and ' 1_0'
+    if not m:
+        raise UsageError(f"--shard {text!r} is not i/n (e.g. 0/4)")
+    i, n = int(m.group(1)), int(m.group(2))
     if n < 1 or not 0 <= i < n:
         raise UsageError(f"--shard '{text}': need 0 <= i < n")
     return (i, n)
+
+
+def shard_keys(keys: Sequence[LaunchKey], shard: tuple[int, int] | None) -> list[LaunchKey]:
+    """The keys of share `shard`; a share that holds none of them is refused (a shard that did nothing must not pass
+    as one that did its share)."""
+    share = [k for k in keys if in_shard(k, shard)]
+    if keys and not share:
+        i, n = shard
+        raise UsageError(
+            f"--shard {i}/{n} holds none of the {len(keys)} keys asked for",
+            hint=f"use fewer shards (at most {len(keys)}), or ask for more keys",
+        )
+    return share
+
+
+def check_out_dir(out_dir: Path | None) -> Path:
+    """Where certify may write: only a directory `--out` names (with no default, a certify run from a checkout wrote
+    into the shipped `certificates/`), a directory that exists or can be made, and can be written."""
+    from nbxcert.options import writable_dir
+
+    if out_dir is None:
+        raise UsageError(
+            "certify writes certificates only where --out says, and --out is not given",
+            hint="give --out DIR (e.g. --out ./certs); files go to DIR/<vendor>/<profile>/",
+        )
+    return writable_dir(Path(out_dir), "--out")
 
 
 def entry_of(result: SweepResult, spec, profile, prov, seed: int) -> dict[str, Any]:
@@ -212,13 +240,22 @@ def certify(
     timeout_s: float | None = None,
 ) -> CertifyReport:
     from nbxcert.kernels.backends import select
+    from nbxcert.options import jobs as check_jobs
+    from nbxcert.options import seconds
 
+    # every input checked before a worker starts or a file is written
     profile, _how = resolve_profile(profile_name)
+    out_dir = check_out_dir(out_dir)
+    if not keys:
+        raise UsageError("no keys to certify", hint="give --workload NAME|FILE, --keys FILE or --key TEXT")
+    specs = {k.kernel: get_spec(k.kernel) for k in keys}
+    for k in keys:
+        check_prune(specs[k.kernel], check_key(specs[k.kernel], k, profile), profile)
+    todo = shard_keys(keys, shard)
+    jobs, timeout_s = check_jobs(jobs), seconds(timeout_s)
     choice = select()
     prov = provenance()
     report = CertifyReport(profile.key, choice.name, str(out_dir))
-    specs = {k.kernel: get_spec(k.kernel) for k in keys}
-    todo = [k for k in keys if in_shard(k, shard)]
     env = {"NBXCERT_BACKEND": choice.name}
     if choice.name == "interpreter":
         env["TRITON_INTERPRET"] = "1"

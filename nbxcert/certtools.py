@@ -26,27 +26,22 @@ import json
 import os
 import re
 import stat
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from nbxcert import certificates
 from nbxcert.errors import CertificateInvalid, DeviceFactMissing, KeyNotCertified, KeyParseError, UsageError
-from nbxcert.keys import parse_key
+from nbxcert.files import atomic_write
+from nbxcert.keys import check_key, parse_key
+from nbxcert.text import printable
 
 # The provenance fields that say which card and which software made a certification: equal in all of them means one
 # run configuration (`certify.same_card` skips a rerun on the same ones).
 SOURCE_FIELDS = certificates.CARD_FIELDS + ("nbxcert", "code")
 PREFER = ("newest", "fastest")
 _IGNORED_DIRS = ("__pycache__",)
-
-
-def printable(text: Any) -> str:
-    """`text` with control characters escaped, so a hostile name cannot drive the terminal."""
-    s = str(text)
-    if s.isprintable():
-        return s
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in s)
 
 
 # --- scanning ---------------------------------------------------------------------------------------------------------
@@ -110,7 +105,7 @@ class DirScan:
     def line(self) -> str:
         return f"{_n(self.files, 'file')}, {_n(self.entries, 'entry', 'entries')}, {_n(len(self.problems), 'problem')}"
 
-    def require_ok(self) -> "DirScan":
+    def require_ok(self) -> DirScan:
         """This scan, or `CertificateInvalid` naming its first problem and how many there are."""
         if self.problems:
             raise CertificateInvalid(
@@ -175,47 +170,46 @@ def _read(path: Path) -> Any:
 
 def load_specs(modules: Sequence[str] = ()) -> dict[str, Any]:
     """Every registered kernel spec, after importing `modules` (a user's own specs; `module[:anything]` accepted)."""
+    from nbxcert.errors import NbxcertError
+
     for m in modules:
         name = m.split(":")[0]
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name):
+            # import_module('') raised ValueError and import_module('.x') TypeError: tracebacks
+            raise UsageError(f"--spec {name!r} is not a module name", hint="give a dotted module name: mypkg.kernels")
         try:
             importlib.import_module(name)
         except ImportError as e:
             raise UsageError(f"--spec {name}: cannot import it ({e})", hint="put the module on PYTHONPATH") from None
+        except NbxcertError:  # a spec that refuses itself says why
+            raise
+        except Exception as e:  # noqa: BLE001 - the user's module failed while importing: one line, not our traceback
+            if os.environ.get("NBXCERT_DEBUG") == "1":
+                raise
+            raise UsageError(
+                f"--spec {name}: importing it raised {type(e).__name__}: {e}",
+                hint="fix the module (NBXCERT_DEBUG=1 shows the traceback)",
+            ) from None
     from nbxcert.kernels.spec import load_all
 
     return load_all()
 
 
 def _key_against_spec(path: Path, key_text: str, dtype: str, spec, profile) -> Problem | None:
-    """A key the kernel would never form: other key fields, dtypes it does not take, the wrong output file, or a size
-    that is not on the profile's ladder (a launch rounds it up to a rung)."""
+    """A key the kernel would never form (`keys.check_key`: other key fields, dtypes it does not take, a size that is
+    not on the profile's ladder), or one in the wrong output file. The same check `certify` makes of its keys before
+    it starts, so it never writes an entry this refuses."""
     try:
         key = parse_key(key_text)
     except (KeyParseError, ValueError):  # the entry's own check reports the key that does not parse
         return None
-    want = sorted(f.name for f in spec.key_fields)
-    if sorted(key.values) != want:
-        return Problem(str(path), key_text, None, f"key fields {sorted(key.values)} are not {spec.name}'s {want}")
-    if key.dtypes not in spec.dtypes:
-        supported = ["/".join(c) for c in spec.dtypes]
-        return Problem(str(path), key_text, None, f"dtypes {'/'.join(key.dtypes)} are not among {supported}")
+    try:
+        check_key(spec, key, profile)
+    except (KeyParseError, DeviceFactMissing) as e:
+        return Problem(str(path), key_text, None, e.message)
     out = spec.output_dtypes(key.dtypes)[0]
     if out != dtype:
         return Problem(str(path), key_text, None, f"its output dtype is {out}: it belongs in {spec.name}.{out}.json")
-    if profile is None:
-        return None
-    for f in spec.key_fields:
-        if f.ladder is None:
-            continue
-        value = key.values[f.name]
-        try:
-            ladder = profile.ladder(f.ladder)
-        except DeviceFactMissing as e:
-            return Problem(str(path), key_text, None, e.message)
-        if not isinstance(value, int) or (value not in ladder and value <= max(ladder)):
-            return Problem(
-                str(path), key_text, None, f"{f.name}={value} is not on {profile.key}'s '{f.ladder}' ladder {ladder}"
-            )
     return None
 
 
@@ -359,10 +353,24 @@ def _search_path() -> list[Path]:
     return search_path()
 
 
-def show(key_text: str, profile: str | None = None, dirs: Sequence[Path] = ()) -> list[Shown]:
+def show(
+    key_text: str, profile: str | None = None, dirs: Sequence[Path] = (), modules: Sequence[str] = ()
+) -> list[Shown]:
     """The certification of one key, per profile (only `profile`, when given) across `dirs` (default: the serving
-    search path, `NBXCERT_CERTIFIED_DIR` then the shipped certificates); `KeyNotCertified` when there is none."""
+    search path, `NBXCERT_CERTIFIED_DIR` then the shipped certificates); `KeyNotCertified` when there is none. A key
+    of a registered kernel (`modules`: the user's own) is checked against its spec (and `profile`'s ladders) first;
+    one of a kernel not registered is only looked up."""
+    from nbxcert.options import check_environment, existing_dirs
+    from nbxcert.profiles import get_profile
+
     key = parse_key(key_text)
+    specs = load_specs(modules)
+    prof = get_profile(profile) if profile else None
+    if key.kernel in specs:
+        check_key(specs[key.kernel], key, prof)
+    if dirs:
+        existing_dirs(dirs)
+    check_environment(search_path=not dirs)
     dirs, profile_keys = _profile_dirs(dirs, profile)
     shown = []
     for pk in profile_keys:
@@ -630,9 +638,12 @@ def merge(out: Path, dirs: Sequence[Path], prefer: str | None = None, modules: S
         raise UsageError(f"--prefer {prefer!r} is not one of {', '.join(PREFER)}")
     if not dirs:
         raise UsageError("no shard directory to merge", hint="nbxcert merge OUT DIR [DIR ...]")
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{printable(out)} exists and is not a directory")
+    from nbxcert.options import writable_dir
+
+    # OUT under a file (`merge file.txt/sub ...`) raised NotADirectoryError from the lock's mkdir, a traceback (bug
+    # found by tests/cli/test_fuzz.py::test_cli_merge_fuzz): OUT is checked like certify's --out, before any shard is
+    # read
+    out = writable_dir(Path(out), "OUT")
     specs = load_specs(modules)
     shards = [scan_dir(d, specs).require_ok() for d in dirs]
 
@@ -669,6 +680,6 @@ def _write(out: Path, current: DirScan | None, plan: Sequence[KeyMerge]) -> list
         doc["entries"] = dict(sorted(entries.items()))
         path = certificates.profile_dir(out, pk) / name
         certificates.validate_doc(path, doc)
-        certificates.atomic_write(path, certificates.dumps(doc))
+        atomic_write(path, certificates.dumps(doc))
         written.append(path)
     return written

@@ -1,7 +1,12 @@
 """The `nbxcert` command line: thin Typer commands that parse, call the engine, and render (Rich or `--json`).
 
 No logic lives here. Every `NbxcertError` a command meets becomes one line on stderr through `ERROR_TABLE` (what
-failed, then what to do next) and exit code 1; a traceback is shown only with `NBXCERT_DEBUG=1`.
+failed, then what to do next) and exit code 1; a traceback is shown only with `NBXCERT_DEBUG=1`. Typer's own usage
+errors (an unknown option, a value that is not a number) keep Typer's exit code 2.
+
+Output is never cut: key texts, paths and certificate text are printed verbatim (never read as Rich markup), tables
+wrap a long cell on a terminal and print each row on one line when piped (`_show`), and long commands say what they
+are doing on stderr at least every `PROGRESS_S` seconds when it is not a terminal (`_Heartbeat`).
 """
 
 from __future__ import annotations
@@ -11,8 +16,11 @@ import json
 import math
 import os
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Callable, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -61,11 +69,15 @@ ERROR_TABLE: dict[type[errors.NbxcertError], str] = {
 
 
 def error_line(e: errors.NbxcertError) -> str:
+    """The one line an error is: control characters in the values it names escaped (a key or path holding a newline
+    made it two lines; an undecodable byte of a path made printing it raise)."""
+    from nbxcert.text import printable
+
     label = next((lab for cls, lab in ERROR_TABLE.items() if isinstance(e, cls)), "error")
     line = f"nbxcert: {label}: {e.message}"
     if e.hint:
         line += f" -> {e.hint}"
-    return line
+    return printable(line)
 
 
 def handled(fn: Callable, interrupted: str = "") -> Callable:
@@ -116,6 +128,52 @@ def _key_line(kr, bar, task) -> str:
     return line
 
 
+# A long command run with stderr not a terminal (CI, a log file) says what it is doing at least this often.
+PROGRESS_S = 5.0
+_PIPED_WIDTH = 100_000  # piped, a table row is one line however long: no key, path or number is cut
+
+
+def _show(table: Table) -> None:
+    """Print a table whole. On a terminal a long cell wraps inside its column (Rich cut it with '…': keys lost their
+    shape, numbers read `2.223e+…`); piped, every row is one line, so a key, a path or a number can be grepped."""
+    for column in table.columns:
+        column.overflow = "fold"
+    if out.is_terminal:
+        out.print(table)
+    else:
+        Console(width=_PIPED_WIDTH).print(table)
+
+
+class _Heartbeat:
+    """While a long command works with stderr not a terminal, a line on stderr every PROGRESS_S seconds: what it is
+    doing and for how long (piped, `census` printed nothing for minutes; on a terminal the progress bar says it)."""
+
+    def __init__(self, what: str, state: str = "starting"):
+        self.what, self.state = what, state
+        self._stop = threading.Event()
+        self._t0 = time.monotonic()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Heartbeat:
+        if not err.is_terminal:
+            self._thread = threading.Thread(target=self._run, name="nbxcert-heartbeat", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        from nbxcert.text import printable
+
+        while not self._stop.wait(PROGRESS_S):
+            line = f"[nbxcert] {self.what}: {self.state} ({time.monotonic() - self._t0:.0f} s)"
+            sys.stderr.write(printable(line) + "\n")  # one write: never split by another thread's line
+            sys.stderr.flush()
+
+
 def _version_callback(value: bool):
     if value:
         print(f"nbxcert {__version__}")
@@ -129,6 +187,9 @@ def _root(
     ] = False,
 ):
     """nbxcert: certified Triton launch configurations, per GPU class."""
+    from nbxcert.worker import quiet_interpreter
+
+    quiet_interpreter()  # the interpreter's numpy warnings leaked into certify's and verify's output
 
 
 def _yes(flag: bool) -> str:
@@ -178,7 +239,7 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="Print the repo
         t.add_row("[red]problem[/red]", p)
     for a in report.advice:
         t.add_row("[yellow]next step[/yellow]", a)
-    out.print(t)
+    _show(t)
     raise typer.Exit(code)
 
 
@@ -231,15 +292,18 @@ def profiles(json_out: Annotated[bool, typer.Option("--json", help="Print as JSO
     for col in ("profile", "backend", "target", "description"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["profile"], r["backend"], str(r["target"] or "-"), r["description"])
-    out.print(t)
+        t.add_row(_cell(r["profile"]), _cell(r["backend"]), _cell(r["target"] or "-"), _cell(r["description"]))
+    _show(t)
 
 
 @app.command()
 @handled
-def kernels(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False):
+def kernels(
+    spec: Annotated[list[str] | None, typer.Option(help="Import a module registering your own KernelSpec.")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+):
     """List every registered kernel spec: name, dtypes, key fields, number of candidates."""
-    from nbxcert.kernels.spec import load_all
+    from nbxcert.certtools import load_specs
 
     rows = [
         {
@@ -250,7 +314,7 @@ def kernels(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON
             "candidates": len(s.candidates),
             "default": s.default.label(),
         }
-        for s in load_all().values()
+        for s in load_specs(spec or ()).values()
     ]
     if json_out:
         print(json.dumps(rows, indent=2))
@@ -259,8 +323,11 @@ def kernels(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON
     for col in ("name", "family", "dtypes", "key fields", "candidates"):
         t.add_column(col)
     for r in rows:
-        t.add_row(r["name"], r["family"], ", ".join(r["dtypes"]), ", ".join(r["key_fields"]), str(r["candidates"]))
-    out.print(t)
+        t.add_row(
+            _cell(r["name"]), _cell(r["family"]), _cell(", ".join(r["dtypes"])), _cell(", ".join(r["key_fields"])),
+            str(r["candidates"]),
+        )  # fmt: skip
+    _show(t)
 
 
 def _backend_line() -> None:
@@ -270,98 +337,127 @@ def _backend_line() -> None:
     print(select().line(), file=sys.stderr)
 
 
+_SPEC_HELP = "Import a module registering your own KernelSpec (repeatable)."
+
+
+def _asked_keys(profile, key, keys_file, workload, kernels, spec):
+    """(the user's spec modules, the kernels filter, the keys asked for), each checked (`keyfile.gather_keys`)."""
+    from nbxcert.certtools import load_specs
+    from nbxcert.keyfile import gather_keys, parse_kernels
+
+    modules = [m.split(":")[0] for m in spec or ()]
+    load_specs(modules)  # before the keys: a key of the user's own kernel is checked against its spec
+    wanted = parse_kernels(kernels)
+    return modules, wanted, gather_keys(profile, key or (), keys_file, workload, wanted)
+
+
 @app.command()
 @handled
 def keys(
     profile: Annotated[str, typer.Option(help="Device profile whose ladders bucket the sizes (e.g. hopper).")],
-    workload: Annotated[Optional[str], typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
-    keys_file: Annotated[Optional[Path], typer.Option("--keys", help="A keys file (JSON lines).")] = None,
-    key: Annotated[Optional[list[str]], typer.Option(help="A launch key text (repeatable).")] = None,
-    kernels: Annotated[Optional[str], typer.Option(help="Only these kernels (comma-separated).")] = None,
+    workload: Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
+    keys_file: Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")] = None,
+    key: Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")] = None,
+    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
+    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print as JSON lines (a keys file).")] = False,
 ):
     """Print the launch keys of a workload (the launches a model makes), a keys file or key texts."""
-    from nbxcert.keyfile import gather_keys
     from nbxcert.profiles import get_profile
 
     prof = get_profile(profile)
-    wanted = kernels.split(",") if kernels else None
-    found = gather_keys(prof, key or (), keys_file, workload, wanted)
+    _modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec)
     if json_out:
         for k in found:
             print(json.dumps({"key": k.text()}))
         return
-    t = Table(title=f"{len(found)} launch keys ({prof.key})")
+    t = Table(title=_cell(f"{len(found)} launch keys ({prof.key})"))
     t.add_column("kernel")
     t.add_column("key")
     for k in found:
-        t.add_row(k.kernel, k.text())
-    out.print(t)
+        t.add_row(_cell(k.kernel), _cell(k.text()))
+    _show(t)
 
 
 @app.command()
 @resumable
 def certify(
     profile: Annotated[str, typer.Option(help="The profile to certify for; must match the device in force.")],
-    workload: Annotated[Optional[str], typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
-    keys_file: Annotated[Optional[Path], typer.Option("--keys", help="A keys file (JSON lines).")] = None,
-    key: Annotated[Optional[list[str]], typer.Option(help="A launch key text (repeatable).")] = None,
-    kernels: Annotated[Optional[str], typer.Option(help="Only these kernels (comma-separated).")] = None,
-    out_dir: Annotated[Path, typer.Option("--out", help="Certificate directory (<out>/<vendor>/<profile>/).")] = Path(
-        "certificates"
-    ),
-    shard: Annotated[Optional[str], typer.Option(help="Certify a deterministic share i/n of the keys.")] = None,
+    workload: Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
+    keys_file: Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")] = None,
+    key: Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")] = None,
+    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="The certificate directory to write (<out>/<vendor>/<profile>/).")
+    ] = None,
+    shard: Annotated[str | None, typer.Option(help="Certify a deterministic share i/n of the keys.")] = None,
     force: Annotated[bool, typer.Option(help="Re-certify keys certified for this card, versions and code.")] = False,
-    jobs: Annotated[Optional[int], typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
-    spec: Annotated[Optional[list[str]], typer.Option(help="Import a module registering your own KernelSpec.")] = None,
+    jobs: Annotated[int | None, typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
+    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
     timeout: Annotated[
-        Optional[float], typer.Option(help="Seconds one candidate may take to compile, or to check and time.")
+        float | None, typer.Option(help="Seconds one candidate may take to compile, or to check and time.")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON; no progress bar.")] = False,
 ):
-    """Sweep every requested key on this device and write certificates (resumable; exit 0 only if all certified)."""
+    """Sweep every requested key on this device and write certificates under --out (resumable; exit 0 only if all
+    certified)."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from nbxcert.certify import certify as run_certify
-    from nbxcert.certify import parse_shard, resolve_profile
-    from nbxcert.certtools import load_specs
-    from nbxcert.keyfile import gather_keys
+    from nbxcert.certify import check_out_dir, parse_shard, resolve_profile
+    from nbxcert.options import jobs as check_jobs
+    from nbxcert.options import seconds
 
     _backend_line()
-    modules = [s.split(":")[0] for s in spec or ()]
-    load_specs(modules)
+    share, jobs, timeout = parse_shard(shard), check_jobs(jobs), seconds(timeout)
     prof, how = resolve_profile(profile)
+    modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec)
+    check_out_dir(out_dir)
     if how != "exact":
         print(f"[nbxcert] notice: this device runs on the {prof.key} profile by a {how} match", file=sys.stderr)
-    found = gather_keys(prof, key or (), keys_file, workload, kernels.split(",") if kernels else None)
-    if json_out:
-        report = run_certify(
-            prof.key, found, out_dir, force, parse_shard(shard), jobs, modules=modules, timeout_s=timeout
-        )
-    else:
-        columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}")]
-        with Progress(*columns, TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True) as bar:
-            overall = bar.add_task("keys", total=len(found))
-            current = bar.add_task("", total=None)
+    total = len(found)
+    with _Heartbeat(f"certify {prof.key}", f"0/{total} keys done") as beat:
+        finished = [0]
 
-            def progress(text: str) -> None:
-                bar.update(current, description=text[:110])
+        def key_done(kr) -> str:
+            finished[0] += 1
+            beat.state = f"{finished[0]}/{total} keys done, last {kr.key} {kr.status}"
+            return kr.key
 
+        def noted(text: str) -> str:
+            beat.state = f"{finished[0]}/{total} keys done; {text}"
+            return text
+
+        if json_out:
             report = run_certify(
-                prof.key,
-                found,
-                out_dir,
-                force,
-                parse_shard(shard),
-                jobs,
-                modules=modules,
-                progress=progress,
-                on_key=lambda kr: (
-                    bar.advance(overall),
-                    bar.console.print(_key_line(kr, bar, overall), markup=False, soft_wrap=True),
-                ),
-                timeout_s=timeout,
-            )
+                prof.key, found, out_dir, force, share, jobs, modules=modules, timeout_s=timeout,
+                progress=noted, on_key=key_done,
+            )  # fmt: skip
+        else:
+            columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}")]
+            with Progress(
+                *columns,
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=err,
+                transient=True,
+                disable=not err.is_terminal,
+            ) as bar:
+                overall = bar.add_task("keys", total=total)
+                current = bar.add_task("", total=None)
+
+                def progress(text: str) -> None:
+                    bar.update(current, description=_cell(noted(text)[:110]))
+
+                def on_key(kr) -> None:
+                    key_done(kr)
+                    bar.advance(overall)
+                    bar.console.print(_key_line(kr, bar, overall), markup=False, soft_wrap=True)
+
+                report = run_certify(
+                    prof.key, found, out_dir, force, share, jobs, modules=modules, progress=progress, on_key=on_key,
+                    timeout_s=timeout,
+                )  # fmt: skip
     totals = report.totals()
     if json_out:
         print(
@@ -376,64 +472,81 @@ def certify(
             )
         )
     else:
-        t = Table(title=f"certify {report.profile} ({report.backend}) -> {out_dir}")
+        t = Table(title=_cell(f"certify {report.profile} ({report.backend}) -> {out_dir}"))
         for col in ("key", "status", "winner", "x default", "refusals", "seconds"):
             t.add_column(col)
         for k in report.keys:
             refused = ", ".join(f"{n} {v}" for n, v in k.counts.items() if v and n != "correct")
             speed = f"{k.speedup_over_default:.2f}" if k.speedup_over_default else "-"
             secs = f"{k.seconds.get('total', 0):.1f}" if k.seconds else "-"
-            t.add_row(k.key, k.status, k.winner or k.reason[:80], speed, refused, secs)
-        out.print(t)
-        out.print(
-            f"certified {totals['certified']}, skipped {totals['skipped']} (already certified), "
-            f"failed {totals['failed']}; files under {Path(out_dir) / report.profile}"
+            t.add_row(_cell(k.key), k.status, _cell(k.winner or k.reason), speed, _cell(refused), secs)
+        _show(t)
+        print(
+            _plain(
+                f"certified {totals['certified']}, skipped {totals['skipped']} (already certified), "
+                f"failed {totals['failed']}; files under {Path(out_dir) / report.profile}"
+            )
         )
     raise typer.Exit(0 if report.ok else 1)
+
+
+def _verdicts(results) -> list[dict]:
+    return [r.as_dict() for r in results]
 
 
 @app.command()
 @handled
 def verify(
     profile: Annotated[str, typer.Option(help="The profile to verify; must match the device in force.")],
-    workload: Annotated[Optional[str], typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
-    keys_file: Annotated[Optional[Path], typer.Option("--keys", help="A keys file (JSON lines).")] = None,
-    key: Annotated[Optional[list[str]], typer.Option(help="A launch key text (repeatable).")] = None,
-    kernels: Annotated[Optional[str], typer.Option(help="Only these kernels (comma-separated).")] = None,
-    dirs: Annotated[Optional[list[Path]], typer.Option("--dir", help="Certificate directory (repeatable).")] = None,
+    workload: Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
+    keys_file: Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")] = None,
+    key: Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")] = None,
+    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
+    dirs: Annotated[list[Path] | None, typer.Option("--dir", help="Certificate directory (repeatable).")] = None,
     certified_only: Annotated[
         bool, typer.Option("--certified-only", help="A key with no certificate fails the run (never a sweep).")
     ] = False,
     shard: Annotated[
-        Optional[str], typer.Option(help="Verify a deterministic share i/n of the keys (as certify --shard).")
+        str | None, typer.Option(help="Verify a deterministic share i/n of the keys (as certify --shard).")
     ] = None,
-    jobs: Annotated[Optional[int], typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    jobs: Annotated[int | None, typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
+    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON: totals and one record per key.")
+    ] = False,
 ):
     """Launch every key through the serving path on fresh inputs and check each output against its oracle."""
-    from nbxcert.certify import in_shard, parse_shard, resolve_profile
-    from nbxcert.keyfile import gather_keys
+    from nbxcert.certify import parse_shard, resolve_profile, shard_keys
+    from nbxcert.options import check_environment, existing_dirs
+    from nbxcert.options import jobs as check_jobs
     from nbxcert.verify import verify as run_verify
 
     _backend_line()
+    share, jobs, dirs = parse_shard(shard), check_jobs(jobs), existing_dirs(dirs)
+    check_environment(search_path=dirs is None)
     prof, _how = resolve_profile(profile)
-    share = parse_shard(shard)
-    found = gather_keys(prof, key or (), keys_file, workload, kernels.split(",") if kernels else None)
-    found = [k for k in found if in_shard(k, share)]
+    modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec)
+    found = shard_keys(found, share)
 
-    # the certified winners are compiled in parallel first (on the H200 a verify that compiled them one by one printed
-    # nothing for 390 s and had not finished); then one line per key as it is verified
-    def warmed(w) -> None:
-        if not json_out and w.backend == "cuda":
-            print(f"[nbxcert] verify: compiled {w.compiled} certified winners in {w.seconds:.1f} s", file=sys.stderr)
+    with _Heartbeat(f"verify {prof.key}", "compiling the certified winners ahead") as beat:
+        # the certified winners are compiled in parallel first (on the H200 a verify that compiled them one by one
+        # printed nothing for 390 s and had not finished); then one line per key as it is verified
+        def warmed(w) -> None:
+            if not json_out and w.backend == "cuda":
+                line = f"[nbxcert] verify: compiled {w.compiled} certified winners in {w.seconds:.1f} s"
+                print(line, file=sys.stderr)
 
-    done = iter(range(1, len(found) + 1))
+        done = iter(range(1, len(found) + 1))
 
-    def progress(text: str) -> None:
-        if not json_out:
-            print(f"[nbxcert] verify {next(done)}/{len(found)} {text}", file=sys.stderr, flush=True)
+        def progress(text: str) -> None:
+            line = f"{next(done)}/{len(found)} {text}"
+            beat.state = f"verifying {line}"
+            if not json_out:
+                print(f"[nbxcert] verify {line}", file=sys.stderr, flush=True)
 
-    report = run_verify(prof.key, found, dirs, certified_only, progress=progress, jobs=jobs, on_warmed=warmed)
+        report = run_verify(
+            prof.key, found, dirs, certified_only, progress=progress, jobs=jobs, on_warmed=warmed, modules=modules
+        )
     if share is not None:
         report.shard = f"{share[0]}/{share[1]}"
     if json_out:
@@ -446,7 +559,9 @@ def verify(
                     "swept": report.swept,
                     "missing": report.missing,
                     "mismatched": [{"key": k, "config": c, "report": r} for k, c, r in report.mismatched],
+                    "failed": [{"key": k, "reason": r} for k, r in report.failed],
                     "interrupted_of": report.interrupted_of,
+                    "results": _verdicts(report.results),
                 },
                 indent=2,
             )
@@ -456,6 +571,8 @@ def verify(
             print(f"missing: {k}", file=sys.stderr)
         for k, c, r in report.mismatched:
             print(f"mismatched: {k} with config {c}\n{r}", file=sys.stderr)
+        for k, r in report.failed:
+            print(_plain(f"failed: {k}: {r}"), file=sys.stderr)
         print(report.line())
     raise typer.Exit(130 if report.interrupted_of else 0 if report.ok else 1)
 
@@ -464,30 +581,35 @@ def verify(
 @handled
 def warm(
     profile: Annotated[str, typer.Option(help="The profile whose certificates to compile; must match the device.")],
-    workload: Annotated[Optional[str], typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
-    keys_file: Annotated[Optional[Path], typer.Option("--keys", help="A keys file (JSON lines).")] = None,
-    key: Annotated[Optional[list[str]], typer.Option(help="A launch key text (repeatable).")] = None,
-    kernels: Annotated[Optional[str], typer.Option(help="Only these kernels (comma-separated).")] = None,
-    dirs: Annotated[Optional[list[Path]], typer.Option("--dir", help="Certificate directory (repeatable).")] = None,
-    jobs: Annotated[Optional[int], typer.Option(help="Parallel compile workers (default: one per core).")] = None,
+    workload: Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
+    keys_file: Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")] = None,
+    key: Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")] = None,
+    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
+    dirs: Annotated[list[Path] | None, typer.Option("--dir", help="Certificate directory (repeatable).")] = None,
+    jobs: Annotated[int | None, typer.Option(help="Parallel compile workers (default: one per core).")] = None,
+    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ):
     """Compile the certified winners of the keys ahead, in parallel, into Triton's cache (first launches only load)."""
     from nbxcert.certify import resolve_profile
-    from nbxcert.keyfile import gather_keys
+    from nbxcert.options import check_environment, existing_dirs
+    from nbxcert.options import jobs as check_jobs
     from nbxcert.warm import warm as run_warm
 
     _backend_line()
+    jobs, dirs = check_jobs(jobs), existing_dirs(dirs)
+    check_environment(search_path=dirs is None)
     prof, _how = resolve_profile(profile)
-    found = gather_keys(prof, key or (), keys_file, workload, kernels.split(",") if kernels else None)
-    report = run_warm(prof.key, found, dirs, jobs)
+    modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec)
+    with _Heartbeat(f"warm {prof.key}", f"compiling the certified winners of {len(found)} keys"):
+        report = run_warm(prof.key, found, dirs, jobs, modules)
     if json_out:
         print(json.dumps({**vars(report), "failed": [{"key": k, "reason": r} for k, r in report.failed]}, indent=2))
     else:
         for k in report.missing:
             print(f"missing: {k}", file=sys.stderr)
         for k, r in report.failed:
-            print(f"failed: {k}: {r}", file=sys.stderr)
+            print(_plain(f"failed: {k}: {r}"), file=sys.stderr)
         print(report.line())
     raise typer.Exit(1 if report.failed else 0)
 
@@ -496,23 +618,31 @@ def warm(
 @handled
 def coverage(
     profile: Annotated[str, typer.Option(help="The profile whose certificates are counted.")],
-    workload: Annotated[Optional[str], typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
-    keys_file: Annotated[Optional[Path], typer.Option("--keys", help="A keys file (JSON lines).")] = None,
-    dirs: Annotated[Optional[list[Path]], typer.Option("--dir", help="Certificate directory (repeatable).")] = None,
+    workload: Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
+    keys_file: Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")] = None,
+    key: Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")] = None,
+    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
+    dirs: Annotated[list[Path] | None, typer.Option("--dir", help="Certificate directory (repeatable).")] = None,
     min_fraction: Annotated[float, typer.Option("--min", help="Fail (exit 1) below this covered fraction.")] = 1.0,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-    junit_xml: Annotated[Optional[Path], typer.Option("--junit-xml", help="Also write a JUnit XML report.")] = None,
+    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print the report as JSON: totals and one record per key.")
+    ] = False,
+    junit_xml: Annotated[Path | None, typer.Option("--junit-xml", help="Also write a JUnit XML report.")] = None,
 ):
-    """How many of a workload's (or keys file's) keys are certified for a profile; the missing ones listed."""
-    from nbxcert.keyfile import gather_keys
+    """How many of a workload's (or keys file's) keys are certified for a profile; the missing ones listed. No keys,
+    or a directory that is not there, is an error (exit 1), never 100%."""
+    from nbxcert.options import check_environment, existing_dirs, fraction, writable_file
     from nbxcert.profiles import get_profile
     from nbxcert.verify import coverage as run_coverage
     from nbxcert.verify import junit_xml as to_junit
 
-    if not 0.0 <= min_fraction <= 1.0:
-        raise errors.UsageError(f"--min {min_fraction} is not a fraction in [0, 1]")
+    min_fraction, dirs = fraction(min_fraction), existing_dirs(dirs)
+    check_environment(search_path=dirs is None)
+    if junit_xml is not None:
+        writable_file(junit_xml, "--junit-xml")
     prof = get_profile(profile)
-    found = gather_keys(prof, (), keys_file, workload)
+    _modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec)
     report = run_coverage(prof.key, found, dirs)
     if junit_xml:
         junit_xml.write_text(to_junit(report, min_fraction))
@@ -521,11 +651,13 @@ def coverage(
             json.dumps(
                 {
                     "profile": report.profile,
+                    "dirs": report.dirs,
                     "keys": len(report.keys),
                     "certified": len(report.certified),
                     "fraction": report.fraction,
                     "min": min_fraction,
                     "missing": report.missing,
+                    "results": _verdicts(report.results),
                 },
                 indent=2,
             )
@@ -549,9 +681,14 @@ def _cell(value):
     """Certificate text as a table cell: never read as Rich markup, control characters escaped."""
     from rich.text import Text
 
-    from nbxcert.certtools import printable
+    return Text(_plain(value))
 
-    return Text(printable(value))
+
+def _plain(value) -> str:
+    """Text with a path or a key in it, as one printable line (control characters and undecodable bytes escaped)."""
+    from nbxcert.text import printable
+
+    return printable(value)
 
 
 # What a timing kind means for a reader, where it is not plain (`certificates.TIMING_KINDS`).
@@ -573,7 +710,7 @@ def _timing_text(t: dict) -> str:
 @handled
 def validate(
     directory: Annotated[Path, typer.Argument(help="A certificate directory (<vendor>/<profile>/*.json).")],
-    spec: Annotated[Optional[list[str]], typer.Option(help="Import a module registering your own KernelSpec.")] = None,
+    spec: Annotated[list[str] | None, typer.Option(help="Import a module registering your own KernelSpec.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the problems as JSON objects.")] = False,
 ):
     """List every problem of every certificate file under DIRECTORY (exit 1 if there is any)."""
@@ -594,18 +731,19 @@ def validate(
 @handled
 def show(
     key: Annotated[str, typer.Argument(help="A launch key, as `nbxcert keys` prints it.")],
-    profile: Annotated[Optional[str], typer.Option(help="Only this profile (default: every profile).")] = None,
+    profile: Annotated[str | None, typer.Option(help="Only this profile (default: every profile).")] = None,
     dirs: Annotated[
-        Optional[list[Path]],
+        list[Path] | None,
         typer.Option("--dir", help="Certificate directory (repeatable; default: the serving search path)."),
     ] = None,
+    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ):
     """Show the certification of one key: winner, timings, runner-up, default, error, refusals, provenance."""
     from nbxcert.certtools import config_label, summary
     from nbxcert.certtools import show as run_show
 
-    shown = run_show(key, profile, dirs or ())
+    shown = run_show(key, profile, dirs or (), spec or ())
     if json_out:
         rows = [
             {
@@ -664,7 +802,7 @@ def show(
         t.add_row("certified problems", _cell(problems))
         for name, value in sorted(e["provenance"].items()):
             t.add_row(f"provenance {name}", _cell(value))
-        out.print(t)
+        _show(t)
 
 
 @app.command()
@@ -721,7 +859,7 @@ def diff(
                     f"{sb['median_us']:.4g}",
                     f"{r:.3f}" if r is not None else "timing kinds differ",
                 )
-            out.print(t)
+            _show(t)
         print(
             f"{p}: {len(pd.added)} added, {len(pd.removed)} removed, {len(pd.changed)} winners changed, "
             f"{pd.unchanged} unchanged"
@@ -734,17 +872,20 @@ def diff(
 @handled
 def stale(
     directory: Annotated[Path, typer.Argument(help="A certificate directory (<vendor>/<profile>/*.json).")],
-    profile: Annotated[Optional[str], typer.Option(help="Only this profile (default: every profile).")] = None,
+    profile: Annotated[str | None, typer.Option(help="Only this profile (default: every profile).")] = None,
     keys_out: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option("--out", help="Write the stale keys as a keys file, for `nbxcert certify --keys F --force`."),
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ):
     """Certified winners the winner rule would not choose from their entry's own timings (no device; exit 1 if any)."""
     from nbxcert.certtools import config_label
+    from nbxcert.options import writable_file
     from nbxcert.stale import find_stale
 
+    if keys_out is not None:
+        writable_file(keys_out, "--out")
     report = find_stale(directory, profile)
     if keys_out is not None:
         keys_out.write_text(report.keys_jsonl())
@@ -766,7 +907,7 @@ def stale(
                     f"{s.chosen_us:.4g}",
                     f"{s.ratio:.3f}",
                 )
-            out.print(t)
+            _show(t)
         print(report.line())
     raise typer.Exit(0 if report.ok else 1)
 
@@ -775,12 +916,12 @@ def stale(
 @handled
 def merge(
     out_dir: Annotated[Path, typer.Argument(help="The certificate directory to merge into (created if missing).")],
-    dirs: Annotated[Optional[list[Path]], typer.Argument(help="Shard certificate directories (same layout).")] = None,
+    dirs: Annotated[list[Path] | None, typer.Argument(help="Shard certificate directories (same layout).")] = None,
     prefer: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(help="Resolve a key certified on different cards or versions: 'newest' or 'fastest'."),
     ] = None,
-    spec: Annotated[Optional[list[str]], typer.Option(help="Import a module registering your own KernelSpec.")] = None,
+    spec: Annotated[list[str] | None, typer.Option(help="Import a module registering your own KernelSpec.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ):
     """Merge shard directories into OUT_DIR; a key certified on different cards or versions needs --prefer."""
@@ -812,7 +953,7 @@ def merge(
             for k in notable:
                 decision = "refused" if k.outcome == "refused" else f"{k.kind}: kept {k.chosen.source}"
                 t.add_row(_cell(k.profile), _cell(k.key), _cell(decision), _cell(k.note))
-            out.print(t)
+            _show(t)
         print(report.line())
     report.raise_if_refused()
 
@@ -834,11 +975,18 @@ def _index_targets(directory: Path) -> list[tuple[str, str]]:
     return sorted(targets)
 
 
-def _default_dir(directory: Optional[Path]) -> Path:
+def _default_dir(directory: Path | None, cache: Path | None, write: bool) -> Path:
+    """The certificate directory an index command reads (default: the shipped one), every path it is given checked
+    first: the directory, the cache (`--cache`, else NBXCERT_CACHE_DIR)."""
+    from nbxcert.options import check_environment, existing_dirs, writable_dir
+
+    if cache is not None:
+        writable_dir(cache, "--cache", write=write)
+    check_environment(search_path=False)
     if directory is not None:
         if not directory.is_dir():
-            raise errors.UsageError(f"certificate directory {directory} does not exist")
-        return directory
+            raise errors.UsageError(f"certificate directory {_plain(directory)} does not exist")
+        return existing_dirs([directory], "certificate directory")[0]
     from nbxcert.serving import search_path
 
     return search_path()[-1]
@@ -847,51 +995,51 @@ def _default_dir(directory: Optional[Path]) -> Path:
 @index_app.command("build")
 @handled
 def index_build(
-    directory: Annotated[
-        Optional[Path], typer.Argument(help="Certificate directory (default: the shipped one).")
-    ] = None,
-    cache: Annotated[Optional[Path], typer.Option(help="Where to write (default: NBXCERT_CACHE_DIR).")] = None,
+    directory: Annotated[Path | None, typer.Argument(help="Certificate directory (default: the shipped one).")] = None,
+    cache: Annotated[Path | None, typer.Option(help="Where to write (default: NBXCERT_CACHE_DIR).")] = None,
 ):
     """Build the indexes of a directory ahead of time (for read-only installs and cold starts)."""
     from nbxcert.index import load_index
 
-    directory = _default_dir(directory)
+    directory = _default_dir(directory, cache, write=True)
     targets = _index_targets(directory)
     for profile_key, memory_class in targets:
         notices: list[str] = []
         index = load_index([directory], profile_key, memory_class, cache, notices)
         for n in notices:
             print(f"[nbxcert] {n}", file=sys.stderr)
-        print(f"{profile_key} {memory_class}: {len(index)} keys -> {index.path}")
+        print(_plain(f"{profile_key} {memory_class}: {len(index)} keys -> {index.path}"))
     if not targets:
-        print(f"{directory}: no certificates, no index to build")
+        print(_plain(f"{directory}: no certificates, no index to build"))
 
 
 @index_app.command("check")
 @handled
 def index_check(
-    directory: Annotated[
-        Optional[Path], typer.Argument(help="Certificate directory (default: the shipped one).")
-    ] = None,
-    cache: Annotated[Optional[Path], typer.Option(help="Where the indexes are (default: NBXCERT_CACHE_DIR).")] = None,
+    directory: Annotated[Path | None, typer.Argument(help="Certificate directory (default: the shipped one).")] = None,
+    cache: Annotated[Path | None, typer.Option(help="Where the indexes are (default: NBXCERT_CACHE_DIR).")] = None,
 ):
     """Check that every index of a directory is built, current (its name matches the JSON) and intact."""
     from nbxcert.index import CertifiedIndex, cache_dir, fingerprint, index_path
 
-    directory = _default_dir(directory)
+    directory = _default_dir(directory, cache, write=False)
+    targets = _index_targets(directory)
+    if not targets:  # a check never passes on nothing
+        raise errors.UsageError(f"{_plain(directory)} holds no certificates: no index to check")
     bad = 0
-    for profile_key, memory_class in _index_targets(directory):
+    for profile_key, memory_class in targets:
         path = index_path(cache or cache_dir(), profile_key, memory_class, fingerprint([directory], profile_key))
         if not path.exists():
-            print(f"{profile_key} {memory_class}: not built (run `nbxcert index build {directory}`)", file=sys.stderr)
+            line = f"{profile_key} {memory_class}: not built (run `nbxcert index build {directory}`)"
+            print(_plain(line), file=sys.stderr)
             bad += 1
             continue
         try:
             index = CertifiedIndex.open(path)
             index.verify()
-            print(f"{profile_key} {memory_class}: {len(index)} keys, intact ({path})")
+            print(_plain(f"{profile_key} {memory_class}: {len(index)} keys, intact ({path})"))
         except errors.IndexCorrupt as e:
-            print(f"{profile_key} {memory_class}: {e}", file=sys.stderr)
+            print(_plain(f"{profile_key} {memory_class}: {e}"), file=sys.stderr)
             bad += 1
     raise typer.Exit(1 if bad else 0)
 
@@ -904,14 +1052,14 @@ _CENSUS_ROWS = 30  # rows of each findings table on the terminal; --json lists e
 @handled
 def census(
     profile: Annotated[str, typer.Option(help="The GPU profile to compile for (e.g. hopper); no GPU needed.")],
-    kernels: Annotated[Optional[str], typer.Option(help="Only these kernels (comma-separated).")] = None,
-    keys_file: Annotated[Optional[Path], typer.Option("--keys", help="A keys file (JSON lines).")] = None,
-    workload: Annotated[Optional[str], typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
-    key: Annotated[Optional[list[str]], typer.Option(help="A launch key text (repeatable).")] = None,
-    jobs: Annotated[Optional[int], typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
+    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
+    keys_file: Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")] = None,
+    workload: Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
+    key: Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")] = None,
+    jobs: Annotated[int | None, typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
     strict: Annotated[bool, typer.Option("--strict", help="Over-prunes fail the run too.")] = False,
-    spec: Annotated[Optional[list[str]], typer.Option(help="Import a module registering your own KernelSpec.")] = None,
-    timeout: Annotated[Optional[float], typer.Option(help="Seconds one candidate may take to compile.")] = None,
+    spec: Annotated[list[str] | None, typer.Option(help="Import a module registering your own KernelSpec.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds one candidate may take to compile.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON; no progress bar.")] = False,
 ):
     """Compile every candidate for PROFILE's GPU on this machine and hold the compiler's figures to the device file:
@@ -921,27 +1069,43 @@ def census(
     from rich.text import Text
 
     from nbxcert.census import load_census_specs, run_census
-    from nbxcert.keyfile import gather_keys
+    from nbxcert.keyfile import gather_keys, parse_kernels
+    from nbxcert.options import jobs as check_jobs
+    from nbxcert.options import seconds
     from nbxcert.profiles import get_profile
 
     prof = get_profile(profile)
+    jobs, timeout = check_jobs(jobs), seconds(timeout)
     modules = [m.split(":")[0] for m in spec or ()]
-    wanted = kernels.split(",") if kernels else None
     load_census_specs(prof, modules)  # before the keys: a key of the user's own kernel parses against its spec
+    wanted = parse_kernels(kernels)
     found = gather_keys(prof, key or (), keys_file, workload, wanted) if key or keys_file or workload else None
-    if json_out:
-        report = run_census(prof, wanted, found, jobs, strict, modules, timeout)
-        print(json.dumps(report.as_dict(), indent=2))
-        raise typer.Exit(0 if report.ok else 1)
-    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}")]
-    with Progress(*columns, TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=True) as bar:
-        task = bar.add_task(f"compiling for {prof.key}", total=None)
+    with _Heartbeat(f"census {prof.key}", "choosing the cases to compile") as beat:
 
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
+        def counted(done: int, total: int) -> None:
+            beat.state = f"{done}/{total} compiled"
 
-        report = run_census(prof, wanted, found, jobs, strict, modules, timeout, progress)
-    t = Table(title=f"census {report.profile} ({report.target.text()}, Triton {report.triton_version})")
+        if json_out:
+            report = run_census(prof, wanted, found, jobs, strict, modules, timeout, counted)
+            print(json.dumps(report.as_dict(), indent=2))
+            raise typer.Exit(0 if report.ok else 1)
+        columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}")]
+        with Progress(
+            *columns,
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            console=err,
+            transient=True,
+            disable=not err.is_terminal,
+        ) as bar:
+            task = bar.add_task(f"compiling for {prof.key}", total=None)
+
+            def progress(done: int, total: int) -> None:
+                counted(done, total)
+                bar.update(task, completed=done, total=total)
+
+            report = run_census(prof, wanted, found, jobs, strict, modules, timeout, progress)
+    t = Table(title=_cell(f"census {report.profile} ({report.target.text()}, Triton {report.triton_version})"))
     t.add_column("kernel")
     for col in ("candidates", "kept", "compiled", "prune defects", "over-prunes", "compile failures"):
         t.add_column(col, justify="right")
@@ -953,20 +1117,20 @@ def census(
             f"[red]{k.defects}[/red]" if k.defects else "0", str(k.over_prunes),
             f"[red]{k.failures}[/red]" if k.failures else "0", str(k.spilling), f"{k.seconds:.1f}",
         )  # fmt: skip
-    out.print(t)
+    _show(t)
     for title, cases in (
         ("prune defects: {} (kept, over a device limit)", report.defects),
         ("compile failures: {} (kept; the first line of each error)", report.failures),
     ):
         if cases:
-            ft = Table(title=title.format(len(cases)))
+            ft = Table(title=_cell(title.format(len(cases))))
             for col in ("kernel", "config", "problem / key", "why"):
                 ft.add_column(col)
             for c in cases[:_CENSUS_ROWS]:
                 ft.add_row(_cell(c.kernel), _cell(c.config.label()), _cell(c.where()), _cell(c.reason))
-            out.print(ft)
+            _show(ft)
             if len(cases) > _CENSUS_ROWS:
-                out.print(f"... {len(cases) - _CENSUS_ROWS} more (--json lists every one)")
+                print(f"... {len(cases) - _CENSUS_ROWS} more (--json lists every one)")
     groups = report.over_prune_groups()
     if groups:
         ot = Table(title=f"over-prunes: {len(report.over_prunes)} (dropped, yet compiled within the limits)")
@@ -977,9 +1141,9 @@ def census(
                 Text("refuted: ", style="yellow") + _cell(c.prune_reason) if c.refutes_claim else _cell(c.prune_reason)
             )
             ot.add_row(_cell(c.kernel), _cell(c.config.label()), str(n), said, _cell(c.figures()))
-        out.print(ot)
+        _show(ot)
         if len(groups) > _CENSUS_ROWS:
-            out.print(f"... {len(groups) - _CENSUS_ROWS} more configs (--json lists every one)")
+            print(f"... {len(groups) - _CENSUS_ROWS} more configs (--json lists every one)")
     print(report.line())
     raise typer.Exit(0 if report.ok else 1)
 

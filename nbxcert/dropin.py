@@ -16,7 +16,8 @@ the kernel becomes certifiable: `nbxcert certify --spec mypkg.module --key ...` 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from nbxcert import serving
 from nbxcert.errors import KernelSpecInvalid, UsageError
@@ -116,7 +117,7 @@ class Autotuned:
 
     # --- launching ----------------------------------------------------------------------------------------------
     def _bind(self, args, kwargs) -> dict[str, Any]:
-        bound = dict(zip(self.arg_names, args))
+        bound = dict(zip(self.arg_names, args, strict=False))
         bound.update(kwargs)
         return bound
 

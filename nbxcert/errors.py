@@ -104,7 +104,7 @@ class KernelSpecInvalid(NbxcertError):
 class KernelNotFound(NbxcertError):
     """No registered kernel has this name."""
 
-    default_hint = "run `nbxcert kernels` to list the registered kernels"
+    default_hint = "run `nbxcert kernels` to list the registered kernels (a kernel of your own: --spec MODULE)"
 
 
 class PruneEmpty(NbxcertError):

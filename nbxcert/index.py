@@ -54,8 +54,9 @@ import re
 import stat
 import struct
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from nbxcert import certificates
 from nbxcert.errors import CertificateInvalid, IndexCorrupt, UsageError
@@ -131,7 +132,7 @@ def _read_bytes(path: Path) -> bytes:
         return f.read(st.st_size + 1)
 
 
-def fingerprint(dirs: list[Path], profile_key: str, memo: "_DigestMemo | None" = None) -> str:
+def fingerprint(dirs: list[Path], profile_key: str, memo: _DigestMemo | None = None) -> str:
     """SHA-256 (hex) of everything an index build for `profile_key` reads: each certificate file's path (relative to
     its directory) and the SHA-256 of its bytes, in search-path order, with the schema and index format versions.
     Hashes bytes only; nothing is parsed. A file's digest is taken from `memo` when its stat (device, inode, size,
@@ -168,7 +169,7 @@ class _DigestMemo:
                 pass  # no memo yet, or a torn one: every file is hashed
 
     @staticmethod
-    def default() -> "_DigestMemo":
+    def default() -> _DigestMemo:
         return _DigestMemo(_default_cache_dir() / "digests.json")
 
     def digest(self, path: Path) -> bytes:
@@ -335,7 +336,8 @@ class CertifiedIndex:
     def _stamp(self, st: os.stat_result) -> str:
         trailer = bytes(self._buf[self._trailer_off : self._size]).hex()
         fields = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        return "nbxidx verified dev=%d ino=%d size=%d mtime_ns=%d ctime_ns=%d trailer=%s\n" % (*fields, trailer)
+        dev, ino, size, mtime, ctime = fields
+        return f"nbxidx verified dev={dev} ino={ino} size={size} mtime_ns={mtime} ctime_ns={ctime} trailer={trailer}\n"
 
     def _sidecar(self) -> Path:
         return self.path.with_name(self.path.name + SIDECAR_SUFFIX)
@@ -402,7 +404,7 @@ class CertifiedIndex:
         for i in range(self._count):
             key = bytes(self._key_at(i))
             # lookups binary-search the keys: out of order (a forged spine), a listed key would not be found, so a
-            # verified index could not serve every key it lists (found by tests/test_fuzz.py::test_index)
+            # verified index could not serve every key it lists (found by tests/cli/test_fuzz.py::test_index)
             if previous is not None and key <= previous:
                 raise self._corrupt(f"keys out of order at key {i}")
             previous = key
@@ -413,7 +415,7 @@ class CertifiedIndex:
         ko = _U64.unpack_from(self._buf, self._table_off + _ROW.size * i)[0]
         # Bounds are checked even though the spine digest vouches for the offsets: a forged spine (anyone who can
         # write the cache can recompute it) must end in IndexCorrupt, never in struct.error or a read of the wrong
-        # section (bug found by tests/test_fuzz.py::test_index: an offset past the end raised struct.error).
+        # section (bug found by tests/cli/test_fuzz.py::test_index: an offset past the end raised struct.error).
         if not self._keys_off <= ko <= self._table_off - _U32.size:
             raise self._corrupt(f"key {i} lies outside the keys")
         (n,) = _U32.unpack_from(self._buf, ko)
@@ -486,7 +488,7 @@ class CertifiedIndex:
         for i in range(self._count):
             try:
                 yield self._key_at(i).decode()
-            except UnicodeDecodeError:  # a forged spine again (tests/test_fuzz.py::test_index found it)
+            except UnicodeDecodeError:  # a forged spine again (tests/cli/test_fuzz.py::test_index found it)
                 raise self._corrupt(f"key {i} is not UTF-8") from None
 
     def close(self) -> None:

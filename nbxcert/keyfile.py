@@ -10,11 +10,11 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
-from nbxcert.errors import KeyParseError, UsageError
-from nbxcert.keys import LaunchKey, parse_key
+from nbxcert.errors import KernelNotFound, KeyParseError, UsageError
+from nbxcert.keys import LaunchKey, check_key, check_prune, parse_key
 
 MAX_LINE = 4096
 
@@ -23,7 +23,9 @@ def read_keys(path: str | Path) -> list[LaunchKey]:
     """Every key of a keys file, in order, duplicates removed; a bad line is refused naming file and line."""
     path = Path(path)
     if not path.is_file():
-        raise UsageError(f"keys file {path} does not exist")
+        # a directory (or a FIFO) was said not to exist, which sent the user looking for a typo
+        what = "is not a regular file" if path.exists() else "does not exist"
+        raise UsageError(f"keys file {path} {what}", hint='give a keys file: JSON lines, one {"key": ...} each')
     keys, seen = [], set()
     try:
         f = path.open("rb")
@@ -32,7 +34,7 @@ def read_keys(path: str | Path) -> list[LaunchKey]:
     with f:
         # Read in bytes, one bounded line at a time, and decode each line: a text-mode read raised
         # UnicodeDecodeError on a non-UTF-8 byte and read a line of any length whole before measuring it, and a
-        # deeply nested line raised RecursionError (bugs found by tests/test_fuzz.py::test_keys_file).
+        # deeply nested line raised RecursionError (bugs found by tests/cli/test_fuzz.py::test_keys_file).
         for n, raw in enumerate(iter(lambda: f.readline(MAX_LINE + 1), b""), 1):
             if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
                 raise KeyParseError(f"{path}:{n}: line is longer than {MAX_LINE} bytes")
@@ -74,19 +76,69 @@ def write_keys(path: str | Path, keys: Iterable[LaunchKey]) -> None:
         append_record(path, {"key": k.text()})
 
 
+def parse_kernels(text: str | None) -> list[str] | None:
+    """The kernel names of a `--kernels a,b` filter, each a registered kernel (register your own first: `--spec`).
+    Before this, `--kernels rmsnrom` matched nothing and `certify` exited 0 having certified nothing."""
+    import difflib
+
+    from nbxcert.kernels.spec import load_all
+
+    if text is None:
+        return None
+    names = [n.strip() for n in text.split(",")]
+    if not all(names):
+        raise UsageError(f"--kernels {text!r} has an empty name", hint="give kernel names separated by commas: a,b")
+    registered = load_all()
+    unknown = [n for n in names if n not in registered]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(registered), n=1)
+        raise KernelNotFound(
+            f"no kernel named {', '.join(map(repr, unknown))} (--kernels {text})"
+            + (f"; did you mean {close[0]}?" if close else ""),
+        )
+    return list(dict.fromkeys(names))
+
+
 def gather_keys(profile, key_texts=(), keys_file=None, workload=None, kernels=None) -> list[LaunchKey]:
-    """The keys a command was asked for: `--key` texts, a `--keys` file and/or a `--workload`, in that order."""
+    """The keys a command was asked for: `--key` texts, a `--keys` file and/or a `--workload`, in that order, only
+    those of `kernels` when given (`parse_kernels`), duplicates removed. Every key is checked against its kernel's
+    spec and `profile`'s ladders (`keys.check_key`) before any work starts, and nothing to do is refused, never a
+    pass: no key asked for, a keys file with no key, or no key left of the kernels asked for (an empty keys file
+    made `coverage` print 100% and exit 0, so a smoke test that recorded nothing passed the CI gate)."""
+    from nbxcert.kernels.spec import get_spec
+    from nbxcert.text import printable
     from nbxcert.workload import load_workload, workload_keys
 
     if not key_texts and not keys_file and not workload:
         raise UsageError("no keys asked for: give --workload NAME|FILE, --keys FILE or --key TEXT")
-    keys: list[LaunchKey] = [parse_key(t) for t in key_texts]
+
+    def checked(k: LaunchKey) -> LaunchKey:  # a key from the user's text: its fields, then its sizes for the prune
+        spec = get_spec(k.kernel)
+        return check_prune(spec, check_key(spec, k, profile), profile)
+
+    keys: list[LaunchKey] = [checked(k) for k in map(parse_key, key_texts)]
     if keys_file:
-        keys += read_keys(keys_file)
+        in_file = read_keys(keys_file)
+        if not in_file:
+            raise UsageError(
+                f"keys file {printable(keys_file)} holds no keys",
+                hint=f"record them first: run the application with NBXCERT_KEY_RECORD={printable(keys_file)}",
+            )
+        for k in in_file:
+            try:
+                keys.append(checked(k))
+            except (KeyParseError, KernelNotFound) as e:
+                raise type(e)(f"keys file {printable(keys_file)}: {e.message}", hint=e.hint) from None
     if workload:
-        keys += workload_keys(load_workload(workload), profile, set(kernels) if kernels else None)
+        keys += workload_keys(load_workload(workload), profile)  # all of them: the filter below says how many
     if kernels:
+        asked = len(keys)
         keys = [k for k in keys if k.kernel in set(kernels)]
+        if not keys:
+            raise UsageError(
+                f"none of the {asked} keys asked for is a key of --kernels {','.join(kernels)}",
+                hint="leave --kernels out, or ask for keys of those kernels",
+            )
     seen, unique = set(), []
     for k in keys:
         if k not in seen:

@@ -14,10 +14,11 @@ largest). A size above the top rung is its own bucket of one, never silently ser
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
-from nbxcert.errors import KeyParseError
+from nbxcert.errors import KeyParseError, NbxcertError
 
 KEY_VERSION = 1
 _NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
@@ -111,7 +112,7 @@ MAX_DIGITS = 40  # far above any size a launch has (2**64 has 20 digits)
 def _digits(text: str, what: str, digits: str) -> int:
     """The integer of a run of ASCII digits in a key. Refused when longer than MAX_DIGITS: int() refuses more than
     4300 digits with a ValueError, which reached the caller as a traceback (bug found by
-    tests/test_fuzz.py::test_key_text)."""
+    tests/cli/test_fuzz.py::test_key_text)."""
     if len(digits) > MAX_DIGITS:
         raise KeyParseError(f"key {text[:200]!r}: {what} has {len(digits)} digits, more than {MAX_DIGITS}")
     return int(digits)
@@ -159,6 +160,106 @@ def make_key(spec, problem: Mapping[str, Any], dtypes: Sequence[str], profile) -
             v = bucket(v, profile.ladder(f.ladder))
         fields.append((f.name, v))
     return LaunchKey(spec.name, tuple(sorted(fields)), tuple(str(d) for d in dtypes))
+
+
+# The largest size a key may hold: a Triton integer argument is at most 64 bits, so no launch has a size above it.
+MAX_SIZE = 2**63 - 1
+
+
+def _field_kinds(spec) -> dict[str, type]:
+    """Each key field's kind (int: a size or a flag; str: a word) where the spec's example problems all agree on it."""
+    kinds: dict[str, type] = {}
+    for f in spec.key_fields:
+        seen = {type(p[f.name]) for p in spec.example_problems if f.name in p}
+        seen = {int if t is bool or (t is not str and hasattr(t, "__index__")) else t for t in seen}
+        if len(seen) == 1 and next(iter(seen)) in (int, str):
+            kinds[f.name] = next(iter(seen))
+    return kinds
+
+
+def check_key(spec, key: LaunchKey, profile=None) -> LaunchKey:
+    """`key` when `spec`'s launches can form it under `profile`; else `KeyParseError` naming the key, what is wrong
+    and the key to use instead. Refused: a key field missing or not the kernel's, a word where the kernel's example
+    problems give a size (or the reverse), a size above 64 bits, dtypes the kernel does not take, and (with `profile`)
+    a bucketed size that is not a rung of the profile's ladder: a launch rounds a size up to its rung, so no launch
+    forms such a key, and `nbxcert validate` refuses a certificate of it.
+
+    Before this, a key missing a field reached `key_problems` and failed there with a `KeyError` traceback (`nbxcert
+    certify --key 'rmsnorm[n_cols=64;float16,float16]@v1'`), and a key off the ladder was certified into an entry
+    `nbxcert validate` then refused."""
+    text = key.text()
+    if key.kernel != spec.name:
+        raise KeyParseError(f"key '{text}' is a key of kernel {key.kernel}, not of {spec.name}")
+    want = [f.name for f in spec.key_fields]
+    have = list(key.values)
+    missing = [n for n in want if n not in key.values]
+    extra = [n for n in have if n not in want]
+    if missing or extra:
+        parts = ([f"lacks key field{'s' if len(missing) > 1 else ''} {', '.join(missing)}"] if missing else []) + (
+            [f"has field{'s' if len(extra) > 1 else ''} {', '.join(extra)} that {spec.name} does not key on"]
+            if extra
+            else []
+        )
+        raise KeyParseError(
+            f"key '{text}' {' and '.join(parts)}",
+            hint=f"a {spec.name} key has the fields {', '.join(sorted(want))}; `nbxcert keys --profile P --workload W` "
+            "prints keys as launches form them",
+        )
+    kinds = _field_kinds(spec)
+    for f in spec.key_fields:
+        v = key.values[f.name]
+        kind = int if f.ladder is not None else kinds.get(f.name)
+        if kind is not None and not isinstance(v, kind):
+            examples = sorted({str(_value(p[f.name])) for p in spec.example_problems if f.name in p})[:4]
+            raise KeyParseError(
+                f"key '{text}': {f.name}={v} is a {'word' if kind is int else 'number'}, but {spec.name}'s "
+                f"{f.name} is a {'size' if kind is int else 'word'}",
+                hint=f"{spec.name}'s example problems give {f.name}={' or '.join(examples)}"
+                if examples
+                else f"{f.name} is a size on the '{f.ladder}' ladder",
+            )
+        if isinstance(v, int) and v > MAX_SIZE:
+            raise KeyParseError(f"key '{text}': {f.name}={v} is above 2**63 - 1, more than a launch argument holds")
+    if key.dtypes not in spec.dtypes:
+        supported = ", ".join("/".join(c) for c in spec.dtypes)
+        raise KeyParseError(
+            f"key '{text}': dtypes {'/'.join(key.dtypes) or '(none)'} are not among {spec.name}'s: {supported}",
+            hint=f"a {spec.name} key lists the dtypes of {', '.join(spec.dtype_args)}, in that order",
+        )
+    if profile is not None:
+        for f in spec.key_fields:
+            if f.ladder is None:
+                continue
+            v = key.values[f.name]
+            ladder = profile.ladder(f.ladder)
+            if ladder and v not in ladder and v <= ladder[-1]:
+                rung = bucket(v, ladder)
+                right = LaunchKey(key.kernel, tuple((n, rung if n == f.name else x) for n, x in key.fields), key.dtypes)
+                raise KeyParseError(
+                    f"key '{text}': {f.name}={v} is not a rung of {profile.key}'s '{f.ladder}' ladder "
+                    f"({', '.join(map(str, ladder))}); a launch of {f.name}={v} has the key '{right.text()}'",
+                    hint=f"use {f.name}={rung}, the rung {v} rounds up to (above {ladder[-1]}, a size is its own rung)",
+                )
+    return key
+
+
+def check_prune(spec, key: LaunchKey, profile) -> LaunchKey:
+    """`key` when `spec`'s prune answers for it at both ends of its bucket under `profile` (the first thing a sweep, a
+    census or a run-time lookup asks); else `KeyParseError` naming the key and what the prune raised. A key text can
+    hold sizes no launch has: `kv_heads=0` made decode attention's prune divide by zero (a traceback from certify)."""
+    problems = key_problems(spec, key, profile)
+    for role in ("smallest", "largest"):
+        try:
+            spec.prune(spec.candidates, problems[role], profile)
+        except NbxcertError:
+            raise
+        except Exception as e:  # noqa: BLE001 - whatever the kernel's own code raises on these sizes refuses the key
+            raise KeyParseError(
+                f"key '{key.text()}': kernel {spec.name} cannot take these sizes (its prune raised "
+                f"{type(e).__name__}: {e} at {problems[role]})",
+                hint=f"`nbxcert keys --profile {profile.name} --workload W` prints keys as launches form them",
+            ) from None
+    return key
 
 
 def key_problems(spec, key: LaunchKey, profile) -> dict[str, dict[str, Any]]:

@@ -259,7 +259,7 @@ def _ladder(value: Any) -> str | None:
         reason = _positive_int(rung)
         if reason:
             return f"rung {rung!r}: {reason}"
-    for low, high in zip(value, value[1:]):
+    for low, high in zip(value, value[1:], strict=False):
         if high <= low:
             return f"not increasing: {high} follows {low}"
     return None
@@ -336,7 +336,7 @@ def load_profile_file(path_or_text_source: Any, name_for_messages: str) -> Profi
     file = name_for_messages
     try:
         text = path_or_text_source if isinstance(path_or_text_source, str) else path_or_text_source.read_text("utf-8")
-    except UnicodeDecodeError as exc:  # was a traceback (bug found by tests/test_fuzz.py::test_device_file)
+    except UnicodeDecodeError as exc:  # was a traceback (bug found by tests/cli/test_fuzz.py::test_device_file)
         raise DeviceFileInvalid(f"{file}: field '(document)': not UTF-8 text (byte {exc.start})") from None
     try:
         doc = yaml.load(text, Loader=_StrictSafeLoader)  # SafeLoader: plain data only, never Python objects

@@ -202,7 +202,7 @@ def handle(req: dict[str, Any]) -> dict[str, Any]:
             timings = launch_seconds if interpreted and role == "largest" else None
             verdicts = run_prepared(prepared, config, timings=timings)
             seconds["check"] += time.perf_counter() - t0
-            for name, v in verdicts.items():
+            for _name, v in verdicts.items():
                 if not v.ok:
                     return {"status": "mismatch", "reason": v.report, "problem": role, "seconds": seconds}
                 worst["max_abs"] = max(worst["max_abs"], v.max_abs)

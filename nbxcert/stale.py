@@ -17,9 +17,10 @@ The stale keys, written as a keys file, are what `nbxcert certify --keys FILE --
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from nbxcert.certtools import config_label, printable, scan_dir
 from nbxcert.errors import UsageError

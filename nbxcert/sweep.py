@@ -178,7 +178,7 @@ def _check_all(
 REPRO_RUNS = 3  # how many more times the winner runs on the same inputs, each judged and compared to the bit
 
 
-def _rerun_refusal(spec: KernelSpec, runner: Worker, base: dict, winner: "Outcome", timeout_s: float):
+def _rerun_refusal(spec: KernelSpec, runner: Worker, base: dict, winner: Outcome, timeout_s: float):
     """None when the winner, run REPRO_RUNS more times on the same inputs, matches the oracle every time with the same
     bits; else (status, reason) of its refusal. A spec that does not claim determinism gets ("irreproducible", ...)
     for differing bits (recorded on the certificate, not refused)."""
@@ -245,13 +245,13 @@ def sweep_key(
         compiled = [{"status": "compiled"} for _ in kept]
     t_compiled = time.perf_counter()
     runnable = []
-    for c, reply in zip(kept, compiled):
+    for c, reply in zip(kept, compiled, strict=False):
         if reply["status"] == "compiled":
             runnable.append(c)
         else:
             outcomes.append(Outcome(c, reply["status"], reply.get("reason", "")))
     checked = _check_all(runners, base, runnable, timeout_s, key, progress)
-    for c, reply in zip(runnable, checked):
+    for c, reply in zip(runnable, checked, strict=False):
         _add_seconds(inner, reply)
         if reply["status"] == "correct":
             outcomes.append(Outcome(c, "correct", "", reply["error"], reply["timing"], reply["phase"]))
@@ -266,7 +266,7 @@ def sweep_key(
         if screened:
             # the full timing, one candidate at a time on the one GPU runner
             timed = _check_all([runner], base, [o.config for o in screened], timeout_s, key, progress, {"op": "time"})
-            for o, reply in zip(screened, timed):
+            for o, reply in zip(screened, timed, strict=False):
                 _add_seconds(inner, reply)
                 if reply["status"] == "timed":
                     o.timing, o.phase = reply["timing"], reply["phase"]

@@ -9,15 +9,34 @@ coverage needs no GPU: it reads the certificate files of a profile and says whic
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 from nbxcert import serving
-from nbxcert.errors import KeyNotCertified
+from nbxcert.errors import KeyNotCertified, NbxcertError
 from nbxcert.keys import LaunchKey, key_problems
 
 VERIFY_SEED = 777_2026  # not the certification seed: verification uses inputs the certificate never saw
+
+
+@dataclass
+class KeyVerdict:
+    """What verify (or coverage) found for one key: `verdict` passed | mismatched | missing | failed (verify), or
+    certified | missing (coverage); `served` certificate | sweep (where verify's config came from); the config; the
+    measured error (the worst output's max_scaled, max_abs, max_rel; for coverage the certificate's); and why, when
+    it did not pass."""
+
+    key: str
+    verdict: str
+    served: str | None = None
+    config: str | None = None
+    error: dict[str, float] | None = None
+    reason: str = ""
+
+    def as_dict(self) -> dict:
+        return dict(vars(self))
 
 
 @dataclass
@@ -28,19 +47,22 @@ class VerifyReport:
     swept: int = 0
     missing: list[str] = field(default_factory=list)
     mismatched: list[tuple[str, str, str]] = field(default_factory=list)  # key, config, report
+    failed: list[tuple[str, str]] = field(default_factory=list)  # key, reason: making inputs or launching raised
     shard: str = ""  # "i/n" when only a share of the keys was verified
     interrupted_of: int = 0  # the keys asked for, when an interrupt (Ctrl-C, `timeout -s INT`) stopped the run early
+    results: list[KeyVerdict] = field(default_factory=list)  # one per key reached, in order
 
     @property
     def ok(self) -> bool:
-        return not self.missing and not self.mismatched and not self.interrupted_of
+        return not self.missing and not self.mismatched and not self.failed and not self.interrupted_of
 
     def line(self) -> str:
         share = f" (shard {self.shard})" if self.shard else ""
         cut = f"; interrupted: {self.keys} of {self.interrupted_of} keys reached" if self.interrupted_of else ""
+        failed = f", {len(self.failed)} failed" if self.failed else ""
         return (
             f"[nbxcert] verify{share}: {self.keys} keys, {self.served} served, {self.swept} swept at run time, "
-            f"{len(self.missing)} missing, {len(self.mismatched)} mismatched{cut}"
+            f"{len(self.missing)} missing, {len(self.mismatched)} mismatched{failed}{cut}"
         )
 
 
@@ -53,18 +75,30 @@ def verify(
     progress=None,
     jobs: int | None = None,
     on_warmed=None,
+    modules: Sequence[str] = (),
 ) -> VerifyReport:
     """Each key through the serving path, checked against its oracle at its bucket's smallest and largest member.
     The certified winners are first compiled in a pool of `jobs` processes (`nbxcert.warm`; `on_warmed(report)` is
     told when that is done); `progress(key text)` as each key starts. An interrupt while the keys are checked ends
-    the run with what it found so far (`interrupted_of` set)."""
+    the run with what it found so far (`interrupted_of` set). `modules`: the user's own specs (`--spec`), imported
+    by the compile workers too."""
     from nbxcert.certify import resolve_profile
     from nbxcert.kernels.backends import select
+    from nbxcert.kernels.spec import get_spec
+    from nbxcert.keys import check_key
+    from nbxcert.options import check_environment, existing_dirs
+    from nbxcert.options import jobs as check_jobs
     from nbxcert.warm import warm
 
+    # every input checked before anything is compiled or launched
     profile, _how = resolve_profile(profile_name)
+    dirs = existing_dirs(dirs)
+    check_environment(search_path=dirs is None)
+    jobs = check_jobs(jobs)
+    for k in keys:
+        check_key(get_spec(k.kernel), k, profile)
     serving.configure(dirs=dirs, certified_only=certified_only)
-    warmed = warm(profile.key, keys, None, jobs)  # the serving state just configured (None: not made again)
+    warmed = warm(profile.key, keys, None, jobs, modules, check_env=False)  # the serving state just configured
     if on_warmed:
         on_warmed(warmed)
     device = select().device
@@ -88,29 +122,53 @@ def _verify_keys(report: VerifyReport, profile, keys, certified_only: bool, seed
         problems = key_problems(spec, key, profile)
         st = serving.state()
         certified = st.index.get(key.text()) is not None
-        runtime = None  # a certified key's config is looked up: no inputs are made for it here (the checks make theirs)
-        if not certified and not certified_only:
-            inputs = spec.make_inputs(problems["largest"], key.dtypes, seed, device)
-            runtime = serving.RuntimeLaunch(
-                run=lambda c, inputs=inputs: spec.launch(c, inputs),
-                outputs=[inputs.tensors[o] for o in inputs.outputs],
-                restore=[inputs.tensors[o] for o in inputs.inplace],
-            )
+        served = "certificate" if certified else "sweep"
+        cfg = None
         try:
-            cfg = serving.config_for(spec, problems["largest"], key.dtypes, runtime)
-        except KeyNotCertified:
-            report.missing.append(key.text())
+            runtime = None  # a certified key's config is looked up: no inputs made for it here (the checks make theirs)
+            if not certified and not certified_only:
+                inputs = spec.make_inputs(problems["largest"], key.dtypes, seed, device)
+                runtime = serving.RuntimeLaunch(
+                    run=lambda c, inputs=inputs, spec=spec: spec.launch(c, inputs),
+                    outputs=[inputs.tensors[o] for o in inputs.outputs],
+                    restore=[inputs.tensors[o] for o in inputs.inplace],
+                )
+            try:
+                cfg = serving.config_for(spec, problems["largest"], key.dtypes, runtime)
+            except KeyNotCertified:
+                report.missing.append(key.text())
+                report.results.append(KeyVerdict(key.text(), "missing", reason="no certificate (certified-only)"))
+                continue
+            if certified:
+                report.served += 1
+            else:
+                report.swept += 1
+            worst, bad = None, None
+            for role in ("smallest", "largest"):
+                verdicts = run_checked(spec, cfg, problems[role], key.dtypes, profile, seed, device)
+                for v in verdicts.values():
+                    if worst is None or v.max_scaled > worst.max_scaled:
+                        worst = v
+                bad = next((v for v in verdicts.values() if not v.ok), None)
+                if bad is not None:
+                    report.mismatched.append((key.text(), cfg.label(), bad.report))
+                    break
+        except NbxcertError:  # a refusal (provenance under NBXCERT_STRICT_PROVENANCE=1, a bad launch) ends the run
+            raise
+        except Exception as e:  # noqa: BLE001 - a key whose inputs or launch raise is that key's verdict, not a crash
+            if os.environ.get("NBXCERT_DEBUG") == "1":
+                raise
+            reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:500]
+            report.failed.append((key.text(), reason))
+            label = cfg.label() if cfg is not None else None
+            report.results.append(KeyVerdict(key.text(), "failed", served, label, None, reason))
             continue
-        if certified:
-            report.served += 1
+        error = worst.as_dict() if worst is not None else None
+        if bad is not None:
+            first = next((line for line in bad.report.splitlines() if line.startswith("Mismatched")), "mismatched")
+            report.results.append(KeyVerdict(key.text(), "mismatched", served, cfg.label(), bad.as_dict(), first))
         else:
-            report.swept += 1
-        for role in ("smallest", "largest"):
-            verdicts = run_checked(spec, cfg, problems[role], key.dtypes, profile, seed, device)
-            bad = next((v for v in verdicts.values() if not v.ok), None)
-            if bad is not None:
-                report.mismatched.append((key.text(), cfg.label(), bad.report))
-                break
+            report.results.append(KeyVerdict(key.text(), "passed", served, cfg.label(), error))
 
 
 @dataclass
@@ -119,30 +177,61 @@ class CoverageReport:
     keys: list[str]
     certified: list[str]
     missing: list[str]
+    results: list[KeyVerdict] = field(default_factory=list)  # one per key, in order
+    dirs: list[str] = field(default_factory=list)
 
     @property
     def fraction(self) -> float:
-        return len(self.certified) / len(self.keys) if self.keys else 1.0
+        """The covered fraction; 0.0 for no keys at all (a gate never passes on nothing)."""
+        return len(self.certified) / len(self.keys) if self.keys else 0.0
+
+
+def certified_entries(profile_key: str, dirs: Sequence[Path]) -> dict[str, dict]:
+    """Every key certified for a profile (any memory class) in `dirs`, with its entry (the first directory's, as
+    serving would); each file validated."""
+    from nbxcert import certificates
+
+    found: dict[str, dict] = {}
+    for d in dirs:
+        for path in certificates.iter_files(Path(d), profile_key):
+            for k, entry in certificates.load_file(path).entries.items():
+                found.setdefault(k, entry)
+    return found
 
 
 def certified_keys(profile_key: str, dirs: Sequence[Path]) -> set[str]:
     """Every key certified for a profile (any memory class) in `dirs`; each file validated."""
-    from nbxcert import certificates
-
-    found: set[str] = set()
-    for d in dirs:
-        for path in certificates.iter_files(Path(d), profile_key):
-            found.update(certificates.load_file(path).entries)
-    return found
+    return set(certified_entries(profile_key, dirs))
 
 
 def coverage(profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None) -> CoverageReport:
+    """Which of `keys` are certified for a profile in `dirs` (default: serving's search path). No keys, or a
+    directory that is not there, is refused (`UsageError`): before, both counted as 100% or as every key missing."""
+    from nbxcert.certtools import config_label
+    from nbxcert.errors import UsageError
+    from nbxcert.options import check_environment, existing_dirs
     from nbxcert.profiles import get_profile
 
     profile = get_profile(profile_name)
-    have = certified_keys(profile.key, list(dirs) if dirs else serving.search_path())
+    if not keys:
+        raise UsageError("no keys to count", hint="give --workload NAME|FILE, --keys FILE or --key TEXT")
+    dirs = existing_dirs(dirs)
+    check_environment(search_path=dirs is None)
+    searched = list(dirs) if dirs else [d for d in serving.search_path() if d.is_dir()]
+    have = certified_entries(profile.key, searched)
     texts = [k.text() for k in keys]
-    return CoverageReport(profile.key, texts, [t for t in texts if t in have], [t for t in texts if t not in have])
+    report = CoverageReport(profile.key, texts, [t for t in texts if t in have], [t for t in texts if t not in have])
+    report.dirs = [str(d) for d in searched]
+    where = ", ".join(report.dirs)
+    for t in texts:
+        entry = have.get(t)
+        if entry is None:
+            report.results.append(KeyVerdict(t, "missing", reason=f"not certified for {profile.key} in {where}"))
+        else:
+            err = {k: entry["error"][k] for k in ("max_scaled", "max_abs", "max_rel")}
+            label = config_label(entry["winner"]["config"])
+            report.results.append(KeyVerdict(t, "certified", "certificate", label, err))
+    return report
 
 
 def junit_xml(report: CoverageReport, min_fraction: float) -> str:

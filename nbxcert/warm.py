@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from nbxcert.keys import LaunchKey
 
@@ -63,7 +64,7 @@ def phases(requests: Sequence[dict]) -> tuple[list[int], list[int]]:
     return first, rest
 
 
-def compile_all(requests: Sequence[dict], jobs: int | None = None) -> list[dict]:
+def compile_all(requests: Sequence[dict], jobs: int | None = None, modules: Sequence[str] = ()) -> list[dict]:
     """Compile `requests` (`compile_request`) in a pool of `jobs` worker processes (default: the CPU count), filling
     Triton's on-disk cache; the replies in the requests' order (status "compiled", or the refusal and its reason).
     In two phases (`phases`): one request of each kernel first, then the others, which find it in the cache and
@@ -72,11 +73,11 @@ def compile_all(requests: Sequence[dict], jobs: int | None = None) -> list[dict]
 
     requests = list(requests)
     replies: list[dict] = [{}] * len(requests)
-    pool = CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
+    pool = CompilePool({"NBXCERT_BACKEND": "cuda"}, list(modules), jobs or os.cpu_count() or 1)
     try:
         for phase in phases(requests):
             if phase:
-                for i, reply in zip(phase, pool.compile_all([requests[i] for i in phase], TIMEOUT_S)):
+                for i, reply in zip(phase, pool.compile_all([requests[i] for i in phase], TIMEOUT_S), strict=False):
                     replies[i] = reply
         return replies
     finally:
@@ -85,13 +86,19 @@ def compile_all(requests: Sequence[dict], jobs: int | None = None) -> list[dict]
 
 def _requests(profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None):
     """(the report so far, each certified key's compile request, their key texts): the serving index read in the
-    caller's thread."""
+    caller's thread, once every key and directory is checked."""
     from nbxcert import serving
     from nbxcert.certify import resolve_profile
     from nbxcert.kernels.backends import select
     from nbxcert.kernels.spec import get_spec
+    from nbxcert.keys import check_key
+    from nbxcert.options import existing_dirs
 
     profile, _how = resolve_profile(profile_name)
+    for k in keys:
+        check_key(get_spec(k.kernel), k, profile)
+    if dirs is not None:
+        dirs = existing_dirs(dirs)
     report = WarmReport(profile.key, select().name, keys=len(keys))
     if dirs is not None:
         serving.configure(dirs=dirs)
@@ -111,12 +118,14 @@ def _requests(profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path]
     return report, requests, names
 
 
-def _compile(report: WarmReport, requests: list[dict], names: list[str], jobs: int | None) -> WarmReport:
+def _compile(
+    report: WarmReport, requests: list[dict], names: list[str], jobs: int | None, modules: Sequence[str] = ()
+) -> WarmReport:
     import time
 
     t0 = time.perf_counter()
     if report.backend == "cuda" and requests:
-        for text, reply in zip(names, compile_all(requests, jobs)):
+        for text, reply in zip(names, compile_all(requests, jobs, modules), strict=False):
             if reply.get("status") == "compiled":
                 report.compiled += 1
             else:
@@ -128,10 +137,23 @@ def _compile(report: WarmReport, requests: list[dict], names: list[str], jobs: i
 
 
 def warm(
-    profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None = None, jobs: int | None = None
+    profile_name: str,
+    keys: Sequence[LaunchKey],
+    dirs: Sequence[Path] | None = None,
+    jobs: int | None = None,
+    modules: Sequence[str] = (),
+    check_env: bool = True,
 ) -> WarmReport:
-    """Compile the certified winners of `keys` (in their order) in a pool and wait for them (`nbxcert warm`)."""
-    return _compile(*_requests(profile_name, keys, dirs), jobs)
+    """Compile the certified winners of `keys` (in their order) in a pool and wait for them (`nbxcert warm`).
+    `modules`: the user's own specs (`--spec`), imported by the compile workers too. `check_env`: check the NBXCERT_*
+    variables that name paths first (`options.check_environment`; verify has, for the directories it configured)."""
+    from nbxcert.options import check_environment
+    from nbxcert.options import jobs as check_jobs
+
+    jobs = check_jobs(jobs)
+    if check_env:
+        check_environment(search_path=dirs is None)
+    return _compile(*_requests(profile_name, keys, dirs), jobs, modules)
 
 
 class Warming:

@@ -268,7 +268,7 @@ class Worker:
 
 
 def drive_all(
-    workers: list["Worker"], requests: list[dict[str, Any]], timeout_s: float, on_reply=None
+    workers: list[Worker], requests: list[dict[str, Any]], timeout_s: float, on_reply=None
 ) -> list[dict | None]:
     """Send every request to the first free worker (one thread per worker, one request at a time each); the replies
     in request order. A request that crashes or hangs its worker gets that refusal as its reply (the worker is

@@ -87,7 +87,7 @@ def load_workload(name_or_path: str) -> Workload:
             raise WorkloadInvalid(f"workload file {p} does not exist")
         try:
             text = p.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:  # was a traceback (bug found by tests/test_fuzz.py::test_workload)
+        except UnicodeDecodeError as e:  # was a traceback (bug found by tests/cli/test_fuzz.py::test_workload)
             raise WorkloadInvalid(f"{p}: not UTF-8 text (byte {e.start})") from None
         except OSError as e:
             raise WorkloadInvalid(f"{p}: cannot be read: {e.strerror}") from None
@@ -105,7 +105,7 @@ def parse_workload(text: str, path: str) -> Workload:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise WorkloadInvalid(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
-    except RecursionError:  # PyYAML's composer recurses per level (bug found by tests/test_fuzz.py::test_workload)
+    except RecursionError:  # PyYAML's composer recurses per level (bug found by tests/cli/test_fuzz.py::test_workload)
         raise WorkloadInvalid(f"{path}: not valid YAML: nested too deeply") from None
     except ValueError as e:  # an integer of more than 4300 digits (same bug hunt): int() refuses it inside PyYAML
         raise WorkloadInvalid(f"{path}: not valid YAML: {str(e)[:200]}") from None
@@ -186,7 +186,7 @@ def _check_sizes(path: str, field: str, v: Any) -> None:
         if set(v) - {"ladder", "max", "min"} or "ladder" not in v or "max" not in v:
             raise _fail(path, field, "a ladder range is {ladder: NAME, max: N} (optional min)")
         # checked here, not when the ladder is read: `max: x` raised TypeError from `sizes()`, and an unknown ladder
-        # name was refused naming the device file instead of this one (bugs found by tests/test_fuzz.py)
+        # name was refused naming the device file instead of this one (bugs found by tests/cli/test_fuzz.py)
         from nbxcert.profiles import LADDER_NAMES
 
         if v["ladder"] not in LADDER_NAMES:
@@ -290,13 +290,13 @@ def launches(w: Workload, profile) -> list[Launch]:
         for t in sizes(w, "prefill_tokens", profile):
             attn = {"batch": 1, "heads": nh, "kv_heads": nkv, "q_len": t, "kv_len": t, "head_dim": d, "causal": 1}
             attn["aligned"] = 1  # q/k/v rows of head_dim elements: 16-byte aligned for every shipped head dim
-            layer(t, dt, lambda attn=attn: add("flash_attention", attn, (dt,), "prefill attention"))
+            layer(t, dt, lambda attn=attn, dt=dt: add("flash_attention", attn, (dt,), "prefill attention"))
             matmul(1, vocab, h, dt, "LM head (last token)")
             add("softmax", {"n_rows": 1, "n_cols": vocab, "mask": "none"}, (dt,), "logits softmax")
         for b in sizes(w, "decode_batch", profile):
             for kv in sizes(w, "kv_lens", profile):
                 prob = {"batch": b, "heads": nh, "kv_heads": nkv, "kv_len": kv, "head_dim": d}
-                layer(b, dt, lambda prob=prob: add("decode_attention", prob, (dt,), "decode attention"))
+                layer(b, dt, lambda prob=prob, dt=dt: add("decode_attention", prob, (dt,), "decode attention"))
             matmul(b, vocab, h, dt, "LM head")
             add("softmax", {"n_rows": b, "n_cols": vocab, "mask": "none"}, (dt,), "logits softmax")
     return list(out)

@@ -23,10 +23,11 @@ import json
 import os
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from nbxcert.errors import KeyNotCertified, KeyParseError, ProvenanceMismatch
 from nbxcert.keys import make_key

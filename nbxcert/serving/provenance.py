@@ -14,9 +14,10 @@ inside the functions that read them.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from nbxcert.errors import NbxcertError, ProvenanceMismatch
 from nbxcert.serving.notices import say_once

@@ -12,8 +12,9 @@ the runner's timing only inside the functions that run a sweep, so that importin
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from nbxcert.errors import LaunchError, NbxcertError
 from nbxcert.serving.notices import say_once
@@ -47,7 +48,7 @@ def sweep_at_run_time(spec, problem: Mapping[str, Any], profile, runtime: Runtim
     saved = [t.clone() for t in runtime.restore]
     results, rejected = [], []
     for cfg in kept:
-        for dst, src in zip(runtime.restore, saved):
+        for dst, src in zip(runtime.restore, saved, strict=False):
             dst.copy_(src)
         try:
             runtime.run(cfg)
@@ -82,7 +83,7 @@ def sweep_at_run_time(spec, problem: Mapping[str, Any], profile, runtime: Runtim
             say_once(f"[nbxcert] {spec.name}: run-time sweep rejected {cfg.label()} (disagrees with the consensus)")
     timed = [Outcome(c, "correct", timing=_time(runtime, c)) for c in agreed]
     winner, _ = choose_winner(timed, spec.default)
-    for dst, src in zip(runtime.restore, saved):
+    for dst, src in zip(runtime.restore, saved, strict=False):
         dst.copy_(src)
     if winner is None:
         raise LaunchError(f"kernel {spec.name}: no candidate agreed with the consensus for problem {dict(problem)}")

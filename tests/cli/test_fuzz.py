@@ -13,7 +13,7 @@ says what is wrong: never another exception, never a traceback.
 Each reader has two tests: `test_<reader>` runs a few hundred derandomized cases in CI; `test_<reader>_fuzz` (marked
 `fuzz`, outside the regular run) runs NBXCERT_FUZZ_EXAMPLES cases (default 10,000). The long run:
 
-    NBXCERT_FUZZ_REPORT=fuzz.jsonl python -m pytest tests/test_fuzz.py -m fuzz -q
+    NBXCERT_FUZZ_REPORT=fuzz.jsonl python -m pytest tests/cli/test_fuzz.py -m fuzz -q
 
 writes each reader's case count and time to NBXCERT_FUZZ_REPORT (tests/FUZZ.md has the figures).
 """
@@ -24,6 +24,7 @@ import atexit
 import copy
 import hashlib
 import json
+import math
 import os
 import shutil
 import struct
@@ -41,7 +42,7 @@ from hypothesis import strategies as st
 from nbxcert import certificates, certtools, index, keyfile, keys, profiles, workload
 from nbxcert.errors import NbxcertError
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 import certs  # noqa: E402
 import faulty_kernels  # noqa: E402, F401  (registers fault_probe: certificates are checked against a real spec)
@@ -53,9 +54,9 @@ atexit.register(shutil.rmtree, WORK, True)  # also when the module is collected 
 _COUNTS: dict[str, list] = {}  # reader -> [cases, first call time, last call time]
 
 
-def fuzz_pair(reader: str, strategy, found=()):
-    """Two tests of one property: a CI one (CI_EXAMPLES derandomized cases, plus `found`: the cases that were bugs,
-    each failing before its fix) and a `fuzz` one (FUZZ_EXAMPLES random cases)."""
+def fuzz_pair(reader: str, strategy, found=(), ci_examples: int | None = None):
+    """Two tests of one property: a CI one (CI_EXAMPLES derandomized cases, or `ci_examples`, plus `found`: the cases
+    that were bugs, each failing before its fix) and a `fuzz` one (FUZZ_EXAMPLES random cases)."""
 
     def make(check):
         def run(case):
@@ -66,7 +67,11 @@ def fuzz_pair(reader: str, strategy, found=()):
 
         quiet = list(HealthCheck)
         ci = settings(
-            max_examples=CI_EXAMPLES, deadline=None, derandomize=True, database=None, suppress_health_check=quiet
+            max_examples=CI_EXAMPLES if ci_examples is None else ci_examples,
+            deadline=None,
+            derandomize=True,
+            database=None,
+            suppress_health_check=quiet,
         )
         long = settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, suppress_health_check=quiet)
 
@@ -267,7 +272,7 @@ def check_certificate(case) -> None:
         # a clean directory also builds and serves: the index round-trips every entry
         out = WORK / "cert.nbxidx"
         built = index.CertifiedIndex.build([CERT_DIR], profile, "cpu" if which == "probe" else "80GB", out)
-        for k in built.keys():
+        for k in built.keys():  # noqa: SIM118 - the index's own keys() is what is tested
             assert built.get(k) == cert.entries[k]
         built.close()
 
@@ -572,3 +577,345 @@ DEVICE_BUGS = tuple(
     )
 )
 test_device_file, test_device_file_fuzz = fuzz_pair("device_file", device_cases, DEVICE_BUGS)(check_device_file)
+
+
+# --- the command line -------------------------------------------------------------------------------------------------
+# Every command run in this process (Typer's CliRunner) over argument lists drawn from valid, boundary and garbage
+# values, with the NBXCERT_* variables that name paths drawn too. The property: exit code 0, 1 or 2; no uncaught
+# exception (a traceback in a real run); at most one `nbxcert:` error line; and no file written anywhere but where
+# the case named (an argument or a variable) or the case's own HOME (an audit hook sees every open-for-write, mkdir,
+# rename and removal). A case runs in a fresh directory of fixtures. What would take seconds is replaced at the point
+# where the work starts, and each replacement asserts that what reached it was checked (the property "every input is
+# checked before any work starts"): certify's sweep of one key (`certify.sweep_key`), the census's compiles
+# (`census.run_census`) and verify's checked launch (`kernels.check.run_checked`). Arguments never hold a NUL byte
+# (no argv or environment can).
+from typer.testing import CliRunner  # noqa: E402
+
+from nbxcert import cli as nbxcert_cli  # noqa: E402
+from nbxcert import options as nbx_options  # noqa: E402
+
+CLI_CI_EXAMPLES = int(os.environ.get("NBXCERT_FUZZ_CLI_CI_EXAMPLES", "25"))  # per command: a few hundred in all
+CLI_WORK = WORK / "cli"
+TEMPLATE = CLI_WORK / "template"
+SHIPPED = Path(str(resources.files("nbxcert.shipped_certificates")))
+DEMO_KEYS = [k.text() for k in keyfile.gather_keys(profiles.get_profile("cpu/interpreter"), workload="demo")]
+
+
+def _template() -> None:
+    """The fixtures every case starts from (copied into the case's own directory)."""
+    t = TEMPLATE
+    shutil.copytree(SHIPPED / "cpu" / "interpreter", t / "certs" / "cpu" / "interpreter")
+    certs.write_probe(t / "probe", {certs.probe_key(300): certs.probe_entry(300)})
+    (t / "emptydir").mkdir()
+    (t / "keys.jsonl").write_text("".join(json.dumps({"key": k}) + "\n" for k in DEMO_KEYS[:3]))
+    (t / "empty.jsonl").write_text("")
+    (t / "bad.jsonl").write_text("not json\n")
+    (t / "offladder.jsonl").write_text(json.dumps({"key": "rmsnorm[n_cols=64,n_rows=7;float16,float16]@v1"}) + "\n")
+    (t / "probe.jsonl").write_text(json.dumps({"key": certs.probe_key(300)}) + "\n")
+    (t / "work.yml").write_text(DEMO_TEXT)
+    (t / "file.txt").write_text("a regular file\n")
+    (t / "home").mkdir()
+
+
+_template()
+
+_NO_PROFILE = ["", "nosuch", "../x", "hopper\n", "\udcff", "cpu/", "INTERPRETER"]
+PROFILES = (["interpreter", "cpu/interpreter", "hopper"], ["nvidia/hopper", "volta", "cdna3"], _NO_PROFILE)
+DEVICE_PROFILES = (["interpreter", "cpu/interpreter"], ["hopper", "nvidia/hopper", "volta"], _NO_PROFILE)  # this CPU
+GPU_PROFILES = (["hopper", "volta", "ampere"], ["interpreter", "nvidia/hopper", "cdna3"], _NO_PROFILE)  # census
+KEYS = (
+    DEMO_KEYS[:4] + [certs.probe_key(300), "rmsnorm[n_cols=64,n_rows=4;float16,float16]@v1"],
+    [
+        "rmsnorm[n_cols=64,n_rows=7;float16,float16]@v1",  # off the ladder
+        "rmsnorm[n_cols=64,n_rows=0;float16,float16]@v1",
+        "rmsnorm[n_cols=64,n_rows=65537;float16,float16]@v1",  # above the top rung: a bucket of its own
+        "rmsnorm[n_cols=0,n_rows=1;float16,float16]@v1",
+        "rmsnorm[n_cols=9223372036854775807,n_rows=1;float16,float16]@v1",
+        "rmsnorm[n_cols=9223372036854775808,n_rows=1;float16,float16]@v1",
+        "rmsnorm[n_cols=64;float16,float16]@v1",  # a field missing
+        "rmsnorm[n_cols=64,n_rows=8,x=1;float16,float16]@v1",
+        "rmsnorm[n_cols=64,n_rows=8;float16]@v1",
+        "rmsnorm[n_cols=none,n_rows=8;float16,float16]@v1",
+        "softmax[mask=1,n_cols=64,n_rows=8;float16]@v1",
+        "softmax[mask=bogus,n_cols=64,n_rows=8;float16]@v1",
+        "decode_attention[batch=2,head_dim=64,heads=1,kv_heads=0,kv_len=32;float16]@v1",
+        "nosuch[n=1;float16]@v1",
+        "rmsnorm[n_cols=64,n_rows=8;float16,float16]@v2",
+    ],
+    ["", "rmsnorm", "rmsnorm[", "[;]@v1", "a[;]@v1", "rmsnorm[n_cols=64,n_rows=8;float16,float16]@v1\n", "\udcff"],
+)
+_ANY_PATH = ["certs", "probe", "keys.jsonl", "work.yml", "emptydir", "file.txt", "empty.jsonl", "bad.jsonl",
+             "offladder.jsonl", "probe.jsonl", "fifo", "/", "/dev/null", "."]  # fmt: skip
+_NO_PATH = ["", "nosuch", "nosuch/x.yml", "/nonexistent", "file.txt/sub", "x\udcff", "a\nb", "-", "--"]
+CERT_DIRS = (["certs", "probe"], ["emptydir", "/", "."] + _ANY_PATH, _NO_PATH)
+KEY_FILES = (["keys.jsonl", "probe.jsonl"], ["empty.jsonl", "bad.jsonl", "offladder.jsonl"] + _ANY_PATH, _NO_PATH)
+OUT_DIRS = (["out", "out/deep/er", "certs"], ["emptydir", "."], ["", "file.txt", "file.txt/sub", "fifo", "x\udcff"])
+OUT_FILES = (["new.xml", "stale.jsonl"], ["file.txt", "/dev/null"], ["", "certs", "file.txt/sub", "nosuch/x", "."])
+WORKLOADS = (["demo", "work.yml"], ["tinyllama-1.1b", "keys.jsonl", "emptydir", "/dev/null"],
+             ["", "nosuch", "nosuch.yml", "../workloads/demo", "fifo"])  # fmt: skip
+KERNEL_LISTS = (["rmsnorm", "rmsnorm,softmax", "embedding"], ["fault_probe", "rmsnorm,rmsnorm", "rope"],
+                ["", ",", "rmsnrom", "rope,", "RMSNORM", "rms norm"])  # fmt: skip
+JOBS = (["1", "2"], ["1024", "1025", "0"], ["-1", "99999999999999999999", "abc", "1.5", ""])
+TIMEOUTS = (["0.5", "30"], ["86400", "1e-9", "0"], ["-1", "nan", "inf", "1e309", "86401", "x"])
+FRACTIONS = (["1.0", "0.5", "0"], ["1.0000001", "-0.0", "1e-320"], ["nan", "inf", "-1", "x", ""])
+SHARDS = (["0/1", "0/2", "1/2"], ["2/2", "0/999999999", " 0/1", "0/0"], ["-1/2", "a/b", "1", "\u0663/4", "", "1/2/3"])
+SPECS_ = (["faulty_kernels"], ["faulty_kernels:extra", "nbxcert.keys", "os"],
+          ["", "..x", ".x", "no_such_module", "faulty_kernels.nosuch", "a b"])  # fmt: skip
+PREFER = (["newest", "fastest"], [], ["", "slowest", "NEWEST"])
+ENV_POOLS = {
+    "NBXCERT_CERTIFIED_DIR": (
+        ["certs", "probe"],
+        ["certs:probe", ":", "emptydir"],
+        ["nosuch", "file.txt", "/nonexistent"],
+    ),
+    "NBXCERT_CACHE_DIR": (["cache"], ["emptydir", "cache/deep"], ["file.txt", "file.txt/sub", "fifo"]),
+    "NBXCERT_KEY_RECORD": (["rec.jsonl"], ["file.txt"], ["certs", "nosuch/rec.jsonl", "fifo"]),
+    # never `sweep`: a run-time sweep runs every candidate in this process, and fault_probe's FAULT=4 is a segfault
+    "NBXCERT_UNCERTIFIED": (["default"], [], ["bogus", "Sweep!"]),
+    "NBXCERT_CERTIFIED_ONLY": (["1"], ["0"], ["yes"]),
+    "NBXCERT_STRICT_PROVENANCE": (["1"], [], ["true"]),
+}
+POSITIONAL_TAGS = {"DIR": CERT_DIRS, "OUTDIR": OUT_DIRS, "KEY": KEYS}
+REQUIRED_WHEN_CLEAN = {"certify": "--out"}  # what a valid argument list of the command always holds
+
+# Each command: its positional arguments (pool tags) and its options (None: a flag).
+COMMANDS = {
+    "keys": ((), {"--profile": PROFILES, "--workload": WORKLOADS, "--keys": KEY_FILES, "--key": KEYS,
+                  "--kernels": KERNEL_LISTS, "--spec": SPECS_, "--json": None}),
+    "certify": ((), {"--profile": DEVICE_PROFILES, "--workload": WORKLOADS, "--keys": KEY_FILES, "--key": KEYS,
+                     "--kernels": KERNEL_LISTS, "--out": OUT_DIRS, "--shard": SHARDS, "--force": None, "--jobs": JOBS,
+                     "--spec": SPECS_, "--timeout": TIMEOUTS, "--json": None}),
+    "verify": ((), {"--profile": DEVICE_PROFILES, "--workload": WORKLOADS, "--keys": KEY_FILES, "--key": KEYS,
+                    "--kernels": KERNEL_LISTS, "--dir": CERT_DIRS, "--certified-only": None, "--shard": SHARDS,
+                    "--jobs": JOBS, "--spec": SPECS_, "--json": None}),
+    "warm": ((), {"--profile": DEVICE_PROFILES, "--workload": WORKLOADS, "--keys": KEY_FILES, "--key": KEYS,
+                  "--kernels": KERNEL_LISTS, "--dir": CERT_DIRS, "--jobs": JOBS, "--spec": SPECS_, "--json": None}),
+    "coverage": ((), {"--profile": PROFILES, "--workload": WORKLOADS, "--keys": KEY_FILES, "--key": KEYS,
+                      "--kernels": KERNEL_LISTS, "--dir": CERT_DIRS, "--min": FRACTIONS, "--spec": SPECS_,
+                      "--json": None, "--junit-xml": OUT_FILES}),
+    "census": ((), {"--profile": GPU_PROFILES, "--kernels": KERNEL_LISTS, "--keys": KEY_FILES, "--workload": WORKLOADS,
+                    "--key": KEYS, "--jobs": JOBS, "--strict": None, "--spec": SPECS_, "--timeout": TIMEOUTS,
+                    "--json": None}),
+    "validate": (("DIR",), {"--spec": SPECS_, "--json": None}),
+    "show": (("KEY",), {"--profile": PROFILES, "--dir": CERT_DIRS, "--spec": SPECS_, "--json": None}),
+    "diff": (("DIR", "DIR"), {"--json": None}),
+    "merge": (("OUTDIR", "DIR"), {"--prefer": PREFER, "--spec": SPECS_, "--json": None}),
+    "stale": (("DIR",), {"--profile": PROFILES, "--out": OUT_FILES, "--json": None}),
+    "index build": (("DIR",), {"--cache": OUT_DIRS}),
+    "index check": (("DIR",), {"--cache": (["cache", "out"], ["emptydir"], _NO_PATH + ["file.txt", "fifo"])}),
+    "kernels": ((), {"--spec": SPECS_, "--json": None}),
+    "doctor": ((), {"--json": None}),
+    "profiles": ((), {"--json": None}),
+}  # fmt: skip
+
+
+# what a real argv or environment can hold: no NUL, and surrogates only as the escapes of undecodable bytes
+_ARG_TEXT = st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)), max_size=8)
+
+
+@st.composite
+def pool(draw, p):
+    """A value from a (valid, boundary, garbage) pool, mostly valid (so that whole valid argument lists come up),
+    or any short text."""
+    valid, boundary, garbage = p
+    kind = draw(st.integers(0, 19))
+    if kind < 12 or not (boundary or garbage):
+        return draw(st.sampled_from(valid))
+    if kind < 16 and boundary:
+        return draw(st.sampled_from(boundary))
+    if kind < 19 and garbage:
+        return draw(st.sampled_from(garbage))
+    return draw(_ARG_TEXT)
+
+
+@st.composite
+def cli_case(draw, command: str):
+    """(command, argument list, environment): half the cases every value valid (so the work is reached), half drawn
+    from all the pools, with now and then a stray token."""
+    positional, opts = COMMANDS[command]
+    clean = draw(st.booleans())
+
+    def value(p):
+        return draw(st.sampled_from(p[0])) if clean else draw(pool(p))
+
+    args = command.split()
+    if "--profile" in opts and (clean or draw(st.integers(0, 9)) > 0):  # the one required option, mostly given
+        args += ["--profile", value(opts["--profile"])]
+    for tag in positional:
+        if clean or draw(st.integers(0, 9)) > 0:
+            args.append(value(POSITIONAL_TAGS[tag]))
+    names = sorted(n for n in opts if n != "--profile" or not clean)
+    chosen = draw(st.lists(st.sampled_from(names), max_size=5))
+    sources = [n for n in ("--workload", "--keys", "--key") if n in opts]
+    if clean and sources and not set(chosen) & set(sources):
+        chosen.append(draw(st.sampled_from(sources)))
+    if clean and command in REQUIRED_WHEN_CLEAN and REQUIRED_WHEN_CLEAN[command] not in chosen:
+        chosen.append(REQUIRED_WHEN_CLEAN[command])
+    for name in chosen:
+        args.append(name)
+        if opts[name] is not None:
+            args.append(value(opts[name]))
+    if not clean and draw(st.integers(0, 19)) == 0:  # a stray token: an unknown option, a value out of place
+        at = draw(st.integers(1, len(args)))
+        args.insert(at, draw(st.sampled_from(["--nosuch", "-x", "extra", "--", "--json=1", "--profile"])))
+    env = {}
+    for name, p in ENV_POOLS.items():
+        if draw(st.integers(0, 3)) == 0:
+            env[name] = value(p)
+    return command, args, env
+
+
+class ReachedWork(Exception):
+    """Raised by a stand-in for work that takes seconds (the census's compiles) once it has checked its inputs."""
+
+
+REACHED: dict[str, int] = {}  # how many cases reached each stand-in (the long run reports it)
+_WRITES: list[tuple[str, str]] = []
+_AUDITING = [False]
+_WRITE_EVENTS = {"os.mkdir": (0,), "os.rename": (0, 1), "os.remove": (0,), "os.rmdir": (0,), "os.symlink": (1,),
+                 "os.link": (1,), "os.truncate": (0,), "os.chmod": (0,), "os.utime": (0,), "shutil.rmtree": (0,),
+                 "shutil.copyfile": (1,), "shutil.move": (1,)}  # fmt: skip
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _audit(event: str, args) -> None:
+    if not _AUDITING[0]:
+        return
+    paths = []
+    if event == "open":
+        path, mode, flags = args
+        if (isinstance(mode, str) and any(c in mode for c in "wax+")) or (mode is None and flags & _WRITE_FLAGS):
+            paths.append(path)
+    elif event in _WRITE_EVENTS:
+        paths += [args[i] for i in _WRITE_EVENTS[event] if i < len(args)]
+    for p in paths:
+        if isinstance(p, (str, bytes, os.PathLike)):
+            _WRITES.append((event, os.path.abspath(os.fsdecode(p))))
+
+
+sys.addaudithook(_audit)
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _sweep_stand_in(spec, key, profile, runner, compiler, seed, timeout_s, progress=None):
+    """certify's sweep of one key: only keys checked against their spec and ladders reach it, with a sane limit."""
+    from nbxcert.sweep import SweepResult
+
+    REACHED["certify"] = REACHED.get("certify", 0) + 1
+    keys.check_prune(spec, keys.check_key(spec, key, profile), profile)
+    assert math.isfinite(timeout_s) and 0 < timeout_s <= nbx_options.MAX_TIMEOUT_S, timeout_s
+    return SweepResult(key, keys.key_problems(spec, key, profile), [], None, None, None, None, {"total": 0.0})
+
+
+def _census_stand_in(profile, kernels=None, keys_=None, jobs=None, strict=False, modules=(), timeout_s=None, *a):
+    from nbxcert.kernels.spec import get_spec
+
+    assert kernels is None or (kernels and all(get_spec(k) for k in kernels))
+    assert keys_ is None or len(keys_) > 0
+    for k in keys_ or ():
+        spec = get_spec(k.kernel)
+        keys.check_prune(spec, keys.check_key(spec, k, profile), profile)
+    assert jobs is None or 1 <= jobs <= nbx_options.MAX_JOBS
+    assert timeout_s is None or (math.isfinite(timeout_s) and timeout_s > 0)
+    REACHED["census"] = REACHED.get("census", 0) + 1
+    raise ReachedWork("census")
+
+
+def _checked_stand_in(*args, **kwargs):
+    """verify's checked launch of one key's config: every output agrees (the launch itself is the kernel tests')."""
+    REACHED["verify"] = REACHED.get("verify", 0) + 1
+    return {}
+
+
+_TIMES: dict[str, list[float]] = {}
+
+
+def check_cli(case) -> None:
+    from unittest import mock
+
+    command, args, env = case
+    where = CLI_WORK / "case"
+    shutil.rmtree(where, ignore_errors=True)
+    shutil.copytree(TEMPLATE, where)
+    os.mkfifo(where / "fifo")
+    home = where / "home"
+    full_env = {k: None for k in os.environ if k.startswith("NBXCERT_")}
+    full_env.update(HOME=str(home), XDG_CACHE_HOME=str(home / ".cache"), TRITON_CACHE_DIR=str(home / ".triton"))
+    full_env.update(NBXCERT_BACKEND="interpreter", NBXCERT_CACHE_DIR="cache", NBXCERT_UNCERTIFIED="default")
+    full_env.update(env)
+    # where this case may write: what it named (relative names are in its directory), its HOME, and /dev/null
+    # an empty path is the current directory (Typer reads `--cache ''` as Path(''), which is '.')
+    named = [a or "." for a in args] + [v for v in env.values() if v]
+    allowed = [os.path.abspath(os.path.join(where, p)) for n in named for p in n.split(":") if p] + [str(home)]
+    allowed += ["/dev/null", os.path.abspath(os.path.join(where, "cache"))]
+    cwd = os.getcwd()
+    os.chdir(where)
+    _WRITES.clear()
+    t0 = time.perf_counter()
+    try:
+        with (
+            mock.patch("nbxcert.certify.sweep_key", _sweep_stand_in),
+            mock.patch("nbxcert.census.run_census", _census_stand_in),
+            mock.patch("nbxcert.kernels.check.run_checked", _checked_stand_in),
+            mock.patch.object(nbxcert_cli, "PROGRESS_S", 0.05),
+        ):
+            _AUDITING[0] = True
+            try:
+                r = CliRunner().invoke(nbxcert_cli.app, args, env=full_env)
+            finally:
+                _AUDITING[0] = False
+    finally:
+        os.chdir(cwd)
+        _TIMES.setdefault(command, []).append(time.perf_counter() - t0)
+    text = (r.stdout or "") + (r.stderr or "")
+    if isinstance(r.exception, ReachedWork):
+        return
+    assert r.exception is None or isinstance(r.exception, SystemExit), (
+        f"{args} env={env}: {type(r.exception).__name__}: {r.exception}\n"
+        + "".join(__import__("traceback").format_exception(r.exception))[-3000:]
+    )
+    assert r.exit_code in (0, 1, 2), (args, env, r.exit_code, text[-2000:])
+    assert "Traceback" not in text, (args, env, text[-2000:])
+    errors_ = [line for line in (r.stderr or "").splitlines() if line.startswith("nbxcert: ")]
+    assert len(errors_) <= 1, (args, env, errors_)
+    if r.exit_code == 1 and errors_:
+        assert len(errors_[0]) > 20 and "\n" not in errors_[0]
+    # a directory made on the way to a named path (`--out a/b/c` makes a and a/b) is where the case asked for
+    outside = [
+        (e, p)
+        for e, p in _WRITES
+        if not any(_inside(p, a) or (e == "os.mkdir" and _inside(a, p) and _inside(p, str(where))) for a in allowed)
+    ]
+    assert not outside, (args, env, outside[:5])
+    assert all(_inside(p, str(WORK)) or p == "/dev/null" for _, p in _WRITES), (args, env, _WRITES[:5])
+
+
+CLI_BUGS: dict[str, tuple] = {
+    # each failed before its fix (the issue's list, and what this test found)
+    "keys": (("keys", ["keys", "--profile", "interpreter", "--key", "rmsnorm[n_cols=64;float16,float16]@v1"], {}),),
+    "certify": (
+        ("certify", ["certify", "--profile", "interpreter", "--key", "rmsnorm[n_cols=64;float16,float16]@v1",
+                     "--out", "out"], {}),  # KeyError: 'n_rows' from keys.key_problems
+        ("certify", ["certify", "--profile", "interpreter", "--key",
+                     "decode_attention[batch=2,head_dim=64,heads=1,kv_heads=0,kv_len=32;float16]@v1", "--out", "out"],
+         {}),  # ZeroDivisionError from decode attention's prune
+        ("certify", ["certify", "--profile", "interpreter", "--workload", "demo", "--out", "out", "--jobs", "-1"], {}),
+        ("certify", ["certify", "--profile", "interpreter", "--workload", "demo", "--out", "out", "--timeout",
+                     "1e309"], {}),
+        ("certify", ["certify", "--profile", "interpreter", "--workload", "demo"], {}),  # wrote ./certificates
+    ),
+    "verify": (("verify", ["verify", "--profile", "interpreter", "--key", "rmsnorm[n_cols=64;float16,float16]@v1"],
+                {}),),
+    "census": (("census", ["census", "--profile", "hopper", "--key", "rmsnorm[n_cols=64;float16,float16]@v1"], {}),),
+    "kernels": (("kernels", ["kernels", "--spec", ""], {}), ("kernels", ["kernels", "--spec", "..x"], {})),
+    "merge": (("merge", ["merge", "file.txt/sub", "certs"], {}),),  # NotADirectoryError from the lock's mkdir
+}  # fmt: skip
+
+for _command in COMMANDS:
+    _name = _command.replace(" ", "_")
+    globals()[f"test_cli_{_name}"], globals()[f"test_cli_{_name}_fuzz"] = fuzz_pair(
+        f"cli_{_name}", cli_case(_command), CLI_BUGS.get(_command, ()), ci_examples=CLI_CI_EXAMPLES
+    )(check_cli)

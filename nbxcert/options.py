@@ -1,0 +1,129 @@
+"""Checks of what a command was given, made before any work starts: directories to read, files and directories to
+write, counts and durations, and the environment variables that name paths.
+
+Each check returns the value to use, or raises `UsageError` naming the option (or variable), the value and what to
+give instead, so the CLI turns it into one line on stderr and exit code 1. The checks of keys, key fields and kernel
+names live with the keys (`nbxcert.keys.check_key`, `nbxcert.keyfile.gather_keys`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from nbxcert.errors import UsageError
+from nbxcert.text import printable as shown  # a path in a message: control characters escaped, one line
+
+MAX_JOBS = 1024  # far above any core count (`--jobs 99999999999999999999` set out to make that many workers)
+MAX_TIMEOUT_S = 86_400.0  # a day, for one candidate (`--timeout nan` reached the pipe's wait, which raises ValueError)
+
+
+def _stat_ok(path: Path) -> bool:
+    """Whether the OS can be asked about `path` at all (a NUL byte cannot reach a system call: ValueError)."""
+    try:
+        path.exists()
+    except (ValueError, OSError):
+        return False
+    return True
+
+
+def existing_dirs(dirs: Sequence[Path] | None, option: str = "--dir") -> list[Path] | None:
+    """`dirs` when each is a directory that can be read. Before this, `coverage --dir /nonexistent` counted every key
+    as missing, as if the directory held no certificate, instead of saying it is not there."""
+    if dirs is None:
+        return None
+    for d in dirs:
+        d = Path(d)
+        if not _stat_ok(d) or not d.exists():
+            raise UsageError(f"{option} {shown(d)}: no such directory", hint="give a certificate directory that exists")
+        if not d.is_dir():
+            raise UsageError(f"{option} {shown(d)} is not a directory", hint="give a certificate directory")
+        if not os.access(d, os.R_OK | os.X_OK):
+            raise UsageError(f"{option} {shown(d)} cannot be read (permission denied)")
+    return [Path(d) for d in dirs]
+
+
+def _nearest_existing(path: Path) -> Path:
+    p = path.absolute()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    return p
+
+
+def writable_dir(path: Path, option: str, write: bool = True) -> Path:
+    """`path` when it is a directory, or one that can be made (its nearest existing parent is a directory), that can
+    be written (unless `write` is False). Nothing is created here."""
+    path = Path(path)
+    if not _stat_ok(path):
+        raise UsageError(f"{option} {shown(path)} cannot name a directory")
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {shown(path)} exists and is not a directory", hint="give a directory")
+    base = _nearest_existing(path)
+    if not base.is_dir():
+        raise UsageError(f"{option} {shown(path)}: {shown(base)} is a file, not a directory", hint="give a directory")
+    if write and not os.access(base, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {shown(path)}: {shown(base)} cannot be written (permission denied)")
+    return path
+
+
+def writable_file(path: Path, option: str) -> Path:
+    """`path` when a file can be written there: not a directory, in a directory that exists and can be written."""
+    path = Path(path)
+    if not _stat_ok(path) or str(path) in ("", "."):
+        raise UsageError(f"{option} {shown(path)} cannot name a file")
+    if path.is_dir():
+        raise UsageError(f"{option} {shown(path)} is a directory", hint="give the path of a file to write")
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise UsageError(f"{option} {shown(path)}: directory {shown(parent)} does not exist", hint="create it first")
+    if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UsageError(f"{option} {shown(path)} cannot be written (permission denied)")
+    return path
+
+
+def jobs(n: int | None, option: str = "--jobs") -> int | None:
+    """A worker count: None (the default) or 1..MAX_JOBS. Before this, `--jobs 0` silently meant the CPU count and
+    `--jobs -1` left certify with no runner at all."""
+    if n is None:
+        return None
+    if not 1 <= n <= MAX_JOBS:
+        raise UsageError(
+            f"{option} {n}: give a count of worker processes from 1 to {MAX_JOBS}",
+            hint=f"this machine has {os.cpu_count() or 1} CPUs; leave {option} out to use them all",
+        )
+    return n
+
+
+def seconds(s: float | None, option: str = "--timeout") -> float | None:
+    """A time limit: None (the default) or a finite number of seconds in (0, MAX_TIMEOUT_S]."""
+    if s is None:
+        return None
+    if not (math.isfinite(s) and 0 < s <= MAX_TIMEOUT_S):
+        raise UsageError(f"{option} {s}: give a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}")
+    return s
+
+
+def fraction(x: float, option: str = "--min") -> float:
+    if not 0.0 <= x <= 1.0:  # NaN fails both comparisons
+        raise UsageError(f"{option} {x} is not a fraction in [0, 1]", hint=f"e.g. {option} 1.0 (every key) or 0.95")
+    return x
+
+
+def check_environment(search_path: bool = True) -> None:
+    """The NBXCERT_* variables that name paths, checked before a command reads or writes through them:
+    NBXCERT_CERTIFIED_DIR (with `search_path`: the command reads serving's search path) must name directories,
+    NBXCERT_CACHE_DIR a directory (or one that can be made), NBXCERT_KEY_RECORD a file that can be written. Serving
+    itself skips a certificate directory that is not there (an application keeps running); a command asked to read
+    it says so instead of counting every key as missing."""
+    if search_path:
+        for part in os.environ.get("NBXCERT_CERTIFIED_DIR", "").split(":"):
+            if part.strip():
+                existing_dirs([Path(part)], "NBXCERT_CERTIFIED_DIR names")
+    cache = os.environ.get("NBXCERT_CACHE_DIR")
+    if cache:
+        writable_dir(Path(cache), "NBXCERT_CACHE_DIR", write=False)  # a read-only cache is served from memory
+    record = os.environ.get("NBXCERT_KEY_RECORD")
+    if record:
+        writable_file(Path(record), "NBXCERT_KEY_RECORD")
