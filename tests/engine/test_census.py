@@ -281,7 +281,9 @@ def test_wrong_prune_is_a_prune_defect_and_fails():
         "BLOCK_K=32,BLOCK_M=64,BLOCK_N=64" not in text.split("prune defects: 1")[1].split("over-prunes: 1")[0]
     )  # the small one fits
 
-    doc = json.loads(check(nbx("--profile", "hopper", *WRONG, "--jobs", "1", "--json"), 1))
+    r = nbx("--profile", "hopper", *WRONG, "--jobs", "1", "--json")
+    check(r, 1)
+    doc = json.loads(r.stdout)  # progress lines go to stderr when it is not a terminal
     assert doc["schema_version"] == 1 and doc["ok"] is False and doc["target"]["arch"] == 90
     assert doc["totals"]["defects"] == 1 and doc["totals"]["failures"] == 0 and doc["totals"]["over_prunes"] == 1
     (defect,) = doc["defects"]
@@ -335,7 +337,9 @@ def test_census_ci_subset(profile_name, tmp_path):
         spec = get_spec(name)
         lines.append(json.dumps({"key": make_key(spec, spec.example_problems[0], spec.dtypes[0], profile).text()}))
     keys.write_text("\n".join(lines) + "\n")
-    doc = json.loads(check(nbx("--profile", profile_name, "--keys", keys, "--jobs", "2", "--json", timeout=900), 0))
+    r = nbx("--profile", profile_name, "--keys", keys, "--jobs", "2", "--json", timeout=900)
+    check(r, 0)
+    doc = json.loads(r.stdout)  # progress lines go to stderr when it is not a terminal
     rows = {k["kernel"]: k for k in doc["kernels"]}
     assert sorted(rows) == sorted(CI_KERNELS)
     for row in rows.values():
