@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -138,11 +139,13 @@ def tensor_key(t: Tensor) -> tuple:
 
 def call_signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor]] | None:
     """(signature, the call's tensors in signature order), or None for a call with an argument a signature cannot
-    hold (a list, a numpy array, ...): such a call is served in full."""
+    hold (a list, a numpy array, ...): such a call is served in full. Keyword arguments count in the order given (the
+    same call with its keywords in another order is recorded once more), and a scalar is its type and its value, side
+    by side (1, 1.0 and True are three signatures): no sort and no tuple per argument on every call."""
     parts: list = []
     tensors: list[Tensor] = []
     stream_of = None
-    for value in args if not kwargs else (*args, *(kwargs[k] for k in sorted(kwargs))):
+    for value in (*args, *kwargs.values()) if kwargs else args:
         kind = type(value)
         if kind is Tensor:
             key = value._key or tensor_key(value)
@@ -151,11 +154,12 @@ def call_signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor]] | No
             if stream_of is None and key[4] == "cuda":
                 stream_of = key[5]
         elif kind in _SCALARS or kind is tuple and all(type(v) in _SCALARS for v in value):
-            parts.append((kind, value))
+            parts.append(kind)
+            parts.append(value)
         else:
             return None
     if kwargs:
-        parts.append(tuple(sorted(kwargs)))
+        parts.append(tuple(kwargs))
     if stream_of is not None:
         parts.append(_cuda_stream(stream_of))
     return tuple(parts), tensors
@@ -180,7 +184,7 @@ def served(fn: Callable) -> Callable:
         if found is None:
             return fn(*args, **kwargs)
         sig, tensors = found
-        if len(tensors) > 1 and len({id(t) for t in tensors}) != len(tensors):
+        if len(tensors) > 1 and len(set(map(id, tensors))) != len(tensors):
             # one tensor in two places (out=x): which place an argument came from is unknown, so no plan is made
             # from this call, and a plan made from another is not replayed on it
             return fn(*args, **kwargs)
@@ -310,6 +314,12 @@ class CallPlan:
                 lock = getattr(value, "_replay_lock", None) if type(value) is Tensor else None
                 if lock is not None and lock not in locks:
                     locks.append(lock)
+        device = next((t._storage.device.index for t in tensors if t._storage.device.type == "cuda"), None)
+        if device is not None:  # the signature holds this device's stream: a launch on it always goes there
+            stream = _cuda_stream(device)
+            for step in steps:
+                if type(step) is _Direct and step.device == device:
+                    step.fix_stream(stream)
         return CallPlan(len(tensors), made, tuple(steps), shape, tuple(locks))
 
     def replay(self, tensors: Sequence[Tensor]):
@@ -341,7 +351,9 @@ class CallPlan:
             return tensors[result[1]]
         if result[0] == "view" and result[1] >= self.n_call:  # a tensor over a storage this replay made
             _, source, offset, shape, strides, dtype = result
-            return Tensor.trusted(storages[source - self.n_call], shape, strides, dtype, offset // dtype.itemsize)
+            made = Tensor.trusted(storages[source - self.n_call], shape, strides, dtype, offset // dtype.itemsize)
+            made._ptr = addresses[source] + offset  # known here: the next call's signature need not ask
+            return made
         return _build_result(result, tensors, storages, addresses, self.n_call)
 
 
@@ -400,7 +412,9 @@ def _build_result(spec, tensors, storages, addresses, n_call):
         else:
             storage = storages[source - n_call]
             at = offset
-        return Tensor.trusted(storage, shape, strides, dtype, at // dtype.itemsize)
+        made = Tensor.trusted(storage, shape, strides, dtype, at // dtype.itemsize)
+        made._ptr = addresses[source] + offset
+        return made
     if kind == "tuple":
         return tuple(_build_result(s, tensors, storages, addresses, n_call) for s in spec[1])
     return spec[1]
@@ -494,7 +508,7 @@ class _Direct:
     Triton, profile scratch, pre-run hooks, the interpreter): such a launch goes through `_Dispatched`."""
 
     __slots__ = ("raw", "grid", "function", "coop", "pdl", "packed", "scratch", "template", "pointers", "descriptors",
-                 "device", "knobs", "keep", "stream", "chain")  # fmt: skip
+                 "device", "knobs", "keep", "stream", "chain", "run")  # fmt: skip
 
     @staticmethod
     def of(launch: KernelLaunch, placed) -> _Direct | None:
@@ -563,9 +577,55 @@ class _Direct:
         from nbxcert.kernels.backends import cuda
 
         made.stream = cuda.current_stream
+        made.run = made.general
         return made
 
-    def run(self, addresses, tensors, storages):
+    def fix_stream(self, stream: int) -> None:
+        """This launch always goes to `stream` (the plan's signature holds the stream of its device): where it takes
+        no scratch, `run` becomes one generated function that calls the launcher with the recorded values written in
+        and the call's addresses put in place (no list copied, no loop, no stream asked); a TMA descriptor's
+        arguments are looked up by address in the same kept encodings `general` fills."""
+        if self.scratch is not None:
+            return
+        names = {"raw": self.raw, "function": self.function, "packed": self.packed, "knobs": self.knobs,
+                 "chain": self.chain, "NOT_NOW": _NOT_NOW}  # fmt: skip
+        at = {position: (source, offset) for position, source, offset in self.pointers}
+        starts = {d[0]: (k, d) for k, d in enumerate(self.descriptors)}
+        lines, values, skip = [], [], 0
+        for i, value in enumerate(self.template):
+            if skip:
+                skip -= 1
+            elif i in starts:
+                k, (_, width, source, offset, dtype, form, meta, kept) = starts[i]
+                names[f"kept{k}"], names[f"fill{k}"] = kept, functools.partial(_fill, kept, dtype, form, meta)
+                address = f"a[{source}] + {offset}" if offset else f"a[{source}]"
+                lines.append(f"    d{k} = kept{k}.get({address}) or fill{k}({address})\n")
+                values.append(f"*d{k}")
+                skip = width - 1
+            elif i in at:
+                source, offset = at[i]
+                values.append(f"a[{source}] + {offset}" if offset else f"a[{source}]")
+            elif value is None or type(value) in (int, bool) or type(value) is float and math.isfinite(value):
+                values.append(repr(value))  # repr gives back the same int, bool or float
+            else:
+                names[f"c{i}"] = value
+                values.append(f"c{i}")
+        gx, gy, gz = self.grid
+        source = (
+            "def run(a, tensors, storages):\n"
+            "    e = knobs.launch_enter_hook\n"
+            "    x = knobs.launch_exit_hook\n"
+            "    if (e is not None and (type(e) is not chain or e.calls)) or (\n"
+            "            x is not None and (type(x) is not chain or x.calls)):\n"
+            "        return NOT_NOW\n"
+            + "".join(lines)
+            + f"    raw({gx}, {gy}, {gz}, {int(stream)}, function, {self.coop!r}, {self.pdl!r}, None, None, packed,"
+            f" None, None, None, {', '.join(values)})\n"
+        )
+        exec(compile(source, f"<nbxcert launch of {getattr(self.function, '__name__', 'a kernel')}>", "exec"), names)
+        self.run = names["run"]
+
+    def general(self, addresses, tensors, storages):
         knobs = self.knobs
         enter, leave = knobs.launch_enter_hook, knobs.launch_exit_hook
         if (enter is not None and (type(enter) is not self.chain or enter.calls)) or (
@@ -580,11 +640,7 @@ class _Direct:
 
             for position, width, source, offset, dtype, form, meta, kept in self.descriptors:
                 ptr = addresses[source] + offset
-                expanded = kept.get(ptr)
-                if expanded is None:
-                    if len(kept) >= DESCRIPTORS_KEPT:
-                        kept.clear()
-                    expanded = kept[ptr] = _expand(form, ptr, dtype, meta, nvidia_driver)
+                expanded = kept.get(ptr) or _fill(kept, dtype, form, meta, ptr, nvidia_driver)
                 args[position : position + width] = expanded
         stream = self.stream(self.device)
         scratch = None
@@ -617,6 +673,16 @@ class _Address:
 
     def data_ptr(self) -> int:
         return self.ptr
+
+
+def _fill(kept: dict, dtype, form, meta, ptr: int, nvidia_driver=None) -> list:
+    """The launcher arguments of the descriptor at `ptr`, encoded and kept (at most `DESCRIPTORS_KEPT` addresses)."""
+    if nvidia_driver is None:
+        from triton.backends.nvidia import driver as nvidia_driver
+    if len(kept) >= DESCRIPTORS_KEPT:
+        kept.clear()
+    expanded = kept[ptr] = _expand(form, ptr, dtype, meta, nvidia_driver)
+    return expanded
 
 
 def _expand(form, ptr: int, dtype, meta, nvidia_driver) -> list:

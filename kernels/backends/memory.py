@@ -93,6 +93,7 @@ KEPT_PER_SIZE = 2  # blocks of one size kept for one stream's next allocations (
 KEPT_SIZES = 64  # (device, stream, size) keys kept at most; the least recently used is given back to the pool
 # (device, stream, size) -> [(ptr, the Stream object or None), ...], in the order of last use
 _kept: collections.OrderedDict[tuple[int, int, int], list] = collections.OrderedDict()
+_last_kept: list = [None]  # the list of the key used last (already at the end of _kept: a free of it moves nothing)
 
 
 def _bind_driver() -> None:
@@ -190,23 +191,25 @@ def _pool_free(ptr: int, device: int, nbytes: int, pid: int, stream: int, keep: 
     if not cuda.owned_here(pid):  # a forked child's copy, or a poisoned context: left to process exit
         return
     stats = _stats.get(device) or _stats.setdefault(device, _PoolStats())
+    evicted = None
+    key = (device, stream, nbytes)
     with _pool_lock:
         stats.allocated -= nbytes
         stats.count -= 1
         stats.frees += 1
         if KEPT_PER_SIZE:
-            key = (device, stream, nbytes)
             kept = _kept.get(key)
             if kept is None:
                 kept = _kept[key] = []
-                evicted = _kept.popitem(last=False) if len(_kept) > KEPT_SIZES else None
-            else:
+                if len(_kept) > KEPT_SIZES:
+                    evicted = _kept.popitem(last=False)
+            elif kept is not _last_kept[0]:  # the size freed last is already the most recent: no reordering
                 _kept.move_to_end(key)
-                evicted = None
+            _last_kept[0] = kept
             if len(kept) < KEPT_PER_SIZE:
                 kept.append((ptr, keep))
                 ptr = 0
-    if KEPT_PER_SIZE and evicted is not None:
+    if evicted is not None:
         (ev_device, ev_stream, ev_size), blocks = evicted
         for ev_ptr, _ in blocks:
             _give_back(ev_ptr, ev_device, ev_stream, ev_size)
@@ -361,6 +364,7 @@ def release_kept(device: int | None = None) -> int:
     with _pool_lock:
         keys = [k for k in _kept if device is None or k[0] == device]
         taken = [(k, _kept.pop(k)) for k in keys]
+        _last_kept[0] = None
     n = 0
     for (dev, stream, size), blocks in taken:
         for ptr, _ in blocks:

@@ -535,3 +535,62 @@ def test_a_signature_tied_to_its_data_is_recorded_twice_then_served_in_full(serv
     for _ in range(5):
         at.decode_attention(*args)
     assert len(recorded) == launch.TIED_TRIES and list(at.decode_attention.plans.values()) == [launch.TIED_TRIES]
+
+
+def _direct_launch(raw, knobs, template, pointers):
+    """A `_Direct` over a stand-in launcher (`raw`), as `_Direct.of` builds one for Triton 3.6's `CudaLauncher`."""
+    made = launch._Direct.__new__(launch._Direct)
+    made.raw, made.grid, made.function, made.coop, made.pdl = raw, (3, 2, 1), 0xF00, False, True
+    made.packed, made.scratch, made.descriptors, made.device, made.keep = (4, 1, 64), None, (), 0, ()
+    made.template, made.pointers, made.knobs, made.chain = template, pointers, knobs, None
+    made.stream = lambda device: 0x5EED
+    made.run = made.general
+    return made
+
+
+def test_a_launch_with_its_stream_fixed_passes_the_launcher_what_the_general_path_passes():
+    class Knobs:
+        launch_enter_hook = None
+        launch_exit_hook = None
+
+    seen = []
+    marker = object()
+    template = [0, 0, 7, 4096, 1e-05, float("nan"), True, None, marker, 0]
+    step = _direct_launch(lambda *a: seen.append(a), Knobs, template, ((0, 0, 0), (1, 1, 256), (9, 2, 16)))
+    addresses = [0x1000, 0x2000, 0x3000]
+    step.run(addresses, [], [])
+    step.fix_stream(0x5EED)
+    assert step.run is not step.general
+    step.run(addresses, [], [])
+    general, fixed = seen
+    assert fixed[:13] == general[:13] and fixed[13:21] == general[13:21] and math.isnan(fixed[18])
+    assert fixed[21] is marker and fixed[22] == 0x3010 and fixed[14] == 0x2100 and fixed[3] == 0x5EED
+    assert step.template == template  # the record is not changed by a replay
+    Knobs.launch_enter_hook = print  # a profiler's hook: the full path runs so it sees Triton's metadata
+    assert step.run(addresses, [], []) is launch._NOT_NOW and step.general(addresses, [], []) is launch._NOT_NOW
+    assert len(seen) == 2
+
+
+def test_a_launch_with_its_stream_fixed_expands_each_descriptor_once_per_address(monkeypatch):
+    class Knobs:
+        launch_enter_hook = None
+        launch_exit_hook = None
+
+    encoded = []
+
+    def expand(form, ptr, dtype, meta, nvidia_driver):
+        encoded.append(ptr)
+        return [f"map@{ptr:#x}", 64, 128]
+
+    monkeypatch.setattr(launch, "_expand", expand)
+    seen = []
+    step = _direct_launch(lambda *a: seen.append(a), Knobs, [None, None, None, 0, 5], ((3, 1, 0),))
+    step.descriptors = ((0, 3, 0, 512, "float16", "form", "meta", {}),)
+    addresses = [0x1000, 0x2000]
+    step.run(addresses, [], [])
+    step.fix_stream(0x5EED)
+    step.run(addresses, [], [])
+    step.run([0x4000, 0x2000], [], [])
+    general, fixed, moved = (a[13:] for a in seen)
+    assert general == fixed == ("map@0x1200", 64, 128, 0x2000, 5) and moved[0] == "map@0x4200"
+    assert encoded == [0x1200, 0x4200]  # the second replay at 0x1000 found its encoding kept
