@@ -165,6 +165,11 @@ def call_signature(args: tuple, kwargs: dict) -> tuple[tuple, list[Tensor]] | No
     return tuple(parts), tensors
 
 
+# the code object of every served entry point -> its op's name: a graph capture's refusal names the op it was in by
+# reading the frames on the stack (nothing on the served path pays for it)
+ENTRY_CODES: dict = {}
+
+
 def served(fn: Callable) -> Callable:
     """Serve a user-facing entry point through launch plans (see the module docstring). A call given `config=` (an
     explicit config, not the served one) always runs in full."""
@@ -209,6 +214,7 @@ def served(fn: Callable) -> Callable:
     if hasattr(entry.__code__, "co_qualname"):  # Python 3.11+
         names["co_qualname"] = fn.__qualname__
     entry.__code__ = entry.__code__.replace(**names)
+    ENTRY_CODES[entry.__code__] = fn.__name__
     entry.plans = memo  # type: ignore[attr-defined]
     return entry
 

@@ -50,6 +50,7 @@ ERROR_TABLE: dict[type[errors.NbxcertError], str] = {
     errors.DeviceOutOfMemory: "out of device memory",
     errors.CudaError: "CUDA error",
     errors.LaunchError: "launch refused",
+    errors.GraphRefused: "graph refused",
     errors.DeviceFileInvalid: "invalid device file",
     errors.DeviceFactMissing: "missing device fact",
     errors.ProfileNotFound: "unknown profile",

@@ -71,6 +71,17 @@ class LaunchError(NbxcertError):
     """A kernel launch was refused before it reached the device (bad arguments, out-of-range ids)."""
 
 
+class GraphRefused(NbxcertError):
+    """A CUDA graph could not be made of a callable: something it does cannot be captured (a read to the host, a
+    synchronisation, an allocation outside the graph's pool, work on another stream: named with the served op and its
+    caller), or its first replay differs from an eager run (naming the output and the element)."""
+
+    default_hint = (
+        "run the named op outside the graph, or give it what it reads from the device (decode attention: max_len=); "
+        "NBXCERT_DEBUG=1 shows the traceback"
+    )
+
+
 # --- device files and profiles ----------------------------------------------------------------------------------------
 class DeviceFileInvalid(NbxcertError):
     """A device file breaks its schema: unknown field, wrong type, a value with no source. Names file and field."""

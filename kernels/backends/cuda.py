@@ -197,6 +197,22 @@ _FUNCTIONS: tuple[tuple[str, tuple[str, ...], list[Any]], ...] = (
     ("cuEventRecord", ("cuEventRecord",), [_CUevent, _CUstream]),
     ("cuEventSynchronize", ("cuEventSynchronize",), [_CUevent]),
     ("cuEventElapsedTime", ("cuEventElapsedTime_v2", "cuEventElapsedTime"), [_P(ctypes.c_float), _CUevent, _CUevent]),
+    ("cuStreamWaitEvent", ("cuStreamWaitEvent",), [_CUstream, _CUevent, ctypes.c_uint]),
+    ("cuMemcpyDtoDAsync", ("cuMemcpyDtoDAsync_v2",), [_CUdeviceptr, _CUdeviceptr, ctypes.c_size_t, _CUstream]),
+    # CUDA graphs (`nbxcert.kernels.backends.graphs`): stream capture, instantiation, launch
+    ("cuStreamBeginCapture", ("cuStreamBeginCapture_v2",), [_CUstream, ctypes.c_int]),
+    ("cuStreamEndCapture", ("cuStreamEndCapture",), [_CUstream, _P(ctypes.c_void_p)]),
+    ("cuStreamIsCapturing", ("cuStreamIsCapturing",), [_CUstream, _P(ctypes.c_int)]),
+    ("cuThreadExchangeStreamCaptureMode", ("cuThreadExchangeStreamCaptureMode",), [_P(ctypes.c_int)]),
+    (
+        "cuGraphInstantiate",
+        ("cuGraphInstantiateWithFlags",),
+        [_P(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_ulonglong],
+    ),
+    ("cuGraphLaunch", ("cuGraphLaunch",), [ctypes.c_void_p, _CUstream]),
+    ("cuGraphGetNodes", ("cuGraphGetNodes",), [ctypes.c_void_p, _P(ctypes.c_void_p), _P(ctypes.c_size_t)]),
+    ("cuGraphExecDestroy", ("cuGraphExecDestroy",), [ctypes.c_void_p]),
+    ("cuGraphDestroy", ("cuGraphDestroy",), [ctypes.c_void_p]),
 )
 
 
@@ -304,6 +320,9 @@ def _call(api: str, *args: Any, what: str = "") -> None:
                 f"{lib.symbols[api]} waits for the device, and this thread holds a stream gate it would wait on"
             )
         _recording.host_work(f"{lib.symbols[api]} (a wait for the device)")
+        capture = getattr(_tls, "capture", None)
+        if capture is not None:  # a graph cannot hold a wait: refused, naming the launch (`graphs.Capture`)
+            capture.refuse(f"{lib.symbols[api]} waits for the device" + (f" ({what})" if what else ""))
     status = getattr(lib, api)(*args)
     if status != CUDA_SUCCESS:
         if status in POISONING_STATUSES and _poisoned is None:
@@ -590,7 +609,12 @@ def _owned_here(pid: int) -> bool:
 
 def _after_gates(free, *args) -> bool:
     """Whether `free(*args)` was put off until this thread's stream gates open (True while one is held: a free waits
-    for the device, which waits for this thread)."""
+    for the device, which waits for this thread), or until this thread's graph capture ends (a graph cannot hold a
+    wait, and the memory may be what the capture reads: the capture keeps it until its graph is gone)."""
+    capture = getattr(_tls, "capture", None)
+    if capture is not None:
+        capture.hold_free(free, args)
+        return True
     if not getattr(_tls, "gates", 0):
         return False
     _tls.deferred_frees.append((free, args))
@@ -673,6 +697,9 @@ def _driver_alloc(nbytes: int, device: int) -> int:
     """A pointer to `nbytes` (> 0) from cuMemAlloc; its owner frees it. Made in `device`'s context pushed for the call,
     whatever this thread's current context is: nbxcert's own record of it (`make_current`) cannot see another library
     setting its own since, and memory on the wrong device would be a silent fault."""
+    capture = getattr(_tls, "capture", None)
+    if capture is not None:  # memory a graph uses comes from its own pool (`graphs.GraphPool`)
+        capture.refuse(f"cuMemAlloc of {nbytes} bytes, outside the graph's pool")
     ptr = _CUdeviceptr()
     with _in_context(device, always_push=True):
         _call("cuMemAlloc", ctypes.byref(ptr), nbytes, what=f"{nbytes} bytes on device {device}")
@@ -874,6 +901,7 @@ def memset_d8_async(ptr: int, value: int, nbytes: int, stream: Stream | int = 0)
     """Queue a byte memset on `stream` (ordered with the kernels on it; the host does not wait)."""
     ptr, value, nbytes = _pointer(ptr), _memset_value(value, 8), _size(nbytes, "memset_d8_async")
     if nbytes:
+        _check_capture_stream(stream, "a memset")
         _ensure_context()
         _call("cuMemsetD8Async", ptr, value, nbytes, _stream_handle(stream), what=f"{nbytes} bytes at 0x{ptr:x}")
 
@@ -882,8 +910,37 @@ def memset_d32_async(ptr: int, value: int, count: int, stream: Stream | int = 0)
     """Queue a 32-bit memset on `stream` (ordered with the kernels on it; the host does not wait). Used to flush L2."""
     ptr, value, count = _pointer(ptr), _memset_value(value, 32), _size(count, "memset_d32_async")
     if count:
+        _check_capture_stream(stream, "a memset")
         _ensure_context()
         _call("cuMemsetD32Async", ptr, value, count, _stream_handle(stream), what=f"{count} words at 0x{ptr:x}")
+
+
+def memcpy_dtod_async(dst_ptr: int, src_ptr: int, nbytes: int, stream: Stream | int = 0) -> None:
+    """Queue a copy of `nbytes` between device buffers on `stream` (ordered with the kernels on it; no wait)."""
+    dst_ptr, src_ptr, nbytes = _pointer(dst_ptr), _pointer(src_ptr), _size(nbytes, "memcpy_dtod_async")
+    if nbytes:
+        _check_capture_stream(stream, "a device-to-device copy")
+        _ensure_context()
+        _call("cuMemcpyDtoDAsync", dst_ptr, src_ptr, nbytes, _stream_handle(stream),
+              what=f"{nbytes} bytes 0x{src_ptr:x} -> 0x{dst_ptr:x}")  # fmt: skip
+
+
+# --- graph capture (`nbxcert.kernels.backends.graphs`) ----------------------------------------------------------------
+def thread_capture():
+    """The graph capture this thread is making (a `graphs.Capture`), or None."""
+    return getattr(_tls, "capture", None)
+
+
+def set_thread_capture(capture) -> None:
+    """Make `capture` (or None) this thread's graph capture: its waits, driver allocations and work on other streams
+    are refused from then on, by name (`_call`, `_driver_alloc`, the async copies and memsets)."""
+    _tls.capture = capture
+
+
+def _check_capture_stream(stream: Stream | int | None, what: str) -> None:
+    capture = getattr(_tls, "capture", None)
+    if capture is not None:
+        capture.check_stream(_stream_handle(stream), what)
 
 
 # --- streams and events -----------------------------------------------------------------------------------------------
@@ -902,6 +959,12 @@ def stream_synchronize(stream: Stream | int) -> None:
     """Wait until all work queued on `stream` (a Stream or a raw CUstream handle; 0 = legacy default) has finished."""
     _ensure_context()
     _call("cuStreamSynchronize", _stream_handle(stream))
+
+
+def stream_wait_event(stream: Stream | int, event: Event) -> None:
+    """Make the work queued on `stream` from now on wait for the work recorded before `event` (no host wait)."""
+    with _in_context(event.device):
+        _call("cuStreamWaitEvent", _stream_handle(stream), event.handle, 0, what=f"device {event.device}")
 
 
 def _destroy_stream(handle: int, device: int, pid: int) -> None:

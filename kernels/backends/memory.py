@@ -94,6 +94,9 @@ KEPT_SIZES = 64  # (device, stream, size) keys kept at most; the least recently 
 # (device, stream, size) -> [(ptr, the Stream object or None), ...], in the order of last use
 _kept: collections.OrderedDict[tuple[int, int, int], list] = collections.OrderedDict()
 _last_kept: list = [None]  # the list of the key used last (already at the end of _kept: a free of it moves nothing)
+# the graph capture in progress (`graphs.Capture`), or None: its thread's allocations on the capture stream come from
+# the graph's pool, and every free on its device meanwhile is held until the graph is gone
+capturing: Any = None
 
 
 def _bind_driver() -> None:
@@ -143,7 +146,26 @@ def _pool_attribute(device: int, attribute: int) -> int:
     return value.value
 
 
-class PoolBlock:
+class Block:
+    """What a tensor's storage reads of its device memory, whatever holds it (`PoolBlock`, a graph's `GraphBlock`):
+    `ptr` (0 once freed) as an int."""
+
+    __slots__ = ()
+
+    @property
+    def freed(self) -> bool:
+        return not self.ptr
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    def __int__(self) -> int:
+        return self.ptr
+
+    __index__ = __int__
+
+
+class PoolBlock(Block):
     """Device memory from nbxcert's pool (`pool_alloc`): given back with `cuMemFreeAsync` on the stream it was made
     on, by `free()` (idempotent) or when the object is dropped. After `free()`, `ptr` reads 0.
 
@@ -168,18 +190,6 @@ class PoolBlock:
             self.ptr, keep, self.keep = 0, self.keep, None
             _pool_free(ptr, self.device, self.nbytes, self.pid, self.stream, keep)
 
-    @property
-    def freed(self) -> bool:
-        return not self.ptr
-
-    def data_ptr(self) -> int:
-        return self.ptr
-
-    def __int__(self) -> int:
-        return self.ptr
-
-    __index__ = __int__
-
     def __repr__(self) -> str:
         state = "freed" if not self.ptr else f"ptr=0x{self.ptr:x}"
         return f"PoolBlock({state}, nbytes={self.nbytes}, device={self.device}, stream=0x{self.stream:x})"
@@ -189,6 +199,8 @@ def _pool_free(ptr: int, device: int, nbytes: int, pid: int, stream: int, keep: 
     """Keep a freed block for its stream's next allocation of the same size, or give it back to the pool on that
     stream (queued: nothing waits)."""
     if not cuda.owned_here(pid):  # a forked child's copy, or a poisoned context: left to process exit
+        return
+    if capturing is not None and capturing.hold_block(ptr, device, nbytes, pid, stream, keep):
         return
     stats = _stats.get(device) or _stats.setdefault(device, _PoolStats())
     evicted = None
@@ -240,6 +252,10 @@ def pool_block(size: int, device: int) -> PoolBlock:
     """`pool_alloc` for a size already checked (an int > 0): a launch plan's replay making its outputs."""
     pool = _pools.get(device) or _pool(device)
     stream, keep = cuda.current_stream_object(device)
+    if capturing is not None:
+        block = capturing.block(size, device, stream)
+        if block is not None:
+            return block
     kept = _kept.get((device, stream, size))
     if kept:
         with _pool_lock:

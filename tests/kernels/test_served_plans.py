@@ -6,7 +6,6 @@ launches hold what the record cannot place."""
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import math
 import sys
@@ -20,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import common  # noqa: E402
+from servingtools import defaults_served as _defaults_served  # noqa: E402
 
 from nbxcert.errors import ShapeMismatch  # noqa: E402
 from nbxcert.kernels import attention as at  # noqa: E402
@@ -41,22 +41,6 @@ def served(monkeypatch, tmp_path, backend):
     monkeypatch.setattr(launch, "DIRECT", False)  # plans replay through kernel[grid], where captures see them
     with _defaults_served(monkeypatch, tmp_path):
         yield backend.device
-
-
-@contextlib.contextmanager
-def _defaults_served(monkeypatch, tmp_path):
-    """Serving with no certificate directory and the untuned default served for every key; no directory override
-    left for the tests after it."""
-    from nbxcert import serving
-
-    monkeypatch.setenv("NBXCERT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("NBXCERT_CERTIFIED_ONLY", "0")
-    monkeypatch.setenv("NBXCERT_UNCERTIFIED", "default")
-    serving.configure(dirs=[tmp_path / "none"])
-    try:
-        yield
-    finally:
-        serving.configure()
 
 
 def _cases(device):

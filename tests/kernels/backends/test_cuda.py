@@ -663,6 +663,20 @@ CUresult cuEventElapsedTime_v2(float *ms, void *a, void *b) {
   *ms = (float)(((Event *)b)->ms - ((Event *)a)->ms);
   return 0;
 }
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned flags) { (void)s; (void)e; (void)flags; NEED_CTX; return 0; }
+CUresult cuMemcpyDtoDAsync_v2(uint64_t d, uint64_t s, size_t n, void *st) {
+  (void)st; NEED_CTX; HEALTHY; memmove(PTR(d), PTR(s), n); return 0;
+}
+/* graphs: bound by cuda.py, exercised on a real GPU only (tests/engine/test_graphs.py) */
+CUresult cuStreamBeginCapture_v2(void *s, int mode) { (void)s; (void)mode; return 801; }
+CUresult cuStreamEndCapture(void *s, void **g) { (void)s; (void)g; return 801; }
+CUresult cuStreamIsCapturing(void *s, int *status) { (void)s; *status = 0; return 0; }
+CUresult cuThreadExchangeStreamCaptureMode(int *mode) { (void)mode; return 0; }
+CUresult cuGraphInstantiateWithFlags(void **e, void *g, unsigned long long f) { (void)e; (void)g; (void)f; return 801; }
+CUresult cuGraphLaunch(void *e, void *s) { (void)e; (void)s; return 801; }
+CUresult cuGraphGetNodes(void *g, void **n, size_t *count) { (void)g; (void)n; *count = 0; return 801; }
+CUresult cuGraphExecDestroy(void *e) { (void)e; return 0; }
+CUresult cuGraphDestroy(void *g) { (void)g; return 0; }
 """
 
 FAKE_STATE = {
