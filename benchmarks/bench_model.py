@@ -43,6 +43,27 @@ torch eager at every point, every op's GPU time at least OP_TARGET x. Serving is
 (`NBXCERT_CERTIFIED_ONLY=1`, set before the first launch) unless --allow-uncertified.
 
 On the interpreter (no GPU) only the check runs: no timing and no peer.
+
+    python3 benchmarks/bench_model.py --graphs --out DIR       # decode steps as CUDA graphs: DIR/graphs.json, .md
+
+`--graphs` times decode steps (default decode:1, 16, 64 at --kv-len 4096; float16 unless --dtypes), eager and
+replayed as CUDA graphs, on both sides in the same run: the one-layer step (`nbx_layer`) and the whole decode step of
+the workload's `layers` (DEFAULT_LAYERS when the file states none; llama-3-8b: 32), each layer's output and residual
+stream the next layer's input (`nbx_decode_step`; the next layer adds and normalises them with one add_rmsnorm in place
+of the embedding). All the layers of that step SHARE ONE LAYER'S WEIGHTS AND ONE KV CACHE: the same launches and the
+same work per layer as distinct layers, in the memory of one (a cache of whole qkv rows at batch 64 and kv_len 4096 is
+3.2 GB a layer: 32 of them and the capture's copy of them do not fit an H200). nbxcert's graphs are
+`nbxcert.graphs.capture` of the step over the point's inputs (the KV cache it writes is restored for the capture's
+check); torch's (`PEER_GRAPHS_MAIN`, its own process) `torch.cuda.CUDAGraph` by torch's recipe: warm-up iterations on
+a side stream, `with torch.cuda.graph(g)`, then `g.replay()`. Both sides time every step with `time_step`: wall time
+per step over batches of --batch steps synchronised at the end (median), host time per call (perf_counter around the
+call, made with the device idle, the GPU not waited for; mean) -- a replay's host time is `g.replay()`'s. Checks: the
+capture's own (the first replay byte-equal to an eager run, else `GraphRefused`, recorded), the graph's outputs
+byte-equal to the eager step's again after the timed replays, and each step's output against torch's eager one
+(relative norm difference, as above; recorded, not judged: no bound is derived for 32 chained layers, and a wrong data
+flow differs by the size of the output). Targets (reported as met or not, never enforced by the exit code): nbxcert's
+graph >= GRAPH_TARGET x torch's graph in wall time per step, nbxcert's host time <= REPLAY_HOST_TARGET_US per replay.
+On any backend but cuda, --graphs refuses with one line and exit code 1.
 """
 
 from __future__ import annotations
@@ -83,6 +104,16 @@ MODEL_CONSTANTS = {
 }
 DEFAULT_CONSTANTS = {"rope_base": 10000.0, "norm_eps": 1e-6}  # the rope and rmsnorm kernels' own defaults
 INTERPRETER_MAX_WEIGHTS = 1 << 20  # hidden x intermediate above which the interpreter would take hours: refused
+# --graphs
+DEFAULT_GRAPH_POINTS = "decode:1,decode:16,decode:64"
+DEFAULT_LAYERS = 32  # llama-3-8b's num_hidden_layers: the step's depth when a workload file states no `layers`
+GRAPH_TARGET = 1.0  # nbxcert's graph against torch's CUDA graph, wall time per step
+REPLAY_HOST_TARGET_US = 50.0  # nbxcert's host time per replayed step
+SHARED_NOTE = (
+    "The {layers}-layer step runs all {layers} layers on ONE layer's weights and ONE KV cache, each layer's output "
+    "and residual the next layer's input: the same launches and the same work per layer as {layers} distinct layers, "
+    "in the memory of one (one layer's cache of whole qkv rows at {largest} is {gb:.1f} GB)."
+)
 
 
 @dataclass(frozen=True)
@@ -251,13 +282,16 @@ def prefill_attention(q, k, v):
     return out.view(t, heads * d)
 
 
-def nbx_layer(weights: dict, inputs: dict, phase: str, run=call):
+def nbx_layer(weights: dict, inputs: dict, phase: str, run=call, prev=None):
     """One decoder layer of served nbxcert calls; returns (output, residual stream), each [tokens, hidden].
 
     weights: device tensors `embed`, `input_norm`, `qkv`, `o`, `post_norm`, `gate_up`, `down` ([out, in]),
     `cos_sin` (float32) and `model` (a `Model`). inputs: `ids`, `positions`; at decode also `slot` (the new token's
     qkv row of the cache), `k_cache`, `v_cache` ([batch, kv_heads, kv_len, dim] views of the cache), `lengths` and
-    `max_len`. `run(name, fn, *args, **kwargs)` makes each call (`call`: plainly)."""
+    `max_len`. `run(name, fn, *args, **kwargs)` makes each call (`call`: plainly). `prev`: the (output, residual
+    stream) of the layer before, for a layer after the first: its input is then their sum, added and normalised by one
+    add_rmsnorm (`input_add_norm`, the residual add serving engines fuse into the next layer's norm) in place of the
+    embedding and rmsnorm; None (the default): the first layer, from the ids."""
     from nbxcert.kernels.attention import decode_attention
     from nbxcert.kernels.elementwise import embedding, rope, silu_and_mul
     from nbxcert.kernels.matmul import matmul
@@ -265,8 +299,11 @@ def nbx_layer(weights: dict, inputs: dict, phase: str, run=call):
 
     m = weights["model"]
     nh, nkv, d = m.heads, m.kv_heads, m.head_dim
-    x = run("embedding", embedding, weights["embed"], inputs["ids"])
-    h = run("input_norm", rmsnorm, x, weights["input_norm"], m.eps)
+    if prev is None:
+        x = run("embedding", embedding, weights["embed"], inputs["ids"])
+        h = run("input_norm", rmsnorm, x, weights["input_norm"], m.eps)
+    else:
+        x, h = run("input_add_norm", add_rmsnorm, prev[0], prev[1], weights["input_norm"], m.eps)
     if phase == "prefill":
         qkv = run("qkv", matmul, h, weights["qkv"].T)
     else:
@@ -293,6 +330,17 @@ def nbx_layer(weights: dict, inputs: dict, phase: str, run=call):
     y = run("silu_and_mul", silu_and_mul, gu)
     out = run("down", matmul, y, weights["down"].T)
     return out, residual
+
+
+def nbx_decode_step(weights: dict, inputs: dict, layers: int):
+    """A decode step of `layers` layers, each layer's (output, residual) the next one's `prev`; returns the last
+    layer's. Every layer runs on the same `weights` and the same KV cache (`inputs`): the same launches and the same
+    work as `layers` distinct layers, in the memory of one (32 distinct caches of whole qkv rows at batch 64 and kv_len
+    4096 would take 3.2 GB each, before the graph capture's copy of its inputs)."""
+    prev = nbx_layer(weights, inputs, "decode")
+    for _ in range(layers - 1):
+        prev = nbx_layer(weights, inputs, "decode", prev=prev)
+    return prev
 
 
 def device_weights(model: Model, host: dict, cos_sin: np.ndarray, dtype: str, device: str) -> dict:
@@ -515,6 +563,49 @@ def time_layer(layer, clock, ops, warmup: int, iters: int, batch: int) -> dict:
     return {"ops": per_op, "layer": layer_times, "delay_us": delay_us, "iters": iters, "batch": batch, "warmup": warmup}
 
 
+def time_step(step, sync, warmup: int, iters: int, batch: int) -> dict:
+    """Host and wall time of `step()` (a decode step made of eager calls, or one graph replay), `sync()` waiting for
+    the device. Self-contained: the torch peer runs this function's source.
+
+    Host: perf_counter around each of `iters` calls, each made with the device idle (synchronised before it), so a
+    call's time is its own (its launches queued, the GPU not waited for), never a wait on a full launch queue (the
+    mean). Wall: `batch` calls synchronised at the end (per call, what the application sees; the median over the
+    batches)."""
+    import statistics
+    import time
+
+    for _ in range(max(1, warmup)):
+        step()
+    sync()
+    host = []
+    for _ in range(iters):
+        sync()
+        t0 = time.perf_counter()
+        step()
+        host.append(time.perf_counter() - t0)
+    sync()
+    batch = max(1, min(batch, iters))
+    walls = []
+    done = 0
+    while done < iters:
+        n = min(batch, iters - done)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            step()
+        sync()
+        walls.append((time.perf_counter() - t0) / n * 1e6)
+        done += n
+    return {
+        "wall_us": statistics.median(walls),
+        "wall_us_batches": walls,
+        "host_us": statistics.mean(host) * 1e6,
+        "host_us_median": statistics.median(host) * 1e6,
+        "iters": iters,
+        "batch": batch,
+        "warmup": warmup,
+    }
+
+
 def _spin_body(out, steps):
     """Keeps one program busy for `steps` dependent float32 steps (the delay queued before a timed iteration).
     out: float32 pointer, one element, written so the loop is kept; steps: int32."""
@@ -579,8 +670,9 @@ class NbxClock:
 # exchange folder, the model, the dtype, the points and the timing counts. Reads the inputs nbxcert's side wrote there
 # (w_<name>.npy, cos_sin.npy, <point>_ids.npy, <point>_positions.npy, <point>_kv.npy; bfloat16 as uint16 bits),
 # writes each point's outputs (<point>_out.npy, <point>_residual.npy, the same storage) and prints one JSON line.
-# `time_layer`'s source is put before it (`peer_script()`).
-PEER_LAYER = r"""
+# `time_layer`'s source is put before it (`peer_script()`). PEER_TORCH (the torch layer) is shared with --graphs' peer
+# (`graphs_peer_script()`), whose main is PEER_GRAPHS_MAIN.
+PEER_TORCH = r"""
 import json, os, sys
 import numpy as np
 import torch
@@ -659,9 +751,12 @@ def silu_and_mul(x):
     return F.silu(x[:, :I]) * x[:, I:]
 
 
-def torch_layer(w, inp, phase, run):
-    x = run("embedding", F.embedding, inp["ids"], w["embed"])
-    h = run("input_norm", rmsnorm, x, w["input_norm"])
+def torch_layer(w, inp, phase, run, prev=None):
+    if prev is None:
+        x = run("embedding", F.embedding, inp["ids"], w["embed"])
+        h = run("input_norm", rmsnorm, x, w["input_norm"])
+    else:  # a later layer: the layer before's output added to its residual stream, then normed (as nbx_layer)
+        x, h = run("input_add_norm", add_rmsnorm, prev[0], prev[1], w["input_norm"])
     if phase == "prefill":
         qkv = run("qkv", torch.mm, h, w["qkv"].t())
     else:
@@ -681,34 +776,48 @@ def torch_layer(w, inp, phase, run):
     return out, residual
 
 
-# class Clock: common.TORCH_CLOCK, put before this script
-
-
 def plain(name, fn, *a, **k):
     return fn(*a, **k)
 
 
-with torch.inference_mode():
+def load_weights():
     names = ("embed", "input_norm", "qkv", "o", "post_norm", "gate_up", "down")
     weights = {name: load("w_" + name) for name in names}
     weights["cos_sin"] = load("cos_sin")
+    return weights
+
+
+def load_inputs(point):
+    stem = point["stem"]
+    inp = {"ids": load(stem + "_ids").long(), "positions": load(stem + "_positions").long()}
+    if point["phase"] == "decode":
+        length, b = point["kv_len"], point["tokens"]
+        cache = torch.zeros((length, b, (NH + 2 * NKV) * D), dtype=DTYPE, device="cuda")
+        cache[:, :, NH * D :] = load(stem + "_kv")
+        inp["slot"] = cache[length - 1]
+        inp["k_cache"] = cache[:, :, NH * D : (NH + NKV) * D].view(length, b, NKV, D).permute(1, 2, 0, 3)
+        inp["v_cache"] = cache[:, :, (NH + NKV) * D :].view(length, b, NKV, D).permute(1, 2, 0, 3)
+    return inp
+
+
+def versions():
+    return {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "enable_gqa": GQA,
+            "fp16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+            "sdp_enabled": {n: getattr(torch.backends.cuda, n + "_sdp_enabled", lambda: None)()
+                            for n in ("flash", "mem_efficient", "cudnn", "math")}}
+"""
+PEER_LAYER_MAIN = r"""
+# class Clock: common.TORCH_CLOCK, put before this script
+
+
+with torch.inference_mode():
+    weights = load_weights()
     clock = Clock()
-    result = {"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "enable_gqa": GQA,
-              "sleep_cycles_per_us": clock.cycles_per_us,
-              "fp16_reduced_precision_reduction": torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
-              "sdp_enabled": {n: getattr(torch.backends.cuda, n + "_sdp_enabled", lambda: None)()
-                              for n in ("flash", "mem_efficient", "cudnn", "math")}, "points": {}}
+    result = dict(versions(), sleep_cycles_per_us=clock.cycles_per_us, points={})
     for point in args["points"]:
         label, phase = point["label"], point["phase"]
         stem = point["stem"]
-        inp = {"ids": load(stem + "_ids").long(), "positions": load(stem + "_positions").long()}
-        if phase == "decode":
-            length, b = point["kv_len"], point["tokens"]
-            cache = torch.zeros((length, b, (NH + 2 * NKV) * D), dtype=DTYPE, device="cuda")
-            cache[:, :, NH * D :] = load(stem + "_kv")
-            inp["slot"] = cache[length - 1]
-            inp["k_cache"] = cache[:, :, NH * D : (NH + NKV) * D].view(length, b, NKV, D).permute(1, 2, 0, 3)
-            inp["v_cache"] = cache[:, :, (NH + NKV) * D :].view(length, b, NKV, D).permute(1, 2, 0, 3)
+        inp = load_inputs(point)
         out, residual = torch_layer(weights, inp, phase, plain)
         torch.cuda.synchronize()
         save(stem + "_out", out)
@@ -717,7 +826,67 @@ with torch.inference_mode():
         layer = lambda run, inp=inp, phase=phase: torch_layer(weights, inp, phase, run)
         result["points"][label] = time_layer(layer, clock, OPS, args["warmup"], args["iters"], args["batch"])
         del inp, layer
-        cache = None
+        torch.cuda.empty_cache()
+print(json.dumps(result))
+"""
+
+
+# --graphs' torch peer: per decode point the one-layer step and the `layers`-layer step (every layer on the same
+# weights and cache, as `nbx_decode_step`), each eager and as a torch.cuda.CUDAGraph made by torch's recipe (warm-up
+# iterations on a side stream, then `with torch.cuda.graph(g)`), timed by `time_step`. Writes each step's eager
+# outputs (<point>_out.npy, <point>_residual.npy; <point>_model_out.npy, <point>_model_residual.npy) and prints one
+# JSON line.
+PEER_GRAPHS_MAIN = r"""
+GRAPH_WARMUP = 3  # the eager iterations on a side stream before capture in torch's CUDA graphs recipe (its docs)
+LAYERS = args["layers"]
+TIMING = (torch.cuda.synchronize, args["warmup"], args["iters"], args["batch"])
+
+
+def decode_step(inp):
+    prev = torch_layer(weights, inp, "decode", plain)
+    for _ in range(LAYERS - 1):
+        prev = torch_layer(weights, inp, "decode", plain, prev)
+    return prev
+
+
+def cuda_graph(step):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(GRAPH_WARMUP):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outputs = step()
+    return graph, outputs
+
+
+def eager_and_graph(step, save_as):
+    eager = step()
+    torch.cuda.synchronize()
+    for name, t in zip(("out", "residual"), eager):
+        save(save_as + "_" + name, t)
+    times = {"eager": time_step(step, *TIMING)}
+    graph, outputs = cuda_graph(step)
+    graph.replay()
+    torch.cuda.synchronize()
+    times["graph_equals_eager"] = all(bool(torch.equal(a, b)) for a, b in zip(outputs, eager))
+    times["graph"] = time_step(graph.replay, *TIMING)
+    del graph, outputs, eager
+    return times
+
+
+with torch.inference_mode():
+    weights = load_weights()
+    result = dict(versions(), layers=LAYERS, graph_warmup=GRAPH_WARMUP, points={})
+    for point in args["points"]:
+        inp = load_inputs(point)
+        result["points"][point["label"]] = {
+            "layer": eager_and_graph(lambda: torch_layer(weights, inp, "decode", plain), point["stem"]),
+            "model": eager_and_graph(lambda: decode_step(inp), point["stem"] + "_model"),
+        }
+        del inp
         torch.cuda.empty_cache()
 print(json.dumps(result))
 """
@@ -725,7 +894,12 @@ print(json.dumps(result))
 
 def peer_script() -> str:
     """The peer's source: the op names, `time_layer` (the same timing as nbxcert's side), then the torch layer."""
-    return common.TORCH_CLOCK + f"OPS = {OPS!r}\n\n" + inspect.getsource(time_layer) + PEER_LAYER
+    return common.TORCH_CLOCK + f"OPS = {OPS!r}\n\n" + inspect.getsource(time_layer) + PEER_TORCH + PEER_LAYER_MAIN
+
+
+def graphs_peer_script() -> str:
+    """--graphs' peer source: `time_step` (the same timing as nbxcert's side), the torch layer, its graphs main."""
+    return inspect.getsource(time_step) + PEER_TORCH + PEER_GRAPHS_MAIN
 
 
 def stem(point: Point) -> str:
@@ -743,8 +917,9 @@ def write_exchange(folder: str, host_weights: dict, cos_sin: np.ndarray, points:
             np.save(os.path.join(folder, f"{stem(point)}_{name}.npy"), array)
 
 
-def run_peer(folder: str, model: Model, dtype: str, points: list[Point], args) -> dict:
-    """torch's layer on the inputs in `folder`: its JSON ({"error": ...} when the process fails)."""
+def run_peer(folder: str, model: Model, dtype: str, points: list[Point], args, script=None, **extra) -> dict:
+    """torch's layer on the inputs in `folder` (`script`: the peer's source, default `peer_script()`; `extra`: more of
+    its arguments): its JSON ({"error": ...} when the process fails)."""
     payload = {
         "dir": folder,
         "model": asdict(model),
@@ -753,10 +928,12 @@ def run_peer(folder: str, model: Model, dtype: str, points: list[Point], args) -
         "iters": args.iters,
         "batch": args.batch,
         "points": [dict(asdict(p), label=p.label, stem=stem(p)) for p in points],
+        **extra,
     }
+    script = peer_script() if script is None else script
     try:
         proc = subprocess.run(
-            [sys.executable, "-c", peer_script(), json.dumps(payload)], capture_output=True, text=True, timeout=3600
+            [sys.executable, "-c", script, json.dumps(payload)], capture_output=True, text=True, timeout=3600
         )
     except subprocess.TimeoutExpired:
         return {"error": "the torch peer ran past 3600 s"}
@@ -765,11 +942,12 @@ def run_peer(folder: str, model: Model, dtype: str, points: list[Point], args) -
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def peer_outputs(folder: str, point: Point, dtype: str) -> dict[str, np.ndarray] | None:
-    """The peer's outputs of a point as float64 values, or None when it wrote none."""
+def peer_outputs(folder: str, point: Point, dtype: str, suffix: str = "") -> dict[str, np.ndarray] | None:
+    """The peer's outputs of a point as float64 values (`suffix` "_model": --graphs' whole decode step's), or None
+    when it wrote none."""
     found = {}
     for name in ("out", "residual"):
-        path = os.path.join(folder, f"{stem(point)}_{name}.npy")
+        path = os.path.join(folder, f"{stem(point)}{suffix}_{name}.npy")
         if not os.path.exists(path):
             return None
         found[name] = _decoded(np.load(path), dtype)
@@ -902,6 +1080,247 @@ def write_results(folder: str, doc: dict) -> None:
         f.write("\n".join(md))
 
 
+# --- --graphs: decode steps replayed as CUDA graphs ---------------------------------------------------------------
+STEPS = {"layer": "1 layer", "model": "{layers} layers"}  # the two steps timed per point, as the tables name them
+
+
+def _same_bytes(got: list, expected: list[np.ndarray]) -> bool:
+    return len(got) == len(expected) and all(
+        t.numpy().tobytes() == e.tobytes() for t, e in zip(got, expected, strict=True)
+    )
+
+
+def graph_point(model, weights, point, host_inputs, dtype, device, args, layers, peer, folder) -> dict:
+    """One (dtype, decode point) of --graphs: nbxcert's one-layer step and `layers`-layer step (`nbx_decode_step`:
+    every layer on the same weights and cache), each timed eager and as a graph (`nbxcert.graphs.capture`, whose
+    first replay is checked byte-equal to an eager run; a `GraphRefused` is recorded), the graph's outputs checked
+    byte-equal to the eager step's again after the timed replays, and each step's outputs compared with torch's."""
+    from functools import partial
+
+    from nbxcert import graphs
+    from nbxcert.errors import GraphRefused
+    from nbxcert.kernels.backends import cuda
+
+    inputs = device_inputs(model, point, host_inputs, dtype, device)
+    timing = (cuda.synchronize, args.warmup, args.iters, args.batch)
+
+    def one_layer(inputs):
+        return nbx_layer(weights, inputs, "decode")
+
+    def decode_step(inputs):
+        return nbx_decode_step(weights, inputs, layers)
+
+    entry = {"dtype": dtype, "point": point.label, "batch": point.tokens, "kv_len": point.kv_len, "nbxcert": {}}
+    entry["check"] = {}
+    for name, step, suffix in (("layer", one_layer, ""), ("model", decode_step, "_model")):
+        eager = step(inputs)
+        expected = [t.numpy() for t in eager]
+        ours = {"out": eager[0].float64(), "residual": eager[1].float64()}
+        del eager
+        side = {"eager": time_step(partial(step, inputs), *timing)}
+        check = {}
+        try:
+            graph = graphs.capture(step, inputs)  # the inputs dict: the cache it writes is restored for the check
+        except GraphRefused as e:
+            check["first_replay_byte_equal"] = False
+            side["graph_refused"] = str(e)
+            print(f"   {STEPS[name].format(layers=layers)}: graph refused: {e}", flush=True)
+        else:
+            check["first_replay_byte_equal"] = True  # capture raises GraphRefused otherwise
+            side["graph_info"] = {"nodes": graph.nodes, "launches": len(graph.launches), "pool_bytes": graph.pool_bytes}
+            side["graph"] = time_step(graph.replay, *timing)
+            graph.synchronize()
+            check["after_timing_byte_equal"] = _same_bytes(list(graph.outputs), expected)
+            del graph
+        theirs = peer_outputs(folder, point, dtype, suffix) if peer is not None and "error" not in peer else None
+        if theirs is not None:
+            check["vs_torch"] = {k: difference(ours[k], theirs[k]) for k in ours}
+        entry["nbxcert"][name] = side
+        entry["check"][name] = check
+    del inputs
+    if peer is not None:
+        entry["torch"] = peer.get("points", {}).get(point.label) or {"error": peer.get("error", "no times")}
+    entry["ratios"] = graph_ratios(entry["nbxcert"], entry.get("torch"))
+    return entry
+
+
+def _wall(times: dict | None, kind: str) -> float | None:
+    return ((times or {}).get(kind) or {}).get("wall_us")
+
+
+def graph_ratios(ours: dict, peer: dict | None) -> dict:
+    """Per step (`layer`, `model`): torch time / nbxcert time, eager against eager and graph against graph (wall), and
+    the two targets: nbxcert's graph >= GRAPH_TARGET x torch's graph, nbxcert's host time per replay <=
+    REPLAY_HOST_TARGET_US (None where a time is missing)."""
+    out = {}
+    for name, mine in ours.items():
+        theirs = (peer or {}).get(name)
+        graph = _ratio(_wall(theirs, "graph"), _wall(mine, "graph"))
+        host = (mine.get("graph") or {}).get("host_us")
+        out[name] = {
+            "eager": _ratio(_wall(theirs, "eager"), _wall(mine, "eager")),
+            "graph": graph,
+            "graph_vs_torch_eager": _ratio(_wall(theirs, "eager"), _wall(mine, "graph")),
+            "graph_target_met": None if graph is None else graph >= GRAPH_TARGET,
+            "host_target_met": None if host is None else host <= REPLAY_HOST_TARGET_US,
+        }
+    return out
+
+
+def _all_met(verdicts: list) -> bool | None:
+    return None if not verdicts or any(v is None for v in verdicts) else all(verdicts)
+
+
+def graphs_table(entries: list[dict], layers: int) -> list[str]:
+    """The markdown table of --graphs: per (dtype, point, step) the wall time per step of nbxcert and torch, eager and
+    graph, the ratios, nbxcert's and torch's host time per replay, the two targets and the checks."""
+    lines = [
+        "| dtype | point | step | nbx eager us | nbx graph us | torch eager us | torch graph us | eager ratio | graph "
+        "ratio | nbx replay host us | torch replay host us | graph >= torch graph | replay host <= "
+        f"{REPLAY_HOST_TARGET_US:g} us | graph = eager | rel diff vs torch |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for e in entries:
+        for name, mine in e["nbxcert"].items():
+            theirs = (e.get("torch") or {}).get(name) or {}
+            r, c = e["ratios"][name], e["check"][name]
+            same = c.get("first_replay_byte_equal") and c.get("after_timing_byte_equal")
+            same = "refused" if "graph_refused" in mine else ("yes" if same else "NO")
+            diff = (c.get("vs_torch") or {}).get("out", {}).get("rel_norm")
+            lines.append(
+                f"| {e['dtype']} | {e['point']} | {STEPS[name].format(layers=layers)} | "
+                f"{_f(_wall(mine, 'eager'), '.1f')} | {_f(_wall(mine, 'graph'), '.1f')} | "
+                f"{_f(_wall(theirs, 'eager'), '.1f')} | {_f(_wall(theirs, 'graph'), '.1f')} | "
+                f"{_f(r['eager'], '.3f')} | {_f(r['graph'], '.3f')} | "
+                f"{_f((mine.get('graph') or {}).get('host_us'), '.1f')} | "
+                f"{_f((theirs.get('graph') or {}).get('host_us'), '.1f')} | {_met(r['graph_target_met'])} | "
+                f"{_met(r['host_target_met'])} | {same} | {_f(diff, '.2e')} |"
+            )
+    return lines
+
+
+def write_graph_results(folder: str, doc: dict) -> None:
+    """graphs.json (everything) and graphs.md (the table) in `folder`."""
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "graphs.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    md = [
+        f"# bench_model --graphs: {doc['workload']} decode steps on {doc['device']}",
+        "",
+        f"Profile {doc['profile']}; serving {doc['serving']}; torch {doc.get('torch', {}).get('torch', '-')}.",
+        "",
+        doc["shared_note"],
+        "",
+        "Wall time per step over batches of synchronised steps (median); host time per replay: the call's return, "
+        "the GPU not waited for (mean). Ratios are torch time / nbxcert time (>= 1.0: nbxcert faster); the graph ratio "
+        "is torch with CUDA graphs against nbxcert's graph. Targets (reported, not enforced): nbxcert's graph >= "
+        f"{GRAPH_TARGET}x torch's graph, nbxcert's host time <= {REPLAY_HOST_TARGET_US:g} us per replayed step. "
+        "graph = eager: the graph's outputs byte-equal to the eager step's at its first replay and after the timed "
+        "ones; rel diff vs torch: ||nbx - torch|| / ||torch|| of the step's output (eager, the same inputs).",
+        "",
+        *graphs_table(doc["points"], doc["layers"]),
+        "",
+        f"Targets: graph >= torch graph {_met(doc.get('graph_target_met'))}; replay host time "
+        f"{_met(doc.get('host_target_met'))}.",
+        "",
+    ]
+    with open(os.path.join(folder, "graphs.md"), "w") as f:
+        f.write("\n".join(md))
+
+
+def run_graphs(args, choice, workload, model: Model) -> int:
+    """--graphs: the torch peer first (its own process, on inputs written to a scratch folder), then nbxcert's side,
+    per dtype and decode point (`graph_point`); graphs.json and graphs.md in --out, the table printed."""
+    from nbxcert.kernels.backends import cuda
+    from nbxcert.kernels.dtypes import get_dtype
+    from nbxcert.profiles import match_nvidia
+
+    points = parse_points(args.points, args.kv_len) if args.points else None
+    points = points or [p for p in workload_points(workload) or [] if p.phase == "decode"]
+    points = points or parse_points(DEFAULT_GRAPH_POINTS, args.kv_len)
+    if any(p.phase != "decode" for p in points):
+        raise SystemExit("bench_model: --graphs times decode steps only (points decode:B or decode:B@KV)")
+    if args.dtypes:
+        dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    else:
+        dtypes = ["float16"] if "float16" in workload.dtypes else [workload.dtypes[0]]
+    layers = int(workload.model.get("layers", DEFAULT_LAYERS))
+    info = cuda.device_info(0)
+    profile, how = match_nvidia(info.compute_capability)
+    serving = "certified-only" if os.environ.get("NBXCERT_CERTIFIED_ONLY") == "1" else "uncertified allowed"
+    print(
+        f"device: {info.name} ({profile.key}, {how}); workload {model.name}; serving {serving}; --graphs at "
+        f"{', '.join(p.label for p in points)}; dtypes {', '.join(dtypes)}",
+        flush=True,
+    )
+    largest = max(points, key=lambda p: p.kv_len * p.tokens)
+    itemsize = max(np.dtype(get_dtype(d).storage).itemsize for d in dtypes)
+    cache_gb = largest.kv_len * largest.tokens * model.qkv_width * itemsize / 1e9
+    note = SHARED_NOTE.format(layers=layers, largest=largest.label, gb=cache_gb)
+    print(note, flush=True)
+    doc = {
+        "workload": model.name,
+        "model": asdict(model),
+        "layers": layers,
+        "shared_weights_and_cache": True,
+        "shared_note": note,
+        "device": info.name,
+        "profile": profile.key,
+        "profile_match": how,
+        "serving": serving,
+        "backend": choice.name,
+        "timing": {"warmup": args.warmup, "iters": args.iters, "batch": args.batch},
+        "points": [],
+    }
+    cos_sin = rope_cache(model.head_dim, max_position(points), model.rope_base)
+    for dtype in dtypes:
+        host_weights = make_weights(model, dtype, args.seed)
+        host_inputs = {p.label: make_inputs(model, p, dtype, args.seed + 1 + i) for i, p in enumerate(points)}
+        peer = None
+        with tempfile.TemporaryDirectory(dir=args.scratch, prefix="bench_model_graphs_") as folder:
+            if not args.no_torch:  # first, while nothing of ours holds the GPU's memory
+                print(f"== torch peer ({dtype}, own process): eager and CUDA graphs", flush=True)
+                write_exchange(folder, host_weights, cos_sin, points, host_inputs)
+                peer = run_peer(folder, model, dtype, points, args, graphs_peer_script(), layers=layers)
+                if "error" in peer:
+                    print(f"   torch peer failed: {peer['error']}", flush=True)
+                doc.setdefault("torch", {k: v for k, v in peer.items() if k != "points"})
+            weights = device_weights(model, host_weights, cos_sin, dtype, choice.device)
+            for point in points:
+                print(f"== {point.label} ({dtype})", flush=True)
+                entry = graph_point(
+                    model, weights, point, host_inputs[point.label], dtype, choice.device, args, layers, peer, folder
+                )
+                for name, r in entry["ratios"].items():
+                    mine = entry["nbxcert"][name]
+                    print(
+                        f"   {STEPS[name].format(layers=layers)}: nbx eager {_f(_wall(mine, 'eager'), '.1f')} us, "
+                        f"graph {_f(_wall(mine, 'graph'), '.1f')} us (host "
+                        f"{_f((mine.get('graph') or {}).get('host_us'), '.1f')} us/replay); ratio to torch graph "
+                        f"{_f(r['graph'], '.3f')}",
+                        flush=True,
+                    )
+                doc["points"].append(entry)
+                write_graph_results(args.out, doc)  # what is measured so far survives a run cut short
+            del weights
+    ratios = [r for e in doc["points"] for r in e["ratios"].values()]
+    doc["graph_target_met"] = _all_met([r["graph_target_met"] for r in ratios])
+    doc["host_target_met"] = _all_met([r["host_target_met"] for r in ratios])
+    checks = [c for e in doc["points"] for c in e["check"].values()]
+    doc["graphs_equal_eager"] = all(
+        c.get("first_replay_byte_equal") and c.get("after_timing_byte_equal") for c in checks
+    )
+    write_graph_results(args.out, doc)
+    print()
+    print("\n".join(graphs_table(doc["points"], layers)))
+    print(
+        f"\ngraphs byte-equal to eager: {'yes' if doc['graphs_equal_eager'] else 'NO'}; targets: graph >= "
+        f"{GRAPH_TARGET}x torch graph {_met(doc['graph_target_met'])}, replay host <= {REPLAY_HOST_TARGET_US:g} us "
+        f"{_met(doc['host_target_met'])}; results in {args.out}"
+    )
+    return 0
+
+
 # --- the run ----------------------------------------------------------------------------------------------------------
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -925,6 +1344,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--no-torch", action="store_true", help="skip the torch peer")
     ap.add_argument("--allow-uncertified", action="store_true", help="do not set NBXCERT_CERTIFIED_ONLY=1")
     ap.add_argument("--scratch", default=None, help="folder for the inputs handed to the peer (default: a temp dir)")
+    ap.add_argument(
+        "--graphs",
+        action="store_true",
+        help="decode steps (one layer, and the workload's layers on one layer's weights and cache) eager and as CUDA "
+        "graphs, nbxcert's against torch's, into graphs.json and graphs.md (default points "
+        f"{DEFAULT_GRAPH_POINTS} at --kv-len, float16); needs the cuda backend",
+    )
     return ap.parse_args(argv)
 
 
@@ -942,9 +1368,16 @@ def main(argv=None) -> int:
     from nbxcert.workload import load_workload
 
     choice = select()
+    if args.graphs and choice.name != "cuda":
+        print(
+            f"bench_model: --graphs needs the cuda backend (CUDA graphs); this run's is {choice.name}", file=sys.stderr
+        )
+        return 1
     print(choice.line())
     workload = load_workload(args.workload)
     model = model_of(workload, args.rope_base, args.norm_eps)
+    if args.graphs:
+        return run_graphs(args, choice, workload, model)
     points = parse_points(args.points, args.kv_len) if args.points else None
     points = points or workload_points(workload) or parse_points(DEFAULT_POINTS, args.kv_len)
     dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()] if args.dtypes else default_dtypes(workload)

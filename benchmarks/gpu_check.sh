@@ -19,8 +19,8 @@
 #   families  the sampling, quantized-weight, MoE and vision kernels' GPU tests, then bench_sampling.py,
 #             bench_quant.py, bench_vision.py and bench_moe.py
 #   matmul    the matmul family's GPU tests (every kept candidate at real shapes), then bench_matmul.py
-#   serving   the CUDA backend's and the launch plans' GPU tests (tests/kernels/backends/test_cuda.py,
-#             tests/kernels/test_served_plans.py), then bench_alloc.py (4096 x 4096 and 1 x 4096, against cuMemAlloc/cuMemFree),
+#   serving   the CUDA backend's, the launch plans' and the graphs' GPU tests (tests/kernels/backends/test_cuda.py,
+#             tests/kernels/test_served_plans.py, tests/engine/test_graphs.py), then bench_alloc.py (4096 x 4096 and 1 x 4096, against cuMemAlloc/cuMemFree),
 #             bench_certified.py serving, bench_dispatch.py and bench_model.py (llama-3-8b's decoder layer)
 #   quality   bench_certified.py quality of $WORKLOAD's certified keys; one shard of them per GPU through gpu_pair.sh:
 #               QUALITY_OF=2 WORKLOAD=llama-3-8b bash benchmarks/gpu_pair.sh quality quality OUTDIR
@@ -83,7 +83,8 @@ case "$SET" in
     step bench_matmul 420 python3 benchmarks/bench_matmul.py --out "$dest/bench_matmul.json"
     ;;
   serving)
-    step tests_serving 150 "${TESTS[@]}" tests/kernels/backends/test_cuda.py tests/kernels/test_served_plans.py
+    step tests_serving 200 "${TESTS[@]}" tests/kernels/backends/test_cuda.py tests/kernels/test_served_plans.py \
+      tests/engine/test_graphs.py
     step bench_alloc_4096x4096 60 "${NOTORCH[@]}" python3 benchmarks/bench_alloc.py --rows 4096 --cols 4096 \
       --calls 2000 --compare-driver --out "$dest/bench_alloc_4096x4096.json"
     step bench_alloc_1x4096 60 "${NOTORCH[@]}" python3 benchmarks/bench_alloc.py --rows 1 --cols 4096 \

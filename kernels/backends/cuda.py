@@ -29,6 +29,7 @@ import dataclasses
 import operator
 import os
 import re
+import sys
 import threading
 import weakref
 from collections.abc import Iterator
@@ -745,7 +746,9 @@ def device_attribute(index: int, attribute: int) -> int:
 def current_stream_object(device: int) -> tuple[int, Stream | None]:
     """(handle, the `Stream` object when one is set) of the stream this thread launches and allocates on."""
     streams = getattr(_tls, "streams", None)
-    chosen = streams.get(device, 0) if streams else 0
+    chosen = streams.get(device) if streams else None
+    if chosen is None:
+        return (_torch_stream(device) if _torch_query[0] is not None or "torch" in sys.modules else 0), None
     return (chosen.handle, chosen) if type(chosen) is Stream else (int(chosen), None)
 
 
@@ -769,14 +772,42 @@ def check_size(nbytes: Any, what: str) -> int:
 
 # --- the stream launches and allocations go to ------------------------------------------------------------------------
 # Per thread and device, as in CUDA and Triton: Triton's launcher asks for it (`triton_cuda` answers from here) and so
-# does `pool_alloc`, so a tensor is allocated, used and freed in the order of the stream its work is queued on.
+# does `pool_alloc`, so a tensor is allocated, used and freed in the order of the stream its work is queued on. Where
+# none is set on the thread and the process's torch has initialised CUDA, it is torch's current stream (read, never
+# imported): work beside torch's goes in torch's order, as Triton's own driver does it.
+_torch_query: list = [None]  # torch's raw current-stream query, once torch has initialised CUDA in this process
+
+
+def _torch_stream(device: int) -> int:
+    query = _torch_query[0]
+    if query is None:
+        torch = sys.modules.get("torch")
+        torch_cuda = getattr(torch, "cuda", None)
+        if torch_cuda is None or not torch_cuda.is_initialized():
+            return 0
+        query = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+        if query is None:
+
+            def query(index, torch_cuda=torch_cuda):
+                return torch_cuda.current_stream(index).cuda_stream
+
+        _torch_query[0] = query
+    return int(query(device))
+
+
 def current_stream(device: int | None = None) -> int:
-    """The CUstream handle this thread launches and allocates on for `device`: 0 (legacy default) unless set."""
+    """The CUstream handle this thread launches and allocates on for `device`: the one set (`set_stream`,
+    `using_stream`), else torch's current stream where torch has initialised CUDA, else 0 (legacy default)."""
+    if device is None:
+        device = current_device()
     streams = getattr(_tls, "streams", None)
-    if not streams:
-        return 0
-    stream = streams.get(current_device() if device is None else device, 0)
-    return stream.handle if isinstance(stream, Stream) else int(stream)
+    if streams:
+        stream = streams.get(device)
+        if stream is not None:
+            return stream.handle if type(stream) is Stream else int(stream)
+    if _torch_query[0] is not None or "torch" in sys.modules:
+        return _torch_stream(device)
+    return 0
 
 
 def set_stream(stream: Stream | int, device: int | None = None) -> None:
@@ -791,12 +822,15 @@ def using_stream(stream: Stream | int, device: int | None = None) -> Iterator[in
     """Launch and allocate on `stream` inside the block (this thread), then go back to the stream used before."""
     device = current_device() if device is None else device
     streams = _tls.__dict__.setdefault("streams", {})
-    previous = streams.get(device, 0)
+    previous = streams.get(device)
     streams[device] = stream
     try:
         yield current_stream(device)
     finally:
-        streams[device] = previous
+        if previous is None:
+            streams.pop(device, None)
+        else:
+            streams[device] = previous
 
 
 def mem_get_info(device: int) -> tuple[int, int]:

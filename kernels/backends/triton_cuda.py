@@ -10,6 +10,14 @@ and the device properties, the `CudaLauncher`, the target and type mapping) and 
     global scratch (TMA descriptors, ...)   `ScratchAllocator`, installed with `triton.set_allocator`
     torch device / device interface         refused with `TorchDeviceUnavailable`: nbxcert has no torch device
 
+Beside torch, it is Triton's driver for the whole process, so it answers torch's code as Triton's stock driver would
+whenever the process has imported torch (read from `sys.modules`, never imported here): the device interface is
+`torch.cuda`, the torch device `torch.device("cuda", i)`, the benchmarker `triton.testing.do_bench` with its torch L2
+flush buffer, the current device torch's where this thread has made none current through nbxcert, and the current
+stream torch's where none is set through nbxcert (`cuda.current_stream`). A Triton allocator the caller set
+(`triton.set_allocator`) is kept. So `triton.testing.do_bench`, kernels under `triton.autotune` and functions built
+by `torch.compile` keep working after nbxcert has launched.
+
 `install()` makes it Triton's active driver; it works with Triton 3.6 and 3.9 (their `runtime.driver.set_active`,
 `CudaUtils`, `CudaLauncher` and allocator hook are the same for this purpose; 3.9's launcher also asks the driver for
 `allocate_default_profile_scratch`, answered here without torch).
@@ -26,6 +34,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -325,12 +334,32 @@ def triton_benchmarker(
 _scratch_allocator = ScratchAllocator()
 
 
-def _thread_ready() -> int:
-    """Set this thread up on its first launch (context current, Triton's allocator set); return the current device."""
-    if not getattr(_tls, "ready", False):
-        cuda.use_device(cuda.current_device())
-        # Triton keeps its allocator in a ContextVar: a value set on another thread is not seen here.
+def _torch():
+    """torch, when this process has imported it (nbxcert never does), else None."""
+    return sys.modules.get("torch")
+
+
+def _set_allocator() -> None:
+    """nbxcert's scratch allocator as Triton's for this thread, unless the caller has set one of their own. Triton
+    keeps its allocator in a ContextVar: a value set on another thread is not seen here."""
+    from triton.runtime import _allocation
+
+    current = getattr(_allocation, "_allocator", None)
+    held = current.get() if current is not None else None
+    if held is None or type(held).__name__ == "NullAllocator" or held is _scratch_allocator:
         triton.set_allocator(_scratch_allocator)
+
+
+def _thread_ready() -> int:
+    """Set this thread up on its first launch (context current, Triton's allocator set); return the current device:
+    nbxcert's, or torch's where this thread has made none current through nbxcert and torch has initialised CUDA."""
+    if not getattr(_tls, "ready", False):
+        torch = _torch()
+        if cuda.thread_device() is None and torch is not None and torch.cuda.is_initialized():
+            cuda.use_device(torch.cuda.current_device())
+        else:
+            cuda.use_device(cuda.current_device())
+        _set_allocator()
         _tls.ready = True
     return cuda.current_device()
 
@@ -362,16 +391,29 @@ class NbxcertCudaDriver(CudaDriver):
         return current_stream(device)
 
     def get_active_torch_device(self):
-        raise TorchDeviceUnavailable("nbxcert's driver has no torch device (get_active_torch_device)")
+        torch = _torch()
+        if torch is None:
+            raise TorchDeviceUnavailable("nbxcert's driver has no torch device (get_active_torch_device)")
+        return torch.device("cuda", self.get_current_device())
 
     def get_device_interface(self):
-        raise TorchDeviceUnavailable("nbxcert's driver has no torch device (get_device_interface)")
+        torch = _torch()
+        if torch is None:
+            raise TorchDeviceUnavailable("nbxcert's driver has no torch device (get_device_interface)")
+        return torch.cuda
 
     def get_benchmarker(self):
+        if _torch() is not None:  # what Triton's stock driver gives torch code
+            from triton.testing import do_bench
+
+            return do_bench
         return triton_benchmarker
 
-    def get_empty_cache_for_benchmark(self) -> FlushBuffer:
+    def get_empty_cache_for_benchmark(self):
+        torch = _torch()
         device = cuda.current_device()
+        if torch is not None:  # Triton's own flush buffer beside torch: a torch tensor its benchmarker zeroes
+            return torch.empty(DEFAULT_FLUSH_BYTES // 4, dtype=torch.int, device=f"cuda:{device}")
         return FlushBuffer(flush_bytes_for(device), device)
 
     def clear_cache(self, cache: FlushBuffer) -> None:
@@ -399,7 +441,7 @@ def install(device: int | None = None) -> NbxcertCudaDriver:
             _driver = NbxcertCudaDriver()
         triton.runtime.driver.set_active(_driver)
         driver = _driver
-    triton.set_allocator(_scratch_allocator)
+    _set_allocator()
     _tls.ready = True
     return driver
 
