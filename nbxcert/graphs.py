@@ -74,16 +74,26 @@ def _label(fn: Callable) -> str:
 
 
 def _spans(tensors: Sequence[Tensor]) -> list[tuple[int, int]]:
-    """The device byte ranges the tensors cover, merged."""
-    ranges = sorted((t._storage.data_ptr() + lo, t._storage.data_ptr() + hi) for t in tensors
-                    for lo, hi in [t._span()] if hi > lo)  # fmt: skip
-    merged: list[list[int]] = []
-    for lo, hi in ranges:
-        if merged and lo <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    return [(lo, hi) for lo, hi in merged]
+    """The device byte ranges the tensors cover, merged within each storage (never across two: two allocations may
+    lie end to end, and a copy may not run from one into the next)."""
+    by_storage: dict[int, list[tuple[int, int]]] = {}
+    for t in tensors:
+        lo, hi = t._span()
+        if hi > lo:
+            base = t._storage.data_ptr()
+            by_storage.setdefault(id(t._storage), []).append((base + lo, base + hi))
+    merged: list[tuple[int, int]] = []
+    for ranges in by_storage.values():
+        ranges.sort()
+        run = list(ranges[0])
+        for lo, hi in ranges[1:]:
+            if lo <= run[1]:
+                run[1] = max(run[1], hi)
+            else:
+                merged.append((run[0], run[1]))
+                run = [lo, hi]
+        merged.append((run[0], run[1]))
+    return merged
 
 
 def _bits(array: np.ndarray) -> np.ndarray:

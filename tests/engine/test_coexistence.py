@@ -2,8 +2,8 @@
 nbxcert keeps working (plain Triton kernels on torch tensors and torch streams, `triton.testing.do_bench`, kernels
 under `triton.autotune`, a function built by `torch.compile`), and nbxcert still never imports torch itself.
 
-The GPU test runs the script below in a process of its own with torch importable (this test process never imports
-torch: `conftest.py` fails a run that ends with it loaded)."""
+The GPU test runs the script below (written to a file: Triton reads a kernel's source) in a process of its own with
+torch importable (this test process never imports torch: `conftest.py` fails a run that ends with it loaded)."""
 
 from __future__ import annotations
 
@@ -89,6 +89,8 @@ def test_gpu_torch_and_triton_keep_working_after_nbxcert_has_launched(backend, t
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
     if not _torch_importable(env):
         pytest.skip("torch is not installed here (the test needs it as the other library)")
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    script = tmp_path / "beside_torch.py"  # a file: Triton reads a @jit function's source from it
+    script.write_text(SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "coexistence: ok" in done.stdout

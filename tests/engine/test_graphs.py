@@ -67,6 +67,10 @@ def test_outputs_are_cut_to_the_batch_and_argument_spans_merge():
     spans = graphs._spans([x[:2], x[1:3], x[3:]])  # overlapping views of one storage: one range
     base = x._storage.data_ptr()
     assert spans == [(base, base + 4 * 8 * 4)]
+    # two storages end to end are never one range (a copy may not run from one allocation into the next)
+    y = randn(rng(4), (2, 8), "float32", "cpu")
+    ends = {(base, base + 128), (y._storage.data_ptr(), y._storage.data_ptr() + 64)}
+    assert set(graphs._spans([x, y])) == ends and len(graphs._spans([x, y])) == 2
 
 
 def test_a_refusal_names_the_served_op_on_the_stack_and_its_caller(monkeypatch):
