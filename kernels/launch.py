@@ -182,12 +182,12 @@ def served(fn: Callable) -> Callable:
     def entry(*args, **kwargs):
         if kwargs.get("config") is not None or (config_at is not None and len(args) > config_at
                                                  and args[config_at] is not None):  # fmt: skip
-            return fn(*args, **kwargs)
+            return _in_full(fn, fn, args, kwargs)
         if getattr(_recording._tls, "rec", None) is not None:  # called by another served call: part of its record
             return fn(*args, **kwargs)
         found = call_signature(args, kwargs)
-        if found is None:
-            return fn(*args, **kwargs)
+        if found is None:  # something a signature cannot hold: another library's tensors, a list, ...
+            return _in_full(fn, entry, args, kwargs)
         sig, tensors = found
         if len(tensors) > 1 and len(set(map(id, tensors))) != len(tensors):
             # one tensor in two places (out=x): which place an argument came from is unknown, so no plan is made
@@ -217,6 +217,18 @@ def served(fn: Callable) -> Callable:
     ENTRY_CODES[entry.__code__] = fn.__name__
     entry.plans = memo  # type: ignore[attr-defined]
     return entry
+
+
+def _in_full(fn: Callable, again: Callable, args: tuple, kwargs: dict):
+    """A call the served path does not replay: `fn` on its arguments; or, where they hold another library's tensors
+    (torch, CuPy, JAX; numpy under the interpreter), `again` (the served entry point, so plans are made and replayed
+    for the views) on nbxcert views of them, the result handed back as the caller's tensors (`interop`)."""
+    from nbxcert.kernels import interop
+
+    views, view_kwargs, caller = interop.to_nbx(args, kwargs)
+    if caller is None:
+        return fn(*args, **kwargs)
+    return interop.serve(again, views, view_kwargs, caller)
 
 
 _NOT_NOW = object()  # a plan's answer when it cannot replay at this moment (a launch hook is set): the full path runs

@@ -226,6 +226,16 @@ def register(spec: KernelSpec) -> KernelSpec:
     return spec
 
 
+def replace_registered(old: KernelSpec, new: KernelSpec) -> KernelSpec:
+    """Put `new` in the registry in place of `old` (the same name: a spec made certifiable after its declaration,
+    `Autotuned.certify_with`); `KernelSpecInvalid` when `old` is not the registered spec of that name."""
+    with _lock:
+        if new.name != old.name or _REGISTRY.get(old.name) is not old:
+            raise KernelSpecInvalid(f"kernel spec '{old.name}' is not the registered spec of that name")
+        _REGISTRY[new.name] = new
+    return new
+
+
 FAMILY_MODULES = ("matmul", "rows", "elementwise", "attention", "moe", "quant", "sampling", "vision")
 
 

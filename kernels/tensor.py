@@ -5,18 +5,29 @@ on `cpu` (a numpy byte buffer) or on `cuda:N` (a libcuda allocation). Triton acc
 `data_ptr()` and a `dtype` whose `str()` Triton's specializer maps. Under Triton's interpreter the tensor also answers
 the few storage calls the interpreter makes (`untyped_storage`, `new_empty`, `set_`, `storage_offset`, `size`,
 `stride`, `copy_`), so a CPU tensor is handed to the interpreter with no copy.
+
+Other libraries read a tensor without a copy through DLPack (`__dlpack__`, `__dlpack_device__`: what the
+`from_dlpack` of torch, CuPy, JAX and numpy call) and, on a GPU, the CUDA array interface (numba, CuPy);
+`from_dlpack` views their tensors as nbxcert tensors the same way, keeping the producer's memory alive for as long as
+a view of it lives.
 """
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import math
+import operator
+import os
+import sys
+import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from nbxcert.errors import DeviceNotFound, ShapeMismatch, ViewError
+from nbxcert.errors import DeviceNotFound, DTypeError, ShapeMismatch, UsageError, ViewError
 from nbxcert.kernels import dtypes as _dt
 from nbxcert.kernels import recording as _recording
 from nbxcert.kernels.dtypes import DType, get_dtype
@@ -108,6 +119,14 @@ class Storage:
         """A storage over `nbytes` of device memory that `owner` (anything with a `ptr`) holds; kept alive by it."""
         self = cls.__new__(cls)
         self.device, self.nbytes, self._host, self._alloc = as_device(device), int(nbytes), None, owner
+        return self
+
+    @classmethod
+    def over_host(cls, host: np.ndarray) -> Storage:
+        """A cpu storage over `host`, a uint8 array over memory another library owns (kept alive through the array)."""
+        self = cls.__new__(cls)
+        self.device, self.nbytes, self._alloc = Device("cpu", 0), int(host.size), None
+        self._host, self._host_ptr = host, host.ctypes.data
         return self
 
     def data_ptr(self) -> int:
@@ -492,6 +511,33 @@ class Tensor:
         self.shape, self._strides = tuple(size), tuple(stride)
         return self
 
+    # --- DLPack and the CUDA array interface --------------------------------------------------------------------------
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(DLPack device type, index): (1, 0) on the cpu, (2, N) on cuda:N."""
+        device = self._storage.device
+        return (_KDL_CPU, 0) if device.type == "cpu" else (_KDL_CUDA, device.index)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """This view as a DLPack capsule, without a copy: what `from_dlpack` of torch, CuPy, JAX and numpy calls.
+
+        A consumer whose `max_version` is (1, 0) or newer gets a "dltensor_versioned" capsule, an older one a
+        "dltensor" capsule; strides count elements and the view's offset is in the data pointer (byte_offset 0). On a
+        GPU, `stream` is the consumer's: 1 the legacy default stream, 2 the per-thread default, another int a
+        CUstream, None taken as 1 (as the array API standard says), -1 no ordering. The work queued so far on nbxcert's
+        stream is made to come before the consumer's (an event it waits on; the host does not wait). `copy=True`
+        exports a copy, `dl_device=(1, 0)` a host copy of a GPU tensor; `copy=False` refuses any copy (BufferError).
+        The tensor stays alive until its consumer is done with it. bool is DLPack's kDLBool; float8 needs a consumer
+        of DLPack 1.1 or newer, which has its codes (DTypeError otherwise)."""
+        return _export_dlpack(self, stream, max_version, dl_device, copy)
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """The CUDA array interface (version 3) of a GPU tensor, for numba and CuPy: shape, typestr, data (pointer,
+        writable), strides in bytes (None when C-contiguous) and the stream to synchronise on (nbxcert's current one;
+        the legacy default stream reads 1, as the interface asks). A cpu tensor has none (AttributeError, so `hasattr`
+        is False); bfloat16 and float8 have no typestr there (DTypeError: export them with DLPack)."""
+        return _cuda_array_interface(self)
+
 
 def _view_strides(old_shape, old_strides, new_shape) -> tuple[int, ...] | None:
     """Strides that let `new_shape` view the same elements, or None when a copy is needed.
@@ -576,3 +622,411 @@ def from_bits(bits: np.ndarray, dtype: DType | str, device: str | Device = "cpu"
     if t.numel:
         t._storage.write_bytes(bits)
     return t
+
+
+# --- DLPack and the CUDA array interface ------------------------------------------------------------------------------
+# The structs of dlpack.h (version 1.1). A struct's deleter is held as a raw function address.
+_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST = 1, 2, 3
+_DL_READ_ONLY, _DL_IS_COPIED = 1, 2  # DLManagedTensorVersioned.flags bits
+_DLPACK_VERSION = (1, 1)  # the newest DLPack nbxcert reads and writes (1.1 added the float8 codes)
+_DL_CODES = {  # nbxcert dtype -> DLPack (type code, bits)
+    _dt.int8: (0, 8),
+    _dt.int16: (0, 16),
+    _dt.int32: (0, 32),
+    _dt.int64: (0, 64),
+    _dt.uint8: (1, 8),
+    _dt.float16: (2, 16),
+    _dt.float32: (2, 32),
+    _dt.float64: (2, 64),
+    _dt.bfloat16: (4, 16),
+    _dt.bool_: (6, 8),  # kDLBool (DLPack 0.8)
+    _dt.float8_e4m3fn: (10, 8),  # kDLFloat8_e4m3fn (DLPack 1.1)
+    _dt.float8_e5m2: (12, 8),  # kDLFloat8_e5m2 (DLPack 1.1)
+}
+_FROM_DL = {code_bits: dtype for dtype, code_bits in _DL_CODES.items()}
+_DL_CODE_NAMES = {0: "int", 1: "uint", 2: "float", 3: "opaque handle", 4: "bfloat", 5: "complex", 6: "bool"}
+_DL_CODE_NAMES.update({7: "float8_e3m4", 8: "float8_e4m3", 9: "float8_e4m3b11fnuz", 10: "float8_e4m3fn"})
+_DL_CODE_NAMES.update({11: "float8_e4m3fnuz", 12: "float8_e5m2", 13: "float8_e5m2fnuz", 14: "float8_e8m0fnu"})
+_DL_CODE_NAMES.update({15: "float6_e2m3fn", 16: "float6_e3m2fn", 17: "float4_e2m1fn"})
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [
+        ("major", ctypes.c_uint32),  # DLPackVersion
+        ("minor", ctypes.c_uint32),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", _DLTensor),
+    ]
+
+
+class _NotExportable(DTypeError, BufferError):
+    """A dtype an interchange format cannot carry: a DTypeError, and the BufferError DLPack's protocol names."""
+
+
+# The Python C API, through prototypes of nbxcert's own (ctypes.pythonapi's shared function objects stay untouched)
+_py = ctypes.pythonapi
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)(
+    ("PyCapsule_New", _py)
+)
+_capsule_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_IsValid", _py))
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_GetPointer", _py))
+_capsule_rename = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)(("PyCapsule_SetName", _py))
+_raw_malloc = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t)(("PyMem_RawMalloc", _py))
+_raw_free = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(("PyMem_RawFree", _py))
+_Deleter = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)  # a producer's deleter, called with the GIL held
+
+
+def _static_name(text: bytes) -> int:
+    """The address of a NUL-terminated copy of `text` that is never freed: a capsule keeps the address of its name,
+    and may outlive this module."""
+    address = _raw_malloc(len(text) + 1)
+    if not address:
+        raise MemoryError("no memory for a DLPack capsule name")
+    ctypes.memmove(address, text + b"\0", len(text) + 1)
+    return address
+
+
+_NAMES = {name: _static_name(name) for name in (b"dltensor", b"dltensor_versioned")}
+_NAMES.update({b"used_" + name: _static_name(b"used_" + name) for name in (b"dltensor", b"dltensor_versioned")})
+
+
+# What an export keeps alive, and how it learns that its consumer is done. The deleter a consumer calls must be C
+# code: a Python callback (a ctypes thunk) that a consumer runs while an exception is in flight, as a temporary array
+# freed during unwinding does, turns that exception into a SystemError and crashes the interpreter. So the deleter is
+# libc's `time(time_t *)`, which writes the clock into the struct's first 8 bytes (its data pointer or version, which
+# the consumer no longer reads), from any thread, with or without the GIL: a mark that `_sweep_exports` reads. The
+# capsule has no destructor, for the same reason; the registry holds it, and one that nothing else holds any more was
+# either consumed (the mark will come) or dropped unconsumed (released at once).
+class _Export:
+    __slots__ = ("tensor", "capsule", "name", "first_word")
+
+    def __init__(self, tensor: Tensor, capsule: Any, name: bytes, first_word: int):
+        self.tensor, self.capsule, self.name, self.first_word = tensor, capsule, name, first_word
+
+
+_EXPORTS: dict[int, _Export] = {}  # address of an exported struct (its own raw allocation) -> what it keeps alive
+_MARK: list[int] = []  # the address of libc's time(), found on the first export
+
+
+def _mark_function() -> int:
+    if not _MARK:
+        libc = ctypes.cdll.msvcrt if os.name == "nt" else ctypes.CDLL(None)
+        _MARK.append(ctypes.cast(libc.time, ctypes.c_void_p).value)
+        gc.callbacks.append(_sweep_after_gc)  # memory given back by a consumer is released at the next collection
+    return _MARK[0]
+
+
+def _sweep_exports() -> None:
+    """Release what each finished export kept: those whose consumer called the deleter, and those whose capsule was
+    dropped unconsumed."""
+    for address, export in list(_EXPORTS.items()):
+        if ctypes.c_uint64.from_address(address).value == export.first_word:  # no mark: the deleter was not called
+            if export.capsule is None or sys.getrefcount(export.capsule) > 2:  # 2: the registry's and the argument
+                continue
+            if not _capsule_is_valid(export.capsule, export.name):  # consumed (renamed): wait for the deleter
+                export.capsule = None
+                continue
+        if _EXPORTS.pop(address, None) is not None:
+            _raw_free(address)
+
+
+def _sweep_after_gc(phase: str, info: dict) -> None:
+    if phase == "stop" and _EXPORTS:
+        _sweep_exports()
+
+
+def _dlpack_stream(stream: Any) -> int | None:
+    """A DLPack/CUDA-array-interface stream number as a CUstream handle (1 -> 0, the legacy default stream; 2 stays
+    CU_STREAM_PER_THREAD), None for -1 (no ordering). 0 is refused: the protocols disallow it as ambiguous."""
+    try:
+        number = operator.index(stream)
+    except TypeError:
+        number = None
+    if number is None or number == 0 or number < -1:
+        raise UsageError(
+            f"stream {stream!r} is not a DLPack stream number",
+            hint="give 1 (legacy default), 2 (per-thread default), a CUstream handle, or -1 (no ordering)",
+        )
+    return None if number == -1 else (0 if number == 1 else number)
+
+
+def _order_streams(first: int, then: int, index: int) -> None:
+    """Make the work queued on stream `then` from now on wait for the work queued so far on `first` (device `index`;
+    an event, no host wait)."""
+    if first == then:
+        return
+    cuda = _cuda()
+    event = cuda.Event(index)
+    event.record(first)
+    cuda.stream_wait_event(then, event)
+
+
+def _export_dlpack(tensor: Tensor, stream: Any, max_version: Any, dl_device: Any, copy: bool | None) -> Any:
+    if _EXPORTS:
+        _sweep_exports()
+    versioned, minor = False, 0
+    if max_version is not None:
+        major, asked_minor = (int(v) for v in max_version)
+        versioned = major >= 1
+        minor = 1 if (major, asked_minor) >= _DLPACK_VERSION else 0
+    if tensor.dtype.name.startswith("float8") and minor < 1:
+        raise _NotExportable(
+            f"a {tensor.dtype.name} tensor needs DLPack 1.1 (its float8 codes); the consumer reads DLPack "
+            f"{'.'.join(map(str, max_version)) if max_version is not None else '0.x'}",
+            hint="upgrade the consumer (torch, CuPy, JAX), or convert the tensor to another dtype first",
+        )
+    target = tensor.__dlpack_device__() if dl_device is None else tuple(int(v) for v in dl_device)
+    if target[0] == _KDL_CPU and stream not in (None, -1):
+        raise UsageError(f"stream={stream!r} for a DLPack export to the cpu", hint="give stream=None on the cpu")
+    copied = False
+    if target != tensor.__dlpack_device__():
+        if target != (_KDL_CPU, 0) or copy is False:
+            why = "without a copy (copy=False)" if target == (_KDL_CPU, 0) else "to that device"
+            raise BufferError(f"a {tensor.device} tensor cannot be exported to DLPack device {target} {why}")
+        tensor, copied = tensor.to("cpu"), True  # a host copy: complete when it returns
+    elif copy:
+        tensor, copied = tensor.clone(), True
+    if tensor.device.type == "cuda":
+        consumer = _dlpack_stream(1 if stream is None else stream)
+        if consumer is not None:
+            index = tensor.device.index
+            _order_streams(_cuda().current_stream(index), consumer, index)
+
+    code, bits = _DL_CODES[tensor.dtype]
+    ndim = tensor.ndim
+    struct = _DLManagedTensorVersioned if versioned else _DLManagedTensor
+    head = ctypes.sizeof(struct)  # a multiple of 8: the int64 shape and strides follow in the same allocation
+    address = _raw_malloc(head + 16 * ndim)
+    if not address:
+        raise MemoryError(f"no memory for a DLPack struct of a {ndim}-d tensor")
+    ctypes.memset(address, 0, head)
+    managed = struct.from_address(address)
+    dims = (ctypes.c_int64 * (2 * ndim)).from_address(address + head)
+    dims[:] = tensor.shape + tensor._strides
+    dl = managed.dl_tensor
+    dl.data = tensor.data_ptr()
+    dl.device.device_type, dl.device.device_id = tensor.__dlpack_device__()
+    dl.ndim = ndim
+    dl.dtype.code, dl.dtype.bits, dl.dtype.lanes = code, bits, 1
+    if ndim:
+        dl.shape = ctypes.cast(address + head, ctypes.POINTER(ctypes.c_int64))
+        dl.strides = ctypes.cast(address + head + 8 * ndim, ctypes.POINTER(ctypes.c_int64))
+    managed.deleter = _mark_function()
+    if versioned:
+        managed.major, managed.minor = 1, minor
+        managed.flags = _DL_IS_COPIED if copied else 0
+    name = b"dltensor_versioned" if versioned else b"dltensor"
+    try:
+        capsule = _capsule_new(address, _NAMES[name], None)
+    except BaseException:
+        _raw_free(address)
+        raise
+    _EXPORTS[address] = _Export(tensor, capsule, name, ctypes.c_uint64.from_address(address).value)
+    return capsule
+
+
+def _cuda_array_interface(tensor: Tensor) -> dict:
+    device = tensor._storage.device
+    if device.type != "cuda":
+        raise AttributeError(
+            f"a {device} tensor has no __cuda_array_interface__ (it describes GPU memory); use __dlpack__ or numpy()"
+        )
+    if tensor.dtype.is_raw_bits:
+        raise _NotExportable(
+            f"{tensor.dtype.name} has no typestr in the CUDA array interface",
+            hint="export it with DLPack (torch.from_dlpack / cupy.from_dlpack read it), or convert it first",
+        )
+    handle = _cuda().current_stream(device.index)
+    item = tensor.dtype.itemsize
+    return {
+        "shape": tensor.shape,
+        "typestr": np.dtype(tensor.dtype.storage).str,
+        "data": (tensor.data_ptr() if tensor.numel else 0, False),
+        "strides": None if tensor.is_contiguous() else tuple(s * item for s in tensor._strides),
+        "version": 3,
+        "stream": 1 if handle == 0 else handle,  # 0 is disallowed: the legacy default stream is 1
+    }
+
+
+class _Imported:
+    """Memory another library owns, as the owner of the storage that views it: `ptr` is its first byte. Kept alive
+    by the storage; when the storage goes, the producer's deleter runs (DLPack), or `keep` (the CUDA array interface's
+    exporter) is let go."""
+
+    def __init__(self, ptr: int, nbytes: int, keep: Any = None):
+        self.ptr, self.nbytes, self.keep = ptr, nbytes, keep
+
+
+def _release_import(deleter: int, address: int) -> None:
+    _Deleter(deleter)(address)
+
+
+def _dtype_of_dl(code: int, bits: int, lanes: int) -> DType:
+    dtype = _FROM_DL.get((code, bits)) if lanes == 1 else None
+    if dtype is None:
+        what = f"{_DL_CODE_NAMES.get(code, f'type code {code}')} of {bits} bits" + (f" x{lanes}" if lanes != 1 else "")
+        known = ", ".join(d.name for d in _DL_CODES)
+        raise DTypeError(f"a DLPack tensor of {what} has no nbxcert dtype; nbxcert reads {known}")
+    return dtype
+
+
+def _view_of(ptr: int, shape: tuple, strides: tuple, dtype: DType, device: Device, owner: _Imported) -> Tensor:
+    """A tensor over `owner`'s memory: its storage spans the smallest byte range that holds every element."""
+    if len(strides) != len(shape):
+        raise ViewError(f"a foreign tensor of shape {shape} has strides {strides}: they differ in rank")
+    if any(s < 0 for n, s in zip(shape, strides, strict=True) if n > 1):
+        raise ViewError(
+            f"a foreign tensor with strides {strides} runs backwards (a negative stride); nbxcert views do not",
+            hint="make it contiguous in its own library first (x.contiguous(), np.ascontiguousarray(x))",
+        )
+    reach = sum((n - 1) * max(s, 0) for n, s in zip(shape, strides, strict=True))
+    nbytes = 0 if 0 in shape else (reach + 1) * dtype.itemsize
+    owner.nbytes = nbytes
+    if device.type == "cpu":
+        owner.__array_interface__ = {"data": (ptr, False), "shape": (nbytes,), "typestr": "|u1", "version": 3}
+        storage = Storage.over_host(np.asarray(owner))  # the array's base is the owner
+    else:
+        storage = Storage.over(owner, nbytes, device)
+    return Tensor(storage, shape, strides, dtype, 0)
+
+
+def _consume_capsule(capsule: Any) -> Tensor:
+    """A tensor over a DLPack capsule's memory; the capsule is renamed "used_..." (consumed), and the producer's
+    deleter runs when nbxcert's last view of the memory is dropped."""
+    if _capsule_is_valid(capsule, b"dltensor_versioned"):
+        address = _capsule_pointer(capsule, b"dltensor_versioned")
+        managed = _DLManagedTensorVersioned.from_address(address)
+        if managed.major != 1:
+            raise UsageError(
+                f"the DLPack capsule holds a DLPack {managed.major}.{managed.minor} tensor; nbxcert reads 1.x",
+                hint="ask the producer for an older DLPack (x.__dlpack__(max_version=(1, 0)))",
+            )
+        used = b"used_dltensor_versioned"
+    elif _capsule_is_valid(capsule, b"dltensor"):
+        address = _capsule_pointer(capsule, b"dltensor")
+        managed = _DLManagedTensor.from_address(address)
+        used = b"used_dltensor"
+    else:
+        raise UsageError(
+            f"{capsule!r} is not an unconsumed DLPack capsule: a capsule can be read once",
+            hint="ask the producer for a new capsule (x.__dlpack__()) or pass the tensor itself",
+        )
+    dl = managed.dl_tensor
+    ndim = int(dl.ndim)
+    shape = tuple(dl.shape[i] for i in range(ndim))
+    strides = tuple(dl.strides[i] for i in range(ndim)) if ndim and dl.strides else _contiguous_strides(shape)
+    dtype = _dtype_of_dl(dl.dtype.code, dl.dtype.bits, dl.dtype.lanes)
+    kind, index = dl.device.device_type, dl.device.device_id
+    if kind in (_KDL_CPU, _KDL_CUDA_HOST):  # pinned host memory is host memory
+        device = Device("cpu", 0)
+    elif kind == _KDL_CUDA:
+        device = Device("cuda", index)
+    else:
+        raise DeviceNotFound(
+            f"a DLPack tensor on device type {kind} (index {index}): nbxcert reads cpu (1) and cuda (2) memory",
+            hint="move the tensor to the cpu or an NVIDIA GPU in its own library first",
+        )
+    owner = _Imported((dl.data or 0) + dl.byte_offset, 0)
+    tensor = _view_of(owner.ptr, shape, strides, dtype, device, owner)
+    _capsule_rename(capsule, _NAMES[used])  # consumed: from here on, nbxcert calls the deleter
+    if managed.deleter:
+        weakref.finalize(owner, _release_import, managed.deleter, address).atexit = False  # at exit: left to the OS
+    return tensor
+
+
+def _capsule_of(obj: Any) -> Any:
+    """`obj.__dlpack__(...)` as a consumer calls it: on a GPU with nbxcert's current stream, so that the producer's
+    work comes first."""
+    kind, index = (int(v) for v in obj.__dlpack_device__()) if hasattr(obj, "__dlpack_device__") else (_KDL_CPU, 0)
+    stream = None
+    if kind == _KDL_CUDA:
+        handle = _cuda().current_stream(index)
+        stream = 1 if handle == 0 else handle
+    try:
+        return obj.__dlpack__(stream=stream, max_version=_DLPACK_VERSION)
+    except TypeError:  # a producer older than DLPack 1.0's Python API takes no max_version
+        return obj.__dlpack__(stream=stream)
+
+
+def _from_cuda_array_interface(obj: Any, device: str | Device | None) -> Tensor:
+    cai = obj.__cuda_array_interface__
+    shape = _check_shape(cai["shape"])
+    try:
+        numpy_dtype = np.dtype(cai["typestr"])
+    except TypeError:
+        raise DTypeError(f"typestr {cai['typestr']!r} of a CUDA array interface is not a dtype") from None
+    dtype = _dt.from_numpy_dtype(numpy_dtype)
+    if cai.get("mask") is not None:
+        raise ViewError("a CUDA array interface with a mask: nbxcert views have none", hint="fill the masked values")
+    item = dtype.itemsize
+    if cai.get("strides") is None:
+        strides = _contiguous_strides(shape)
+    else:
+        byte_strides = tuple(int(s) for s in cai["strides"])
+        if any(s % item for s in byte_strides):
+            raise ViewError(f"byte strides {byte_strides} are not multiples of the {dtype.name} item size {item}")
+        strides = tuple(s // item for s in byte_strides)
+    where = as_device(device) if device is not None else Device("cuda", _cuda().current_device())
+    if where.type != "cuda":
+        raise DeviceNotFound(f"the CUDA array interface describes GPU memory; device '{where}' is not a GPU")
+    owner = _Imported(int(cai["data"][0] or 0), 0, keep=obj)
+    tensor = _view_of(owner.ptr, shape, strides, dtype, where, owner)
+    producer = cai.get("stream") if cai.get("version", 0) >= 3 else None
+    if producer is not None:
+        handle = _dlpack_stream(producer)
+        if handle is not None:
+            _order_streams(handle, _cuda().current_stream(where.index), where.index)
+    return tensor
+
+
+def from_dlpack(obj: Any, device: str | Device | None = None) -> Tensor:
+    """An nbxcert tensor viewing `obj`'s memory, without a copy: `obj` is anything with `__dlpack__` (torch, CuPy,
+    JAX, numpy), a DLPack capsule (read once), or an object with only `__cuda_array_interface__` (numba; kept
+    alive by the view). A GPU producer is asked to order its work before nbxcert's current stream. Read-only memory
+    is viewed as it is: nbxcert does not write to its inputs. With `device`, the result is there: the same view when
+    the memory is there already, else a copy (`to`); for the CUDA array interface, which names no device, it says
+    which GPU the memory is on (default: nbxcert's current one)."""
+    if isinstance(obj, Tensor):
+        view = obj._view(obj.shape, obj._strides)
+        return view if device is None else view.to(device)
+    if _EXPORTS:
+        _sweep_exports()
+    if type(obj).__name__ == "PyCapsule":
+        tensor = _consume_capsule(obj)
+    elif hasattr(obj, "__dlpack__"):
+        tensor = _consume_capsule(_capsule_of(obj))
+    elif hasattr(obj, "__cuda_array_interface__"):
+        return _from_cuda_array_interface(obj, device)
+    else:
+        raise UsageError(
+            f"a {type(obj).__name__} is not a tensor nbxcert can view: it has no __dlpack__ and no "
+            "__cuda_array_interface__",
+            hint="pass a torch, CuPy or JAX tensor, a numpy array or a DLPack capsule",
+        )
+    return tensor if device is None else tensor.to(device)

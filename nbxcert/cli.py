@@ -1149,6 +1149,39 @@ def census(
     raise typer.Exit(0 if report.ok else 1)
 
 
+@app.command()
+@handled
+def export(
+    fmt: Annotated[str, typer.Option("--format", help="vllm-fused-moe or triton-autotune.")],
+    profile: Annotated[str, typer.Option(help="The GPU profile whose certificates to export (e.g. hopper).")],
+    out_dir: Annotated[Path, typer.Option("--out", help="The directory to write (created if missing).")],
+    dirs: Annotated[
+        list[Path] | None,
+        typer.Option("--dir", help="Certificate directory (repeatable; default: the serving search path)."),
+    ] = None,
+    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
+    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+):
+    """Write certified configs as files other tools read: vLLM's fused-MoE config files (vllm-fused-moe), or Triton's
+    autotune cache for kernels declared with nbxcert.autotune (triton-autotune)."""
+    from nbxcert.export import export as run_export
+
+    report = run_export(fmt, profile, dirs or (), out_dir, kernels, [m.split(":")[0] for m in spec or ()])
+    if json_out:
+        print(json.dumps(report.as_dict(), indent=2))
+        return
+    t = Table(title=_cell(f"export {report.format} {report.profile} -> {report.out}"))
+    for col in ("file", "keys", "written"):
+        t.add_column(col)
+    for w in report.written:
+        t.add_row(_cell(w.path), str(len(w.keys)), _cell(w.summary))
+    _show(t)
+    for s in report.skipped:
+        print(_plain(f"skipped: {s.key}: {s.reason}"), file=sys.stderr)
+    print(_plain(report.line()))
+
+
 def main() -> None:
     app()
 

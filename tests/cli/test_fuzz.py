@@ -676,7 +676,9 @@ ENV_POOLS = {
     "NBXCERT_STRICT_PROVENANCE": (["1"], [], ["true"]),
 }
 POSITIONAL_TAGS = {"DIR": CERT_DIRS, "OUTDIR": OUT_DIRS, "KEY": KEYS}
-REQUIRED_WHEN_CLEAN = {"certify": "--out"}  # what a valid argument list of the command always holds
+REQUIRED_WHEN_CLEAN = {"certify": ("--out",), "export": ("--format", "--out")}  # what a valid argument list holds
+FORMATS = (["vllm-fused-moe", "triton-autotune"], ["VLLM-FUSED-MOE", "vllm_fused_moe"], ["", "csv", "vllm", "json"])
+EXPORT_KERNELS = (["fused_moe", "fused_moe,rmsnorm"], ["rmsnorm", "fault_probe"], ["", ",", "fused_mo", "FUSED_MOE"])
 
 # Each command: its positional arguments (pool tags) and its options (None: a flag).
 COMMANDS = {
@@ -703,6 +705,8 @@ COMMANDS = {
     "stale": (("DIR",), {"--profile": PROFILES, "--out": OUT_FILES, "--json": None}),
     "index build": (("DIR",), {"--cache": OUT_DIRS}),
     "index check": (("DIR",), {"--cache": (["cache", "out"], ["emptydir"], _NO_PATH + ["file.txt", "fifo"])}),
+    "export": ((), {"--format": FORMATS, "--profile": PROFILES, "--out": OUT_DIRS, "--dir": CERT_DIRS,
+                    "--kernels": EXPORT_KERNELS, "--spec": SPECS_, "--json": None}),
     "kernels": ((), {"--spec": SPECS_, "--json": None}),
     "doctor": ((), {"--json": None}),
     "profiles": ((), {"--json": None}),
@@ -749,8 +753,8 @@ def cli_case(draw, command: str):
     sources = [n for n in ("--workload", "--keys", "--key") if n in opts]
     if clean and sources and not set(chosen) & set(sources):
         chosen.append(draw(st.sampled_from(sources)))
-    if clean and command in REQUIRED_WHEN_CLEAN and REQUIRED_WHEN_CLEAN[command] not in chosen:
-        chosen.append(REQUIRED_WHEN_CLEAN[command])
+    if clean:
+        chosen += [name for name in REQUIRED_WHEN_CLEAN.get(command, ()) if name not in chosen]
     for name in chosen:
         args.append(name)
         if opts[name] is not None:

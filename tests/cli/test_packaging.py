@@ -11,8 +11,6 @@ import sys
 import zipfile
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 
 PROBE = (
@@ -31,7 +29,6 @@ def _probe(env_extra=None, cwd="/") -> dict:
     return json.loads(r.stdout)
 
 
-@pytest.mark.slow
 def test_wheel_and_editable_install_find_the_same_data(tmp_path):
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(ROOT)],

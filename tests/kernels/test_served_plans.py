@@ -578,3 +578,20 @@ def test_a_launch_with_its_stream_fixed_expands_each_descriptor_once_per_address
     general, fixed, moved = (a[13:] for a in seen)
     assert general == fixed == ("map@0x1200", 64, 128, 0x2000, 5) and moved[0] == "map@0x4200"
     assert encoded == [0x1200, 0x4200]  # the second replay at 0x1000 found its encoding kept
+
+
+def test_a_fixed_launch_writes_only_numbers_into_its_source_every_other_value_is_passed_by_name():
+    class Knobs:
+        launch_enter_hook = None
+        launch_exit_hook = None
+
+    class Loud(int):  # an int subclass whose repr is code: passed by name, never written into the source
+        def __repr__(self):
+            return "__import__('os')._exit(3)"
+
+    seen = []
+    code = "__import__('os')._exit(3)"
+    step = _direct_launch(lambda *a: seen.append(a), Knobs, [0, code, Loud(5), 2.5], ((0, 0, 0),))
+    step.fix_stream(0x5EED)
+    step.run([0x1000], [], [])
+    assert seen[0][13:] == (0x1000, code, 5, 2.5) and type(seen[0][15]) is Loud
