@@ -545,3 +545,24 @@ def test_a_served_op_takes_numpy_arrays_under_the_interpreter_and_gives_numpy_ba
     assert again is out and np.array_equal(out.view(np.uint16), want.view(np.uint16))  # written in place, no copy
     summed, normed = rows.add_rmsnorm(xa, xa, wa, 1e-6)  # a tuple of results: each one numpy
     assert type(summed) is np.ndarray and type(normed) is np.ndarray
+
+
+def test_a_served_op_takes_jax_arrays_under_the_interpreter_and_gives_jax_arrays_back(backend):
+    """JAX (where it is installed: it is not a test dependency) as the caller's library: its CPU arrays are viewed
+    with no copy, and the results are JAX arrays made by `jax.dlpack.from_dlpack`, bit for bit nbxcert's own."""
+    if backend.name != "interpreter":
+        pytest.skip("JAX CPU arrays are host data on a GPU")
+    jnp = pytest.importorskip("jax.numpy")
+    from nbxcert.kernels import matmul, rows
+    from nbxcert.kernels.inputs import randn, rng
+
+    x, w = randn(rng(7), (4, 64), "float32", "cpu"), randn(rng(8), (64,), "float32", "cpu")
+    want = rows.rmsnorm(x, w, 1e-6).numpy()
+    xj, wj = jnp.asarray(x.numpy()), jnp.asarray(w.numpy())
+    assert T.from_dlpack(xj).data_ptr() == xj.unsafe_buffer_pointer(), "viewed, not copied"
+    got = rows.rmsnorm(xj, wj, 1e-6)
+    assert type(got).__module__.startswith("jax") and got.dtype == jnp.float32 and got.shape == (4, 64)
+    assert np.array_equal(np.asarray(got).view(np.uint32), want.view(np.uint32))
+    prod = matmul.matmul(xj.astype(jnp.float16), jnp.ones((64, 8), dtype=jnp.float16))
+    assert type(prod).__module__.startswith("jax") and prod.shape == (4, 8)
+    assert "torch" not in sys.modules
