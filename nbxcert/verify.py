@@ -97,16 +97,16 @@ def verify(
     jobs = check_jobs(jobs)
     for k in keys:
         check_key(get_spec(k.kernel), k, profile)
-    serving.configure(dirs=dirs, certified_only=certified_only)
-    warmed = warm(profile.key, keys, None, jobs, modules, check_env=False)  # the serving state just configured
-    if on_warmed:
-        on_warmed(warmed)
-    device = select().device
-    report = VerifyReport(profile.key)
-    try:
-        _verify_keys(report, profile, keys, certified_only, seed, device, progress)
-    except KeyboardInterrupt:  # what was verified so far is reported (the key in hand counts as reached, unjudged)
-        report.interrupted_of = len(keys)
+    with serving.configured(dirs=dirs, certified_only=certified_only):  # the process's settings come back after
+        warmed = warm(profile.key, keys, None, jobs, modules, check_env=False)  # the serving state just configured
+        if on_warmed:
+            on_warmed(warmed)
+        device = select().device
+        report = VerifyReport(profile.key)
+        try:
+            _verify_keys(report, profile, keys, certified_only, seed, device, progress)
+        except KeyboardInterrupt:  # what was verified so far is reported (the key in hand counts, unjudged)
+            report.interrupted_of = len(keys)
     return report
 
 

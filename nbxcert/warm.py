@@ -100,9 +100,11 @@ def _requests(profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path]
     if dirs is not None:
         dirs = existing_dirs(dirs)
     report = WarmReport(profile.key, select().name, keys=len(keys))
-    if dirs is not None:
-        serving.configure(dirs=dirs)
-    index = serving.state().index
+    if dirs is None:
+        index = serving.state().index
+    else:
+        with serving.configured(dirs=dirs):  # the process's own serving settings come back afterwards
+            index = serving.state().index
     requests, names = [], []
     for key in keys:
         text = key.text()

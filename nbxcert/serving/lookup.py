@@ -19,11 +19,12 @@ oracle: the run-time sweep module is imported on a miss only. The warm path is o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -72,6 +73,23 @@ def configure(dirs: Sequence[Path] | None = None, certified_only: bool | None = 
         _override["dirs"] = [Path(d) for d in dirs]
     if certified_only is not None:
         _override["certified_only"] = certified_only
+
+
+@contextlib.contextmanager
+def configured(dirs: Sequence[Path] | None = None, certified_only: bool | None = None) -> Iterator[None]:
+    """`configure` for the length of a `with` block: afterwards the state is reset and the settings in force before
+    it come back, so a command run inside a serving process (`verify`, `warm`) leaves that process's serving as it
+    found it."""
+    with _lock:
+        saved = dict(_override)
+    configure(dirs, certified_only)
+    try:
+        yield
+    finally:
+        reset()
+        with _lock:
+            _override.clear()
+            _override.update(saved)
 
 
 def search_path() -> list[Path]:

@@ -188,3 +188,32 @@ def test_an_interrupted_verify_reports_the_keys_it_reached(serving, backend, mon
     report = verify("interpreter", keys, [certs], certified_only=True)
     assert (report.keys, report.served, report.interrupted_of, report.ok) == (2, 2, 4, False)
     assert report.line().endswith("0 missing, 0 mismatched; interrupted: 2 of 4 keys reached")
+
+
+def test_verify_and_warm_leave_the_serving_settings_as_they_found_them(serving, backend, monkeypatch, tmp_path):
+    """`verify --dir D --certified-only` and `warm --dir D` run inside a process that serves (the CLI in-process, a
+    test, an application) configure serving for their own run only: afterwards the search path and certified-only
+    mode are the environment's again (before, a later launch kept searching D only)."""
+    if backend.name != "interpreter":
+        pytest.skip("the demo certificates are conformance certificates of cpu/interpreter")
+    from nbxcert.profiles import get_profile
+    from nbxcert.verify import verify
+    from nbxcert.warm import warm
+    from nbxcert.workload import load_workload, workload_keys
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    monkeypatch.setenv("NBXCERT_CERTIFIED_DIR", str(mine))
+    serving.reset()
+    before = serving.search_path()
+    assert before[0] == mine and serving.state().certified_only is False
+    keys = workload_keys(load_workload("demo"), get_profile("cpu/interpreter"))[:1]
+    certs = Path(__file__).resolve().parents[2] / "certificates"
+    assert verify("interpreter", keys, [certs], certified_only=True).ok
+    assert serving.search_path() == before and serving.state().certified_only is False
+    warm("interpreter", keys, [certs])
+    assert serving.search_path() == before
+    serving.configure(dirs=[certs])  # configure itself stays in force until the next configure
+    warm("interpreter", keys, [mine])
+    assert serving.search_path() == [certs]
+    serving.configure()
