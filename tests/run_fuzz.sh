@@ -4,6 +4,7 @@
 # at a time, the slowest commands first. Writes OUTDIR/<test>-<seed>.jsonl (the test's case count and seconds),
 # OUTDIR/<test>-<seed>.log (pytest's output) and OUTDIR/summary.txt (one line per shard: passed, FAILED, or with
 # FUZZ_SECONDS set, a time for the whole run, "timed out" / "not started" for a shard that did not finish in it).
+# FUZZ_COMMANDS="keys index_check ..." runs only those commands (the test names' stems), in that order.
 # FUZZ_AFTER=SUMMARY runs only the shards that SUMMARY (a cut run's summary.txt, same EXAMPLES and SHARDS) did not
 # record as passed.
 #
@@ -22,6 +23,7 @@ first="validate stale merge diff index_build census verify kernels certify"
 all=$(NBXCERT_BACKEND=interpreter "$python" -m pytest tests/cli/test_fuzz.py -m fuzz -k test_cli_ --collect-only -q \
   -p no:cacheprovider 2>/dev/null | sed -n 's/^tests\/cli\/test_fuzz.py::test_cli_\(.*\)_fuzz$/\1/p')
 order=$( (for c in $first; do echo "$all" | grep -qx "$c" && echo "$c"; done; echo "$all") | awk '!seen[$0]++')
+if [ -n "${FUZZ_COMMANDS:-}" ]; then order=$FUZZ_COMMANDS; fi  # only these commands (test stems), in this order
 for c in $order; do for s in $(seq 1 "$shards"); do echo "$c $s"; done; done > "$out/shards.txt"
 if [ -n "${FUZZ_AFTER:-}" ]; then  # the summary of a cut run: only its shards that did not pass run here
   grep -vxFf <(awk '$3 == "passed" {print $1, $2}' "$FUZZ_AFTER") "$out/shards.txt" > "$out/shards.left" || true
