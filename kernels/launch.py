@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -600,48 +599,36 @@ class _Direct:
 
     def fix_stream(self, stream: int) -> None:
         """This launch always goes to `stream` (the plan's signature holds the stream of its device): where it takes
-        no scratch, `run` becomes one generated function that calls the launcher with the recorded values written in
-        and the call's addresses put in place (no list copied, no loop, no stream asked); a TMA descriptor's
-        arguments are looked up by address in the same kept encodings `general` fills."""
+        no scratch, `run` becomes a closure over the recorded values that puts the call's addresses in place and
+        calls the launcher with the stream fixed (no stream asked per call); a TMA descriptor's arguments are looked
+        up by address in the same kept encodings `general` fills. No code is generated: nothing is executed but
+        nbxcert's own functions."""
         if self.scratch is not None:
             return
-        names = {"raw": self.raw, "function": self.function, "packed": self.packed, "knobs": self.knobs,
-                 "chain": self.chain, "NOT_NOW": _NOT_NOW}  # fmt: skip
-        at = {position: (source, offset) for position, source, offset in self.pointers}
-        starts = {d[0]: (k, d) for k, d in enumerate(self.descriptors)}
-        lines, values, skip = [], [], 0
-        for i, value in enumerate(self.template):
-            if skip:
-                skip -= 1
-            elif i in starts:
-                k, (_, width, source, offset, dtype, form, meta, kept) = starts[i]
-                names[f"kept{k}"], names[f"fill{k}"] = kept, functools.partial(_fill, kept, dtype, form, meta)
-                address = f"a[{source}] + {offset}" if offset else f"a[{source}]"
-                lines.append(f"    d{k} = kept{k}.get({address}) or fill{k}({address})\n")
-                values.append(f"*d{k}")
-                skip = width - 1
-            elif i in at:
-                source, offset = at[i]
-                values.append(f"a[{source}] + {offset}" if offset else f"a[{source}]")
-            elif value is None or type(value) in (int, bool) or type(value) is float and math.isfinite(value):
-                values.append(repr(value))  # repr gives back the same int, bool or float
-            else:
-                names[f"c{i}"] = value
-                values.append(f"c{i}")
-        gx, gy, gz = self.grid
-        source = (
-            "def run(a, tensors, storages):\n"
-            "    e = knobs.launch_enter_hook\n"
-            "    x = knobs.launch_exit_hook\n"
-            "    if (e is not None and (type(e) is not chain or e.calls)) or (\n"
-            "            x is not None and (type(x) is not chain or x.calls)):\n"
-            "        return NOT_NOW\n"
-            + "".join(lines)
-            + f"    raw({gx}, {gy}, {gz}, {int(stream)}, function, {self.coop!r}, {self.pdl!r}, None, None, packed,"
-            f" None, None, None, {', '.join(values)})\n"
+        raw, function, packed, knobs, chain = self.raw, self.function, self.packed, self.knobs, self.chain
+        template, pointers = self.template, self.pointers
+        descriptors = tuple(
+            (position, width, source, offset, kept, functools.partial(_fill, kept, dtype, form, meta))
+            for position, width, source, offset, dtype, form, meta, kept in self.descriptors
         )
-        exec(compile(source, f"<nbxcert launch of {getattr(self.function, '__name__', 'a kernel')}>", "exec"), names)
-        self.run = names["run"]
+        gx, gy, gz = self.grid
+        coop, pdl, stream = self.coop, self.pdl, int(stream)
+
+        def run(a, tensors, storages):
+            e, x = knobs.launch_enter_hook, knobs.launch_exit_hook
+            if (e is not None and (type(e) is not chain or e.calls)) or (
+                x is not None and (type(x) is not chain or x.calls)
+            ):
+                return _NOT_NOW
+            args = template.copy()
+            for position, source, offset in pointers:
+                args[position] = a[source] + offset
+            for position, width, source, offset, kept, fill in descriptors:
+                ptr = a[source] + offset
+                args[position : position + width] = kept.get(ptr) or fill(ptr)
+            raw(gx, gy, gz, stream, function, coop, pdl, None, None, packed, None, None, None, *args)
+
+        self.run = run
 
     def general(self, addresses, tensors, storages):
         knobs = self.knobs

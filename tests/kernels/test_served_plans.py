@@ -580,12 +580,12 @@ def test_a_launch_with_its_stream_fixed_expands_each_descriptor_once_per_address
     assert encoded == [0x1200, 0x4200]  # the second replay at 0x1000 found its encoding kept
 
 
-def test_a_fixed_launch_writes_only_numbers_into_its_source_every_other_value_is_passed_by_name():
+def test_a_fixed_launch_passes_each_recorded_value_as_it_is():
     class Knobs:
         launch_enter_hook = None
         launch_exit_hook = None
 
-    class Loud(int):  # an int subclass whose repr is code: passed by name, never written into the source
+    class Loud(int):  # an int subclass whose repr is code: passed on as the same object, never run
         def __repr__(self):
             return "__import__('os')._exit(3)"
 
