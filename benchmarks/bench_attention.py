@@ -289,8 +289,10 @@ def main(argv=None) -> int:
 
     info = cuda.device_info(0)
     profile, match = match_nvidia(info.compute_capability)
-    print(f"device: {info.name} (cc {info.compute_capability[0]}.{info.compute_capability[1]}), "
-          f"profile {profile.key} ({match})")  # fmt: skip
+    print(
+        f"device: {info.name} (cc {info.compute_capability[0]}.{info.compute_capability[1]}), "
+        f"profile {profile.key} ({match})"
+    )
     log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
     wanted = [w.strip() for w in args.shapes.split(",") if w.strip()]
 

@@ -65,9 +65,18 @@ def peer_plan(keys, profile) -> list[dict]:
         kept_small = set(spec.prune(spec.candidates, problems["smallest"], profile).kept)
         kept = [c for c in kept_large if c in kept_small]
         p = problems["timing"]
-        plan.append({"key": k.text(), "M": p["M"], "N": p["N"], "K": p["K"], "dtype": k.dtypes[0],
-                     "configs": [{"params": dict(c.params), "num_warps": c.num_warps, "num_stages": c.num_stages}
-                                 for c in kept]})  # fmt: skip
+        plan.append(
+            {
+                "key": k.text(),
+                "M": p["M"],
+                "N": p["N"],
+                "K": p["K"],
+                "dtype": k.dtypes[0],
+                "configs": [
+                    {"params": dict(c.params), "num_warps": c.num_warps, "num_stages": c.num_stages} for c in kept
+                ],
+            }
+        )
     return plan
 
 
@@ -103,14 +112,46 @@ def peer(plan_path: str) -> None:
 
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        tuned[grid](a, w, out, out, m, n, k, 0, k, 1, 0, 1, k, 0, n, 1, 0, 0, 0, 1.0, 0.0,
-                    HAS_BIAS=False, ACTIVATION="none", DOT_PRECISION="ieee", UPCAST=False)  # fmt: skip
+        tuned[grid](
+            a,
+            w,
+            out,
+            out,
+            m,
+            n,
+            k,
+            0,
+            k,
+            1,
+            0,
+            1,
+            k,
+            0,
+            n,
+            1,
+            0,
+            0,
+            0,
+            1.0,
+            0.0,
+            HAS_BIAS=False,
+            ACTIVATION="none",
+            DOT_PRECISION="ieee",
+            UPCAST=False,
+        )
         torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
         ref = a.float() @ w.float().T
         err = (out.float() - ref).abs().max().item()
-        results.append({"key": item["key"], "seconds": seconds, "configs": len(configs),
-                        "best": str(tuned.best_config), "max_abs_err_vs_fp32": err})  # fmt: skip
+        results.append(
+            {
+                "key": item["key"],
+                "seconds": seconds,
+                "configs": len(configs),
+                "best": str(tuned.best_config),
+                "max_abs_err_vs_fp32": err,
+            }
+        )
     print(json.dumps(results))
 
 
@@ -148,12 +189,22 @@ def main() -> None:
     rows = []
     for item, mine, theirs in zip(plan, ours_result["keys"], peer_result, strict=False):
         ours_s = mine["seconds"].get("total", float("nan"))
-        rows.append({"key": item["key"], "candidates": len(item["configs"]), "ours_s": ours_s,
-                     "autotune_s": theirs["seconds"], "ratio": theirs["seconds"] / ours_s, "ours": mine,
-                     "autotune": theirs})  # fmt: skip
-        print(f"{item['key']}: {len(item['configs'])} candidates, nbxcert {ours_s:.2f} s "
-              f"(status {mine['status']}), triton.autotune {theirs['seconds']:.2f} s, "
-              f"x{theirs['seconds'] / ours_s:.2f}")  # fmt: skip
+        rows.append(
+            {
+                "key": item["key"],
+                "candidates": len(item["configs"]),
+                "ours_s": ours_s,
+                "autotune_s": theirs["seconds"],
+                "ratio": theirs["seconds"] / ours_s,
+                "ours": mine,
+                "autotune": theirs,
+            }
+        )
+        print(
+            f"{item['key']}: {len(item['configs'])} candidates, nbxcert {ours_s:.2f} s "
+            f"(status {mine['status']}), triton.autotune {theirs['seconds']:.2f} s, "
+            f"x{theirs['seconds'] / ours_s:.2f}"
+        )
     total_ours = sum(x["ours_s"] for x in rows)
     total_peer = sum(x["autotune_s"] for x in rows)
     print(
@@ -161,8 +212,9 @@ def main() -> None:
         f" s), triton.autotune {total_peer:.1f} s (process wall {peer_wall:.1f} s): x{total_peer / total_ours:.2f}"
     )
     if args.out:
-        Path(args.out).write_text(json.dumps({"rows": rows, "ours_wall_s": ours_result["wall_s"],
-                                              "peer_wall_s": peer_wall}, indent=1))  # fmt: skip
+        Path(args.out).write_text(
+            json.dumps({"rows": rows, "ours_wall_s": ours_result["wall_s"], "peer_wall_s": peer_wall}, indent=1)
+        )
 
 
 if __name__ == "__main__":

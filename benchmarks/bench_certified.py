@@ -175,8 +175,14 @@ def _peer_case(key, problem: dict) -> dict | None:
         return {"key": key.text(), "kind": "attention", "dtype": dtype, **{f: problem[f] for f in fields}}
     if key.kernel == "decode_attention":
         fields = ("batch", "heads", "kv_heads", "kv_len", "head_dim")
-        return {"key": key.text(), "kind": "attention", "dtype": dtype, "q_len": 1, "causal": 0,
-                **{f: problem[f] for f in fields}}  # fmt: skip
+        return {
+            "key": key.text(),
+            "kind": "attention",
+            "dtype": dtype,
+            "q_len": 1,
+            "causal": 0,
+            **{f: problem[f] for f in fields},
+        }
     return None
 
 
@@ -240,11 +246,15 @@ def quality(args) -> dict:
                 configs.append(spec.default)
             timing = entry["certified_problems"]["timing"]
             same = {"smallest": timing, "largest": timing}
-            requests += [compile_request(spec, c, key.dtypes, same, entry["seed"], profile.key)
-                         for c in dict.fromkeys(configs + resweep.get(key.text(), []))]  # fmt: skip
+            requests += [
+                compile_request(spec, c, key.dtypes, same, entry["seed"], profile.key)
+                for c in dict.fromkeys(configs + resweep.get(key.text(), []))
+            ]
         done = sum(r.get("status") == "compiled" for r in compile_all(requests, args.jobs))
-        print(f"[quality] compiled {done} of {len(requests)} configs ahead in {time.perf_counter() - t0:.1f} s",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"[quality] compiled {done} of {len(requests)} configs ahead in {time.perf_counter() - t0:.1f} s",
+            file=sys.stderr,
+        )
     rows, peer_cases = [], []
     interrupted = stopped = False
     try:  # a time limit's SIGINT ends the loop, not the report: the keys measured so far are kept
@@ -252,8 +262,11 @@ def quality(args) -> dict:
             if args.stop_after is not None and time.monotonic() - STARTED > args.stop_after:
                 # stopped before an outer time limit would stop it: the peer is still timed over the keys measured
                 stopped = True
-                print(f"[quality] stopped after {args.stop_after:g} s: {len(rows)} of {len(keys)} keys measured; "
-                      f"the rest: --start {args.start + len(rows)}", file=sys.stderr)  # fmt: skip
+                print(
+                    f"[quality] stopped after {args.stop_after:g} s: {len(rows)} of {len(keys)} keys measured; "
+                    f"the rest: --start {args.start + len(rows)}",
+                    file=sys.stderr,
+                )
                 break
             entry = entries[key.text()]
             spec = get_spec(key.kernel)
@@ -275,8 +288,11 @@ def quality(args) -> dict:
             case = _peer_case(parse_key(key.text()), problems["timing"])
             if case is not None:
                 peer_cases.append(case)
-            print(f"[quality] {i + 1}/{len(keys)} {key.text()}: winner {row['winner_us']:.1f} us"
-                  + (f", x default {row['x_default']:.2f}" if "x_default" in row else ""), file=sys.stderr)  # fmt: skip
+            print(
+                f"[quality] {i + 1}/{len(keys)} {key.text()}: winner {row['winner_us']:.1f} us"
+                + (f", x default {row['x_default']:.2f}" if "x_default" in row else ""),
+                file=sys.stderr,
+            )
     except KeyboardInterrupt:
         interrupted = True
         print(f"[quality] interrupted: {len(rows)} of {len(keys)} keys measured", file=sys.stderr)
@@ -284,8 +300,12 @@ def quality(args) -> dict:
     peer = {}
     if peer_cases and not args.no_peer and not interpreted and not interrupted:
         try:
-            proc = subprocess.run([sys.executable, "-c", PEER_SCRIPT, json.dumps(peer_cases)], capture_output=True,
-                                  text=True, timeout=3600)  # fmt: skip
+            proc = subprocess.run(
+                [sys.executable, "-c", PEER_SCRIPT, json.dumps(peer_cases)],
+                capture_output=True,
+                text=True,
+                timeout=3600,
+            )
         except KeyboardInterrupt:  # the time limit came during the peer's run: our figures are still reported
             proc = subprocess.CompletedProcess([], 130, "", "the peer's run was interrupted by the time limit")
         if proc.returncode != 0:
@@ -432,16 +452,25 @@ def _cold_run(
 ) -> dict:
     """One fresh process running the workload's launches; `triton_cache`: this Triton cache directory (default: an
     empty one of its own)."""
-    env = {**os.environ, "TRITON_CACHE_DIR": triton_cache or tempfile.mkdtemp(prefix="triton-cold-"),
-           "NBXCERT_CACHE_DIR": tempfile.mkdtemp(prefix="nbx-cold-"), "NBXCERT_UNCERTIFIED": "sweep"}  # fmt: skip
+    env = {
+        **os.environ,
+        "TRITON_CACHE_DIR": triton_cache or tempfile.mkdtemp(prefix="triton-cold-"),
+        "NBXCERT_CACHE_DIR": tempfile.mkdtemp(prefix="nbx-cold-"),
+        "NBXCERT_UNCERTIFIED": "sweep",
+    }
     if gpu:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     arg = {"workload": workload, "profile": profile.key, "dir": directory, "certified_only": certified_only}
     arg.update(warm=warm, autotune=autotune, max_launches=max_launches)
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run([sys.executable, "-c", COLD_CHILD, json.dumps(arg)], capture_output=True, text=True,
-                              env=env, timeout=limit_s)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", COLD_CHILD, json.dumps(arg)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=limit_s,
+        )
     except subprocess.TimeoutExpired as cut:
         # how far it got: its last "@ launches seconds" line (the output so far comes back as bytes)
         err = cut.stderr.decode(errors="replace") if isinstance(cut.stderr, bytes) else (cut.stderr or "")
@@ -466,8 +495,13 @@ def prefix_ratio(fast: dict, slow: dict) -> dict | None:
         n, slow_s = slow.get("launches", 0), (slow.get("elapsed") or [None])[-1]
     if not n or slow_s is None or n > len(fast["elapsed"]):
         return None
-    return {"launches": n, "of": len(fast["elapsed"]), "slow_s": slow_s, "fast_s": fast["elapsed"][n - 1],
-            "ratio": slow_s / fast["elapsed"][n - 1]}  # fmt: skip
+    return {
+        "launches": n,
+        "of": len(fast["elapsed"]),
+        "slow_s": slow_s,
+        "fast_s": fast["elapsed"][n - 1],
+        "ratio": slow_s / fast["elapsed"][n - 1],
+    }
 
 
 def coldstart(args) -> dict:
@@ -490,8 +524,9 @@ def coldstart(args) -> dict:
         {"swept": dict(directory=empty, certified_only=False, limit_s=args.sweep_limit, **common)},
     ]
     if args.autotune:
-        phases[2]["autotuned"] = dict(directory=empty, certified_only=False, limit_s=args.sweep_limit, autotune=True,
-                                      **common)  # fmt: skip
+        phases[2]["autotuned"] = dict(
+            directory=empty, certified_only=False, limit_s=args.sweep_limit, autotune=True, **common
+        )
     gpus = [g for g in args.gpus.split(",") if g] if args.gpus else []
     results = {}
     for runs in phases:
@@ -499,8 +534,10 @@ def coldstart(args) -> dict:
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(len(runs)) as pool:
-                futures = {name: pool.submit(_cold_run, args.workload, profile, gpu=gpus[i % len(gpus)], **run)
-                           for i, (name, run) in enumerate(runs.items())}  # fmt: skip
+                futures = {
+                    name: pool.submit(_cold_run, args.workload, profile, gpu=gpus[i % len(gpus)], **run)
+                    for i, (name, run) in enumerate(runs.items())
+                }
                 results.update({name: f.result() for name, f in futures.items()})
         else:
             results.update({name: _cold_run(args.workload, profile, **run) for name, run in runs.items()})
@@ -526,10 +563,13 @@ def coldstart(args) -> dict:
     }
     if "autotuned" in results:
         autotuned = results["autotuned"]
-        out.update(triton_autotune=autotuned, speedup_vs_autotune=ratio(certified, autotuned),
-                   speedup_vs_autotune_is_lower_bound=bool(autotuned.get("cut_at_limit")),
-                   speedup_vs_autotune_over_common_prefix=prefix_ratio(certified, autotuned),
-                   speedup_warmed_vs_autotune_over_common_prefix=prefix_ratio(warmed, autotuned))  # fmt: skip
+        out.update(
+            triton_autotune=autotuned,
+            speedup_vs_autotune=ratio(certified, autotuned),
+            speedup_vs_autotune_is_lower_bound=bool(autotuned.get("cut_at_limit")),
+            speedup_vs_autotune_over_common_prefix=prefix_ratio(certified, autotuned),
+            speedup_warmed_vs_autotune_over_common_prefix=prefix_ratio(warmed, autotuned),
+        )
     return out
 
 
@@ -661,8 +701,17 @@ def throughput(args) -> dict:
         rows = [r for r in rows if r["key"] in wanted]
     busy = sum(r["total"] for r in rows)
     # shards run at once: the run's wall time is its longest shard's
-    wall = max((sum(r["total"] for r in log if r["status"] == "certified" and "total" in r and
-                    (wanted is None or r["key"] in wanted)) for log in per_log), default=0.0)  # fmt: skip
+    wall = max(
+        (
+            sum(
+                r["total"]
+                for r in log
+                if r["status"] == "certified" and "total" in r and (wanted is None or r["key"] in wanted)
+            )
+            for log in per_log
+        ),
+        default=0.0,
+    )
     shares = {f: (sum(r[f] for r in rows) / busy if busy else 0.0) for f in ("compile", "oracle", "checks", "timing")}
     return {
         "logs": [str(p) for p in args.logs],
@@ -688,8 +737,10 @@ def winners(args) -> dict:
     rows = []
     # the kernels a process serving these keys compiles (one per kernel, dtypes and winner config, before what each
     # key's problems specialise): what `nbxcert warm` compiles first (`nbxcert.warm.phases`)
-    compiled = {(k.split("[", 1)[0], k.split(";", 1)[1], json.dumps(e["winner"]["config"], sort_keys=True))
-                for k, e in entries.items()}  # fmt: skip
+    compiled = {
+        (k.split("[", 1)[0], k.split(";", 1)[1], json.dumps(e["winner"]["config"], sort_keys=True))
+        for k, e in entries.items()
+    }
     for key, entry in sorted(entries.items()):
         default = entry.get("default")
         if default and default.get("timing"):
@@ -699,10 +750,16 @@ def winners(args) -> dict:
     for kernel in sorted({r["kernel"] for r in rows}):
         xs = [r["x_default"] for r in rows if r["kernel"] == kernel]
         kernels[kernel] = {"keys": len(xs), "median": statistics.median(xs), "min": min(xs), "max": max(xs)}
-    return {"dir": args.dir, "profile": args.profile, "workload": args.workload, "keys": len(entries),
-            "distinct_winners": len(compiled), "kernels": kernels,
-            "all": distribution(rows, "x_default"),
-            "best": max(rows, key=lambda r: r["x_default"]) if rows else None}  # fmt: skip
+    return {
+        "dir": args.dir,
+        "profile": args.profile,
+        "workload": args.workload,
+        "keys": len(entries),
+        "distinct_winners": len(compiled),
+        "kernels": kernels,
+        "all": distribution(rows, "x_default"),
+        "best": max(rows, key=lambda r: r["x_default"]) if rows else None,
+    }
 
 
 def report(args) -> dict:
@@ -724,8 +781,9 @@ def report(args) -> dict:
     keys = [r["key"] for r in rows]
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:
-        raise SystemExit(f"report: {len(twice)} keys measured in more than one file (first: {twice[0]}); give each "
-                         "shard once")  # fmt: skip
+        raise SystemExit(
+            f"report: {len(twice)} keys measured in more than one file (first: {twice[0]}); give each shard once"
+        )
     for r in rows:
         r["x_now"] = r["certified_us"] / r["winner_us"] if r.get("certified_us") and r.get("winner_us") else None
     kernels = sorted({r["kernel"] for r in rows})

@@ -208,9 +208,17 @@ def cases_for(d: Dims, ops) -> list[Case]:
                 add(op, phase, f"{n}x{2 * d.intermediate}", rows=n, d=d.intermediate)
         elif op == "rope":
             for phase, n in phases:
-                add(op, phase, f"{n} tok, {d.heads}/{d.kv_heads} heads x {d.head_dim}", tokens=n, heads=d.heads,
-                    kv_heads=d.kv_heads, head_dim=d.head_dim, max_position=max(d.kv_len, d.prefill_tokens),
-                    position=d.kv_len - 1 if phase == "decode" else None)  # fmt: skip
+                add(
+                    op,
+                    phase,
+                    f"{n} tok, {d.heads}/{d.kv_heads} heads x {d.head_dim}",
+                    tokens=n,
+                    heads=d.heads,
+                    kv_heads=d.kv_heads,
+                    head_dim=d.head_dim,
+                    max_position=max(d.kv_len, d.prefill_tokens),
+                    position=d.kv_len - 1 if phase == "decode" else None,
+                )
         elif op == "embedding":
             for phase, n in phases:
                 add(op, phase, f"{n} ids, {d.vocab}x{d.hidden}", tokens=n, vocab=d.vocab, dim=d.hidden)
@@ -221,18 +229,44 @@ def cases_for(d: Dims, ops) -> list[Case]:
             add(op, "decode", f"{small}x{qkv_n}x{d.hidden}", M=small, N=qkv_n, K=d.hidden)
         elif op == "flash_attention":
             t = d.prefill_tokens
-            add(op, "prefill", f"1x{d.heads}/{d.kv_heads}x{t}x{d.head_dim} causal", batch=1, heads=d.heads,
-                kv_heads=d.kv_heads, q_len=t, kv_len=t, head_dim=d.head_dim)  # fmt: skip
+            add(
+                op,
+                "prefill",
+                f"1x{d.heads}/{d.kv_heads}x{t}x{d.head_dim} causal",
+                batch=1,
+                heads=d.heads,
+                kv_heads=d.kv_heads,
+                q_len=t,
+                kv_len=t,
+                head_dim=d.head_dim,
+            )
         elif op in ("decode_attention", "paged_decode_attention"):
             paged = op == "paged_decode_attention"
             shape = f"{d.decode_batch}x{d.heads}/{d.kv_heads} kv {d.kv_len}x{d.head_dim}"
             extra = {"block_size": d.block_size} if paged else {}
-            add(op, "decode", shape + (f" paged {d.block_size}" if paged else ""), batch=d.decode_batch,
-                heads=d.heads, kv_heads=d.kv_heads, kv_len=d.kv_len, head_dim=d.head_dim, **extra)  # fmt: skip
+            add(
+                op,
+                "decode",
+                shape + (f" paged {d.block_size}" if paged else ""),
+                batch=d.decode_batch,
+                heads=d.heads,
+                kv_heads=d.kv_heads,
+                kv_len=d.kv_len,
+                head_dim=d.head_dim,
+                **extra,
+            )
         elif op == "fused_moe":
             for phase, n in phases:
-                add(op, phase, f"{n} tok top-{d.top_k} of {d.experts}, {2 * d.moe_intermediate}x{d.hidden}", M=n,
-                    N=2 * d.moe_intermediate, K=d.hidden, experts=d.experts, top_k=d.top_k)  # fmt: skip
+                add(
+                    op,
+                    phase,
+                    f"{n} tok top-{d.top_k} of {d.experts}, {2 * d.moe_intermediate}x{d.hidden}",
+                    M=n,
+                    N=2 * d.moe_intermediate,
+                    K=d.hidden,
+                    experts=d.experts,
+                    top_k=d.top_k,
+                )
         elif op == "dequant_gemv":
             add(op, "decode", f"{small}x{d.hidden}x{d.hidden} int4 g{QUANT_GROUP}", M=small, N=d.hidden, K=d.hidden)
         elif op == "dequant_matmul":
@@ -609,8 +643,10 @@ def run_cases(cases: list[Case], device: str, args, peer: Peer | None, log) -> t
                 log(f"  torch peer failed: {e}")
         gpu = f"{record['gpu_us']:8.2f}" if record["gpu_us"] is not None else "       -"
         took = time.perf_counter() - t0
-        log(f"  {case.id:32s} host {record['host_us']:7.2f} us{torch_line}  gpu {gpu} us  "
-            f"plan {record['plan_replayed']!s:5}  {record['served_as']}  ({took:.1f} s)")  # fmt: skip
+        log(
+            f"  {case.id:32s} host {record['host_us']:7.2f} us{torch_line}  gpu {gpu} us  "
+            f"plan {record['plan_replayed']!s:5}  {record['served_as']}  ({took:.1f} s)"
+        )
     held.enter("")  # the last group's tensors dropped
     return records, theirs
 
@@ -813,13 +849,24 @@ class Peer:
     Its first line names torch's version and the device."""
 
     def __init__(self, args):
-        settings = {"warmup": args.warmup, "calls": args.calls, "repeats": args.repeats, "eps": NORM_EPS,
-                    "gpu_calls": min(args.calls, args.gpu_calls), "rope_base": ROPE_BASE,
-                    "group": QUANT_GROUP}  # fmt: skip
+        settings = {
+            "warmup": args.warmup,
+            "calls": args.calls,
+            "repeats": args.repeats,
+            "eps": NORM_EPS,
+            "gpu_calls": min(args.calls, args.gpu_calls),
+            "rope_base": ROPE_BASE,
+            "group": QUANT_GROUP,
+        }
         self.timeout = args.peer_timeout
         self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - the peer's stderr for its life, closed in close()
-        self.proc = subprocess.Popen([sys.executable, "-c", peer_script(), json.dumps(settings)], text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", peer_script(), json.dumps(settings)],
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+        )
         self.info = self._answer()
 
     def _answer(self) -> dict:
@@ -914,9 +961,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="timed runs per case, the median taken (default 5)")
     parser.add_argument("--warmup", type=int, default=20, help="calls after the first, before timing (default 20)")
     parser.add_argument("--gpu-calls", type=int, default=50, help="calls per GPU run (default 50, at most --calls)")
-    parser.add_argument("--uncertified", choices=("default", "sweep"),
-                        default=os.environ.get("NBXCERT_UNCERTIFIED") or "default",
-                        help="what a key with no certificate gets (NBXCERT_UNCERTIFIED; default: default)")  # fmt: skip
+    parser.add_argument(
+        "--uncertified",
+        choices=("default", "sweep"),
+        default=os.environ.get("NBXCERT_UNCERTIFIED") or "default",
+        help="what a key with no certificate gets (NBXCERT_UNCERTIFIED; default: default)",
+    )
     parser.add_argument("--tiny", action="store_true", help="every case at small dims (the interpreter, tests)")
     parser.add_argument("--no-peer", action="store_true", help="skip the torch peer")
     parser.add_argument("--peer-timeout", type=int, default=600, help="seconds to wait for each torch peer answer")
@@ -949,8 +999,10 @@ def main(argv=None) -> int:
         print(f"bench_dispatch: {e}", file=sys.stderr)
         return 1
     if min(args.calls, args.repeats, args.gpu_calls) < 1 or args.warmup < 0:
-        print("bench_dispatch: --calls, --repeats and --gpu-calls must be at least 1, --warmup at least 0",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "bench_dispatch: --calls, --repeats and --gpu-calls must be at least 1, --warmup at least 0",
+            file=sys.stderr,
+        )
         return 1
     os.environ["NBXCERT_UNCERTIFIED"] = args.uncertified  # read when serving's state is first made, below
     from nbxcert import serving
@@ -964,16 +1016,20 @@ def main(argv=None) -> int:
         return 1
     print(choice.line(), flush=True)
     if choice.name != "cuda" and not args.tiny:
-        print("bench_dispatch: the full-size cases need a GPU; --tiny runs small ones on the interpreter",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "bench_dispatch: the full-size cases need a GPU; --tiny runs small ones on the interpreter", file=sys.stderr
+        )
         return 1
     from nbxcert.kernels import matmul as mm
     from nbxcert.kernels import quant
 
     cases = cases_for(model_dims(args.tiny, min(mm.GEMV_MAX_M, quant.GEMV_MAX_M)), ops)
     st = serving.state()
-    print(f"profile {st.profile.key} ({st.memory_class} class), {len(st.index)} certified keys; uncertified keys: "
-          f"{st.uncertified}; {len(cases)} cases, {args.calls} calls x {args.repeats} runs", flush=True)  # fmt: skip
+    print(
+        f"profile {st.profile.key} ({st.memory_class} class), {len(st.index)} certified keys; uncertified keys: "
+        f"{st.uncertified}; {len(cases)} cases, {args.calls} calls x {args.repeats} runs",
+        flush=True,
+    )
     torch_info = None
     peer = None
     if choice.name != "cuda":
@@ -983,8 +1039,11 @@ def main(argv=None) -> int:
         try:
             peer = Peer(args)
             torch_info = dict(peer.info)
-            print(f"torch peer: torch {torch_info['torch']} on {torch_info['device']} "
-                  f"(started in {time.perf_counter() - t0:.1f} s)", flush=True)  # fmt: skip
+            print(
+                f"torch peer: torch {torch_info['torch']} on {torch_info['device']} "
+                f"(started in {time.perf_counter() - t0:.1f} s)",
+                flush=True,
+            )
         except PeerFailed as e:
             torch_info = {"error": str(e)}
             print(f"torch peer failed: {e}", flush=True)
@@ -996,8 +1055,9 @@ def main(argv=None) -> int:
             peer.close()
     print(f"{len(cases)} cases in {time.perf_counter() - t0:.1f} s", flush=True)
     if "torch" in sys.modules:
-        print("bench_dispatch: torch was imported in nbxcert's own process; nothing here may import it",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "bench_dispatch: torch was imported in nbxcert's own process; nothing here may import it", file=sys.stderr
+        )
         return 1
     if "error" in theirs:
         torch_info = dict(torch_info or {}, error=theirs.pop("error"))

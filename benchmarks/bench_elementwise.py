@@ -32,15 +32,24 @@ TOKENS = 16384
 CASES = (
     ("silu_and_mul", {"n_rows": TOKENS, "d": 5632}, ("float16",)),
     ("gelu", {"n_rows": TOKENS, "n_cols": 4096, "approximate": "tanh"}, ("float16",)),
-    ("add_mul", {"n_rows": TOKENS, "n_cols": 4096, "op": "add", "a_layout": "dense", "b_layout": "dense"},
-     ("float16", "float16")),
-    ("add_mul", {"n_rows": TOKENS, "n_cols": 4096, "op": "mul", "a_layout": "dense", "b_layout": "broadcast"},
-     ("float16", "float16")),
+    (
+        "add_mul",
+        {"n_rows": TOKENS, "n_cols": 4096, "op": "add", "a_layout": "dense", "b_layout": "dense"},
+        ("float16", "float16"),
+    ),
+    (
+        "add_mul",
+        {"n_rows": TOKENS, "n_cols": 4096, "op": "mul", "a_layout": "dense", "b_layout": "broadcast"},
+        ("float16", "float16"),
+    ),
     ("cast", {"n_rows": TOKENS, "n_cols": 4096}, ("float16", "float32")),
-    ("rope", {"n_tokens": TOKENS, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "rot_dim": 128, "style": "neox"},
-     ("float16",)),
+    (
+        "rope",
+        {"n_tokens": TOKENS, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128, "rot_dim": 128, "style": "neox"},
+        ("float16",),
+    ),
     ("embedding", {"n_tokens": TOKENS, "dim": 4096}, ("float16", "int64")),
-)  # fmt: skip
+)
 
 PEER_SCRIPT = r"""
 import json, sys
@@ -139,8 +148,10 @@ def table(results: list[dict]) -> list[str]:
         case = case_label(r["kernel"], r["problem"], r["dtypes"])
         t_us = f"{r['torch_ms'] * 1e3:9.1f}" if r["torch_ms"] else f"{'-':>9s}"
         sp = f"{r['speedup_vs_torch']:7.2f}x" if r["speedup_vs_torch"] else f"{'-':>8s}"
-        lines.append(f"{r['kernel']:13s} {case:>22s} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} "
-                     f"{100 * r['fraction_of_copy']:7.1f}% {t_us} {sp}  {r['best_label']}")  # fmt: skip
+        lines.append(
+            f"{r['kernel']:13s} {case:>22s} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} "
+            f"{100 * r['fraction_of_copy']:7.1f}% {t_us} {sp}  {r['best_label']}"
+        )
         if r["check"] != "ok":
             lines.append(f"  CHECK FAILED: {r['check'].splitlines()[0]}")
     return lines
@@ -150,8 +161,10 @@ def main() -> int:
     from nbxcert.kernels import elementwise as ew
 
     # the peer's table and cos/sin cache are as large as ours (a table in L2 would flatter either side)
-    peer_cases = [[name, dict(problem, vocab=ew.EMBEDDING_VOCAB, max_position=ew.ROPE_MAX_POSITION), list(dtypes)]
-                  for name, problem, dtypes in CASES]  # fmt: skip
+    peer_cases = [
+        [name, dict(problem, vocab=ew.EMBEDDING_VOCAB, max_position=ew.ROPE_MAX_POSITION), list(dtypes)]
+        for name, problem, dtypes in CASES
+    ]
     opened = common.start(__doc__, "bench_elementwise", PEER_SCRIPT, peer_cases)
     if opened is None:
         return 2
@@ -184,8 +197,14 @@ def main() -> int:
         print(f"{name} {problem}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us", flush=True)
 
     # the results are written before the table is printed: a fault in printing loses no measurement
-    doc = {"device": device_name, "profile": profile.key, "profile_match": how, "copy_bandwidth_GBps": copy_bw / 1e9,
-           "torch": {k: v for k, v in peer.items() if k != "ms"}, "cases": results}  # fmt: skip
+    doc = {
+        "device": device_name,
+        "profile": profile.key,
+        "profile_match": how,
+        "copy_bandwidth_GBps": copy_bw / 1e9,
+        "torch": {k: v for k, v in peer.items() if k != "ms"},
+        "cases": results,
+    }
     if args.out:
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=2)

@@ -83,20 +83,50 @@ def main(argv=None) -> int:
     decode = {"batch": 1, "heads": 32, "kv_heads": 4, "head_dim": 64, "kv_len": 1024}
     cases = [
         ("rmsnorm", lambda: rows.rmsnorm(x, w, 1e-6, out=y), rows.RMSNORM, {"n_rows": 1, "n_cols": 2048}, f16),
-        ("add_rmsnorm", lambda: rows.add_rmsnorm(x, r, w, 1e-6, out=y, out_sum=s_out), rows.ADD_RMSNORM,
-         {"n_rows": 1, "n_cols": 2048}, f16),
-        ("softmax", lambda: rows.softmax(logits, out=probs), rows.SOFTMAX,
-         {"n_rows": 1, "n_cols": 32000, "mask": "none"}, ("float16",)),
-        ("embedding", lambda: ew.embedding(table, ids, out=emb), ew.EMBEDDING, {"n_tokens": 1, "dim": 2048},
-         ("float16", "int32")),
-        ("rope", lambda: ew.rope(q, kq, positions, cos_sin), ew.ROPE,
-         ew.rope_problem(q, kq, positions, cos_sin, None, "neox"), ("float16",)),
-        ("decode_attention", lambda: at.decode_attention(q, kc, vc, lengths, att, workspace=ws, max_len=1024),
-         at.DECODE_ATTENTION, decode, ("float16",)),
-        ("silu_and_mul", lambda: ew.silu_and_mul(xs, out=ys), ew.SILU_AND_MUL, ew.silu_and_mul_problem(xs),
-         ("float16",)),
+        (
+            "add_rmsnorm",
+            lambda: rows.add_rmsnorm(x, r, w, 1e-6, out=y, out_sum=s_out),
+            rows.ADD_RMSNORM,
+            {"n_rows": 1, "n_cols": 2048},
+            f16,
+        ),
+        (
+            "softmax",
+            lambda: rows.softmax(logits, out=probs),
+            rows.SOFTMAX,
+            {"n_rows": 1, "n_cols": 32000, "mask": "none"},
+            ("float16",),
+        ),
+        (
+            "embedding",
+            lambda: ew.embedding(table, ids, out=emb),
+            ew.EMBEDDING,
+            {"n_tokens": 1, "dim": 2048},
+            ("float16", "int32"),
+        ),
+        (
+            "rope",
+            lambda: ew.rope(q, kq, positions, cos_sin),
+            ew.ROPE,
+            ew.rope_problem(q, kq, positions, cos_sin, None, "neox"),
+            ("float16",),
+        ),
+        (
+            "decode_attention",
+            lambda: at.decode_attention(q, kc, vc, lengths, att, workspace=ws, max_len=1024),
+            at.DECODE_ATTENTION,
+            decode,
+            ("float16",),
+        ),
+        (
+            "silu_and_mul",
+            lambda: ew.silu_and_mul(xs, out=ys),
+            ew.SILU_AND_MUL,
+            ew.silu_and_mul_problem(xs),
+            ("float16",),
+        ),
         ("matmul", lambda: mm.matmul(a, b, out=c), mm.MATMUL, mm._problem_matmul(a, b), f16),
-    ]  # fmt: skip
+    ]
 
     results = []
     for name, served_call, spec, problem, dtypes in cases:
@@ -109,11 +139,22 @@ def main(argv=None) -> int:
         }
         runs = common.interleaved_us(paths, args.calls, args.repeats)
         served, direct, raw = (statistics.median(runs[p]) for p in ("served", "direct", "raw"))
-        results.append({"kernel": name, "problem": problem, "config": config.label(), "served_us": served,
-                        "direct_us": direct, "raw_us": raw, "overhead_us": served - raw,
-                        "overhead_vs_direct_us": served - direct})  # fmt: skip
-        print(f"{name:13s} served {served:6.1f} us  raw {raw:6.1f} us  overhead {served - raw:5.1f} us  "
-              f"(spec.launch {direct:6.1f} us; {config.label()})")  # fmt: skip
+        results.append(
+            {
+                "kernel": name,
+                "problem": problem,
+                "config": config.label(),
+                "served_us": served,
+                "direct_us": direct,
+                "raw_us": raw,
+                "overhead_us": served - raw,
+                "overhead_vs_direct_us": served - direct,
+            }
+        )
+        print(
+            f"{name:13s} served {served:6.1f} us  raw {raw:6.1f} us  overhead {served - raw:5.1f} us  "
+            f"(spec.launch {direct:6.1f} us; {config.label()})"
+        )
     if args.out:
         Path(args.out).write_text(json.dumps({"calls": args.calls, "cases": results, "target_us": 2.0}, indent=1))
     return 0

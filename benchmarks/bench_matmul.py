@@ -108,8 +108,12 @@ def gpu_state() -> list[str] | str:
     for reasons in GPU_REASON_FIELDS + ("",):
         fields = GPU_STATE_FIELDS + (f",{reasons}" if reasons else "")
         try:
-            proc = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
-                                  capture_output=True, text=True, timeout=30)  # fmt: skip
+            proc = subprocess.run(
+                ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"nvidia-smi: {e}"
         if proc.returncode == 0:
@@ -122,8 +126,12 @@ def run_retime(items: list[dict], warmup_ms: float, rep_ms: float) -> dict:
     """The finalists timed again in a fresh process of this script (`--retime`): {id: {"median_ms", "reps"}}, or
     {"error": ...}."""
     payload = json.dumps({"items": items, "warmup_ms": warmup_ms, "rep_ms": rep_ms})
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--retime", payload, "--out", os.devnull],
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--retime", payload, "--out", os.devnull],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -160,15 +168,24 @@ def combine_rounds(rounds: list[dict], shapes: list[str], finalists: dict[str, l
     combined = {}
     for shape in shapes:
         ids = finalists.get(shape, [])
-        counted = [r for r in rounds if ids and shape in r.get("peer", {}).get("results", {})
-                   and all(i in r.get("ours", {}) for i in ids)]  # fmt: skip
+        counted = [
+            r
+            for r in rounds
+            if ids and shape in r.get("peer", {}).get("results", {}) and all(i in r.get("ours", {}) for i in ids)
+        ]
         if not counted:
             continue
         medians = {i: statistics.median(r["ours"][i]["median_ms"] for r in counted) for i in ids}
         best = min(medians, key=medians.get)
         peer = statistics.median(r["peer"]["results"][shape]["median_ms"] for r in counted)
-        combined[shape] = {"ours_ms": medians[best], "peer_ms": peer, "ratio": peer / medians[best],
-                           "rounds": len(counted), "best": best, "finalists": medians}  # fmt: skip
+        combined[shape] = {
+            "ours_ms": medians[best],
+            "peer_ms": peer,
+            "ratio": peer / medians[best],
+            "rounds": len(counted),
+            "best": best,
+            "finalists": medians,
+        }
     return combined
 
 
@@ -223,8 +240,10 @@ def bench_spec(spec, problem, dtypes, profile, device, warmup_ms, rep_ms, kinds,
                 "host_us": host_launch_us(lambda config=config: spec.launch(config, inputs)),
             }
         )
-        log(f"    {rows[-1]['median_ms']:.4f} ms (host {rows[-1]['host_us']:.1f} us)  {config.label()}  "
-            f"({time.time() - t0:.1f}s)")  # fmt: skip
+        log(
+            f"    {rows[-1]['median_ms']:.4f} ms (host {rows[-1]['host_us']:.1f} us)  {config.label()}  "
+            f"({time.time() - t0:.1f}s)"
+        )
     for config, reason in pruned.pruned:
         refused.append({"config": config.label(), "reason": f"pruned: {reason}"})
     return rows, refused, inputs
@@ -311,8 +330,14 @@ def main(argv=None) -> int:
             cand = dict(cand, tflops=flops(shape) / cand["median_ms"] / 1e9, oracle_ok=all_ok(verdicts))
             if not cand["oracle_ok"]:
                 cand["oracle_report"] = first_report(verdicts)
-            cand["retime"] = {"shape": text, "id": f"{text} [{cand['spec']}] {cand['config']}", "spec": cand["spec"],
-                              "problem": problem, "dtypes": list(dtypes), "kwargs": cand["kwargs"]}  # fmt: skip
+            cand["retime"] = {
+                "shape": text,
+                "id": f"{text} [{cand['spec']}] {cand['config']}",
+                "spec": cand["spec"],
+                "problem": problem,
+                "dtypes": list(dtypes),
+                "kwargs": cand["kwargs"],
+            }
             entry["finalists"].append(cand)
         if entry["finalists"]:
             entry["best"] = entry["finalists"][0]  # until the rounds say otherwise
@@ -327,16 +352,20 @@ def main(argv=None) -> int:
         items = [item for t in shapes for item in finalists[t]]
         rounds = []
         for r in range(args.rounds):
-            print(f"== round {r + 1} of {args.rounds}: the finalists again, then cuBLAS (torch), each in a "
-                  f"fresh process after {args.cool_s:g} s idle", flush=True)  # fmt: skip
+            print(
+                f"== round {r + 1} of {args.rounds}: the finalists again, then cuBLAS (torch), each in a "
+                f"fresh process after {args.cool_s:g} s idle",
+                flush=True,
+            )
             time.sleep(args.cool_s)
             before_ours = gpu_state()
             ours = run_retime(items, args.warmup_ms, args.rep_ms)
             time.sleep(args.cool_s)
             before_peer = gpu_state()
             peer_round = run_peer(shapes, dt, args.warmup_ms, args.rep_ms)
-            rounds.append({"ours": ours, "peer": peer_round, "gpu_before_ours": before_ours,
-                           "gpu_before_peer": before_peer})  # fmt: skip
+            rounds.append(
+                {"ours": ours, "peer": peer_round, "gpu_before_ours": before_ours, "gpu_before_peer": before_peer}
+            )
             for side, res in (("finalists", ours), ("cuBLAS peer", peer_round)):
                 if "error" in res:
                     print(f"   {side} failed: {res['error']}", flush=True)
@@ -362,8 +391,10 @@ def main(argv=None) -> int:
         best = entry.get("best")
         target = TARGETS.get(text)
         if best is None:
-            print(f"{text:>18} {'-':>9} {'-':>9} {'-':>8} {'-':>8} {'-':>10} {'-':>6} {target or '-':>6}  "
-                  "(no candidate ran)")  # fmt: skip
+            print(
+                f"{text:>18} {'-':>9} {'-':>9} {'-':>8} {'-':>8} {'-':>10} {'-':>6} {target or '-':>6}  "
+                "(no candidate ran)"
+            )
             all_met = all_met and target is None
             continue
         side = combined.get(text)

@@ -45,22 +45,46 @@ DEFAULT_SHAPES = tuple(f"{m}:{s}:{t}" for m in MODELS for s in ("up", "down") fo
 # is made against, not code.
 VLLM_H200 = {
     "mixtral": {  # E=8,N=14336,device_name=NVIDIA_H200.json
-        1: (16, 128, 128, 16, 4, 5), 2: (32, 64, 128, 1, 4, 5), 4: (16, 64, 64, 1, 4, 5), 8: (16, 128, 128, 1, 4, 5),
-        16: (16, 64, 256, 16, 4, 3), 24: (16, 128, 256, 16, 4, 2), 32: (16, 128, 128, 16, 8, 3),
-        48: (32, 128, 128, 16, 4, 3), 64: (32, 128, 128, 64, 4, 3), 96: (32, 128, 128, 64, 4, 3),
-        128: (64, 128, 128, 1, 8, 4), 256: (128, 256, 64, 1, 8, 4), 512: (128, 256, 64, 16, 8, 4),
-        1024: (128, 256, 64, 16, 8, 4), 1536: (128, 256, 64, 16, 8, 4), 2048: (128, 256, 64, 32, 8, 4),
-        3072: (128, 256, 64, 16, 8, 4), 4096: (128, 256, 64, 16, 8, 4),
+        1: (16, 128, 128, 16, 4, 5),
+        2: (32, 64, 128, 1, 4, 5),
+        4: (16, 64, 64, 1, 4, 5),
+        8: (16, 128, 128, 1, 4, 5),
+        16: (16, 64, 256, 16, 4, 3),
+        24: (16, 128, 256, 16, 4, 2),
+        32: (16, 128, 128, 16, 8, 3),
+        48: (32, 128, 128, 16, 4, 3),
+        64: (32, 128, 128, 64, 4, 3),
+        96: (32, 128, 128, 64, 4, 3),
+        128: (64, 128, 128, 1, 8, 4),
+        256: (128, 256, 64, 1, 8, 4),
+        512: (128, 256, 64, 16, 8, 4),
+        1024: (128, 256, 64, 16, 8, 4),
+        1536: (128, 256, 64, 16, 8, 4),
+        2048: (128, 256, 64, 32, 8, 4),
+        3072: (128, 256, 64, 16, 8, 4),
+        4096: (128, 256, 64, 16, 8, 4),
     },
     "qwen3": {  # E=128,N=768,device_name=NVIDIA_H200.json
-        1: (16, 64, 64, 1, 4, 5), 2: (16, 64, 64, 1, 4, 4), 4: (16, 64, 128, 16, 4, 2), 8: (16, 64, 128, 1, 4, 3),
-        16: (16, 64, 256, 1, 4, 2), 24: (16, 64, 128, 1, 4, 4), 32: (16, 64, 128, 16, 4, 2),
-        48: (16, 128, 128, 16, 4, 3), 64: (16, 256, 128, 1, 8, 2), 96: (16, 128, 128, 1, 4, 2),
-        128: (16, 128, 128, 1, 4, 2), 256: (32, 256, 128, 16, 4, 2), 512: (64, 128, 64, 1, 4, 3),
-        1024: (128, 256, 64, 16, 8, 4), 1536: (128, 256, 64, 1, 8, 4), 2048: (128, 256, 64, 1, 8, 4),
-        3072: (128, 256, 64, 1, 8, 4), 4096: (128, 256, 64, 16, 8, 4),
+        1: (16, 64, 64, 1, 4, 5),
+        2: (16, 64, 64, 1, 4, 4),
+        4: (16, 64, 128, 16, 4, 2),
+        8: (16, 64, 128, 1, 4, 3),
+        16: (16, 64, 256, 1, 4, 2),
+        24: (16, 64, 128, 1, 4, 4),
+        32: (16, 64, 128, 16, 4, 2),
+        48: (16, 128, 128, 16, 4, 3),
+        64: (16, 256, 128, 1, 8, 2),
+        96: (16, 128, 128, 1, 4, 2),
+        128: (16, 128, 128, 1, 4, 2),
+        256: (32, 256, 128, 16, 4, 2),
+        512: (64, 128, 64, 1, 4, 3),
+        1024: (128, 256, 64, 16, 8, 4),
+        1536: (128, 256, 64, 1, 8, 4),
+        2048: (128, 256, 64, 1, 8, 4),
+        3072: (128, 256, 64, 1, 8, 4),
+        4096: (128, 256, 64, 16, 8, 4),
     },
-}  # fmt: skip
+}
 
 
 def parse_shape(text: str) -> dict:
@@ -81,8 +105,11 @@ def vllm_space(which: str) -> list[tuple]:
     """vLLM's candidate space as (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, warps, stages) tuples."""
     if which == "tuned":
         return sorted({c for table in VLLM_H200.values() for c in table.values()})
-    return list(itertools.product((16, 32, 64, 128, 256), (32, 64, 128, 256), (64, 128, 256), (1, 16, 32, 64),
-                                  (4, 8), (2, 3, 4, 5)))  # fmt: skip
+    return list(
+        itertools.product(
+            (16, 32, 64, 128, 256), (32, 64, 128, 256), (64, 128, 256), (1, 16, 32, 64), (4, 8), (2, 3, 4, 5)
+        )
+    )
 
 
 def vllm_pick(model: str, tokens: int) -> tuple:
@@ -106,8 +133,14 @@ def time_configs(spec, configs, inputs, prune, profile, warmup_ms, rep_ms, log):
         )
         if times is None:
             continue
-        rows.append({"config": config.label(), "kwargs": config.as_dict(), "median_ms": statistics.median(times),
-                     "reps": len(times)})  # fmt: skip
+        rows.append(
+            {
+                "config": config.label(),
+                "kwargs": config.as_dict(),
+                "median_ms": statistics.median(times),
+                "reps": len(times),
+            }
+        )
         log(f"    {rows[-1]['median_ms']:.4f} ms  {config.label()}  ({time.time() - t0:.1f}s)")
     return rows, refused
 
@@ -162,18 +195,32 @@ def main(argv=None) -> int:
         print(f"== {text} {problem} ({dt})", flush=True)
         inputs = spec.make_inputs(problem, (dt, dt), 0, choice.device)
         # every config of both spaces compiled in a pool before any is timed
-        compile_ahead(spec, problem, (dt, dt), list(spec.prune(list(spec.candidates) + theirs, problem, profile).kept),
-                      profile.key)  # fmt: skip
+        compile_ahead(
+            spec,
+            problem,
+            (dt, dt),
+            list(spec.prune(list(spec.candidates) + theirs, problem, profile).kept),
+            profile.key,
+        )
         pick = vllm_pick(shape["model"], problem["M"])
         pick_cfg = moe._moe(pick[0], pick[1], pick[2], pick[4], pick[5], pick[3])
         log("  ours:")
-        our_rows, our_refused = time_configs(spec, spec.candidates, inputs, spec.prune, profile, args.warmup_ms,
-                                             args.rep_ms, log)  # fmt: skip
+        our_rows, our_refused = time_configs(
+            spec, spec.candidates, inputs, spec.prune, profile, args.warmup_ms, args.rep_ms, log
+        )
         log(f"  vLLM space ({len(theirs)} configs):")
-        their_rows, their_refused = time_configs(spec, theirs, inputs, spec.prune, profile, args.warmup_ms,
-                                                 args.rep_ms, log)  # fmt: skip
-        entry = {"problem": problem, "flop": flops(problem), "ours": our_rows, "ours_refused": our_refused,
-                 "vllm": their_rows, "vllm_refused": their_refused, "vllm_pick": pick_cfg.label()}  # fmt: skip
+        their_rows, their_refused = time_configs(
+            spec, theirs, inputs, spec.prune, profile, args.warmup_ms, args.rep_ms, log
+        )
+        entry = {
+            "problem": problem,
+            "flop": flops(problem),
+            "ours": our_rows,
+            "ours_refused": our_refused,
+            "vllm": their_rows,
+            "vllm_refused": their_refused,
+            "vllm_pick": pick_cfg.label(),
+        }
         picked = [r for r in their_rows if r["config"] == pick_cfg.label()]
         entry["vllm_pick_ms"] = picked[0]["median_ms"] if picked else None
         refs = None if args.no_check else spec.oracle(inputs)

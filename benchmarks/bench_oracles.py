@@ -22,8 +22,12 @@ import numpy as np
 
 def _cases(rng):
     b, h, kv, d, n = 16, 32, 4, 64, 8192
-    decode = (rng.standard_normal((b, h, d)).astype(np.float16), rng.standard_normal((b, kv, n, d)).astype(np.float16),
-              rng.standard_normal((b, kv, n, d)).astype(np.float16), rng.integers(1, n + 1, b))  # fmt: skip
+    decode = (
+        rng.standard_normal((b, h, d)).astype(np.float16),
+        rng.standard_normal((b, kv, n, d)).astype(np.float16),
+        rng.standard_normal((b, kv, n, d)).astype(np.float16),
+        rng.integers(1, n + 1, b),
+    )
     s = 2048
     prefill = tuple(
         rng.standard_normal(shape).astype(np.float16) for shape in ((1, 8, s, 64), (1, 2, s, 64), (1, 2, s, 64))

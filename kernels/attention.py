@@ -253,14 +253,58 @@ def _flash_fwd_kernel(
     full_end = (full_end // BLOCK_N) * BLOCK_N
     for start_n in range(0, full_end, BLOCK_N):
         acc, l_i, m_i = _attend_tile(
-            acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, offs_d, kv_len, diag, qk_scale,
-            stride_kn, stride_vn, b32, kvh32, HEAD_DIM, BLOCK_D, BLOCK_N, False, False, TMA, UPCAST,
-        )  # fmt: skip
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_ptrs,
+            v_ptrs,
+            start_n,
+            offs_m,
+            offs_n,
+            offs_d,
+            kv_len,
+            diag,
+            qk_scale,
+            stride_kn,
+            stride_vn,
+            b32,
+            kvh32,
+            HEAD_DIM,
+            BLOCK_D,
+            BLOCK_N,
+            False,
+            False,
+            TMA,
+            UPCAST,
+        )
     for start_n in range(full_end, end, BLOCK_N):
         acc, l_i, m_i = _attend_tile(
-            acc, l_i, m_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, offs_d, kv_len, diag, qk_scale,
-            stride_kn, stride_vn, b32, kvh32, HEAD_DIM, BLOCK_D, BLOCK_N, True, CAUSAL, TMA, UPCAST,
-        )  # fmt: skip
+            acc,
+            l_i,
+            m_i,
+            q,
+            k_ptrs,
+            v_ptrs,
+            start_n,
+            offs_m,
+            offs_n,
+            offs_d,
+            kv_len,
+            diag,
+            qk_scale,
+            stride_kn,
+            stride_vn,
+            b32,
+            kvh32,
+            HEAD_DIM,
+            BLOCK_D,
+            BLOCK_N,
+            True,
+            CAUSAL,
+            TMA,
+            UPCAST,
+        )
 
     # l_i == 0 only for a row that saw no key, whose acc is 0: it is written as 0 (the defined fully-masked row)
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
@@ -1211,8 +1255,16 @@ def _same_dtype(dtypes: tuple[str, ...]) -> tuple[str, ...]:
 
 def prefill_problem(batch, heads, kv_heads, q_len, kv_len, head_dim, causal, aligned) -> dict[str, int]:
     """A flash_attention problem dict from its sizes (causal and aligned as 0/1)."""
-    return dict(batch=batch, heads=heads, kv_heads=kv_heads, q_len=q_len, kv_len=kv_len, head_dim=head_dim,
-                causal=causal, aligned=aligned)  # fmt: skip
+    return dict(
+        batch=batch,
+        heads=heads,
+        kv_heads=kv_heads,
+        q_len=q_len,
+        kv_len=kv_len,
+        head_dim=head_dim,
+        causal=causal,
+        aligned=aligned,
+    )
 
 
 # --- specs ------------------------------------------------------------------------------------------------------------

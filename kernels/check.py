@@ -38,8 +38,16 @@ def run_checked(
     if inputs is None:
         inputs = spec.make_inputs(problem, tuple(dtypes), seed, device)
     judges = _judge_and_poison(spec, inputs, profile)
-    return _launch_and_judge(spec, config, inputs, problem, dtypes, timings, judges,
-                             lambda name, ctx: judges[name].verdict_of(inputs.tensors[name], ctx))  # fmt: skip
+    return _launch_and_judge(
+        spec,
+        config,
+        inputs,
+        problem,
+        dtypes,
+        timings,
+        judges,
+        lambda name, ctx: judges[name].verdict_of(inputs.tensors[name], ctx),
+    )
 
 
 def _judge_and_poison(spec: KernelSpec, inputs: Inputs, profile) -> dict[str, Judge]:
@@ -135,8 +143,9 @@ def run_prepared(prepared: Prepared, config: Config, timings: list[float] | None
     """`run_checked` on prepared inputs: restore them, launch `config`, judge every output. With `timings`, the
     launch's wall time in seconds is appended."""
     inputs = prepared.restore()
-    return _launch_and_judge(prepared.spec, config, inputs, prepared.problem, prepared.dtypes, timings,
-                             prepared.judges, prepared.verdict)  # fmt: skip
+    return _launch_and_judge(
+        prepared.spec, config, inputs, prepared.problem, prepared.dtypes, timings, prepared.judges, prepared.verdict
+    )
 
 
 def all_ok(verdicts: Mapping[str, Verdict]) -> bool:

@@ -94,9 +94,24 @@ def as_rows(t: Tensor, name: str, role: str = "") -> Tensor:
 
 
 # --- spec building ----------------------------------------------------------------------------------------------------
-def family_spec(family: str, name: str, description: str, kernels: tuple, *, problem_args, key_fields, dtype_args,
-                dtypes, output_dtypes, tuning, parts, no_bit_fields=(), examples=(), oracle_name=None,
-                **more) -> KernelSpec:  # fmt: skip
+def family_spec(
+    family: str,
+    name: str,
+    description: str,
+    kernels: tuple,
+    *,
+    problem_args,
+    key_fields,
+    dtype_args,
+    dtypes,
+    output_dtypes,
+    tuning,
+    parts,
+    no_bit_fields=(),
+    examples=(),
+    oracle_name=None,
+    **more,
+) -> KernelSpec:
     """Register one `KernelSpec` of `family` from its parts, grouped as a reader looks them up.
 
     tuning: (candidates, default, prune). parts: (make_inputs, launch, oracle, problem_of). The oracle is named

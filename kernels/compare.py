@@ -211,7 +211,7 @@ def poison(t, dtype: DType) -> None:
         t.fill_(float("nan"))
     elif dtype.name == "bool":
         # bool storage is one byte; 0x5A is neither 0 nor 1, which no comparison result writes
-        t._write_host(np.full(t.shape, 0x5A, dtype=np.uint8).view(np.bool_))
+        t.write_host(np.full(t.shape, 0x5A, dtype=np.uint8).view(np.bool_))
     else:
         info = np.iinfo(dtype.storage)
         t.fill_(info.min if info.min < 0 else info.max)

@@ -71,9 +71,17 @@ def _c(value: tl.constexpr, CDT: tl.constexpr):
 
 @jit
 def _silu_and_mul_kernel(
-    x_ptr, y_ptr, n_rows, d, x_row_stride, y_row_stride,
-    ROWS: tl.constexpr, BLOCK: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    y_ptr,
+    n_rows,
+    d,
+    x_row_stride,
+    y_row_stride,
+    ROWS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """y[r, c] = silu(x[r, c]) * x[r, d + c] for c < d, silu(a) = a * sigmoid(a).
 
     sigmoid(a) is 1 / (1 + e) for a >= 0 and e / (1 + e) for a < 0, with e = exp(-|a|) <= 1: never exp of a large
@@ -116,10 +124,27 @@ def _gelu_kernel(x_ptr, y_ptr, n, TANH: tl.constexpr, BLOCK: tl.constexpr, CDT: 
 
 @jit
 def _add_mul_kernel(
-    a_ptr, b_ptr, out_ptr, n, size1, size2, size3,
-    a_s0, a_s1, a_s2, a_s3, b_s0, b_s1, b_s2, b_s3,
-    MUL: tl.constexpr, DENSE: tl.constexpr, BLOCK: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+    a_ptr,
+    b_ptr,
+    out_ptr,
+    n,
+    size1,
+    size2,
+    size3,
+    a_s0,
+    a_s1,
+    a_s2,
+    a_s3,
+    b_s0,
+    b_s1,
+    b_s2,
+    b_s3,
+    MUL: tl.constexpr,
+    DENSE: tl.constexpr,
+    BLOCK: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """out = a + b (MUL false) or a * b (MUL true) over n elements of the contiguous out [size0, size1, size2, size3].
 
     a_ptr, b_ptr: read through their strides a_s0..a_s3 / b_s0..b_s3 in elements (0 where broadcast). DENSE: a and b
@@ -214,10 +239,17 @@ def _round_bits(bits, E: tl.constexpr, M: tl.constexpr, WE: tl.constexpr, WM: tl
 
 @jit
 def _cast_kernel(
-    x_ptr, y_ptr, n,
-    SRC_E: tl.constexpr, SRC_M: tl.constexpr, DST_E: tl.constexpr, DST_M: tl.constexpr,
-    WIDE_E: tl.constexpr, WIDE_M: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    y_ptr,
+    n,
+    SRC_E: tl.constexpr,
+    SRC_M: tl.constexpr,
+    DST_E: tl.constexpr,
+    DST_M: tl.constexpr,
+    WIDE_E: tl.constexpr,
+    WIDE_M: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """y = x converted between float formats, on the bits: x_ptr and y_ptr are the tensors' storage read as integers
     (int16 for float16/bfloat16, int32 for float32, int64 for float64), n contiguous elements, BLOCK per program.
     SRC_E/SRC_M, DST_E/DST_M: exponent and mantissa bits of the source and target formats. The value passes through
@@ -244,10 +276,24 @@ def _cast_kernel(
 
 @jit
 def _rope_kernel(
-    x_ptr, pos_ptr, cache_ptr, fault_ptr, n_tokens, n_heads, tok_stride, head_stride, cache_stride, max_position,
-    HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, NEOX: tl.constexpr, TOKENS: tl.constexpr, BLOCK_H: tl.constexpr,
-    CDT: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    pos_ptr,
+    cache_ptr,
+    fault_ptr,
+    n_tokens,
+    n_heads,
+    tok_stride,
+    head_stride,
+    cache_stride,
+    max_position,
+    HALF: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    NEOX: tl.constexpr,
+    TOKENS: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """Rotate x [n_tokens, n_heads, head_dim] in place: for token t at position p = pos[t] and frequency i < HALF,
     the pair (x1, x2) becomes (x1 cos - x2 sin, x2 cos + x1 sin) with cos = cache[p, i], sin = cache[p, HALF + i].
 
@@ -289,9 +335,18 @@ def _rope_kernel(
 
 @jit
 def _embedding_kernel(
-    table_ptr, ids_ptr, out_ptr, fault_ptr, n_tokens, dim, table_stride, out_stride, vocab,
-    TOKENS: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
+    table_ptr,
+    ids_ptr,
+    out_ptr,
+    fault_ptr,
+    n_tokens,
+    dim,
+    table_stride,
+    out_stride,
+    vocab,
+    TOKENS: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """out[t, :] = table[ids[t], :] (a copy of the bits).
 
     table_ptr: [vocab, dim], rows `table_stride` apart; ids_ptr: [n_tokens] int32/int64 ids; out_ptr: [n_tokens,

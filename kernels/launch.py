@@ -179,10 +179,11 @@ def served(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def entry(*args, **kwargs):
-        if kwargs.get("config") is not None or (config_at is not None and len(args) > config_at
-                                                 and args[config_at] is not None):  # fmt: skip
+        if kwargs.get("config") is not None or (
+            config_at is not None and len(args) > config_at and args[config_at] is not None
+        ):
             return _in_full(fn, fn, args, kwargs)
-        if getattr(_recording._tls, "rec", None) is not None:  # called by another served call: part of its record
+        if getattr(_recording.state, "rec", None) is not None:  # called by another served call: part of its record
             return fn(*args, **kwargs)
         found = call_signature(args, kwargs)
         if found is None:  # something a signature cannot hold: another library's tensors, a list, ...
@@ -264,10 +265,10 @@ class _Sources:
             return exact[0], 0
         if exact:
             raise _Unplaceable("two of the call's tensors start where a launch argument does")
-        lo, hi = t._span()
+        lo, hi = t.span()
         inside = []
         for i in same:
-            c_lo, c_hi = self.tensors[i]._span()
+            c_lo, c_hi = self.tensors[i].span()
             if c_lo <= lo and hi <= c_hi:
                 inside.append(i)
         if len(inside) != 1:
@@ -488,8 +489,13 @@ def _rebuild(placed, addresses, tensors, storages):
         return placed[1]
     source, offset, like = placed[1], placed[2], placed[3]
     n_call = len(tensors)
-    if source < n_call and offset == 0 and like.shape == tensors[source].shape and like.dtype is tensors[
-            source].dtype and like._strides == tensors[source]._strides:  # fmt: skip
+    if (
+        source < n_call
+        and offset == 0
+        and like.shape == tensors[source].shape
+        and like.dtype is tensors[source].dtype
+        and like._strides == tensors[source]._strides
+    ):
         tensor = tensors[source]
     else:
         storage = tensors[source]._storage if source < n_call else storages[source - n_call]
@@ -524,8 +530,24 @@ class _Direct:
     per address (`DESCRIPTORS_KEPT` kept). None from `of` where the launcher is not of the form this drives (another
     Triton, profile scratch, pre-run hooks, the interpreter): such a launch goes through `_Dispatched`."""
 
-    __slots__ = ("raw", "grid", "function", "coop", "pdl", "packed", "scratch", "template", "pointers", "descriptors",
-                 "device", "knobs", "keep", "stream", "chain", "run")  # fmt: skip
+    __slots__ = (
+        "raw",
+        "grid",
+        "function",
+        "coop",
+        "pdl",
+        "packed",
+        "scratch",
+        "template",
+        "pointers",
+        "descriptors",
+        "device",
+        "knobs",
+        "keep",
+        "stream",
+        "chain",
+        "run",
+    )
 
     @staticmethod
     def of(launch: KernelLaunch, placed) -> _Direct | None:
@@ -650,12 +672,15 @@ class _Direct:
         stream = self.stream(self.device)
         scratch = None
         if self.scratch is not None:
+            # Triton 3.6 has a public setter for its allocator (`triton.set_allocator`) but no getter: its private
+            # ContextVar is the only way to ask for the allocator the full path would use
             from triton.runtime import _allocation
 
             scratch = _allocation._allocator.get()(self.scratch[0], self.scratch[1], stream)
         gx, gy, gz = self.grid
-        self.raw(gx, gy, gz, stream, self.function, self.coop, self.pdl, scratch, None, self.packed, None, None, None,
-                 *args)  # fmt: skip
+        self.raw(
+            gx, gy, gz, stream, self.function, self.coop, self.pdl, scratch, None, self.packed, None, None, None, *args
+        )
 
 
 def cuda_device_of(launch: KernelLaunch) -> int:

@@ -126,9 +126,19 @@ def _activate(z, ACTIVATION: tl.constexpr):
 
 @jit
 def _epilogue_values(
-    acc, bias_ptr, offs_m, offs_n, M, N, stride_biasm, stride_biasn, alpha, beta,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
-):  # fmt: skip
+    acc,
+    bias_ptr,
+    offs_m,
+    offs_n,
+    M,
+    N,
+    stride_biasm,
+    stride_biasn,
+    alpha,
+    beta,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+):
     """acc (float32 [BM, BN]) -> act(beta·bias + alpha·acc) in float32 (bias_ptr already at this batch)."""
     z = acc * alpha
     if HAS_BIAS:
@@ -140,55 +150,120 @@ def _epilogue_values(
 
 @jit
 def _epilogue_store(
-    acc, c_ptr, bias_ptr, offs_m, offs_n, M, N,
-    stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
-):  # fmt: skip
+    acc,
+    c_ptr,
+    bias_ptr,
+    offs_m,
+    offs_n,
+    M,
+    N,
+    stride_cm,
+    stride_cn,
+    stride_biasm,
+    stride_biasn,
+    alpha,
+    beta,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+):
     """acc (float32 [BM, BN]) -> act(beta·bias + alpha·acc), stored into C (pointers already at this batch)."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    z = _epilogue_values(acc, bias_ptr, offs_m, offs_n, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS,
-                         ACTIVATION)  # fmt: skip
+    z = _epilogue_values(
+        acc, bias_ptr, offs_m, offs_n, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION
+    )
     tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, z.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @jit
 def _store_part(
-    part, WIDTH: tl.constexpr, col0, c_desc, c_ptr, bias_ptr, batch, off_m, offs_m, M, N,
-    stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, C_TMA: tl.constexpr, BATCHED: tl.constexpr,
-):  # fmt: skip
+    part,
+    WIDTH: tl.constexpr,
+    col0,
+    c_desc,
+    c_ptr,
+    bias_ptr,
+    batch,
+    off_m,
+    offs_m,
+    M,
+    N,
+    stride_cm,
+    stride_cn,
+    stride_biasm,
+    stride_biasn,
+    alpha,
+    beta,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    C_TMA: tl.constexpr,
+    BATCHED: tl.constexpr,
+):
     """One column slice of a persistent tile (`part`, float32 [BM, WIDTH], columns col0 .. col0 + WIDTH - 1) through
     the epilogue into C: by the TMA store of `c_desc` (C_TMA: C's descriptor, [M, N] or, BATCHED, [batch, M, N];
     rows and columns past C's edge are clipped by the copy) or by masked pointer stores (c_ptr, bias_ptr already at
     this batch). Both write the same values: act(beta·bias + alpha·acc) rounded once to C's dtype."""
     offs_n = col0 + tl.arange(0, WIDTH)
     if C_TMA:
-        z = _epilogue_values(part, bias_ptr, offs_m, offs_n, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS,
-                             ACTIVATION).to(c_desc.dtype)  # fmt: skip
+        z = _epilogue_values(
+            part, bias_ptr, offs_m, offs_n, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION
+        ).to(c_desc.dtype)
         if BATCHED:
             c_desc.store([batch, off_m, col0], z.reshape(1, part.shape[0], WIDTH))
         else:
             c_desc.store([off_m, col0], z)
     else:
         _epilogue_store(
-            part, c_ptr, bias_ptr, offs_m, offs_n, M, N,
-            stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
-        )  # fmt: skip
+            part,
+            c_ptr,
+            bias_ptr,
+            offs_m,
+            offs_n,
+            M,
+            N,
+            stride_cm,
+            stride_cn,
+            stride_biasm,
+            stride_biasn,
+            alpha,
+            beta,
+            HAS_BIAS,
+            ACTIVATION,
+        )
 
 
 @jit
 def _mm_tiled_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr,
-    M, N, K,
-    stride_ab, stride_am, stride_ak,
-    stride_bb, stride_bk, stride_bn,
-    stride_cb, stride_cm, stride_cn,
-    stride_biasb, stride_biasm, stride_biasn,
-    alpha, beta,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    bias_ptr,
+    M,
+    N,
+    K,
+    stride_ab,
+    stride_am,
+    stride_ak,
+    stride_bb,
+    stride_bk,
+    stride_bn,
+    stride_cb,
+    stride_cm,
+    stride_cn,
+    stride_biasb,
+    stride_biasm,
+    stride_biasn,
+    alpha,
+    beta,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
     EVEN_K: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-):  # fmt: skip
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     """One output tile per program. Grid: (tiles_m * tiles_n, batch).
 
     a_ptr, b_ptr: A [batch, M, K] and B [batch, K, N] at the strides given (any layout; batch stride 0 broadcasts).
@@ -227,21 +302,49 @@ def _mm_tiled_kernel(
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     _epilogue_store(
-        acc, c_ptr + batch * stride_cb, bias_ptr + batch * stride_biasb, offs_m, offs_n, M, N,
-        stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
-    )  # fmt: skip
+        acc,
+        c_ptr + batch * stride_cb,
+        bias_ptr + batch * stride_biasb,
+        offs_m,
+        offs_n,
+        M,
+        N,
+        stride_cm,
+        stride_cn,
+        stride_biasm,
+        stride_biasn,
+        alpha,
+        beta,
+        HAS_BIAS,
+        ACTIVATION,
+    )
 
 
 @jit
 def _mm_split_k_kernel(
-    a_ptr, b_ptr, ws_ptr,
-    M, N, K, k_per_split,
-    stride_ab, stride_am, stride_ak,
-    stride_bb, stride_bk, stride_bn,
-    stride_ws_split, stride_ws_batch,
-    DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr, EVEN_K: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-):  # fmt: skip
+    a_ptr,
+    b_ptr,
+    ws_ptr,
+    M,
+    N,
+    K,
+    k_per_split,
+    stride_ab,
+    stride_am,
+    stride_ak,
+    stride_bb,
+    stride_bk,
+    stride_bn,
+    stride_ws_split,
+    stride_ws_batch,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     """Partial products over one K slice. Grid: (tiles_m * tiles_n, SPLIT_K, batch).
 
     a_ptr, b_ptr, M, N, K, stride_a*, stride_b*: as in `_mm_tiled_kernel`. ws_ptr: float32 workspace
@@ -285,14 +388,26 @@ def _mm_split_k_kernel(
 
 @jit
 def _split_k_reduce_kernel(
-    ws_ptr, c_ptr, bias_ptr,
-    M, N,
-    stride_ws_split, stride_ws_batch,
-    stride_cb, stride_cm, stride_cn,
-    stride_biasb, stride_biasm, stride_biasn,
-    alpha, beta,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+    ws_ptr,
+    c_ptr,
+    bias_ptr,
+    M,
+    N,
+    stride_ws_split,
+    stride_ws_batch,
+    stride_cb,
+    stride_cm,
+    stride_cn,
+    stride_biasb,
+    stride_biasm,
+    stride_biasn,
+    alpha,
+    beta,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """Sum the SPLIT_K partials of each element in the fixed order s = 0..SPLIT_K-1, then the epilogue.
     Grid: (cdiv(M·N, BLOCK), batch).
 
@@ -318,16 +433,40 @@ def _split_k_reduce_kernel(
 
 @jit
 def _mm_tma_persistent_kernel(
-    a_desc, b_desc, c_desc, c_ptr, bias_ptr,
-    M, N, K, batch_count, a_batch_step, b_batch_step, num_programs,
-    stride_cb, stride_cm, stride_cn,
-    stride_biasb, stride_biasm, stride_biasn,
-    alpha, beta,
-    TRANS_A: tl.constexpr, TRANS_B: tl.constexpr, BATCHED: tl.constexpr,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    EPILOGUE_PARTS: tl.constexpr, C_TMA: tl.constexpr,
-):  # fmt: skip
+    a_desc,
+    b_desc,
+    c_desc,
+    c_ptr,
+    bias_ptr,
+    M,
+    N,
+    K,
+    batch_count,
+    a_batch_step,
+    b_batch_step,
+    num_programs,
+    stride_cb,
+    stride_cm,
+    stride_cn,
+    stride_biasb,
+    stride_biasm,
+    stride_biasn,
+    alpha,
+    beta,
+    TRANS_A: tl.constexpr,
+    TRANS_B: tl.constexpr,
+    BATCHED: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    EPILOGUE_PARTS: tl.constexpr,
+    C_TMA: tl.constexpr,
+):
     """Persistent tiles through TMA. Grid: (num_programs,); program p computes tiles p, p + num_programs, ...
 
     a_desc: tensor descriptor of A as stored: [M, K] (block [BLOCK_M, BLOCK_K]) or, TRANS_A, [K, M] (block
@@ -383,19 +522,76 @@ def _mm_tma_persistent_kernel(
         bias_b = bias_ptr + batch.to(tl.int64) * stride_biasb
         if EPILOGUE_PARTS == 1:
             _store_part(
-                acc, BLOCK_N, off_n, c_desc, c_b, bias_b, batch, off_m, offs_m, M, N,
-                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION, C_TMA, BATCHED,
-            )  # fmt: skip
+                acc,
+                BLOCK_N,
+                off_n,
+                c_desc,
+                c_b,
+                bias_b,
+                batch,
+                off_m,
+                offs_m,
+                M,
+                N,
+                stride_cm,
+                stride_cn,
+                stride_biasm,
+                stride_biasn,
+                alpha,
+                beta,
+                HAS_BIAS,
+                ACTIVATION,
+                C_TMA,
+                BATCHED,
+            )
         elif EPILOGUE_PARTS == 2:
             acc_lo, acc_hi = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
             _store_part(
-                acc_lo, BLOCK_N // 2, off_n, c_desc, c_b, bias_b, batch, off_m, offs_m, M, N,
-                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION, C_TMA, BATCHED,
-            )  # fmt: skip
+                acc_lo,
+                BLOCK_N // 2,
+                off_n,
+                c_desc,
+                c_b,
+                bias_b,
+                batch,
+                off_m,
+                offs_m,
+                M,
+                N,
+                stride_cm,
+                stride_cn,
+                stride_biasm,
+                stride_biasn,
+                alpha,
+                beta,
+                HAS_BIAS,
+                ACTIVATION,
+                C_TMA,
+                BATCHED,
+            )
             _store_part(
-                acc_hi, BLOCK_N // 2, off_n + BLOCK_N // 2, c_desc, c_b, bias_b, batch, off_m, offs_m, M, N,
-                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION, C_TMA, BATCHED,
-            )  # fmt: skip
+                acc_hi,
+                BLOCK_N // 2,
+                off_n + BLOCK_N // 2,
+                c_desc,
+                c_b,
+                bias_b,
+                batch,
+                off_m,
+                offs_m,
+                M,
+                N,
+                stride_cm,
+                stride_cn,
+                stride_biasm,
+                stride_biasn,
+                alpha,
+                beta,
+                HAS_BIAS,
+                ACTIVATION,
+                C_TMA,
+                BATCHED,
+            )
         else:
             # column a * BLOCK_N / 2 + b * BLOCK_N / 4 + c is element (a, b, c) of [2, 2, BLOCK_N / 4]; split b, then a
             b0, b1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, 2, BLOCK_N // 4)), (0, 3, 1, 2)))
@@ -403,35 +599,126 @@ def _mm_tma_persistent_kernel(
             q01, q11 = tl.split(b1)
             Q: tl.constexpr = BLOCK_N // 4
             _store_part(
-                q00, Q, off_n, c_desc, c_b, bias_b, batch, off_m, offs_m, M, N,
-                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION, C_TMA, BATCHED,
-            )  # fmt: skip
+                q00,
+                Q,
+                off_n,
+                c_desc,
+                c_b,
+                bias_b,
+                batch,
+                off_m,
+                offs_m,
+                M,
+                N,
+                stride_cm,
+                stride_cn,
+                stride_biasm,
+                stride_biasn,
+                alpha,
+                beta,
+                HAS_BIAS,
+                ACTIVATION,
+                C_TMA,
+                BATCHED,
+            )
             _store_part(
-                q01, Q, off_n + Q, c_desc, c_b, bias_b, batch, off_m, offs_m, M, N,
-                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION, C_TMA, BATCHED,
-            )  # fmt: skip
+                q01,
+                Q,
+                off_n + Q,
+                c_desc,
+                c_b,
+                bias_b,
+                batch,
+                off_m,
+                offs_m,
+                M,
+                N,
+                stride_cm,
+                stride_cn,
+                stride_biasm,
+                stride_biasn,
+                alpha,
+                beta,
+                HAS_BIAS,
+                ACTIVATION,
+                C_TMA,
+                BATCHED,
+            )
             _store_part(
-                q10, Q, off_n + 2 * Q, c_desc, c_b, bias_b, batch, off_m, offs_m, M, N,
-                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION, C_TMA, BATCHED,
-            )  # fmt: skip
+                q10,
+                Q,
+                off_n + 2 * Q,
+                c_desc,
+                c_b,
+                bias_b,
+                batch,
+                off_m,
+                offs_m,
+                M,
+                N,
+                stride_cm,
+                stride_cn,
+                stride_biasm,
+                stride_biasn,
+                alpha,
+                beta,
+                HAS_BIAS,
+                ACTIVATION,
+                C_TMA,
+                BATCHED,
+            )
             _store_part(
-                q11, Q, off_n + 3 * Q, c_desc, c_b, bias_b, batch, off_m, offs_m, M, N,
-                stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION, C_TMA, BATCHED,
-            )  # fmt: skip
+                q11,
+                Q,
+                off_n + 3 * Q,
+                c_desc,
+                c_b,
+                bias_b,
+                batch,
+                off_m,
+                offs_m,
+                M,
+                N,
+                stride_cm,
+                stride_cn,
+                stride_biasm,
+                stride_biasn,
+                alpha,
+                beta,
+                HAS_BIAS,
+                ACTIVATION,
+                C_TMA,
+                BATCHED,
+            )
 
 
 @jit
 def _gemv_kernel(
-    x_ptr, w_ptr, c_ptr, bias_ptr,
-    M, N, K,
-    stride_xm, stride_xk,
-    stride_wk, stride_wn,
-    stride_cm, stride_cn,
-    stride_biasm, stride_biasn,
-    alpha, beta,
-    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, EVEN_K: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    w_ptr,
+    c_ptr,
+    bias_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_xk,
+    stride_wk,
+    stride_wn,
+    stride_cm,
+    stride_cn,
+    stride_biasm,
+    stride_biasn,
+    alpha,
+    beta,
+    HAS_BIAS: tl.constexpr,
+    ACTIVATION: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    STAGES: tl.constexpr,
+):
     """Decode GEMV without tl.dot: C[:M, n0:n0+BLOCK_N] for all M <= BLOCK_M rows. Grid: (cdiv(N, BLOCK_N),).
 
     x_ptr: X [M, K] at (stride_xm, stride_xk). w_ptr: W [K, N] at (stride_wk, stride_wn) (nn.Linear's weight is
@@ -467,9 +754,22 @@ def _gemv_kernel(
         w_ptrs += BLOCK_K * stride_wk
     acc = tl.sum(part, axis=1)
     _epilogue_store(
-        acc, c_ptr, bias_ptr, offs_m, offs_n, M, N,
-        stride_cm, stride_cn, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION,
-    )  # fmt: skip
+        acc,
+        c_ptr,
+        bias_ptr,
+        offs_m,
+        offs_n,
+        M,
+        N,
+        stride_cm,
+        stride_cn,
+        stride_biasm,
+        stride_biasn,
+        alpha,
+        beta,
+        HAS_BIAS,
+        ACTIVATION,
+    )
 
 
 # ======================================================================================================================
@@ -866,8 +1166,16 @@ def _plan(config: Config, itemsize: int) -> tuple:
     if p["KIND"] not in ("tiled", "split_k", "tma_persistent"):
         raise LaunchError(f"config {config.label()} has KIND={p['KIND']!r}, not a matmul kernel")
     block_k = p["K_BYTES"] // itemsize
-    return (p["KIND"], p["BLOCK_M"], p["BLOCK_N"], block_k, p["GROUP_M"], p.get("SPLIT_K", 1), epilogue_parts(config),
-            bool(p.get("C_TMA", 0)))  # fmt: skip
+    return (
+        p["KIND"],
+        p["BLOCK_M"],
+        p["BLOCK_N"],
+        block_k,
+        p["GROUP_M"],
+        p.get("SPLIT_K", 1),
+        epilogue_parts(config),
+        bool(p.get("C_TMA", 0)),
+    )
 
 
 def _launch_mm(
@@ -913,25 +1221,70 @@ def _launch_mm(
             _mm_tiled_kernel,
             (tiles, batch),
             (a, b, out, bias, m, n, k, *a_st, *b_st, *c_st, *bias_st, alpha, beta),
-            dict(HAS_BIAS=has_bias, ACTIVATION=activation, DOT_PRECISION="ieee", UPCAST=upcast,
-                 EVEN_K=(k % block_k == 0), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, GROUP_M=group_m,
-                 num_warps=warps, num_stages=stages),
-        )  # fmt: skip
+            dict(
+                HAS_BIAS=has_bias,
+                ACTIVATION=activation,
+                DOT_PRECISION="ieee",
+                UPCAST=upcast,
+                EVEN_K=(k % block_k == 0),
+                BLOCK_M=bm,
+                BLOCK_N=bn,
+                BLOCK_K=block_k,
+                GROUP_M=group_m,
+                num_warps=warps,
+                num_stages=stages,
+            ),
+        )
         launch()
         return [launch]
     elif kind == "split_k":
         k_per_split = cdiv(cdiv(max(k, 1), split_k), block_k) * block_k
         with _workspace.lock:
             ws = _workspace.get(split_k * batch * m * n, a.device)
-            launch_kernel(_mm_split_k_kernel, (tiles, split_k, batch),
-                a, b, ws, m, n, k, k_per_split, *a_st, *b_st, batch * m * n, m * n,
-                DOT_PRECISION="ieee", UPCAST=upcast, EVEN_K=(k % block_k == 0),
-                BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, GROUP_M=group_m, num_warps=warps, num_stages=stages,
-            )  # fmt: skip
-            launch_kernel(_split_k_reduce_kernel, (cdiv(m * n, _REDUCE_BLOCK), batch),
-                ws, out, bias, m, n, batch * m * n, m * n, *c_st, *bias_st, alpha, beta,
-                HAS_BIAS=has_bias, ACTIVATION=activation, SPLIT_K=split_k, BLOCK=_REDUCE_BLOCK, num_warps=_REDUCE_WARPS,
-            )  # fmt: skip
+            launch_kernel(
+                _mm_split_k_kernel,
+                (tiles, split_k, batch),
+                a,
+                b,
+                ws,
+                m,
+                n,
+                k,
+                k_per_split,
+                *a_st,
+                *b_st,
+                batch * m * n,
+                m * n,
+                DOT_PRECISION="ieee",
+                UPCAST=upcast,
+                EVEN_K=(k % block_k == 0),
+                BLOCK_M=bm,
+                BLOCK_N=bn,
+                BLOCK_K=block_k,
+                GROUP_M=group_m,
+                num_warps=warps,
+                num_stages=stages,
+            )
+            launch_kernel(
+                _split_k_reduce_kernel,
+                (cdiv(m * n, _REDUCE_BLOCK), batch),
+                ws,
+                out,
+                bias,
+                m,
+                n,
+                batch * m * n,
+                m * n,
+                *c_st,
+                *bias_st,
+                alpha,
+                beta,
+                HAS_BIAS=has_bias,
+                ACTIVATION=activation,
+                SPLIT_K=split_k,
+                BLOCK=_REDUCE_BLOCK,
+                num_warps=_REDUCE_WARPS,
+            )
     else:  # tma_persistent
         a_desc, trans_a, a_step = _descriptor(a, "A", a_st, batch, m, k, (bm, block_k))
         b_desc, trans_b, b_step = _descriptor(b, "B", b_st, batch, k, n, (block_k, bn))
@@ -940,12 +1293,41 @@ def _launch_mm(
         # else by pointers: the same values either way (tested), so a caller's strided `out` still takes the config
         c_tma = c_tma and _c_tma_ready(out, c_st, batch, m)
         c_desc = _descriptor(out, "out", c_st, batch, m, n, (bm, bn // parts))[0] if c_tma else None
-        launch_kernel(_mm_tma_persistent_kernel, (programs,),
-            a_desc, b_desc, c_desc, out, bias, m, n, k, batch, a_step, b_step, programs, *c_st, *bias_st, alpha, beta,
-            TRANS_A=trans_a, TRANS_B=trans_b, BATCHED=batch > 1, HAS_BIAS=has_bias, ACTIVATION=activation,
-            DOT_PRECISION="ieee", UPCAST=upcast, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, GROUP_M=group_m,
-            EPILOGUE_PARTS=parts, C_TMA=c_tma, num_warps=warps, num_stages=stages,
-        )  # fmt: skip
+        launch_kernel(
+            _mm_tma_persistent_kernel,
+            (programs,),
+            a_desc,
+            b_desc,
+            c_desc,
+            out,
+            bias,
+            m,
+            n,
+            k,
+            batch,
+            a_step,
+            b_step,
+            programs,
+            *c_st,
+            *bias_st,
+            alpha,
+            beta,
+            TRANS_A=trans_a,
+            TRANS_B=trans_b,
+            BATCHED=batch > 1,
+            HAS_BIAS=has_bias,
+            ACTIVATION=activation,
+            DOT_PRECISION="ieee",
+            UPCAST=upcast,
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            BLOCK_K=block_k,
+            GROUP_M=group_m,
+            EPILOGUE_PARTS=parts,
+            C_TMA=c_tma,
+            num_warps=warps,
+            num_stages=stages,
+        )
     return None
 
 
@@ -955,8 +1337,12 @@ def _c_tma_ready(out: Tensor, c_st: tuple[int, int, int], batch: int, m: int) ->
     batch stride of 0, every batch on the same rows, is left to the pointer stores)."""
     sb, sr, sc = c_st
     item = out.itemsize
-    return (sc == 1 and out.data_ptr() % 16 == 0 and (m == 1 or (sr * item) % 16 == 0)
-            and (batch == 1 or (sb != 0 and (sb * item) % 16 == 0)))  # fmt: skip
+    return (
+        sc == 1
+        and out.data_ptr() % 16 == 0
+        and (m == 1 or (sr * item) % 16 == 0)
+        and (batch == 1 or (sb != 0 and (sb * item) % 16 == 0))
+    )
 
 
 def _descriptor(t: Tensor, what: str, st: tuple[int, int, int], batch: int, rows: int, cols: int, block):
@@ -1022,11 +1408,36 @@ def _launch_gemv(
     if config.get("KIND") != "gemv":
         raise LaunchError(f"config {config.label()} has KIND={config.get('KIND')!r}, not a gemv kernel")
     bn, bk = config["BLOCK_N"], config["BLOCK_K"]
-    launch_kernel(_gemv_kernel, (cdiv(n, bn),),
-        x, w, out, bias, m, n, k, x_st[1], x_st[2], w_st[1], w_st[2], c_st[1], c_st[2], bias_st[1], bias_st[2],
-        alpha, beta, HAS_BIAS=has_bias, ACTIVATION=activation, EVEN_K=(k % bk == 0), BLOCK_M=next_pow2(m),
-        BLOCK_N=bn, BLOCK_K=bk, STAGES=config.num_stages, num_warps=config.num_warps, num_stages=config.num_stages,
-    )  # fmt: skip
+    launch_kernel(
+        _gemv_kernel,
+        (cdiv(n, bn),),
+        x,
+        w,
+        out,
+        bias,
+        m,
+        n,
+        k,
+        x_st[1],
+        x_st[2],
+        w_st[1],
+        w_st[2],
+        c_st[1],
+        c_st[2],
+        bias_st[1],
+        bias_st[2],
+        alpha,
+        beta,
+        HAS_BIAS=has_bias,
+        ACTIVATION=activation,
+        EVEN_K=(k % bk == 0),
+        BLOCK_M=next_pow2(m),
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+        STAGES=config.num_stages,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
 
 
 def _operands(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, batch: int):

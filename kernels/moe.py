@@ -89,10 +89,16 @@ _ALIGN_SCALAR_REGS = 40
 # ======================================================================================================================
 @jit
 def _align_count_kernel(
-    ids_ptr, counts_ptr, sorted_ptr,
-    n_pairs, sorted_len, fill_per_program,
-    TILE: tl.constexpr, STEPS: tl.constexpr, E_BLOCK: tl.constexpr,
-):  # fmt: skip
+    ids_ptr,
+    counts_ptr,
+    sorted_ptr,
+    n_pairs,
+    sorted_len,
+    fill_per_program,
+    TILE: tl.constexpr,
+    STEPS: tl.constexpr,
+    E_BLOCK: tl.constexpr,
+):
     """Per-program expert histogram, and the sentinel fill of `sorted_ids`. Grid: (programs,).
 
     ids_ptr: the P expert ids (int32, pair order). counts_ptr: int32 [programs, E_BLOCK]; row p gets, per expert, how
@@ -118,10 +124,17 @@ def _align_count_kernel(
 
 @jit
 def _align_offsets_kernel(
-    counts_ptr, starts_ptr, expert_ids_ptr, num_padded_ptr,
-    n_programs, n_experts, n_blocks, block,
-    ROWS: tl.constexpr, E_BLOCK: tl.constexpr,
-):  # fmt: skip
+    counts_ptr,
+    starts_ptr,
+    expert_ids_ptr,
+    num_padded_ptr,
+    n_programs,
+    n_experts,
+    n_blocks,
+    block,
+    ROWS: tl.constexpr,
+    E_BLOCK: tl.constexpr,
+):
     """Slots from counts. Grid: (1,).
 
     counts_ptr: int32 [n_programs, E_BLOCK] from `_align_count_kernel`, overwritten in place by the exclusive prefix
@@ -156,10 +169,16 @@ def _align_offsets_kernel(
 
 @jit
 def _align_scatter_kernel(
-    ids_ptr, counts_ptr, starts_ptr, sorted_ptr,
-    n_pairs, n_experts,
-    TILE: tl.constexpr, STEPS: tl.constexpr, E_BLOCK: tl.constexpr,
-):  # fmt: skip
+    ids_ptr,
+    counts_ptr,
+    starts_ptr,
+    sorted_ptr,
+    n_pairs,
+    n_experts,
+    TILE: tl.constexpr,
+    STEPS: tl.constexpr,
+    E_BLOCK: tl.constexpr,
+):
     """Each pair's slot. Grid: (programs,), the programs of `_align_count_kernel`.
 
     ids_ptr: the P expert ids. counts_ptr: the prefix table of `_align_offsets_kernel`. starts_ptr: each expert's
@@ -187,12 +206,33 @@ def _align_scatter_kernel(
 
 @jit
 def _fused_moe_kernel(
-    a_ptr, w_ptr, c_ptr, weights_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr,
-    N, K, n_pairs, blocks_m,
-    stride_am, stride_ak, stride_we, stride_wn, stride_wk, stride_cm, stride_cn,
-    A_DIV: tl.constexpr, MUL_WEIGHT: tl.constexpr, UPCAST: tl.constexpr, EVEN_K: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-):  # fmt: skip
+    a_ptr,
+    w_ptr,
+    c_ptr,
+    weights_ptr,
+    sorted_ptr,
+    expert_ids_ptr,
+    num_padded_ptr,
+    N,
+    K,
+    n_pairs,
+    blocks_m,
+    stride_am,
+    stride_ak,
+    stride_we,
+    stride_wn,
+    stride_wk,
+    stride_cm,
+    stride_cn,
+    A_DIV: tl.constexpr,
+    MUL_WEIGHT: tl.constexpr,
+    UPCAST: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     """The routed GEMM over aligned blocks. Grid: (blocks_m · cdiv(N, BLOCK_N),).
 
     a_ptr: A [rows, K] at (stride_am, stride_ak); pair p reads row p // A_DIV (A_DIV = top_k: one row per token;
@@ -249,9 +289,17 @@ def _fused_moe_kernel(
 
 @jit
 def _moe_sum_kernel(
-    x_ptr, out_ptr, N, stride_xm, stride_xk, stride_xn, stride_om, stride_on,
-    TOP_K: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    out_ptr,
+    N,
+    stride_xm,
+    stride_xk,
+    stride_xn,
+    stride_om,
+    stride_on,
+    TOP_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """out[t, n] = Σ_j x[t, j, n] in float32, j = 0..TOP_K-1 in order. Grid: (M, cdiv(N, BLOCK_N)).
 
     x_ptr: x [M, TOP_K, N] at (stride_xm, stride_xk, stride_xn). out_ptr: out [M, N] at (stride_om, stride_on).
@@ -453,8 +501,9 @@ def _host_layout(ids: np.ndarray, experts: int, block: int) -> tuple[np.ndarray,
 
 def _check_routing(topk_ids: Tensor, what: str) -> tuple[int, int]:
     if topk_ids.dtype.name != "int32" or topk_ids.ndim != 2 or not topk_ids.is_contiguous():
-        raise ShapeMismatch(f"{what}: topk_ids must be a contiguous int32 [M, top_k], got {topk_ids.dtype.name}"
-                            f"{list(topk_ids.shape)}")  # fmt: skip
+        raise ShapeMismatch(
+            f"{what}: topk_ids must be a contiguous int32 [M, top_k], got {topk_ids.dtype.name}{list(topk_ids.shape)}"
+        )
     return topk_ids.shape[0], topk_ids.shape[1]
 
 
@@ -493,19 +542,53 @@ def _launch_align(config: Config, ids: Tensor, experts: int, block: int, sorted_
     length = sorted_ids.numel
     tile, steps, warps = config["TILE"], config["STEPS"], config.num_warps
     fill = cdiv(cdiv(length, programs), tile) * tile
-    launch_kernel(_align_count_kernel, (programs,),
-        ids, ws, sorted_ids, pairs, length, fill, TILE=tile, STEPS=steps, E_BLOCK=e_block, num_warps=warps,
+    launch_kernel(
+        _align_count_kernel,
+        (programs,),
+        ids,
+        ws,
+        sorted_ids,
+        pairs,
+        length,
+        fill,
+        TILE=tile,
+        STEPS=steps,
+        E_BLOCK=e_block,
+        num_warps=warps,
         num_stages=1,
-    )  # fmt: skip
+    )
     rows = max(_OFFSETS_TILE // e_block, 1)
-    launch_kernel(_align_offsets_kernel, (1,),
-        ws, starts, expert_ids, num_padded, programs, experts, expert_ids.numel, block, ROWS=rows, E_BLOCK=e_block,
-        num_warps=_OFFSETS_WARPS, num_stages=1,
-    )  # fmt: skip
-    launch_kernel(_align_scatter_kernel, (programs,),
-        ids, ws, starts, sorted_ids, pairs, experts, TILE=tile, STEPS=steps, E_BLOCK=e_block, num_warps=warps,
+    launch_kernel(
+        _align_offsets_kernel,
+        (1,),
+        ws,
+        starts,
+        expert_ids,
+        num_padded,
+        programs,
+        experts,
+        expert_ids.numel,
+        block,
+        ROWS=rows,
+        E_BLOCK=e_block,
+        num_warps=_OFFSETS_WARPS,
         num_stages=1,
-    )  # fmt: skip
+    )
+    launch_kernel(
+        _align_scatter_kernel,
+        (programs,),
+        ids,
+        ws,
+        starts,
+        sorted_ids,
+        pairs,
+        experts,
+        TILE=tile,
+        STEPS=steps,
+        E_BLOCK=e_block,
+        num_warps=warps,
+        num_stages=1,
+    )
 
 
 def _align_outputs(pairs: int, experts: int, block: int, device) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -538,8 +621,16 @@ def _make_align_inputs(problem: Mapping[str, Any], dtypes: tuple[str, ...], seed
 
 def _launch_align_inputs(config: Config, inputs: Inputs) -> None:
     t, s = inputs.tensors, inputs.scalars
-    _launch_align(config, t["topk_ids"], s["experts"], s["block"], t["sorted_ids"], t["expert_ids"],
-                  t["num_padded"], t["workspace"])  # fmt: skip
+    _launch_align(
+        config,
+        t["topk_ids"],
+        s["experts"],
+        s["block"],
+        t["sorted_ids"],
+        t["expert_ids"],
+        t["num_padded"],
+        t["workspace"],
+    )
 
 
 def _oracle_align(inputs: Inputs) -> dict[str, Reference]:
@@ -560,8 +651,17 @@ def _problem_align(topk_ids: Tensor, experts: int, block: int, **_) -> dict[str,
 # ======================================================================================================================
 # fused_moe: problem, inputs, launch
 # ======================================================================================================================
-def _launch_moe(config: Config, a: Tensor, w: Tensor, out: Tensor, weights: Tensor, layout, top_k: int,
-                pair_rows: int, mul_weight: int) -> None:  # fmt: skip
+def _launch_moe(
+    config: Config,
+    a: Tensor,
+    w: Tensor,
+    out: Tensor,
+    weights: Tensor,
+    layout,
+    top_k: int,
+    pair_rows: int,
+    mul_weight: int,
+) -> None:
     """Launch `config` with the aligned layout (sorted_ids, expert_ids, num_padded) made for its BLOCK_M."""
     sorted_ids, expert_ids, num_padded = layout
     pairs, n = out.shape
@@ -571,16 +671,43 @@ def _launch_moe(config: Config, a: Tensor, w: Tensor, out: Tensor, weights: Tens
     bm, bn, bk, group_m = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"], config["GROUP_M"]
     blocks_m = expert_ids.numel
     if blocks_m != cdiv(sorted_ids.numel, bm):
-        raise LaunchError(f"fused_moe: a layout of {blocks_m} blocks for {sorted_ids.numel} slots is not one for "
-                          f"BLOCK_M {bm}")  # fmt: skip
+        raise LaunchError(
+            f"fused_moe: a layout of {blocks_m} blocks for {sorted_ids.numel} slots is not one for BLOCK_M {bm}"
+        )
     upcast = a.dtype.name == "bfloat16" and _interpreting()
     # a block row is read only below the padded count, a multiple of BLOCK_M within the layout: never past its end
-    launch_kernel(_fused_moe_kernel, (blocks_m * cdiv(n, bn),),
-        a, w, out, weights, sorted_ids, expert_ids, num_padded, n, k, pairs, blocks_m,
-        a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2), out.stride(0), out.stride(1),
-        A_DIV=1 if pair_rows else top_k, MUL_WEIGHT=bool(mul_weight), UPCAST=upcast, EVEN_K=(k % bk == 0),
-        BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, num_warps=config.num_warps, num_stages=config.num_stages,
-    )  # fmt: skip
+    launch_kernel(
+        _fused_moe_kernel,
+        (blocks_m * cdiv(n, bn),),
+        a,
+        w,
+        out,
+        weights,
+        sorted_ids,
+        expert_ids,
+        num_padded,
+        n,
+        k,
+        pairs,
+        blocks_m,
+        a.stride(0),
+        a.stride(1),
+        w.stride(0),
+        w.stride(1),
+        w.stride(2),
+        out.stride(0),
+        out.stride(1),
+        A_DIV=1 if pair_rows else top_k,
+        MUL_WEIGHT=bool(mul_weight),
+        UPCAST=upcast,
+        EVEN_K=(k % bk == 0),
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+        GROUP_M=group_m,
+        num_warps=config.num_warps,
+        num_stages=config.num_stages,
+    )
 
 
 def _layout_tensors(ids: np.ndarray, experts: int, block: int, device) -> tuple[Tensor, ...]:
@@ -615,8 +742,9 @@ def _launch_moe_inputs(config: Config, inputs: Inputs) -> None:
     t, s = inputs.tensors, inputs.scalars
     bm = config["BLOCK_M"]
     layout = tuple(t[f"layout{bm}_{name}"] for name in ("sorted", "experts", "padded"))
-    _launch_moe(config, t["a"], t["w"], t["out"], t["topk_weights"], layout, s["top_k"], s["pair_rows"],
-                s["mul_weight"])  # fmt: skip
+    _launch_moe(
+        config, t["a"], t["w"], t["out"], t["topk_weights"], layout, s["top_k"], s["pair_rows"], s["mul_weight"]
+    )
 
 
 def _oracle_moe(inputs: Inputs) -> dict[str, Reference]:
@@ -634,8 +762,16 @@ def _oracle_moe(inputs: Inputs) -> dict[str, Reference]:
     return {"out": Reference(value, scale)}
 
 
-def _problem_moe(a: Tensor, w: Tensor, topk_weights: Tensor, topk_ids: Tensor, *, mul_weight: bool = True,
-                 out: Tensor | None = None, config: Config | None = None) -> dict[str, Any]:  # fmt: skip
+def _problem_moe(
+    a: Tensor,
+    w: Tensor,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    *,
+    mul_weight: bool = True,
+    out: Tensor | None = None,
+    config: Config | None = None,
+) -> dict[str, Any]:
     m, top_k = _check_routing(topk_ids, "fused_moe")
     if w.ndim != 3 or a.ndim != 2 or a.shape[1] != w.shape[2]:
         raise ShapeMismatch(f"fused_moe takes a [M or M*top_k, K] and w [E, N, K], got {a.shape} and {w.shape}")
@@ -847,8 +983,7 @@ def moe_sum(x: Tensor, out: Tensor | None = None, config: Config | None = None) 
     problem = _problem_sum(x)
     if out is None:
         out = empty((problem["M"], problem["N"]), x.dtype, x.device)
-    cfg = choose_config(MOE_SUM, problem, (x.dtype.name,), config, run=lambda c: _launch_sum(c, x, out),
-                        outputs=(out,))  # fmt: skip
+    cfg = choose_config(MOE_SUM, problem, (x.dtype.name,), config, run=lambda c: _launch_sum(c, x, out), outputs=(out,))
     _launch_sum(cfg, x, out)
     return out
 

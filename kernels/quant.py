@@ -58,8 +58,21 @@ _REDUCE_BLOCK = 1024  # elements per program of the split-K reduction
 
 # --- kernels ----------------------------------------------------------------------------------------------------------
 @jit
-def _dequant_tile(qw_ptr, qz_ptr, s_ptr, k0, offs_n, n_ok, stride_qw, stride_qz, stride_s,
-                  INT4: tl.constexpr, GROUP: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+def _dequant_tile(
+    qw_ptr,
+    qz_ptr,
+    s_ptr,
+    k0,
+    offs_n,
+    n_ok,
+    stride_qw,
+    stride_qz,
+    stride_s,
+    INT4: tl.constexpr,
+    GROUP: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """Weight rows k0 .. k0 + BLOCK_K - 1, columns offs_n (valid where n_ok) as float32 [BLOCK_K, BLOCK_N]: int4:
     (q - z) * s of the group k0 // GROUP (BLOCK_K divides GROUP, k0 a multiple of BLOCK_K: one group per tile), the
     packed words loaded once and split into their 8 nibbles; int8: q itself (the scale is applied per column later).
@@ -82,11 +95,29 @@ def _dequant_tile(qw_ptr, qz_ptr, s_ptr, k0, offs_n, n_ok, stride_qw, stride_qz,
 
 @jit
 def _dequant_gemv_kernel(
-    x_ptr, qw_ptr, qz_ptr, s_ptr, out_ptr, ws_ptr, M, N, K, k_per_split,
-    stride_xm, stride_qw, stride_qz, stride_s, stride_om,
-    INT4: tl.constexpr, GROUP: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    qw_ptr,
+    qz_ptr,
+    s_ptr,
+    out_ptr,
+    ws_ptr,
+    M,
+    N,
+    K,
+    k_per_split,
+    stride_xm,
+    stride_qw,
+    stride_qz,
+    stride_s,
+    stride_om,
+    INT4: tl.constexpr,
+    GROUP: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):
     """out[:M, n0:n0 + BLOCK_N] = X @ W for M <= BLOCK_M rows, SIMT (no tl.dot). Grid: (cdiv(N, BLOCK_N), SPLIT_K).
 
     x_ptr: X [M, K], rows `stride_xm` apart, K contiguous. qw_ptr, qz_ptr, s_ptr: the quantized weight (`INT4`: the
@@ -109,8 +140,9 @@ def _dequant_gemv_kernel(
     part = tl.zeros((BLOCK_M, BLOCK_K, BLOCK_N), dtype=tl.float32)
     for k0 in range(k_start, k_end, BLOCK_K):
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :], mask=m_ok[:, None], other=0.0)
-        w = _dequant_tile(qw_ptr, qz_ptr, s_ptr, k0, offs_n, n_ok, stride_qw, stride_qz, stride_s,
-                          INT4, GROUP, BLOCK_K, BLOCK_N)  # fmt: skip
+        w = _dequant_tile(
+            qw_ptr, qz_ptr, s_ptr, k0, offs_n, n_ok, stride_qw, stride_qz, stride_s, INT4, GROUP, BLOCK_K, BLOCK_N
+        )
         part += x.to(tl.float32)[:, :, None] * w[None, :, :]
     acc = tl.sum(part, axis=1)
     if SPLIT_K == 1:
@@ -124,9 +156,18 @@ def _dequant_gemv_kernel(
 
 
 @jit
-def _gemv_split_reduce_kernel(ws_ptr, s_ptr, out_ptr, M, N, stride_om,
-                              INT4: tl.constexpr, UPCAST: tl.constexpr, SPLIT_K: tl.constexpr,
-                              BLOCK: tl.constexpr):  # fmt: skip
+def _gemv_split_reduce_kernel(
+    ws_ptr,
+    s_ptr,
+    out_ptr,
+    M,
+    N,
+    stride_om,
+    INT4: tl.constexpr,
+    UPCAST: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """out[m, n] = the SPLIT_K float32 partials of `_dequant_gemv_kernel` added in the fixed order s = 0, 1, ...,
     SPLIT_K - 1 (int8: times the column's scale), rounded once to out's dtype. Grid: (cdiv(M N, BLOCK),).
     ws_ptr: float32 [SPLIT_K, M, N], contiguous. s_ptr: the int8 scales [N] (not read for int4). out_ptr: [M, N], rows
@@ -145,11 +186,26 @@ def _gemv_split_reduce_kernel(ws_ptr, s_ptr, out_ptr, M, N, stride_om,
 
 @jit
 def _dequant_mm_kernel(
-    x_ptr, qw_ptr, qz_ptr, s_ptr, out_ptr, M, N, K,
-    stride_xm, stride_qw, stride_qz, stride_s, stride_om,
-    INT4: tl.constexpr, GROUP: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    qw_ptr,
+    qz_ptr,
+    s_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_qw,
+    stride_qz,
+    stride_s,
+    stride_om,
+    INT4: tl.constexpr,
+    GROUP: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     """out = X @ W on tensor cores, one (BLOCK_M x BLOCK_N) tile per program. Grid: (cdiv(M, BLOCK_M),
     cdiv(N, BLOCK_N)). Arguments as `_dequant_gemv_kernel`; BLOCK_M, BLOCK_N, BLOCK_K: the tile (BLOCK_K divides
     GROUP). Each K step dequantises a [BLOCK_K, BLOCK_N] tile, rounds it to X's dtype (int8: exact) and accumulates
@@ -164,8 +220,9 @@ def _dequant_mm_kernel(
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         a = tl.load(x_ptr + offs_m[:, None] * stride_xm + (k0 + offs_k)[None, :])
-        w = _dequant_tile(qw_ptr, qz_ptr, s_ptr, k0, offs_n, n_ok, stride_qw, stride_qz, stride_s,
-                          INT4, GROUP, BLOCK_K, BLOCK_N)  # fmt: skip
+        w = _dequant_tile(
+            qw_ptr, qz_ptr, s_ptr, k0, offs_n, n_ok, stride_qw, stride_qz, stride_s, INT4, GROUP, BLOCK_K, BLOCK_N
+        )
         b = narrow(w, x_ptr.dtype.element_ty, UPCAST)
         if UPCAST:
             a = a.to(tl.float32)
@@ -313,8 +370,9 @@ def quant_launches(config: Config, gemv: bool, fmt: str, x, qweight, scales, qze
         if split_k > 1:
             reduce_kw = dict(INT4=int4, UPCAST=upcast(), SPLIT_K=split_k, BLOCK=_REDUCE_BLOCK, num_warps=4)
             reduce_args = (ws, scales, out, m, n, out.stride(0))
-            launches.append(KernelLaunch(_gemv_split_reduce_kernel, (cdiv(m * n, _REDUCE_BLOCK),), reduce_args,
-                                         reduce_kw))  # fmt: skip
+            launches.append(
+                KernelLaunch(_gemv_split_reduce_kernel, (cdiv(m * n, _REDUCE_BLOCK),), reduce_args, reduce_kw)
+            )
         return launches
     grid = (cdiv(m, config["BLOCK_M"]), cdiv(n, config["BLOCK_N"]))
     return [KernelLaunch(_dequant_mm_kernel, grid, args, dict(kwargs, BLOCK_M=config["BLOCK_M"]))]

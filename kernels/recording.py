@@ -18,7 +18,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-_tls = threading.local()
+# this thread's recording (`state.rec`, None when none is on): public so that the served path reads it with no call
+state = threading.local()
 
 
 class Recording:
@@ -39,28 +40,28 @@ class Recording:
 
 def active() -> Recording | None:
     """This thread's recording, if one is on and not paused."""
-    rec = getattr(_tls, "rec", None)
+    rec = getattr(state, "rec", None)
     return rec if rec is not None and not rec.paused else None
 
 
 @contextlib.contextmanager
 def recording() -> Iterator[Recording]:
     """Record the block on this thread (nested: the outer recording goes on collecting)."""
-    outer = getattr(_tls, "rec", None)
+    outer = getattr(state, "rec", None)
     if outer is not None:
         yield outer
         return
-    rec = _tls.rec = Recording()
+    rec = state.rec = Recording()
     try:
         yield rec
     finally:
-        _tls.rec = None
+        state.rec = None
 
 
 @contextlib.contextmanager
 def paused() -> Iterator[None]:
     """Work done on nbxcert's own behalf inside a recorded call: not recorded, not counted."""
-    rec = getattr(_tls, "rec", None)
+    rec = getattr(state, "rec", None)
     if rec is None:
         yield
         return

@@ -80,9 +80,20 @@ OPS = {"sum": 0, "mean": 1, "amax": 2, "var": 3}
 # --- softmax kernels --------------------------------------------------------------------------------------------------
 @jit
 def _scores(
-    x_ptr, mask_ptr, row, cols, ok, n_cols, x_row_stride, mask_row_stride, mask_rows, q_len, scale,
-    MASK: tl.constexpr, CDT: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    mask_ptr,
+    row,
+    cols,
+    ok,
+    n_cols,
+    x_row_stride,
+    mask_row_stride,
+    mask_rows,
+    q_len,
+    scale,
+    MASK: tl.constexpr,
+    CDT: tl.constexpr,
+):
     """z = x[row, cols] * scale (+ mask), -inf where masked or outside the row (`ok` false).
 
     row: int64 row index. cols: int32 column indices, `ok` their validity. MASK: 0 none, 1 causal (query i = row mod
@@ -100,9 +111,23 @@ def _scores(
 
 @jit
 def _softmax_tile_kernel(
-    x_ptr, y_ptr, mask_ptr, n_rows, n_cols, x_row_stride, y_row_stride, mask_row_stride, mask_rows, q_len, scale,
-    MASK: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    y_ptr,
+    mask_ptr,
+    n_rows,
+    n_cols,
+    x_row_stride,
+    y_row_stride,
+    mask_row_stride,
+    mask_rows,
+    q_len,
+    scale,
+    MASK: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """Softmax of whole rows held in one tile.
 
     x_ptr, y_ptr: [n_rows, n_cols] input and output, rows `x_row_stride` / `y_row_stride` elements apart, columns
@@ -128,9 +153,23 @@ def _softmax_tile_kernel(
 
 @jit
 def _softmax_loop_kernel(
-    x_ptr, y_ptr, mask_ptr, n_rows, n_cols, x_row_stride, y_row_stride, mask_row_stride, mask_rows, q_len, scale,
-    MASK: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    y_ptr,
+    mask_ptr,
+    n_rows,
+    n_cols,
+    x_row_stride,
+    y_row_stride,
+    mask_row_stride,
+    mask_rows,
+    q_len,
+    scale,
+    MASK: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """Softmax of rows of any length: pass 1 keeps a running maximum and a running sum rescaled as the maximum grows
     (online softmax, one exp per element), pass 2 writes exp(z - max) / sum. Arguments as `_softmax_tile_kernel`;
     BLOCK_N is the column tile the passes step by."""
@@ -165,9 +204,21 @@ def _softmax_loop_kernel(
 
 @jit
 def _softmax_split_stats_kernel(
-    x_ptr, ws_ptr, mask_ptr, n_rows, n_cols, x_row_stride, mask_row_stride, mask_rows, q_len, scale, n_chunks,
-    MASK: tl.constexpr, BLOCK_N: tl.constexpr, CDT: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    ws_ptr,
+    mask_ptr,
+    n_rows,
+    n_cols,
+    x_row_stride,
+    mask_row_stride,
+    mask_rows,
+    q_len,
+    scale,
+    n_chunks,
+    MASK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CDT: tl.constexpr,
+):
     """Split softmax, step 1: program (row, chunk) writes the chunk's maximum and its sum of exp(z - max) to the
     workspace ws[row, chunk, 0:2] (CDT; the maximum may be -inf). A chunk is one BLOCK_N tile of the row."""
     row = tl.program_id(0).to(tl.int64)
@@ -185,10 +236,25 @@ def _softmax_split_stats_kernel(
 
 @jit
 def _softmax_split_out_kernel(
-    x_ptr, y_ptr, ws_ptr, mask_ptr, n_rows, n_cols, x_row_stride, y_row_stride, mask_row_stride, mask_rows, q_len,
-    scale, n_chunks,
-    MASK: tl.constexpr, BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    y_ptr,
+    ws_ptr,
+    mask_ptr,
+    n_rows,
+    n_cols,
+    x_row_stride,
+    y_row_stride,
+    mask_row_stride,
+    mask_rows,
+    q_len,
+    scale,
+    n_chunks,
+    MASK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CHUNKS: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """Split softmax, step 2: program (row, chunk) combines all the row's chunk statistics (the same values in the
     same order in every program of the row, so they agree to the bit), then writes its chunk's outputs. CHUNKS: a
     power of two >= n_chunks (the statistics tile)."""
@@ -212,8 +278,21 @@ def _softmax_split_out_kernel(
 
 # --- normalisation kernel ---------------------------------------------------------------------------------------------
 @jit
-def _load_row(x_ptr, res_ptr, sum_ptr, row, c, ok, x_row_stride, res_row_stride, sum_row_stride,
-              RESIDUAL: tl.constexpr, STORE_SUM: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr):  # fmt: skip
+def _load_row(
+    x_ptr,
+    res_ptr,
+    sum_ptr,
+    row,
+    c,
+    ok,
+    x_row_stride,
+    res_row_stride,
+    sum_row_stride,
+    RESIDUAL: tl.constexpr,
+    STORE_SUM: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """x[row, c] (+ res[row, c]) in the compute type; with STORE_SUM also writes the sum to sum_ptr."""
     x = tl.load(x_ptr + row * x_row_stride + c, mask=ok, other=0.0).to(CDT)
     if RESIDUAL:
@@ -225,11 +304,27 @@ def _load_row(x_ptr, res_ptr, sum_ptr, row, c, ok, x_row_stride, res_row_stride,
 
 @jit
 def _norm_kernel(
-    x_ptr, res_ptr, w_ptr, b_ptr, y_ptr, sum_ptr, n_rows, n_cols,
-    x_row_stride, res_row_stride, y_row_stride, sum_row_stride, eps,
-    RMS: tl.constexpr, RESIDUAL: tl.constexpr, ONE_TILE: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-    CDT: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    res_ptr,
+    w_ptr,
+    b_ptr,
+    y_ptr,
+    sum_ptr,
+    n_rows,
+    n_cols,
+    x_row_stride,
+    res_row_stride,
+    y_row_stride,
+    sum_row_stride,
+    eps,
+    RMS: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    ONE_TILE: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """LayerNorm (RMS false: (x - mean) * rstd * w + b, two-pass population variance) or RMSNorm (RMS true:
     x * rstd * w, rstd = 1 / sqrt(mean(x²) + eps)) of each row, optionally of s = x + res (RESIDUAL), whose rounded
     value is also written to sum_ptr.
@@ -250,8 +345,21 @@ def _norm_kernel(
         for r in range(ROWS):
             row = pid * ROWS + r
             ok = both(c_ok, row < n_rows)
-            x = _load_row(x_ptr, res_ptr, sum_ptr, row, cols, ok, x_row_stride, res_row_stride, sum_row_stride,
-                          RESIDUAL, True, CDT, UPCAST)  # fmt: skip
+            x = _load_row(
+                x_ptr,
+                res_ptr,
+                sum_ptr,
+                row,
+                cols,
+                ok,
+                x_row_stride,
+                res_row_stride,
+                sum_row_stride,
+                RESIDUAL,
+                True,
+                CDT,
+                UPCAST,
+            )
             if RMS:
                 rstd = tl.math.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
                 y = x * rstd * w
@@ -269,8 +377,21 @@ def _norm_kernel(
             for start in range(0, n_cols, BLOCK_N):
                 c = start + cols
                 ok = both(c < n_cols, row_ok)
-                x = _load_row(x_ptr, res_ptr, sum_ptr, row, c, ok, x_row_stride, res_row_stride, sum_row_stride,
-                              RESIDUAL, True, CDT, UPCAST)  # fmt: skip
+                x = _load_row(
+                    x_ptr,
+                    res_ptr,
+                    sum_ptr,
+                    row,
+                    c,
+                    ok,
+                    x_row_stride,
+                    res_row_stride,
+                    sum_row_stride,
+                    RESIDUAL,
+                    True,
+                    CDT,
+                    UPCAST,
+                )
                 if RMS:
                     acc += x * x
                 else:
@@ -284,8 +405,21 @@ def _norm_kernel(
                 for start in range(0, n_cols, BLOCK_N):
                     c = start + cols
                     ok = both(c < n_cols, row_ok)
-                    x = _load_row(x_ptr, res_ptr, sum_ptr, row, c, ok, x_row_stride, res_row_stride, sum_row_stride,
-                                  RESIDUAL, False, CDT, UPCAST)  # fmt: skip
+                    x = _load_row(
+                        x_ptr,
+                        res_ptr,
+                        sum_ptr,
+                        row,
+                        c,
+                        ok,
+                        x_row_stride,
+                        res_row_stride,
+                        sum_row_stride,
+                        RESIDUAL,
+                        False,
+                        CDT,
+                        UPCAST,
+                    )
                     d = tl.where(ok, x - mean, 0.0)
                     acc2 += d * d
                 rstd = tl.math.rsqrt(tl.sum(acc2, axis=0) / n_cols + eps)
@@ -293,8 +427,21 @@ def _norm_kernel(
                 c = start + cols
                 c_ok = c < n_cols
                 ok = both(c_ok, row_ok)
-                x = _load_row(x_ptr, res_ptr, sum_ptr, row, c, ok, x_row_stride, res_row_stride, sum_row_stride,
-                              RESIDUAL, False, CDT, UPCAST)  # fmt: skip
+                x = _load_row(
+                    x_ptr,
+                    res_ptr,
+                    sum_ptr,
+                    row,
+                    c,
+                    ok,
+                    x_row_stride,
+                    res_row_stride,
+                    sum_row_stride,
+                    RESIDUAL,
+                    False,
+                    CDT,
+                    UPCAST,
+                )
                 w = tl.load(w_ptr + c, mask=c_ok, other=0.0).to(CDT)
                 if RMS:
                     y = x * rstd * w
@@ -306,9 +453,18 @@ def _norm_kernel(
 # --- row reduction kernel ---------------------------------------------------------------------------------------------
 @jit
 def _row_reduce_kernel(
-    x_ptr, out_ptr, n_rows, n_cols, x_row_stride, correction,
-    OP: tl.constexpr, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    out_ptr,
+    n_rows,
+    n_cols,
+    x_row_stride,
+    correction,
+    OP: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """One value per row of x [n_rows, n_cols] (rows `x_row_stride` apart, columns contiguous) into out [n_rows].
 
     OP: 0 sum, 1 mean, 2 amax, 3 var (two-pass, divided by n_cols - correction). Each lane of the BLOCK_N tile
@@ -843,10 +999,17 @@ def _norm_launch(config: Config, inputs: Inputs) -> None:
     t = inputs.tensors
     _run(
         norm_launches(
-            config, t["x"], t.get("residual"), t["weight"], t.get("bias"), t["y"], t.get("s"),
-            inputs.scalars["eps"], inputs.scalars["rms"],
+            config,
+            t["x"],
+            t.get("residual"),
+            t["weight"],
+            t.get("bias"),
+            t["y"],
+            t.get("s"),
+            inputs.scalars["eps"],
+            inputs.scalars["rms"],
         )
-    )  # fmt: skip
+    )
 
 
 def _norm_oracle(inputs: Inputs) -> dict[str, Reference]:

@@ -177,9 +177,14 @@ def _store_ranked(row_ptr, val_ptr, idx_ptr, rv, rn, ri, live, ok):
 # --- argmax kernels ---------------------------------------------------------------------------------------------------
 @jit
 def _argmax_loop_kernel(
-    x_ptr, out_ptr, n_rows, n_cols, x_row_stride,
-    ROWS: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    out_ptr,
+    n_rows,
+    n_cols,
+    x_row_stride,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """out[r] = the first-ranked column of row r of x [n_rows, n_cols] (rows `x_row_stride` apart, columns
     contiguous); out: int64 [n_rows]. ROWS: rows per program. BLOCK_N: the column tile; lane j keeps the best of
     columns j, j + BLOCK_N, ... (a strictly-later column replaces it only by ranking before it), the lanes are reduced
@@ -206,9 +211,14 @@ def _argmax_loop_kernel(
 
 @jit
 def _argmax_split_kernel(
-    x_ptr, ws_ptr, n_cols, x_row_stride, n_chunks,
-    CHUNK: tl.constexpr, BLOCK_N: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    ws_ptr,
+    n_cols,
+    x_row_stride,
+    n_chunks,
+    CHUNK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """Split argmax, step 1: program (row, chunk) writes the first-ranked column among columns [chunk * CHUNK,
     (chunk + 1) * CHUNK) of its row to ws[row * n_chunks + chunk] (int32). CHUNK: a multiple of BLOCK_N."""
     row = tl.program_id(0).to(tl.int64)
@@ -245,9 +255,19 @@ def _argmax_combine_kernel(x_ptr, ws_ptr, out_ptr, x_row_stride, n_chunks, CHUNK
 # --- topk kernels -----------------------------------------------------------------------------------------------------
 @jit
 def _topk_loop_kernel(
-    x_ptr, val_ptr, idx_ptr, n_rows, n_cols, k, x_row_stride, val_row_stride, idx_row_stride,
-    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, K_PAD: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    val_ptr,
+    idx_ptr,
+    n_rows,
+    n_cols,
+    k,
+    x_row_stride,
+    val_row_stride,
+    idx_row_stride,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    K_PAD: tl.constexpr,
+):
     """The k first-ranked elements of each row of x [n_rows, n_cols] (rows `x_row_stride` apart, columns contiguous),
     in rank order: values into val [n_rows, k] (x's dtype, rows `val_row_stride` apart) and columns into idx
     [n_rows, k] (int64, rows `idx_row_stride` apart). k: 1 <= k <= min(n_cols, K_PAD). ROWS: rows per program.
@@ -268,15 +288,21 @@ def _topk_loop_kernel(
             c = start + cols
             v, n, i = _column_keys(row_ptr, c, both(c < n_cols, row_ok))
             rv, rn, ri, wv, wn, wi, ws = _merge(rv, rn, ri, wv, wn, wi, ws, v, n, i, slot, live, K_PAD)
-        _store_ranked(row_ptr, val_ptr + row * val_row_stride, idx_ptr + row * idx_row_stride, rv, rn, ri, live,
-                      row_ok)  # fmt: skip
+        _store_ranked(row_ptr, val_ptr + row * val_row_stride, idx_ptr + row * idx_row_stride, rv, rn, ri, live, row_ok)
 
 
 @jit
 def _topk_split_kernel(
-    x_ptr, ws_ptr, n_cols, k, x_row_stride, n_chunks,
-    CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, K_PAD: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    ws_ptr,
+    n_cols,
+    k,
+    x_row_stride,
+    n_chunks,
+    CHUNK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    K_PAD: tl.constexpr,
+):
     """Split topk, step 1: program (row, chunk) writes the k first-ranked columns among columns [chunk * CHUNK,
     (chunk + 1) * CHUNK) of its row, unordered, to ws[(row * n_chunks + chunk) * k + 0..k-1] (int32; NO_INDEX for
     a slot left empty by a chunk of fewer than k columns). CHUNK: a multiple of BLOCK_N."""
@@ -297,9 +323,18 @@ def _topk_split_kernel(
 
 @jit
 def _topk_combine_kernel(
-    x_ptr, ws_ptr, val_ptr, idx_ptr, k, x_row_stride, val_row_stride, idx_row_stride, n_chunks,
-    BLOCK_N: tl.constexpr, K_PAD: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    ws_ptr,
+    val_ptr,
+    idx_ptr,
+    k,
+    x_row_stride,
+    val_row_stride,
+    idx_row_stride,
+    n_chunks,
+    BLOCK_N: tl.constexpr,
+    K_PAD: tl.constexpr,
+):
     """Split topk, step 2: the k first-ranked of the row's n_chunks * k chunk candidates (ws, int32, NO_INDEX for
     none), their values gathered from x again, written in rank order as `_topk_loop_kernel` writes them. BLOCK_N:
     candidates per step."""
@@ -361,9 +396,18 @@ def _past(key, t, STRICT: tl.constexpr):
 
 @jit
 def _radix_count(
-    held, row_ptr, src_ptr, first, end, t,
-    STRICT: tl.constexpr, GATHER: tl.constexpr, TILES: tl.constexpr, BLOCK_N: tl.constexpr, SHIFT: tl.constexpr,
-):  # fmt: skip
+    held,
+    row_ptr,
+    src_ptr,
+    first,
+    end,
+    t,
+    STRICT: tl.constexpr,
+    GATHER: tl.constexpr,
+    TILES: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SHIFT: tl.constexpr,
+):
     """How many entries have a key above `t` (STRICT) or at least `t`: `held` holds their keys when TILES == 1; else
     the tiles are loaded again."""
     count = tl.zeros([], tl.int32)
@@ -378,9 +422,17 @@ def _radix_count(
 
 @jit
 def _radix_select(
-    row_ptr, src_ptr, first, end, k, dst_ptr,
-    GATHER: tl.constexpr, TILES: tl.constexpr, BLOCK_N: tl.constexpr, SHIFT: tl.constexpr,
-):  # fmt: skip
+    row_ptr,
+    src_ptr,
+    first,
+    end,
+    k,
+    dst_ptr,
+    GATHER: tl.constexpr,
+    TILES: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SHIFT: tl.constexpr,
+):
     """Write to dst_ptr[0..k-1] (in dst_ptr's integer type) the indices of the k first-ranked of the entries first ..
     end - 1 (`_radix_tile`, TILES tiles of BLOCK_N from `first`), unordered; NO_INDEX in the slots of missing entries
     (fewer than k).
@@ -417,9 +469,16 @@ def _radix_select(
 
 @jit
 def _topk_radix_kernel(
-    x_ptr, ws_ptr, n_cols, k, x_row_stride, n_chunks,
-    CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, SHIFT: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    ws_ptr,
+    n_cols,
+    k,
+    x_row_stride,
+    n_chunks,
+    CHUNK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SHIFT: tl.constexpr,
+):
     """Radix topk, step 1: program (row, chunk) writes the k first-ranked columns among columns [chunk * CHUNK,
     (chunk + 1) * CHUNK) of its row, unordered, to ws[(row * n_chunks + chunk) * k + 0..k-1] (int32; NO_INDEX for
     a slot left empty), as `_topk_split_kernel` does, by `_radix_select` instead of insertions. CHUNK: a multiple of
@@ -434,9 +493,20 @@ def _topk_radix_kernel(
 
 @jit
 def _topk_radix_combine_kernel(
-    x_ptr, ws_ptr, val_ptr, idx_ptr, k, x_row_stride, val_row_stride, idx_row_stride, n_chunks,
-    TILES: tl.constexpr, BLOCK_N: tl.constexpr, K_PAD: tl.constexpr, SHIFT: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    ws_ptr,
+    val_ptr,
+    idx_ptr,
+    k,
+    x_row_stride,
+    val_row_stride,
+    idx_row_stride,
+    n_chunks,
+    TILES: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    K_PAD: tl.constexpr,
+    SHIFT: tl.constexpr,
+):
     """Radix topk, step 2: the k first-ranked of the row's n_chunks * k candidates (ws, in index order: chunk after
     chunk, each chunk's in index order), selected by `_radix_select` into the row of idx (scratch at first), then read
     back and written in rank order as `_topk_loop_kernel` writes them. TILES: cdiv(n_chunks * k, BLOCK_N)."""
@@ -480,9 +550,17 @@ def _row_lse(row_ptr, n_cols, row_ok, cols, BLOCK_N: tl.constexpr, CDT: tl.const
 
 @jit
 def _log_softmax_kernel(
-    x_ptr, y_ptr, n_rows, n_cols, x_row_stride, y_row_stride,
-    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    y_ptr,
+    n_rows,
+    n_cols,
+    x_row_stride,
+    y_row_stride,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """y = x - M - log S per row (`_row_lse`), then a second pass writes. x_ptr, y_ptr: [n_rows, n_cols], rows the
     given strides apart, columns contiguous. ROWS: rows per program (changes no bit). BLOCK_N: the column tile. CDT:
     compute type. UPCAST: interpreter backend (`common.narrow`). Live tile values: the loaded tile, its exponentials,
@@ -504,9 +582,18 @@ def _log_softmax_kernel(
 
 @jit
 def _cross_entropy_kernel(
-    x_ptr, t_ptr, loss_ptr, n_rows, n_cols, x_row_stride, ignore_index,
-    ROWS: tl.constexpr, BLOCK_N: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    t_ptr,
+    loss_ptr,
+    n_rows,
+    n_cols,
+    x_row_stride,
+    ignore_index,
+    ROWS: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """loss[r] = M + log S - x[r, t] (`_row_lse`), t = target[r]; 0 where t == ignore_index; NaN where t is outside
     [0, n_cols) (x is then not read at t). x_ptr: logits [n_rows, n_cols], rows `x_row_stride` apart, columns
     contiguous. t_ptr: int64 targets [n_rows]. loss_ptr: [n_rows], x's dtype. ignore_index: int. ROWS, BLOCK_N,
@@ -529,9 +616,15 @@ def _cross_entropy_kernel(
 
 @jit
 def _lse_partial_kernel(
-    x_ptr, ws_ptr, n_cols, x_row_stride, n_chunks,
-    CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, CDT: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    ws_ptr,
+    n_cols,
+    x_row_stride,
+    n_chunks,
+    CHUNK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CDT: tl.constexpr,
+):
     """Split log_softmax / cross_entropy, step 1. Grid: (n_rows, n_chunks). Program (row, c) writes (M, S) of the
     row's columns [c CHUNK, (c + 1) CHUNK) (`_chunk_lse`) to ws[row, c, 0:2] (float64 [n_rows, n_chunks, 2]). x_ptr:
     [n_rows, n_cols], rows `x_row_stride` apart, columns contiguous. BLOCK_N: the column tile. CDT: compute type."""
@@ -561,9 +654,19 @@ def _lse_of_chunks(ws_ptr, row, n_chunks, NCH: tl.constexpr, CDT: tl.constexpr):
 
 @jit
 def _log_softmax_split_kernel(
-    x_ptr, y_ptr, ws_ptr, n_cols, x_row_stride, y_row_stride, n_chunks,
-    CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, NCH: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    y_ptr,
+    ws_ptr,
+    n_cols,
+    x_row_stride,
+    y_row_stride,
+    n_chunks,
+    CHUNK: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    NCH: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """Split log_softmax, step 2. Grid: (n_rows, n_chunks). Program (row, c) combines the row's partials
     (`_lse_of_chunks`) and writes y = x - M - log S over the row's columns [c CHUNK, (c + 1) CHUNK). Arguments as
     `_log_softmax_kernel` and `_lse_partial_kernel`."""
@@ -584,9 +687,18 @@ def _log_softmax_split_kernel(
 
 @jit
 def _cross_entropy_split_kernel(
-    x_ptr, t_ptr, loss_ptr, ws_ptr, n_cols, x_row_stride, ignore_index, n_chunks,
-    NCH: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    t_ptr,
+    loss_ptr,
+    ws_ptr,
+    n_cols,
+    x_row_stride,
+    ignore_index,
+    n_chunks,
+    NCH: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """Split cross_entropy, step 2. Grid: (n_rows,). The row's partials combined (`_lse_of_chunks`), then the loss as
     `_cross_entropy_kernel` writes it. Arguments as `_cross_entropy_kernel` and `_lse_partial_kernel`."""
     row = tl.program_id(0).to(tl.int64)
@@ -854,8 +966,14 @@ def log_softmax_launches(config: Config, x: Tensor, y: Tensor, workspace: Tensor
         return []
     if config["VARIANT"] == "split":
         partial, ws, n_chunks = _lse_partial(config, x, workspace, "log_softmax")
-        kwargs = dict(CHUNK=config["CHUNK"], BLOCK_N=config["BLOCK_N"], NCH=next_power_of_2(n_chunks),
-                      CDT=compute_type(x.dtype.name), UPCAST=upcast(), **_warps(config))  # fmt: skip
+        kwargs = dict(
+            CHUNK=config["CHUNK"],
+            BLOCK_N=config["BLOCK_N"],
+            NCH=next_power_of_2(n_chunks),
+            CDT=compute_type(x.dtype.name),
+            UPCAST=upcast(),
+            **_warps(config),
+        )
         args = (x, y, ws, n_cols, x.stride(0), y.stride(0), n_chunks)
         return [partial, KernelLaunch(_log_softmax_split_kernel, (n_rows, n_chunks), args, kwargs)]
     rows = config["ROWS"]
@@ -875,8 +993,7 @@ def cross_entropy_launches(
     _check_cols("cross_entropy", n_cols)
     if config["VARIANT"] == "split":
         partial, ws, n_chunks = _lse_partial(config, x, workspace, "cross_entropy")
-        kwargs = dict(NCH=next_power_of_2(n_chunks), CDT=compute_type(x.dtype.name), UPCAST=upcast(),
-                      **_warps(config))  # fmt: skip
+        kwargs = dict(NCH=next_power_of_2(n_chunks), CDT=compute_type(x.dtype.name), UPCAST=upcast(), **_warps(config))
         args = (x, target, loss, ws, n_cols, x.stride(0), int(ignore_index), n_chunks)
         return [partial, KernelLaunch(_cross_entropy_split_kernel, (n_rows,), args, kwargs)]
     rows = config["ROWS"]
@@ -1142,8 +1259,7 @@ def cross_entropy_inputs(
 
 def _cross_entropy_launch(config: Config, inputs: Inputs) -> None:
     t = inputs.tensors
-    _run(cross_entropy_launches(config, t["x"], t["target"], t["loss"], inputs.scalars["ignore_index"],
-                                t["workspace"]))  # fmt: skip
+    _run(cross_entropy_launches(config, t["x"], t["target"], t["loss"], inputs.scalars["ignore_index"], t["workspace"]))
 
 
 def _cross_entropy_oracle(inputs: Inputs) -> dict[str, Reference]:
@@ -1202,7 +1318,7 @@ TOPK = family_spec(
         _topk_combine_kernel,
         _topk_radix_kernel,
         _topk_radix_combine_kernel,
-    ),  # fmt: skip
+    ),
     problem_args=("n_rows", "n_cols", "k"),
     key_fields=ROW_KEY + (KeyField("k"),),
     dtype_args=("x",),

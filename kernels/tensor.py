@@ -201,7 +201,7 @@ class Tensor:
             raise ViewError(f"shape {shape} and strides {strides} differ in rank")
         if 0 in shape:
             return  # no element: nothing is read, whatever the offset
-        lo, hi = self._span()
+        lo, hi = self.span()
         if lo < 0 or hi > storage.nbytes:
             raise ViewError(
                 f"view shape={self.shape} strides={self._strides} offset={self._offset} reaches bytes "
@@ -269,7 +269,7 @@ class Tensor:
         expected = _contiguous_strides(self.shape)
         return all(n == 1 or s == e for n, s, e in zip(self.shape, self._strides, expected, strict=False))
 
-    def _span(self) -> tuple[int, int]:
+    def span(self) -> tuple[int, int]:
         """[first byte, one past the last byte) this view touches in its storage."""
         item = self.dtype.itemsize
         lo = hi = self._offset
@@ -288,7 +288,7 @@ class Tensor:
     # --- host access --------------------------------------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """The values in their numpy storage type (raw bits for bfloat16/float8): a view on cpu, a copy from a GPU."""
-        lo, hi = self._span()
+        lo, hi = self.span()
         if self.device.type == "cpu":
             _recording.host_work("a host read of a tensor's values")
             buf = self._storage._host
@@ -483,22 +483,22 @@ class Tensor:
         elif both_dense and self.device.type == "cuda":
             self._storage.write_bytes(np.ascontiguousarray(src.numpy()), self._offset * self.itemsize)
         else:
-            self._write_host(np.ascontiguousarray(src.numpy()))
+            self.write_host(np.ascontiguousarray(src.numpy()))
         return self
 
-    def _write_host(self, values: np.ndarray) -> None:
+    def write_host(self, values: np.ndarray) -> None:
         """Write values (storage dtype, this view's shape) into this view through the host."""
         if self.device.type == "cpu":
             self.numpy()[...] = values
             return
-        lo, hi = self._span()
+        lo, hi = self.span()
         window = Tensor(self._storage, self.shape, self._strides, self.dtype, self._offset)
         host = window.numpy()  # a host copy of exactly the span [lo, hi)
         host[...] = values
         self._storage.write_bytes(host.base if host.base is not None else host, lo)
 
     def fill_(self, value: float) -> Tensor:
-        self._write_host(np.broadcast_to(_dt.encode(np.array(value), self.dtype), self.shape))
+        self.write_host(np.broadcast_to(_dt.encode(np.array(value), self.dtype), self.shape))
         return self
 
     # --- the interpreter's tensor protocol ----------------------------------------------------------------------------

@@ -101,15 +101,41 @@ GROUP_NORM_EPS = float(np.float32(1e-5))  # torch.nn.GroupNorm's default (and di
 # ======================================================================================================================
 @jit
 def _conv2d_kernel(
-    x_ptr, w_ptr, bias_ptr, y_ptr,
-    C_G, H, W, K_G, OH, OW, M,
-    stride_xn, stride_xc, stride_xh, stride_xw,
-    stride_wk, stride_wc, stride_wr, stride_ws,
-    stride_yn, stride_yk, stride_yh, stride_yw,
-    R: tl.constexpr, S: tl.constexpr, STRIDE: tl.constexpr, PAD: tl.constexpr, DIL: tl.constexpr,
-    HAS_BIAS: tl.constexpr, UPCAST: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    y_ptr,
+    C_G,
+    H,
+    W,
+    K_G,
+    OH,
+    OW,
+    M,
+    stride_xn,
+    stride_xc,
+    stride_xh,
+    stride_xw,
+    stride_wk,
+    stride_wc,
+    stride_wr,
+    stride_ws,
+    stride_yn,
+    stride_yk,
+    stride_yh,
+    stride_yw,
+    R: tl.constexpr,
+    S: tl.constexpr,
+    STRIDE: tl.constexpr,
+    PAD: tl.constexpr,
+    DIL: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    UPCAST: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     """y[:, g·K_G:(g+1)·K_G] = x[:, g·C_G:(g+1)·C_G] ⋆ w[g·K_G:(g+1)·K_G] (+ bias) for one group g = program_id(1).
     Grid: (cdiv(M, BLOCK_M) · cdiv(K_G, BLOCK_N), groups).
 
@@ -181,9 +207,26 @@ def _group_offsets(e, HW, C_G, stride_c, stride_p, CHANNELS_LAST: tl.constexpr):
 
 @jit
 def _gn_write(
-    x_ptr, y_ptr, w_ptr, b_ptr, e, ok, g, mean, rstd, HW, C_G, stride_xc, stride_xp, stride_yc, stride_yp,
-    SILU: tl.constexpr, CHANNELS_LAST: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    y_ptr,
+    w_ptr,
+    b_ptr,
+    e,
+    ok,
+    g,
+    mean,
+    rstd,
+    HW,
+    C_G,
+    stride_xc,
+    stride_xp,
+    stride_yc,
+    stride_yp,
+    SILU: tl.constexpr,
+    CHANNELS_LAST: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """Normalise the group elements e (valid where ok) of x (pointers already at the sample and group), scale and
     shift by the channel's weight and bias, apply SiLU when SILU, and store into y."""
     x_off, c = _group_offsets(e, HW, C_G, stride_xc, stride_xp, CHANNELS_LAST)
@@ -201,10 +244,26 @@ def _gn_write(
 
 @jit
 def _group_norm_loop_kernel(
-    x_ptr, y_ptr, w_ptr, b_ptr, GROUPS, C_G, HW, eps,
-    stride_xn, stride_xc, stride_xp, stride_yn, stride_yc, stride_yp,
-    SILU: tl.constexpr, CHANNELS_LAST: tl.constexpr, BLOCK: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    y_ptr,
+    w_ptr,
+    b_ptr,
+    GROUPS,
+    C_G,
+    HW,
+    eps,
+    stride_xn,
+    stride_xc,
+    stride_xp,
+    stride_yn,
+    stride_yc,
+    stride_yp,
+    SILU: tl.constexpr,
+    CHANNELS_LAST: tl.constexpr,
+    BLOCK: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """GroupNorm of one (sample, group) = program_id(0) // GROUPS, program_id(0) mod GROUPS, in three passes over
     BLOCK tiles: the sum, the sum of squared deviations from the mean, then normalise and store. Grid: (N·GROUPS,).
 
@@ -237,15 +296,44 @@ def _group_norm_loop_kernel(
     rstd = tl.math.rsqrt(tl.sum(acc2, axis=0) / size + eps)
     for start in range(0, size, BLOCK):
         e = start + lanes
-        _gn_write(x_base, y_base, w_ptr, b_ptr, e, e < size, g, mean, rstd, HW, C_G, stride_xc, stride_xp,
-                  stride_yc, stride_yp, SILU, CHANNELS_LAST, CDT, UPCAST)  # fmt: skip
+        _gn_write(
+            x_base,
+            y_base,
+            w_ptr,
+            b_ptr,
+            e,
+            e < size,
+            g,
+            mean,
+            rstd,
+            HW,
+            C_G,
+            stride_xc,
+            stride_xp,
+            stride_yc,
+            stride_yp,
+            SILU,
+            CHANNELS_LAST,
+            CDT,
+            UPCAST,
+        )
 
 
 @jit
 def _group_norm_stats_kernel(
-    x_ptr, ws_ptr, GROUPS, C_G, HW, n_chunks, stride_xn, stride_xc, stride_xp,
-    CHANNELS_LAST: tl.constexpr, BLOCK: tl.constexpr, CDT: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    ws_ptr,
+    GROUPS,
+    C_G,
+    HW,
+    n_chunks,
+    stride_xn,
+    stride_xc,
+    stride_xp,
+    CHANNELS_LAST: tl.constexpr,
+    BLOCK: tl.constexpr,
+    CDT: tl.constexpr,
+):
     """Split GroupNorm, step 1: program (group row, chunk) writes its chunk's mean and sum of squared deviations from
     that mean (two-pass within the chunk) to ws[(row · n_chunks + chunk) · 2 + {0, 1}] (CDT). A chunk is one BLOCK
     tile of the group's elements; arguments as `_group_norm_loop_kernel`. Grid: (N·GROUPS, n_chunks)."""
@@ -270,11 +358,29 @@ def _group_norm_stats_kernel(
 
 @jit
 def _group_norm_apply_kernel(
-    x_ptr, y_ptr, w_ptr, b_ptr, ws_ptr, GROUPS, C_G, HW, n_chunks, eps,
-    stride_xn, stride_xc, stride_xp, stride_yn, stride_yc, stride_yp,
-    SILU: tl.constexpr, CHANNELS_LAST: tl.constexpr, BLOCK: tl.constexpr, CHUNKS: tl.constexpr, CDT: tl.constexpr,
+    x_ptr,
+    y_ptr,
+    w_ptr,
+    b_ptr,
+    ws_ptr,
+    GROUPS,
+    C_G,
+    HW,
+    n_chunks,
+    eps,
+    stride_xn,
+    stride_xc,
+    stride_xp,
+    stride_yn,
+    stride_yc,
+    stride_yp,
+    SILU: tl.constexpr,
+    CHANNELS_LAST: tl.constexpr,
+    BLOCK: tl.constexpr,
+    CHUNKS: tl.constexpr,
+    CDT: tl.constexpr,
     UPCAST: tl.constexpr,
-):  # fmt: skip
+):
     """Split GroupNorm, step 2: program (group row, chunk) combines all the group's chunk statistics (the same values
     in the same order in every program of the group), then normalises and stores its own chunk. CHUNKS: a power of
     two >= n_chunks (the statistics' tile). Other arguments as `_group_norm_loop_kernel`. Grid: (N·GROUPS,
@@ -297,17 +403,51 @@ def _group_norm_apply_kernel(
     x_base = x_ptr + n.to(tl.int64) * stride_xn + (g * C_G).to(tl.int64) * stride_xc
     y_base = y_ptr + n.to(tl.int64) * stride_yn + (g * C_G).to(tl.int64) * stride_yc
     e = chunk * BLOCK + tl.arange(0, BLOCK)
-    _gn_write(x_base, y_base, w_ptr, b_ptr, e, e < size, g, mean, rstd, HW, C_G, stride_xc, stride_xp,
-              stride_yc, stride_yp, SILU, CHANNELS_LAST, CDT, UPCAST)  # fmt: skip
+    _gn_write(
+        x_base,
+        y_base,
+        w_ptr,
+        b_ptr,
+        e,
+        e < size,
+        g,
+        mean,
+        rstd,
+        HW,
+        C_G,
+        stride_xc,
+        stride_xp,
+        stride_yc,
+        stride_yp,
+        SILU,
+        CHANNELS_LAST,
+        CDT,
+        UPCAST,
+    )
 
 
 @jit
 def _upsample_nearest2d_kernel(
-    x_ptr, y_ptr, ROWS, INNER, D1, D2,
-    stride_x0, stride_x1, stride_x2, stride_xi, stride_y0, stride_y1, stride_y2, stride_yi,
-    SCALE_1: tl.constexpr, SCALE_2: tl.constexpr, SCALE_I: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_I: tl.constexpr,
-):  # fmt: skip
+    x_ptr,
+    y_ptr,
+    ROWS,
+    INNER,
+    D1,
+    D2,
+    stride_x0,
+    stride_x1,
+    stride_x2,
+    stride_xi,
+    stride_y0,
+    stride_y1,
+    stride_y2,
+    stride_yi,
+    SCALE_1: tl.constexpr,
+    SCALE_2: tl.constexpr,
+    SCALE_I: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_I: tl.constexpr,
+):
     """Copy the bit patterns of nearest-neighbour upsampling. Grid: (cdiv(ROWS, BLOCK_R), cdiv(INNER, BLOCK_I)).
 
     The output is viewed as [D0, D1, D2, INNER] (nchw: N, C, OH, OW; nhwc: N, OH, OW, C) with ROWS = D0·D1·D2 rows;
@@ -539,9 +679,20 @@ def conv2d_problem(
             f"gives an empty output ({oh}x{ow})"
         )
     return {
-        "batch": n, "C": c, "H": h, "W": w, "K": k, "R": r, "S": s, "stride": stride, "padding": padding,
-        "dilation": dilation, "groups": groups, "bias": int(bias is not None), "layout": layout,
-    }  # fmt: skip
+        "batch": n,
+        "C": c,
+        "H": h,
+        "W": w,
+        "K": k,
+        "R": r,
+        "S": s,
+        "stride": stride,
+        "padding": padding,
+        "dilation": dilation,
+        "groups": groups,
+        "bias": int(bias is not None),
+        "layout": layout,
+    }
 
 
 def group_norm_problem(
@@ -756,8 +907,13 @@ def upsample_nearest2d(x: Tensor, scale_factor=2, out: Tensor | None = None, con
     x [N, C, H, W] (nchw or nhwc) -> [N, C, H·sh, W·sw] in x's layout, a bit-exact copy of x's values."""
     problem = upsample_problem(x, scale_factor)
     sh, sw = problem["scale_h"], problem["scale_w"]
-    y = _check_out(out, (problem["batch"], problem["C"], problem["H"] * sh, problem["W"] * sw), x, problem["layout"],
-                   "upsample_nearest2d")  # fmt: skip
+    y = _check_out(
+        out,
+        (problem["batch"], problem["C"], problem["H"] * sh, problem["W"] * sw),
+        x,
+        problem["layout"],
+        "upsample_nearest2d",
+    )
 
     def run(c: Config) -> None:
         _run(upsample_launches(c, x, y, sh, sw))
@@ -792,8 +948,11 @@ def conv2d_inputs(problem: Mapping[str, Any], dtypes: tuple[str, ...], seed: int
 
 def _conv2d_launch(config: Config, inputs: Inputs) -> None:
     t, s = inputs.tensors, inputs.scalars
-    _run(conv2d_launches(config, t["x"], t["weight"], t.get("bias"), t["y"], s["stride"], s["padding"],
-                         s["dilation"], s["groups"]))  # fmt: skip
+    _run(
+        conv2d_launches(
+            config, t["x"], t["weight"], t.get("bias"), t["y"], s["stride"], s["padding"], s["dilation"], s["groups"]
+        )
+    )
 
 
 def _conv2d_oracle(inputs: Inputs) -> dict[str, Reference]:
@@ -832,16 +991,23 @@ def group_norm_inputs(problem: Mapping[str, Any], dtypes: tuple[str, ...], seed:
 
 def _group_norm_launch(config: Config, inputs: Inputs) -> None:
     t, s = inputs.tensors, inputs.scalars
-    _run(group_norm_launches(config, t["x"], t["weight"], t["bias"], t["y"], s["groups"], s["eps"], s["silu"],
-                             t["workspace"]))  # fmt: skip
+    _run(
+        group_norm_launches(
+            config, t["x"], t["weight"], t["bias"], t["y"], s["groups"], s["eps"], s["silu"], t["workspace"]
+        )
+    )
 
 
 def _group_norm_oracle(inputs: Inputs) -> dict[str, Reference]:
     t, s = inputs.tensors, inputs.scalars
     value, scale = _oracle.group_norm(
-        t["x"].float64(), s["groups"], t["weight"].float64(), t["bias"].float64(), float(np.float32(s["eps"])),
+        t["x"].float64(),
+        s["groups"],
+        t["weight"].float64(),
+        t["bias"].float64(),
+        float(np.float32(s["eps"])),
         s["silu"],
-    )  # fmt: skip
+    )
     return {"y": Reference(value, scale)}
 
 

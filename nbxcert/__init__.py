@@ -12,15 +12,43 @@ from nbxcert.kernels.server import set_server as _set_server
 __all__ = ["__version__", "autotune"]
 
 
-def autotune(configs, key, prune_configs_by=None, reset_to_zero=None, restore_value=None, pre_hook=None,
-             post_hook=None, warmup=None, rep=None, use_cuda_graph=False, do_bench=None, cache_results=False,
-             *, name=None, **spec_kwargs):  # fmt: skip
+def autotune(
+    configs,
+    key,
+    prune_configs_by=None,
+    reset_to_zero=None,
+    restore_value=None,
+    pre_hook=None,
+    post_hook=None,
+    warmup=None,
+    rep=None,
+    use_cuda_graph=False,
+    do_bench=None,
+    cache_results=False,
+    *,
+    name=None,
+    **spec_kwargs,
+):
     """Like `triton.autotune` (its arguments, in its order), but launches serve certified configs; `name` and the
     certification keywords are nbxcert's own (see `nbxcert.dropin`)."""
     from nbxcert.dropin import autotune as _autotune
 
-    return _autotune(configs, key, prune_configs_by, reset_to_zero, restore_value, pre_hook, post_hook, warmup,
-                     rep, use_cuda_graph, do_bench, cache_results, name=name, **spec_kwargs)  # fmt: skip
+    return _autotune(
+        configs,
+        key,
+        prune_configs_by,
+        reset_to_zero,
+        restore_value,
+        pre_hook,
+        post_hook,
+        warmup,
+        rep,
+        use_cuda_graph,
+        do_bench,
+        cache_results,
+        name=name,
+        **spec_kwargs,
+    )
 
 
 def _serve_on_first_launch(spec, problem, dtypes, runtime):

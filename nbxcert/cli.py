@@ -325,9 +325,12 @@ def kernels(
         t.add_column(col)
     for r in rows:
         t.add_row(
-            _cell(r["name"]), _cell(r["family"]), _cell(", ".join(r["dtypes"])), _cell(", ".join(r["key_fields"])),
+            _cell(r["name"]),
+            _cell(r["family"]),
+            _cell(", ".join(r["dtypes"])),
+            _cell(", ".join(r["key_fields"])),
             str(r["candidates"]),
-        )  # fmt: skip
+        )
     _show(t)
 
 
@@ -431,9 +434,17 @@ def certify(
 
         if json_out:
             report = run_certify(
-                prof.key, found, out_dir, force, share, jobs, modules=modules, timeout_s=timeout,
-                progress=noted, on_key=key_done,
-            )  # fmt: skip
+                prof.key,
+                found,
+                out_dir,
+                force,
+                share,
+                jobs,
+                modules=modules,
+                timeout_s=timeout,
+                progress=noted,
+                on_key=key_done,
+            )
         else:
             columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}")]
             with Progress(
@@ -456,9 +467,17 @@ def certify(
                     bar.console.print(_key_line(kr, bar, overall), markup=False, soft_wrap=True)
 
                 report = run_certify(
-                    prof.key, found, out_dir, force, share, jobs, modules=modules, progress=progress, on_key=on_key,
+                    prof.key,
+                    found,
+                    out_dir,
+                    force,
+                    share,
+                    jobs,
+                    modules=modules,
+                    progress=progress,
+                    on_key=on_key,
                     timeout_s=timeout,
-                )  # fmt: skip
+                )
     totals = report.totals()
     if json_out:
         print(
@@ -1114,10 +1133,16 @@ def census(
     t.add_column("compile s", justify="right")
     for k in report.summaries():
         t.add_row(
-            _cell(k.kernel), str(k.cases), str(k.kept), str(k.compiled),
-            f"[red]{k.defects}[/red]" if k.defects else "0", str(k.over_prunes),
-            f"[red]{k.failures}[/red]" if k.failures else "0", str(k.spilling), f"{k.seconds:.1f}",
-        )  # fmt: skip
+            _cell(k.kernel),
+            str(k.cases),
+            str(k.kept),
+            str(k.compiled),
+            f"[red]{k.defects}[/red]" if k.defects else "0",
+            str(k.over_prunes),
+            f"[red]{k.failures}[/red]" if k.failures else "0",
+            str(k.spilling),
+            f"{k.seconds:.1f}",
+        )
     _show(t)
     for title, cases in (
         ("prune defects: {} (kept, over a device limit)", report.defects),

@@ -78,7 +78,7 @@ def _spans(tensors: Sequence[Tensor]) -> list[tuple[int, int]]:
     lie end to end, and a copy may not run from one into the next)."""
     by_storage: dict[int, list[tuple[int, int]]] = {}
     for t in tensors:
-        lo, hi = t._span()
+        lo, hi = t.span()
         if hi > lo:
             base = t._storage.data_ptr()
             by_storage.setdefault(id(t._storage), []).append((base + lo, base + hi))
@@ -112,9 +112,11 @@ def _first_difference(label: str, where: str, graph: np.ndarray, eager: np.ndarr
     if not len(differ):
         return None
     index = tuple(int(i) for i in differ[0])
-    return (f"{where}{list(index)} is {graph[index]!r} (bits 0x{int(a[index]):x}) in the graph's first replay and "
-            f"{eager[index]!r} (bits 0x{int(b[index]):x}) in the eager run; {len(differ)} of {a.size} elements "
-            "differ")  # fmt: skip
+    return (
+        f"{where}{list(index)} is {graph[index]!r} (bits 0x{int(a[index]):x}) in the graph's first replay and "
+        f"{eager[index]!r} (bits 0x{int(b[index]):x}) in the eager run; {len(differ)} of {a.size} elements "
+        "differ"
+    )
 
 
 class CUDAGraph:
@@ -191,14 +193,18 @@ def capture(fn: Callable, *args, check: bool = True, **kwargs) -> CUDAGraph:
             graph.launch(side.handle)
             got = _tensors(outputs)
             if [w for w, _ in got] != [w for w, _ in expected]:
-                raise GraphRefused(f"graph of {label} refused: the capture returned {len(got)} tensors "
-                                   f"({', '.join(w for w, _ in got)}), the eager run {len(expected)}")  # fmt: skip
+                raise GraphRefused(
+                    f"graph of {label} refused: the capture returned {len(got)} tensors "
+                    f"({', '.join(w for w, _ in got)}), the eager run {len(expected)}"
+                )
             for (where, tensor), (_, eager_values) in zip(got, expected, strict=True):
                 problem = _first_difference(label, where, tensor.numpy(), eager_values)
                 if problem is not None:
-                    raise GraphRefused(f"graph of {label} refused: {problem}",
-                                       hint="an op whose result depends on its launch order (atomics) cannot be "
-                                       "replayed byte-equal; run it outside the graph")  # fmt: skip
+                    raise GraphRefused(
+                        f"graph of {label} refused: {problem}",
+                        hint="an op whose result depends on its launch order (atomics) cannot be "
+                        "replayed byte-equal; run it outside the graph",
+                    )
             del saved
         done = cuda.Event(device)
         done.record(side)
@@ -213,8 +219,9 @@ class GraphCache:
     values) in every call, as the graph reads the tensors it was captured with. `sizes`: the buckets, ascending;
     default the profile's `buckets.batch` ladder."""
 
-    def __init__(self, fn: Callable, batched: Sequence[int] = (0,), sizes: Sequence[int] | None = None,
-                 check: bool = True):  # fmt: skip
+    def __init__(
+        self, fn: Callable, batched: Sequence[int] = (0,), sizes: Sequence[int] | None = None, check: bool = True
+    ):
         if not batched:
             raise UsageError("GraphCache needs the position of at least one batched argument (batched=)")
         self.fn, self.batched, self.check = fn, tuple(batched), check
@@ -232,23 +239,27 @@ class GraphCache:
         for size in self.sizes:
             if size >= batch:
                 return size
-        raise GraphRefused(f"graph of {_label(self.fn)}: batch {batch} is above the largest capture size "
-                           f"{self.sizes[-1]}",
-                           hint="give GraphCache larger sizes=, or call the function directly")  # fmt: skip
+        raise GraphRefused(
+            f"graph of {_label(self.fn)}: batch {batch} is above the largest capture size {self.sizes[-1]}",
+            hint="give GraphCache larger sizes=, or call the function directly",
+        )
 
     def __call__(self, *args):
         from nbxcert.kernels.backends import cuda
 
         for i in self.batched:
             if i >= len(args) or not isinstance(args[i], Tensor):
-                raise UsageError(f"GraphCache of {_label(self.fn)}: argument {i} is not a tensor "
-                                 f"(batched={self.batched})")  # fmt: skip
+                raise UsageError(
+                    f"GraphCache of {_label(self.fn)}: argument {i} is not a tensor (batched={self.batched})"
+                )
         batch = args[self.batched[0]].shape[0]
         for i in self.batched:
             t = args[i]
             if t.ndim == 0 or t.shape[0] != batch or not t.is_contiguous():
-                raise ShapeMismatch(f"GraphCache of {_label(self.fn)}: batched argument {i} {list(t.shape)} is not a "
-                                    f"contiguous tensor of batch {batch}")  # fmt: skip
+                raise ShapeMismatch(
+                    f"GraphCache of {_label(self.fn)}: batched argument {i} {list(t.shape)} is not a "
+                    f"contiguous tensor of batch {batch}"
+                )
         size = self.size_for(batch)
         found = self.graphs.get(size)
         if found is None:
@@ -265,14 +276,18 @@ class GraphCache:
             for i, (given, held) in enumerate(zip(args, static, strict=False)):
                 if i in self.batched:
                     if given.shape[1:] != held.shape[1:] or given.dtype is not held.dtype:
-                        raise ShapeMismatch(f"GraphCache of {_label(self.fn)}: batched argument {i} is "
-                                            f"{given.dtype.name}{list(given.shape)}, captured as "
-                                            f"{held.dtype.name}{list(held.shape)}")  # fmt: skip
+                        raise ShapeMismatch(
+                            f"GraphCache of {_label(self.fn)}: batched argument {i} is "
+                            f"{given.dtype.name}{list(given.shape)}, captured as "
+                            f"{held.dtype.name}{list(held.shape)}"
+                        )
                     cuda.memcpy_dtod_async(held.data_ptr(), given.data_ptr(), given.nbytes, stream)
                 elif given is not held and not (not isinstance(given, Tensor) and given == held):
-                    raise GraphRefused(f"graph of {_label(self.fn)}: argument {i} is not what the graph was captured "
-                                       "with; a graph reads the tensors it was captured with",
-                                       hint="update that tensor in place, or use another GraphCache")  # fmt: skip
+                    raise GraphRefused(
+                        f"graph of {_label(self.fn)}: argument {i} is not what the graph was captured "
+                        "with; a graph reads the tensors it was captured with",
+                        hint="update that tensor in place, or use another GraphCache",
+                    )
             if len(args) != len(static):
                 raise UsageError(f"GraphCache of {_label(self.fn)}: {len(args)} arguments, captured with {len(static)}")
             graph.replay(stream)

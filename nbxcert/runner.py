@@ -115,8 +115,9 @@ def time_launch(spec, config: Config, inputs, profile, budget: tuple[float, floa
 
     l2 = max(s.l2_bytes for s in profile.skus)
     warmup_ms, rep_ms, most = budget
-    timed = triton_cuda.time_events(lambda: spec.launch(config, inputs), warmup_ms, rep_ms, flush_bytes=2 * l2,
-                                    max_repetitions=most)  # fmt: skip
+    timed = triton_cuda.time_events(
+        lambda: spec.launch(config, inputs), warmup_ms, rep_ms, flush_bytes=2 * l2, max_repetitions=most
+    )
     return summary(timed.times_ms, "cuda_events_gated" if timed.gated else "cuda_events_waiting")
 
 

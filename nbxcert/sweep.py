@@ -183,8 +183,9 @@ def _rerun_refusal(spec: KernelSpec, runner: Worker, base: dict, winner: Outcome
     bits; else (status, reason) of its refusal. A spec that does not claim determinism gets ("irreproducible", ...)
     for differing bits (recorded on the certificate, not refused)."""
     try:
-        reply = runner.request({**base, "op": "repro", "config": winner.config.as_dict(), "runs": REPRO_RUNS},
-                               timeout_s)  # fmt: skip
+        reply = runner.request(
+            {**base, "op": "repro", "config": winner.config.as_dict(), "runs": REPRO_RUNS}, timeout_s
+        )
     except WorkerGone as gone:
         return gone.status, f"when run again: {gone.detail}"
     if reply.get("status") != "done":

@@ -46,8 +46,15 @@ class WarmReport:
 def compile_request(spec, config, dtypes, problems: dict, seed, profile_key: str) -> dict:
     """A compile worker's request (`runner.handle`, op "compile") for `config` at every specialisation of `problems`
     (roles "smallest" and "largest")."""
-    return {"op": "compile", "spec": spec.name, "config": config.as_dict(), "dtypes": list(dtypes),
-            "problems": problems, "seed": int(seed), "profile": profile_key}  # fmt: skip
+    return {
+        "op": "compile",
+        "spec": spec.name,
+        "config": config.as_dict(),
+        "dtypes": list(dtypes),
+        "problems": problems,
+        "seed": int(seed),
+        "profile": profile_key,
+    }
 
 
 def phases(requests: Sequence[dict]) -> tuple[list[int], list[int]]:
@@ -114,8 +121,9 @@ def _requests(profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path]
             continue
         spec = get_spec(key.kernel)
         config = serving.certified_config(spec, entry, text)
-        requests.append(compile_request(spec, config, key.dtypes, entry["certified_problems"], entry["seed"],
-                                        profile.key))  # fmt: skip
+        requests.append(
+            compile_request(spec, config, key.dtypes, entry["certified_problems"], entry["seed"], profile.key)
+        )
         names.append(text)
     return report, requests, names
 
@@ -173,8 +181,11 @@ class Warming:
             except BaseException as e:  # kept for wait(), which raises it in the caller's thread, and said now: the
                 # launches go on compiling their own kernels, so nothing else would show it
                 self._error = e
-                print(f"[nbxcert] warm in the background stopped: {type(e).__name__}: {e}; launches compile their "
-                      "kernels themselves", file=sys.stderr)  # fmt: skip
+                print(
+                    f"[nbxcert] warm in the background stopped: {type(e).__name__}: {e}; launches compile their "
+                    "kernels themselves",
+                    file=sys.stderr,
+                )
 
         self._thread = threading.Thread(target=run, name="nbxcert-warm", daemon=True)
         self._thread.start()
@@ -272,7 +283,9 @@ def check_configs(
         bits = {name: outs[name].contiguous().numpy().tobytes() for name in prepared.inputs.outputs}
         group = no_bit_group(spec, config)
         if group in first and first[group][1] != bits:
-            failures.append(f"{describe(spec, config, problem, dtypes)}: differs in bits from {first[group][0].label()}"
-                            " (a no-bit claim)")  # fmt: skip
+            failures.append(
+                f"{describe(spec, config, problem, dtypes)}: differs in bits from {first[group][0].label()}"
+                " (a no-bit claim)"
+            )
         first.setdefault(group, (config, bits))
     return failures

@@ -56,8 +56,14 @@ def launch_specs(items: list[dict]):
             kernels = []
             for launch in launched:
                 ptx = launch.compiled.asm["ptx"]
-                kernels.append({"name": launch.name, "shared": launch.metadata.shared, "wgmma": "wgmma" in ptx,
-                                "tma": "cp.async.bulk.tensor" in ptx})  # fmt: skip
+                kernels.append(
+                    {
+                        "name": launch.name,
+                        "shared": launch.metadata.shared,
+                        "wgmma": "wgmma" in ptx,
+                        "tma": "cp.async.bulk.tensor" in ptx,
+                    }
+                )
             yield dict(item, ok=True, kernels=kernels)
         except Exception as e:  # noqa: BLE001 - reported with its item, the next one goes on
             yield dict(item, ok=False, error=f"{type(e).__name__}: {e}"[:2000])

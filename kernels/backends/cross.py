@@ -390,7 +390,7 @@ def _lowering_context(backend, opt, capability) -> tuple:
                 "instrumentation_mode",
                 "enable_asan",
             )
-        ),  # fmt: skip
+        ),
         (n.disable_ptxas_opt, tool.path, tool.version, getattr(CUDABackend, "instrumentation", None) is None),
     )
 

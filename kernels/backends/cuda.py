@@ -354,10 +354,20 @@ _STATUS_IN_MESSAGE = re.compile(r"\((\d+)\)\s*$")
 # The driver calls that wait for queued device work (explicitly, or as the synchronous copies and memsets do). Made by
 # the thread that holds a `StreamGate` shut, any of them would wait for work that waits for that thread: `_call`
 # raises `GateHeld` instead, and memory collected meanwhile is freed when the gate opens.
-WAITING_CALLS = frozenset({
-    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize", "cuMemFree", "cuMemFreeHost", "cuMemcpyHtoD",
-    "cuMemcpyDtoH", "cuMemcpyDtoD", "cuMemsetD8", "cuMemsetD32",
-})  # fmt: skip
+WAITING_CALLS = frozenset(
+    {
+        "cuCtxSynchronize",
+        "cuStreamSynchronize",
+        "cuEventSynchronize",
+        "cuMemFree",
+        "cuMemFreeHost",
+        "cuMemcpyHtoD",
+        "cuMemcpyDtoH",
+        "cuMemcpyDtoD",
+        "cuMemsetD8",
+        "cuMemsetD32",
+    }
+)
 
 
 class GateHeld(RuntimeError):
@@ -622,10 +632,10 @@ def _after_gates(free, *args) -> bool:
     return True
 
 
-def _release(api: str, ptr: int, device: int, pid: int) -> None:
+def release_memory(api: str, ptr: int, device: int, pid: int) -> None:
     """`api` (cuMemFree or cuMemFreeHost) on `ptr`: both wait for the device, so put off while this thread holds a
     stream gate; nothing in a forked child or a poisoned process (`_owned_here`)."""
-    if _after_gates(_release, api, ptr, device, pid):
+    if _after_gates(release_memory, api, ptr, device, pid):
         return
     if _owned_here(pid):
         with _in_context(device):
@@ -633,7 +643,7 @@ def _release(api: str, ptr: int, device: int, pid: int) -> None:
 
 
 def _free_device_memory(ptr: int, device: int, pid: int) -> None:
-    _release("cuMemFree", ptr, device, pid)
+    release_memory("cuMemFree", ptr, device, pid)
 
 
 class DeviceAllocation:
@@ -955,8 +965,14 @@ def memcpy_dtod_async(dst_ptr: int, src_ptr: int, nbytes: int, stream: Stream | 
     if nbytes:
         _check_capture_stream(stream, "a device-to-device copy")
         _ensure_context()
-        _call("cuMemcpyDtoDAsync", dst_ptr, src_ptr, nbytes, _stream_handle(stream),
-              what=f"{nbytes} bytes 0x{src_ptr:x} -> 0x{dst_ptr:x}")  # fmt: skip
+        _call(
+            "cuMemcpyDtoDAsync",
+            dst_ptr,
+            src_ptr,
+            nbytes,
+            _stream_handle(stream),
+            what=f"{nbytes} bytes 0x{src_ptr:x} -> 0x{dst_ptr:x}",
+        )
 
 
 # --- graph capture (`nbxcert.kernels.backends.graphs`) ----------------------------------------------------------------
@@ -1088,9 +1104,14 @@ class MappedHostWords:
         host = ctypes.c_void_p()
         mapped = _CUdeviceptr()
         with _in_context(self.device):
-            _call("cuMemHostAlloc", ctypes.byref(host), 8 * count, CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP,
-                  what=f"{count} mapped words for device {self.device}")  # fmt: skip
-            self._finalizer = weakref.finalize(self, _release, "cuMemFreeHost", host.value, self.device, _pid)
+            _call(
+                "cuMemHostAlloc",
+                ctypes.byref(host),
+                8 * count,
+                CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP,
+                what=f"{count} mapped words for device {self.device}",
+            )
+            self._finalizer = weakref.finalize(self, release_memory, "cuMemFreeHost", host.value, self.device, _pid)
             self._finalizer.atexit = False
             _call("cuMemHostGetDevicePointer", ctypes.byref(mapped), host.value, 0, what=f"device {self.device}")
         self.host = np.ctypeslib.as_array((ctypes.c_int64 * count).from_address(host.value or 0))
@@ -1128,8 +1149,14 @@ class StreamGate:
             raise RuntimeError("this gate is already held; open it before holding it again")
         target = (self._target + 1) & 0xFFFFFFFF
         with _in_context(self.device):
-            _call("cuStreamWaitValue32", _stream_handle(stream), self._mapped, target, CU_STREAM_WAIT_VALUE_GEQ,
-                  what=f"device {self.device}")  # fmt: skip
+            _call(
+                "cuStreamWaitValue32",
+                _stream_handle(stream),
+                self._mapped,
+                target,
+                CU_STREAM_WAIT_VALUE_GEQ,
+                what=f"device {self.device}",
+            )
         self._target = target
         self.forced = False
         _tls.gates = getattr(_tls, "gates", 0) + 1

@@ -67,7 +67,7 @@ def _close_pool(allocations: list, held: list, device: int, pid: int) -> None:
     capture = cuda.thread_capture()
     if capture is not None:
         capture.pool.held.extend(held)
-        capture.pool.held.extend((cuda._release, ("cuMemFree", ptr, device, pid)) for ptr in allocations)
+        capture.pool.held.extend((cuda.release_memory, ("cuMemFree", ptr, device, pid)) for ptr in allocations)
         return
     if not cuda.holding_a_gate():
         with cuda.in_context(device):
@@ -75,7 +75,7 @@ def _close_pool(allocations: list, held: list, device: int, pid: int) -> None:
     for free, args in held:
         free(*args)
     for ptr in allocations:
-        cuda._release("cuMemFree", ptr, device, pid)
+        cuda.release_memory("cuMemFree", ptr, device, pid)
 
 
 class GraphPool:
@@ -158,14 +158,16 @@ class Capture:
         if threading.get_ident() != self.thread:
             return None  # another thread's allocation: not the graph's
         if device != self.device or stream != self.stream:
-            self.refuse(f"an allocation of {size} bytes on cuda:{device} stream 0x{stream:x}, outside the graph's "
-                        f"pool (the capture stream of cuda:{self.device})")  # fmt: skip
+            self.refuse(
+                f"an allocation of {size} bytes on cuda:{device} stream 0x{stream:x}, outside the graph's "
+                f"pool (the capture stream of cuda:{self.device})"
+            )
         return self.pool.take(size, stream)
 
     def hold_block(self, ptr, device, nbytes, pid, stream, keep) -> bool:
         if device != self.device:
             return False
-        self.pool.held.append((memory._pool_free, (ptr, device, nbytes, pid, stream, keep)))
+        self.pool.held.append((memory.pool_free, (ptr, device, nbytes, pid, stream, keep)))
         return True
 
     def hold_free(self, free, args) -> None:
@@ -242,8 +244,10 @@ def capture(fn, device: int, stream: int, label: str) -> tuple[Any, Graph]:
     what it queued: (what `fn` returned, the `Graph`). What a graph cannot hold raises `GraphRefused` naming it, and
     the capture is ended and dropped; an error of `fn` ends it the same way and propagates."""
     if not _active_lock.acquire(blocking=False):
-        raise GraphRefused(f"graph capture of {label} refused: another graph is being captured in this process",
-                           hint="capture one graph at a time")  # fmt: skip
+        raise GraphRefused(
+            f"graph capture of {label} refused: another graph is being captured in this process",
+            hint="capture one graph at a time",
+        )
     state = Capture(device, stream, label)
     hook = None
     try:
@@ -266,10 +270,13 @@ def capture(fn, device: int, stream: int, label: str) -> tuple[Any, Graph]:
             if raw.value:
                 cuda.call("cuGraphDestroy", raw.value, what=label)
             last = ", ".join(state.launches[-3:]) or "none"
-            raise GraphRefused(state.refusal or (
-                f"graph capture of {label} refused: the driver invalidated the capture "
-                f"({cuda.error_name(status)} ({status})); the last launches captured: {last}"
-            ))  # fmt: skip
+            raise GraphRefused(
+                state.refusal
+                or (
+                    f"graph capture of {label} refused: the driver invalidated the capture "
+                    f"({cuda.error_name(status)} ({status})); the last launches captured: {last}"
+                )
+            )
         try:
             count = ctypes.c_size_t()
             cuda.call("cuGraphGetNodes", raw.value, None, ctypes.byref(count), what=label)

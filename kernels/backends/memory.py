@@ -127,8 +127,13 @@ def _pool(device: int) -> int:
             with cuda.in_context(device):
                 cuda.call("cuMemPoolCreate", ctypes.byref(made), ctypes.byref(props), what=f"device {device}")
                 threshold = ctypes.c_uint64(release_threshold())
-                cuda.call("cuMemPoolSetAttribute", made, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, ctypes.byref(threshold),
-                      what=f"release threshold, device {device}")  # fmt: skip
+                cuda.call(
+                    "cuMemPoolSetAttribute",
+                    made,
+                    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                    ctypes.byref(threshold),
+                    what=f"release threshold, device {device}",
+                )
             pool = made.value or 0
             _bind_driver()
             _stats.setdefault(device, _PoolStats())
@@ -182,20 +187,20 @@ class PoolBlock(Block):
         ptr = self.ptr
         if ptr:
             self.ptr, keep, self.keep = 0, self.keep, None
-            _pool_free(ptr, self.device, self.nbytes, self.pid, self.stream, keep)
+            pool_free(ptr, self.device, self.nbytes, self.pid, self.stream, keep)
 
     def __del__(self) -> None:
         ptr = self.ptr
-        if ptr and _pool_free is not None:  # None: the module is being torn down at exit (the driver frees all)
+        if ptr and pool_free is not None:  # None: the module is being torn down at exit (the driver frees all)
             self.ptr, keep, self.keep = 0, self.keep, None
-            _pool_free(ptr, self.device, self.nbytes, self.pid, self.stream, keep)
+            pool_free(ptr, self.device, self.nbytes, self.pid, self.stream, keep)
 
     def __repr__(self) -> str:
         state = "freed" if not self.ptr else f"ptr=0x{self.ptr:x}"
         return f"PoolBlock({state}, nbytes={self.nbytes}, device={self.device}, stream=0x{self.stream:x})"
 
 
-def _pool_free(ptr: int, device: int, nbytes: int, pid: int, stream: int, keep: Any = None) -> None:
+def pool_free(ptr: int, device: int, nbytes: int, pid: int, stream: int, keep: Any = None) -> None:
     """Keep a freed block for its stream's next allocation of the same size, or give it back to the pool on that
     stream (queued: nothing waits)."""
     if not cuda.owned_here(pid):  # a forked child's copy, or a poisoned context: left to process exit

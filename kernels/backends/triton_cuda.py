@@ -342,6 +342,7 @@ def _torch():
 def _set_allocator() -> None:
     """nbxcert's scratch allocator as Triton's for this thread, unless the caller has set one of their own. Triton
     keeps its allocator in a ContextVar: a value set on another thread is not seen here."""
+    # no public getter exists for Triton's allocator (only `triton.set_allocator`): its ContextVar is read directly
     from triton.runtime import _allocation
 
     current = getattr(_allocation, "_allocator", None)

@@ -17,8 +17,18 @@ def test_bench_alloc_over_the_fake_driver_reuses_one_block(tmp_path):
     """Its own process (the fake replaces the driver for the process); every made tensor after the warm-up takes the
     block the previous one freed, so the pool reserves exactly that one block and no tensor is left."""
     out = tmp_path / "alloc.json"
-    run = [sys.executable, str(ROOT / "benchmarks" / "bench_alloc.py"), "--fake", "--calls", "200", "--repeats", "2",
-           "--compare-driver", "--out", str(out)]  # fmt: skip
+    run = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "bench_alloc.py"),
+        "--fake",
+        "--calls",
+        "200",
+        "--repeats",
+        "2",
+        "--compare-driver",
+        "--out",
+        str(out),
+    ]
     done = subprocess.run(run, env=dict(os.environ), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(out.read_text())

@@ -28,8 +28,15 @@ def test_a_certify_log_is_read_line_by_line():
     )
     rows = bc.parse_log(text)
     assert [r["status"] for r in rows] == ["certified", "skipped", "failed"]
-    assert rows[0] == {"status": "certified", "key": "rmsnorm[n_cols=64,n_rows=8;float16,float16]@v1", "total": 2.0,
-                       "compile": 0.5, "oracle": 0.4, "checks": 0.6, "timing": 0.5}  # fmt: skip
+    assert rows[0] == {
+        "status": "certified",
+        "key": "rmsnorm[n_cols=64,n_rows=8;float16,float16]@v1",
+        "total": 2.0,
+        "compile": 0.5,
+        "oracle": 0.4,
+        "checks": 0.6,
+        "timing": 0.5,
+    }
     assert "total" not in rows[1]
 
 
@@ -88,8 +95,10 @@ def test_winners_reads_every_entry_with_a_timed_default():
     from nbxcert.keys import parse_key
 
     keys = {k: parse_key(k) for k in entries}
-    winners = {(keys[k].kernel, tuple(keys[k].dtypes), json.dumps(e["winner"]["config"], sort_keys=True))
-               for k, e in entries.items()}  # fmt: skip
+    winners = {
+        (keys[k].kernel, tuple(keys[k].dtypes), json.dumps(e["winner"]["config"], sort_keys=True))
+        for k, e in entries.items()
+    }
     assert out["keys"] == len(entries) and out["distinct_winners"] == len(winners) < len(entries)
     # --workload: only that workload's certified keys (tinyllama-1.1b's 526 of the shipped Hopper certificates)
     every = bc.winners(argparse.Namespace(dir=str(root), profile="hopper", workload=""))
@@ -111,8 +120,21 @@ def test_quality_of_a_shard_times_every_nth_key(tmp_path, monkeypatch):
 
     def rows(shard):
         out = tmp_path / f"q{shard.replace('/', '_')}.json"
-        args = ["quality", "--workload", "demo", "--dir", str(ROOT / "certificates"), "--limit", "4", "--shard", shard,
-                "--resweep-every", "0", "--out", str(out)]  # fmt: skip
+        args = [
+            "quality",
+            "--workload",
+            "demo",
+            "--dir",
+            str(ROOT / "certificates"),
+            "--limit",
+            "4",
+            "--shard",
+            shard,
+            "--resweep-every",
+            "0",
+            "--out",
+            str(out),
+        ]
         assert bc.main(args) == 0
         result = json.loads(out.read_text())
         assert result["shard"] == shard
@@ -194,8 +216,21 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
     sweeps; with a limit the swept run cannot meet, it is cut and reports the launches it reached (possibly none)."""
     monkeypatch.setenv("NBXCERT_BACKEND", "interpreter")
     out = tmp_path / "cold.json"
-    args = ["coldstart", "--workload", "demo", "--dir", str(ROOT / "certificates"), "--max-launches", "3",
-            "--certified-limit", "300", "--sweep-limit", "300", "--out", str(out)]  # fmt: skip
+    args = [
+        "coldstart",
+        "--workload",
+        "demo",
+        "--dir",
+        str(ROOT / "certificates"),
+        "--max-launches",
+        "3",
+        "--certified-limit",
+        "300",
+        "--sweep-limit",
+        "300",
+        "--out",
+        str(out),
+    ]
     assert bc.main(args) == 0
     result = json.loads(out.read_text())
     for run in ("certified", "certified_warmed", "certified_restart", "runtime_sweep"):
@@ -214,8 +249,9 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
     assert prefix["launches"] == 3 and prefix["ratio"] > 1.0
     assert not result["speedup_is_lower_bound"]
     # the blocking warm-up (--warm block): the winners compiled before the first launch, its time counted apart
-    block = bc._cold_run("demo", bc._device()[1], str(ROOT / "certificates"), True, limit_s=300, warm="block",
-                         max_launches=2)  # fmt: skip
+    block = bc._cold_run(
+        "demo", bc._device()[1], str(ROOT / "certificates"), True, limit_s=300, warm="block", max_launches=2
+    )
     assert block["launches"] == 2 and block["warm_s"] > 0 and "background_done" not in block
     assert block["startup_s"]["certificates"] >= block["warm_s"]
     cut = bc._cold_run("demo", bc._device()[1], str(tmp_path / "empty"), False, limit_s=1.0, max_launches=3)

@@ -37,8 +37,13 @@ def test_every_op_has_its_cases_at_the_workload_dimensions():
     phases = {}
     for c in cases:
         phases.setdefault(c.op, []).append(c.phase)
-    one_phase = {"gemv": ["decode"], "dequant_gemv": ["decode"], "flash_attention": ["prefill"],
-                 "decode_attention": ["decode"], "paged_decode_attention": ["decode"]}  # fmt: skip
+    one_phase = {
+        "gemv": ["decode"],
+        "dequant_gemv": ["decode"],
+        "flash_attention": ["prefill"],
+        "decode_attention": ["decode"],
+        "paged_decode_attention": ["decode"],
+    }
     assert phases == {op: one_phase.get(op, ["decode", "prefill"]) for op in bench_dispatch.OPS}
     by_id = {c.id: c.dims for c in cases}
     assert by_id["matmul_tma_persistent:prefill"] == {"M": 512, "N": 6144, "K": 4096}
@@ -47,8 +52,13 @@ def test_every_op_has_its_cases_at_the_workload_dimensions():
 
 
 def test_met_needs_both_the_bound_and_torch():
-    records = [{"id": "a", "host_us": 5.0}, {"id": "b", "host_us": 5.0}, {"id": "c", "host_us": 12.0},
-               {"id": "d", "host_us": 5.0}, {"id": "e", "host_us": 12.0}]  # fmt: skip
+    records = [
+        {"id": "a", "host_us": 5.0},
+        {"id": "b", "host_us": 5.0},
+        {"id": "c", "host_us": 12.0},
+        {"id": "d", "host_us": 5.0},
+        {"id": "e", "host_us": 12.0},
+    ]
     bench_dispatch.merge(records, {"a": {"host_us": 6.0}, "b": {"host_us": 4.0}, "c": {"host_us": 20.0}})
     assert [r["met"] for r in records] == [True, False, False, None, False]
     assert bench_dispatch.summary(records, True).startswith("1/5 cases met")
@@ -85,13 +95,31 @@ def test_tiny_cases_replay_their_plans_and_report_host_times(tmp_path):
     """Three ops on the interpreter: every case replays a launch plan after the warm-up, its host times are positive,
     the matmul kind is served the candidate of its kind chosen for it, and the table ends the output, a line a case."""
     out = tmp_path / "out"
-    done = _run(["--tiny", "--no-peer", "--ops", "rmsnorm,matmul_split_k,decode_attention", "--calls", "3",
-                 "--repeats", "2", "--out", str(out)], tmp_path)  # fmt: skip
+    done = _run(
+        [
+            "--tiny",
+            "--no-peer",
+            "--ops",
+            "rmsnorm,matmul_split_k,decode_attention",
+            "--calls",
+            "3",
+            "--repeats",
+            "2",
+            "--out",
+            str(out),
+        ],
+        tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     doc = json.loads((out / "dispatch.json").read_text())
     assert doc["backend"] == "interpreter" and doc["tiny"] and doc["calls"] == 3 and doc["repeats"] == 2
-    ids = ["rmsnorm:decode", "rmsnorm:prefill", "matmul_split_k:decode", "matmul_split_k:prefill",
-           "decode_attention:decode"]  # fmt: skip
+    ids = [
+        "rmsnorm:decode",
+        "rmsnorm:prefill",
+        "matmul_split_k:decode",
+        "matmul_split_k:prefill",
+        "decode_attention:decode",
+    ]
     assert [c["id"] for c in doc["cases"]] == ids
     for case in doc["cases"]:
         assert "error" not in case, case

@@ -41,8 +41,14 @@ def test_a_round_with_one_side_failed_counts_for_neither():
         {"ours": {"a": {"median_ms": 0.4}}, "peer": {"error": "ImportError: no torch"}},
     ]
     combined = bm.combine_rounds(rounds, ["a"], {"a": ["a"]})
-    assert combined["a"] == {"ours_ms": 0.20, "peer_ms": 0.10, "ratio": 0.5, "rounds": 1, "best": "a",
-                             "finalists": {"a": 0.20}}  # fmt: skip
+    assert combined["a"] == {
+        "ours_ms": 0.20,
+        "peer_ms": 0.10,
+        "ratio": 0.5,
+        "rounds": 1,
+        "best": "a",
+        "finalists": {"a": 0.20},
+    }
 
 
 def test_the_fastest_finalist_over_the_rounds_is_ours_not_the_sweeps_fastest():
@@ -78,8 +84,10 @@ def test_gpu_state_reads_the_clock_limiting_reasons_by_either_name(tmp_path, mon
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     state = bm.gpu_state()
-    assert state == [f"{bm.GPU_STATE_FIELDS},clocks_throttle_reasons.active: 1980 MHz, 1980 MHz, 45, 120.5 W, "
-                     "700.0 W, 0x0000000000000000"]  # fmt: skip
+    assert state == [
+        f"{bm.GPU_STATE_FIELDS},clocks_throttle_reasons.active: 1980 MHz, 1980 MHz, 45, 120.5 W, "
+        "700.0 W, 0x0000000000000000"
+    ]
     monkeypatch.setenv("PATH", str(tmp_path / "none"))
     assert bm.gpu_state().startswith("nvidia-smi: ")
 
@@ -114,8 +122,11 @@ def test_the_peer_times_as_many_calls_as_rep_ms_allows_from_its_first_shape(scri
     payload = {"shapes": shapes, "dtype": "float16", "warmup_ms": 25, "rep_ms": 100}
     proc = subprocess.run(
         [sys.executable, "-c", module.PEER_SCRIPT, json.dumps(payload)],
-        capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(FAKE_TORCH)),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, PYTHONPATH=str(FAKE_TORCH)),
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout)["results"]
     per_call = 0.05 + 0.2  # a flush and a product (FLUSH_MS + PRODUCT_MS)

@@ -229,8 +229,14 @@ def test_the_ratios_are_torch_over_nbxcert_and_the_targets_say_which_missed(bm):
     assert all(o["met"] is None for o in missing["ops"].values())
 
     check = {"ok": True, "out": {"rel_norm_error": 1e-3}, "residual": {"rel_norm_error": 1e-3}}
-    entry = {"dtype": DTYPE, "point": "decode:16@4096", "nbxcert": ours, "torch": theirs, "ratios": r,
-             "check": {"nbxcert": check, "torch": check}}  # fmt: skip
+    entry = {
+        "dtype": DTYPE,
+        "point": "decode:16@4096",
+        "nbxcert": ours,
+        "torch": theirs,
+        "ratios": r,
+        "check": {"nbxcert": check, "torch": check},
+    }
     table = bm.op_table([entry])
     assert len(table) == 2 + len(bm.OPS) + 1
     assert any("| attention |" in line and "MISSED" in line for line in table)

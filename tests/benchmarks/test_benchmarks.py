@@ -32,8 +32,10 @@ def _result(bench, name, problem, dtypes, torch_ms, check="ok"):
 
 def test_the_elementwise_table_has_a_line_for_every_case(bench_elementwise):
     # the bug: the case label read a second dtype that only cast has, and an H200 run's table lost its torch column
-    results = [_result(bench_elementwise, n, p, d, 0.2 if i % 2 else None) for i, (n, p, d) in
-               enumerate(bench_elementwise.CASES)]  # fmt: skip
+    results = [
+        _result(bench_elementwise, n, p, d, 0.2 if i % 2 else None)
+        for i, (n, p, d) in enumerate(bench_elementwise.CASES)
+    ]
     lines = bench_elementwise.table(results)
     assert len(lines) == 2 + len(bench_elementwise.CASES)
     labels = [bench_elementwise.case_label(n, p, d) for n, p, d in bench_elementwise.CASES]
@@ -76,6 +78,10 @@ def test_the_oracle_benchmark_times_this_oracle_beside_another_file(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     lines = r.stdout.splitlines()
-    assert [line.split()[:2] for line in lines[:4]] == [["this", "decode"], ["this", "prefill"], ["other", "decode"],
-                                                       ["other", "prefill"]]  # fmt: skip
+    assert [line.split()[:2] for line in lines[:4]] == [
+        ["this", "decode"],
+        ["this", "prefill"],
+        ["other", "decode"],
+        ["other", "prefill"],
+    ]
     assert lines[4].endswith("0.00e+00") and lines[5].endswith("0.00e+00")

@@ -135,8 +135,17 @@ def test_a_kernel_filter_that_matches_nothing_is_an_error(tmp_path):
     # bug: `certify --kernels rmsnrom` matched nothing and exited 0 with `certified 0`
     r = nbx("certify", "--profile", "interpreter", "--workload", "demo", "--kernels", "rmsnrom", "--out", tmp_path)
     refused(r, "nbxcert: unknown kernel: no kernel named 'rmsnrom'", "did you mean rmsnorm?", must_not=["certified 0"])
-    r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--kernels", "fault_probe", "--spec",
-            "faulty_kernels")  # fmt: skip
+    r = nbx(
+        "coverage",
+        "--profile",
+        "interpreter",
+        "--workload",
+        "demo",
+        "--kernels",
+        "fault_probe",
+        "--spec",
+        "faulty_kernels",
+    )
     refused(r, "none of the 23 keys asked for is a key of --kernels fault_probe")
     refused(nbx("keys", "--profile", "interpreter", "--workload", "demo", "--kernels", "rope,"), "has an empty name")
     assert list(tmp_path.iterdir()) == []
@@ -332,8 +341,12 @@ def test_certify_piped_prints_whole_keys_and_no_interpreter_warnings(tmp_path):
     # bug: the interpreter's `RuntimeWarning: divide by zero encountered in divide` leaked into certify's output, and
     # its summary table printed `softmax@v1`, the winner cut (`ROWS=1,VARIAN…`)
     r = nbx_piped("certify", "--profile", "interpreter", "--key", SOFTMAX, "--out", tmp_path / "certs", "--jobs", "1")
-    check(r, 0, must=[SOFTMAX, f"files under {tmp_path / 'certs' / 'cpu' / 'interpreter'}"],
-          must_not=["RuntimeWarning", "softmax@v1", "…"])  # fmt: skip
+    check(
+        r,
+        0,
+        must=[SOFTMAX, f"files under {tmp_path / 'certs' / 'cpu' / 'interpreter'}"],
+        must_not=["RuntimeWarning", "softmax@v1", "…"],
+    )
     assert any(SOFTMAX in line and "certified" in line and "stages=" in line for line in r.stdout.splitlines())
     check(nbx("validate", tmp_path / "certs"), 0, must=["1 file, 1 entry, 0 problems"])
 
@@ -361,8 +374,20 @@ def test_a_long_command_says_what_it_does_when_stderr_is_not_a_terminal(monkeypa
 def test_verify_json_gives_a_verdict_per_key(tmp_path):
     # bug: `verify --json` had only totals, no verdict per key
     missing = "rmsnorm[n_cols=64,n_rows=4;float16,float16]@v1"  # on the ladder, not certified
-    r = nbx("verify", "--profile", "interpreter", "--key", RMSNORM, "--key", missing, "--dir", SHIPPED,
-            "--certified-only", "--json", env={"NBXCERT_CACHE_DIR": str(tmp_path)})  # fmt: skip
+    r = nbx(
+        "verify",
+        "--profile",
+        "interpreter",
+        "--key",
+        RMSNORM,
+        "--key",
+        missing,
+        "--dir",
+        SHIPPED,
+        "--certified-only",
+        "--json",
+        env={"NBXCERT_CACHE_DIR": str(tmp_path)},
+    )
     check(r, 1)
     doc = json.loads(r.stdout)
     by_key = {rec["key"]: rec for rec in doc["results"]}
@@ -375,8 +400,20 @@ def test_verify_json_gives_a_verdict_per_key(tmp_path):
 
 def test_coverage_json_gives_a_record_per_key(tmp_path):
     missing = "rmsnorm[n_cols=64,n_rows=4;float16,float16]@v1"
-    r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--key", missing, "--dir", SHIPPED,
-            "--json", "--min", "0.5")  # fmt: skip
+    r = nbx(
+        "coverage",
+        "--profile",
+        "interpreter",
+        "--workload",
+        "demo",
+        "--key",
+        missing,
+        "--dir",
+        SHIPPED,
+        "--json",
+        "--min",
+        "0.5",
+    )
     doc = json.loads(check(r, 0))
     assert len(doc["results"]) == doc["keys"] == 24 and doc["dirs"] == [str(SHIPPED)]
     certified = [x for x in doc["results"] if x["verdict"] == "certified"]

@@ -95,8 +95,11 @@ def write_cert(root: Path, kernel: str, dtype: str, entries: dict) -> None:
 
 def moe(bm: int, bn: int, bk: int, warps: int, stages: int, group_m: int) -> dict:
     """A fused_moe candidate (kernels/moe.py) as a certificate stores it."""
-    return {"kwargs": {"BLOCK_K": bk, "BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": group_m}, "num_warps": warps,
-            "num_stages": stages}  # fmt: skip
+    return {
+        "kwargs": {"BLOCK_K": bk, "BLOCK_M": bm, "BLOCK_N": bn, "GROUP_M": group_m},
+        "num_warps": warps,
+        "num_stages": stages,
+    }
 
 
 A = moe(16, 64, 128, 4, 3, 1)  # decode_configs()
@@ -170,8 +173,14 @@ FILE_NAME = re.compile(r"E=(\d+),N=(\d+),device_name=([^,]+?)(?:,dtype=(\w+))?(?
 
 def as_vllm(c: dict) -> dict:
     k = c["kwargs"]
-    return {"BLOCK_SIZE_M": k["BLOCK_M"], "BLOCK_SIZE_N": k["BLOCK_N"], "BLOCK_SIZE_K": k["BLOCK_K"],
-            "GROUP_SIZE_M": k["GROUP_M"], "num_warps": c["num_warps"], "num_stages": c["num_stages"]}  # fmt: skip
+    return {
+        "BLOCK_SIZE_M": k["BLOCK_M"],
+        "BLOCK_SIZE_N": k["BLOCK_N"],
+        "BLOCK_SIZE_K": k["BLOCK_K"],
+        "GROUP_SIZE_M": k["GROUP_M"],
+        "num_warps": c["num_warps"],
+        "num_stages": c["num_stages"],
+    }
 
 
 def test_vllm_fused_moe_files_read_back_as_vllm_reads_them(moe_certs, tmp_path):
@@ -317,9 +326,12 @@ def test_refusals_are_one_line_each(moe_certs, user_certs, tmp_path):
         (("--format", "vllm-fused-moe", "--profile", "hopper", "--dir", user_certs), {}, "key not certified: no"),
         (("--format", "vllm-fused-moe", "--profile", "hopper", "--dir", tmp_path / "nosuch"), {}, "no such directory"),
         (("--format", "vllm-fused-moe", "--profile", "interpreter", "--dir", moe_certs), {}, "on a GPU"),
-        (("--format", "triton-autotune", "--profile", "hopper", "--dir", user_certs, "--spec", "user_kernel"),
-         {"TRITON_INTERPRET": "1"}, "TRITON_INTERPRET=1"),
-    ]  # fmt: skip
+        (
+            ("--format", "triton-autotune", "--profile", "hopper", "--dir", user_certs, "--spec", "user_kernel"),
+            {"TRITON_INTERPRET": "1"},
+            "TRITON_INTERPRET=1",
+        ),
+    ]
     for args, env, line in cases:
         r = nbx("export", *args, "--out", out, env=env)
         check(r, 1)

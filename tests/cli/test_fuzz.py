@@ -644,23 +644,46 @@ KEYS = (
     ],
     ["", "rmsnorm", "rmsnorm[", "[;]@v1", "a[;]@v1", "rmsnorm[n_cols=64,n_rows=8;float16,float16]@v1\n", "\udcff"],
 )
-_ANY_PATH = ["certs", "probe", "keys.jsonl", "work.yml", "emptydir", "file.txt", "empty.jsonl", "bad.jsonl",
-             "offladder.jsonl", "probe.jsonl", "fifo", "/", "/dev/null", "."]  # fmt: skip
+_ANY_PATH = [
+    "certs",
+    "probe",
+    "keys.jsonl",
+    "work.yml",
+    "emptydir",
+    "file.txt",
+    "empty.jsonl",
+    "bad.jsonl",
+    "offladder.jsonl",
+    "probe.jsonl",
+    "fifo",
+    "/",
+    "/dev/null",
+    ".",
+]
 _NO_PATH = ["", "nosuch", "nosuch/x.yml", "/nonexistent", "file.txt/sub", "x\udcff", "a\nb", "-", "--"]
 CERT_DIRS = (["certs", "probe"], ["emptydir", "/", "."] + _ANY_PATH, _NO_PATH)
 KEY_FILES = (["keys.jsonl", "probe.jsonl"], ["empty.jsonl", "bad.jsonl", "offladder.jsonl"] + _ANY_PATH, _NO_PATH)
 OUT_DIRS = (["out", "out/deep/er", "certs"], ["emptydir", "."], ["", "file.txt", "file.txt/sub", "fifo", "x\udcff"])
 OUT_FILES = (["new.xml", "stale.jsonl"], ["file.txt", "/dev/null"], ["", "certs", "file.txt/sub", "nosuch/x", "."])
-WORKLOADS = (["demo", "work.yml"], ["tinyllama-1.1b", "keys.jsonl", "emptydir", "/dev/null"],
-             ["", "nosuch", "nosuch.yml", "../workloads/demo", "fifo"])  # fmt: skip
-KERNEL_LISTS = (["rmsnorm", "rmsnorm,softmax", "embedding"], ["fault_probe", "rmsnorm,rmsnorm", "rope"],
-                ["", ",", "rmsnrom", "rope,", "RMSNORM", "rms norm"])  # fmt: skip
+WORKLOADS = (
+    ["demo", "work.yml"],
+    ["tinyllama-1.1b", "keys.jsonl", "emptydir", "/dev/null"],
+    ["", "nosuch", "nosuch.yml", "../workloads/demo", "fifo"],
+)
+KERNEL_LISTS = (
+    ["rmsnorm", "rmsnorm,softmax", "embedding"],
+    ["fault_probe", "rmsnorm,rmsnorm", "rope"],
+    ["", ",", "rmsnrom", "rope,", "RMSNORM", "rms norm"],
+)
 JOBS = (["1", "2"], ["1024", "1025", "0"], ["-1", "99999999999999999999", "abc", "1.5", ""])
 TIMEOUTS = (["0.5", "30"], ["86400", "1e-9", "0"], ["-1", "nan", "inf", "1e309", "86401", "x"])
 FRACTIONS = (["1.0", "0.5", "0"], ["1.0000001", "-0.0", "1e-320"], ["nan", "inf", "-1", "x", ""])
 SHARDS = (["0/1", "0/2", "1/2"], ["2/2", "0/999999999", " 0/1", "0/0"], ["-1/2", "a/b", "1", "\u0663/4", "", "1/2/3"])
-SPECS_ = (["faulty_kernels"], ["faulty_kernels:extra", "nbxcert.keys", "os"],
-          ["", "..x", ".x", "no_such_module", "faulty_kernels.nosuch", "a b"])  # fmt: skip
+SPECS_ = (
+    ["faulty_kernels"],
+    ["faulty_kernels:extra", "nbxcert.keys", "os"],
+    ["", "..x", ".x", "no_such_module", "faulty_kernels.nosuch", "a b"],
+)
 PREFER = (["newest", "fastest"], [], ["", "slowest", "NEWEST"])
 ENV_POOLS = {
     "NBXCERT_CERTIFIED_DIR": (
@@ -682,22 +705,95 @@ EXPORT_KERNELS = (["fused_moe", "fused_moe,rmsnorm"], ["rmsnorm", "fault_probe"]
 
 # Each command: its positional arguments (pool tags) and its options (None: a flag).
 COMMANDS = {
-    "keys": ((), {"--profile": PROFILES, "--workload": WORKLOADS, "--keys": KEY_FILES, "--key": KEYS,
-                  "--kernels": KERNEL_LISTS, "--spec": SPECS_, "--json": None}),
-    "certify": ((), {"--profile": DEVICE_PROFILES, "--workload": WORKLOADS, "--keys": KEY_FILES, "--key": KEYS,
-                     "--kernels": KERNEL_LISTS, "--out": OUT_DIRS, "--shard": SHARDS, "--force": None, "--jobs": JOBS,
-                     "--spec": SPECS_, "--timeout": TIMEOUTS, "--json": None}),
-    "verify": ((), {"--profile": DEVICE_PROFILES, "--workload": WORKLOADS, "--keys": KEY_FILES, "--key": KEYS,
-                    "--kernels": KERNEL_LISTS, "--dir": CERT_DIRS, "--certified-only": None, "--shard": SHARDS,
-                    "--jobs": JOBS, "--spec": SPECS_, "--json": None}),
-    "warm": ((), {"--profile": DEVICE_PROFILES, "--workload": WORKLOADS, "--keys": KEY_FILES, "--key": KEYS,
-                  "--kernels": KERNEL_LISTS, "--dir": CERT_DIRS, "--jobs": JOBS, "--spec": SPECS_, "--json": None}),
-    "coverage": ((), {"--profile": PROFILES, "--workload": WORKLOADS, "--keys": KEY_FILES, "--key": KEYS,
-                      "--kernels": KERNEL_LISTS, "--dir": CERT_DIRS, "--min": FRACTIONS, "--spec": SPECS_,
-                      "--json": None, "--junit-xml": OUT_FILES}),
-    "census": ((), {"--profile": GPU_PROFILES, "--kernels": KERNEL_LISTS, "--keys": KEY_FILES, "--workload": WORKLOADS,
-                    "--key": KEYS, "--jobs": JOBS, "--strict": None, "--spec": SPECS_, "--timeout": TIMEOUTS,
-                    "--json": None}),
+    "keys": (
+        (),
+        {
+            "--profile": PROFILES,
+            "--workload": WORKLOADS,
+            "--keys": KEY_FILES,
+            "--key": KEYS,
+            "--kernels": KERNEL_LISTS,
+            "--spec": SPECS_,
+            "--json": None,
+        },
+    ),
+    "certify": (
+        (),
+        {
+            "--profile": DEVICE_PROFILES,
+            "--workload": WORKLOADS,
+            "--keys": KEY_FILES,
+            "--key": KEYS,
+            "--kernels": KERNEL_LISTS,
+            "--out": OUT_DIRS,
+            "--shard": SHARDS,
+            "--force": None,
+            "--jobs": JOBS,
+            "--spec": SPECS_,
+            "--timeout": TIMEOUTS,
+            "--json": None,
+        },
+    ),
+    "verify": (
+        (),
+        {
+            "--profile": DEVICE_PROFILES,
+            "--workload": WORKLOADS,
+            "--keys": KEY_FILES,
+            "--key": KEYS,
+            "--kernels": KERNEL_LISTS,
+            "--dir": CERT_DIRS,
+            "--certified-only": None,
+            "--shard": SHARDS,
+            "--jobs": JOBS,
+            "--spec": SPECS_,
+            "--json": None,
+        },
+    ),
+    "warm": (
+        (),
+        {
+            "--profile": DEVICE_PROFILES,
+            "--workload": WORKLOADS,
+            "--keys": KEY_FILES,
+            "--key": KEYS,
+            "--kernels": KERNEL_LISTS,
+            "--dir": CERT_DIRS,
+            "--jobs": JOBS,
+            "--spec": SPECS_,
+            "--json": None,
+        },
+    ),
+    "coverage": (
+        (),
+        {
+            "--profile": PROFILES,
+            "--workload": WORKLOADS,
+            "--keys": KEY_FILES,
+            "--key": KEYS,
+            "--kernels": KERNEL_LISTS,
+            "--dir": CERT_DIRS,
+            "--min": FRACTIONS,
+            "--spec": SPECS_,
+            "--json": None,
+            "--junit-xml": OUT_FILES,
+        },
+    ),
+    "census": (
+        (),
+        {
+            "--profile": GPU_PROFILES,
+            "--kernels": KERNEL_LISTS,
+            "--keys": KEY_FILES,
+            "--workload": WORKLOADS,
+            "--key": KEYS,
+            "--jobs": JOBS,
+            "--strict": None,
+            "--spec": SPECS_,
+            "--timeout": TIMEOUTS,
+            "--json": None,
+        },
+    ),
     "validate": (("DIR",), {"--spec": SPECS_, "--json": None}),
     "show": (("KEY",), {"--profile": PROFILES, "--dir": CERT_DIRS, "--spec": SPECS_, "--json": None}),
     "diff": (("DIR", "DIR"), {"--json": None}),
@@ -705,12 +801,22 @@ COMMANDS = {
     "stale": (("DIR",), {"--profile": PROFILES, "--out": OUT_FILES, "--json": None}),
     "index build": (("DIR",), {"--cache": OUT_DIRS}),
     "index check": (("DIR",), {"--cache": (["cache", "out"], ["emptydir"], _NO_PATH + ["file.txt", "fifo"])}),
-    "export": ((), {"--format": FORMATS, "--profile": PROFILES, "--out": OUT_DIRS, "--dir": CERT_DIRS,
-                    "--kernels": EXPORT_KERNELS, "--spec": SPECS_, "--json": None}),
+    "export": (
+        (),
+        {
+            "--format": FORMATS,
+            "--profile": PROFILES,
+            "--out": OUT_DIRS,
+            "--dir": CERT_DIRS,
+            "--kernels": EXPORT_KERNELS,
+            "--spec": SPECS_,
+            "--json": None,
+        },
+    ),
     "kernels": ((), {"--spec": SPECS_, "--json": None}),
     "doctor": ((), {"--json": None}),
     "profiles": ((), {"--json": None}),
-}  # fmt: skip
+}
 
 
 # what a real argv or environment can hold: no NUL, and surrogates only as the escapes of undecodable bytes
@@ -776,9 +882,20 @@ class ReachedWork(Exception):
 REACHED: dict[str, int] = {}  # how many cases reached each stand-in (the long run reports it)
 _WRITES: list[tuple[str, str]] = []
 _AUDITING = [False]
-_WRITE_EVENTS = {"os.mkdir": (0,), "os.rename": (0, 1), "os.remove": (0,), "os.rmdir": (0,), "os.symlink": (1,),
-                 "os.link": (1,), "os.truncate": (0,), "os.chmod": (0,), "os.utime": (0,), "shutil.rmtree": (0,),
-                 "shutil.copyfile": (1,), "shutil.move": (1,)}  # fmt: skip
+_WRITE_EVENTS = {
+    "os.mkdir": (0,),
+    "os.rename": (0, 1),
+    "os.remove": (0,),
+    "os.rmdir": (0,),
+    "os.symlink": (1,),
+    "os.link": (1,),
+    "os.truncate": (0,),
+    "os.chmod": (0,),
+    "os.utime": (0,),
+    "shutil.rmtree": (0,),
+    "shutil.copyfile": (1,),
+    "shutil.move": (1,),
+}
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -903,26 +1020,44 @@ CLI_BUGS: dict[str, tuple] = {
     # each failed before its fix (the list, and what this test found)
     "keys": (("keys", ["keys", "--profile", "interpreter", "--key", "rmsnorm[n_cols=64;float16,float16]@v1"], {}),),
     "certify": (
-        ("certify", ["certify", "--profile", "interpreter", "--key", "rmsnorm[n_cols=64;float16,float16]@v1",
-                     "--out", "out"], {}),  # KeyError: 'n_rows' from keys.key_problems
-        ("certify", ["certify", "--profile", "interpreter", "--key",
-                     "decode_attention[batch=2,head_dim=64,heads=1,kv_heads=0,kv_len=32;float16]@v1", "--out", "out"],
-         {}),  # ZeroDivisionError from decode attention's prune
+        (
+            "certify",
+            ["certify", "--profile", "interpreter", "--key", "rmsnorm[n_cols=64;float16,float16]@v1", "--out", "out"],
+            {},
+        ),  # KeyError: 'n_rows' from keys.key_problems
+        (
+            "certify",
+            [
+                "certify",
+                "--profile",
+                "interpreter",
+                "--key",
+                "decode_attention[batch=2,head_dim=64,heads=1,kv_heads=0,kv_len=32;float16]@v1",
+                "--out",
+                "out",
+            ],
+            {},
+        ),  # ZeroDivisionError from decode attention's prune
         ("certify", ["certify", "--profile", "interpreter", "--workload", "demo", "--out", "out", "--jobs", "-1"], {}),
-        ("certify", ["certify", "--profile", "interpreter", "--workload", "demo", "--out", "out", "--timeout",
-                     "1e309"], {}),
+        (
+            "certify",
+            ["certify", "--profile", "interpreter", "--workload", "demo", "--out", "out", "--timeout", "1e309"],
+            {},
+        ),
         ("certify", ["certify", "--profile", "interpreter", "--workload", "demo"], {}),  # wrote ./certificates
     ),
-    "verify": (("verify", ["verify", "--profile", "interpreter", "--key", "rmsnorm[n_cols=64;float16,float16]@v1"],
-                {}),),
+    "verify": (
+        ("verify", ["verify", "--profile", "interpreter", "--key", "rmsnorm[n_cols=64;float16,float16]@v1"], {}),
+    ),
     "census": (("census", ["census", "--profile", "hopper", "--key", "rmsnorm[n_cols=64;float16,float16]@v1"], {}),),
     "kernels": (("kernels", ["kernels", "--spec", ""], {}), ("kernels", ["kernels", "--spec", "..x"], {})),
     "merge": (("merge", ["merge", "file.txt/sub", "certs"], {}),),  # NotADirectoryError from the lock's mkdir
     # the harness's: a cache directory with a colon in its name was split as a search path is (index build wrote
     # where the case said, and the check said elsewhere)
-    "index build": (("index build", ["index", "build"], {"NBXCERT_CERTIFIED_DIR": "certs",
-                                                         "NBXCERT_CACHE_DIR": "c-:m"}),),
-}  # fmt: skip
+    "index build": (
+        ("index build", ["index", "build"], {"NBXCERT_CERTIFIED_DIR": "certs", "NBXCERT_CACHE_DIR": "c-:m"}),
+    ),
+}
 
 for _command in COMMANDS:
     _name = _command.replace(" ", "_")

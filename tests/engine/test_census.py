@@ -299,8 +299,13 @@ def test_over_prunes_fail_only_with_strict_and_amd_compiles():
     the thin one wrongly (an over-prune, failing only with --strict)."""
     r = nbx("--profile", "cdna3", *WRONG, "--jobs", "1", "--json")
     doc = json.loads(check(r, 0))
-    assert doc["target"] == {"backend": "hip", "arch": "gfx942", "warp_size": 64, "profile": "amd/cdna3",
-                             "sm_count": doc["target"]["sm_count"]}  # fmt: skip
+    assert doc["target"] == {
+        "backend": "hip",
+        "arch": "gfx942",
+        "warp_size": 64,
+        "profile": "amd/cdna3",
+        "sm_count": doc["target"]["sm_count"],
+    }
     assert doc["totals"]["kept"] == 1 and doc["totals"]["compiled"] == 1 and doc["totals"]["defects"] == 0
     assert [o["config"]["kwargs"]["BLOCK_K"] for o in doc["over_prunes"]] == [16]
     check(nbx("--profile", "cdna3", *WRONG, "--jobs", "1", "--strict"), 1, must=["over-prunes: 1 (dropped"])

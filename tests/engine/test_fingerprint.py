@@ -18,8 +18,15 @@ def fresh(monkeypatch):
 
 
 def test_same_card_compares_the_code_digest_when_both_hold_one_else_the_version():
-    card = {"gpu": "g", "gpu_memory_bytes": 1, "compute_capability": "9.0", "driver": "1", "triton": "3.6.0",
-            "backend": "cuda", "nbxcert": "0.4.0"}  # fmt: skip
+    card = {
+        "gpu": "g",
+        "gpu_memory_bytes": 1,
+        "compute_capability": "9.0",
+        "driver": "1",
+        "triton": "3.6.0",
+        "backend": "cuda",
+        "nbxcert": "0.4.0",
+    }
     assert certify.same_card(dict(card, code="a"), dict(card, code="a", nbxcert="0.5.0"))
     assert not certify.same_card(dict(card, code="a"), dict(card, code="b"))
     assert certify.same_card(card, dict(card, code="a"))  # an entry made before the digest: by version

@@ -134,8 +134,10 @@ def test_gpu_a_graph_replays_its_sequence_on_inputs_updated_in_place(monkeypatch
         g = graphs.capture(step, x, up)
         assert g.nodes >= 3 and g.pool_bytes > 0 and len(g.launches) >= 3
         for seed in (1, 2):
-            new_x, new_up = randn(rng(seed), (16, 4096), "float16", dev), randn(rng(seed + 9), (16, 8192), "float16",
-                                                                                dev)  # fmt: skip
+            new_x, new_up = (
+                randn(rng(seed), (16, 4096), "float16", dev),
+                randn(rng(seed + 9), (16, 8192), "float16", dev),
+            )
             x.copy_(new_x)
             up.copy_(new_up)
             out = g.replay()
@@ -156,8 +158,11 @@ def test_gpu_a_first_replay_that_differs_from_the_eager_run_refuses_the_graph(mo
             runs.append(1)
             return (rows.rmsnorm(x, w, 1e-5 if len(runs) == 1 else 0.5),)
 
-        with pytest.raises(GraphRefused, match=r"graph of .*drifting refused: \[0\]\[\d+, \d+\] is .* in the graph's "
-                           r"first replay and .* in the eager run"):  # fmt: skip
+        with pytest.raises(
+            GraphRefused,
+            match=r"graph of .*drifting refused: \[0\]\[\d+, \d+\] is .* in the graph's "
+            r"first replay and .* in the eager run",
+        ):
             graphs.capture(drifting, x)
 
 
@@ -185,22 +190,29 @@ def test_gpu_what_a_graph_cannot_hold_is_refused_at_capture_naming_the_launch(mo
 
         cases = {
             "decode attention without max_len": (
-                once(lambda x: at.decode_attention(q, k, v, lengths)), r"refused in decode_attention \(called at .*"
-                r"test_graphs.py:\d+\): cuCtxSynchronize waits for the device \(before a device-to-host copy"),
+                once(lambda x: at.decode_attention(q, k, v, lengths)),
+                r"refused in decode_attention \(called at .*"
+                r"test_graphs.py:\d+\): cuCtxSynchronize waits for the device \(before a device-to-host copy",
+            ),
             "a synchronisation": (once(lambda x: cuda.synchronize()), "cuCtxSynchronize waits for the device"),
             "an allocation outside the pool": (
-                once(lambda x: cuda.mem_alloc(4096, dev.index)), "cuMemAlloc of 4096 bytes, outside the graph's pool"),
+                once(lambda x: cuda.mem_alloc(4096, dev.index)),
+                "cuMemAlloc of 4096 bytes, outside the graph's pool",
+            ),
             "a launch on another stream": (
                 once(lambda x: _on(other, lambda: rows.rmsnorm(x, w, out=out))),
-                r"refused in rmsnorm .*: launches \S+ on stream 0x[0-9a-f]+, not the capture stream"),
+                r"refused in rmsnorm .*: launches \S+ on stream 0x[0-9a-f]+, not the capture stream",
+            ),
             "an allocation on another stream": (
                 once(lambda x: _on(other, lambda: rows.rmsnorm(x, w))),
                 r"refused in rmsnorm .*an allocation of \d+ bytes on cuda:0 stream 0x[0-9a-f]+, outside the graph's "
-                "pool"),
+                "pool",
+            ),
             "a copy to the host": (
                 once(lambda x: rows.rmsnorm(x, w).numpy()),
-                r"refused outside any served call: cuCtxSynchronize waits for the device \(before a device-to-host"),
-        }  # fmt: skip
+                r"refused outside any served call: cuCtxSynchronize waits for the device \(before a device-to-host",
+            ),
+        }
         for name, (fn, pattern) in cases.items():
             first.clear()
             with pytest.raises(GraphRefused, match=pattern):

@@ -217,12 +217,19 @@ def test_gpu_the_torch_form_tutorial_is_certified_and_served_certified_only(back
     key = "tutorial_torch_add_kernel[n_elements=98432;float32,float32,float32]@v1"
     certs = tmp_path / "certs"
     cmd = [sys.executable, "-m", "nbxcert", "certify", "--profile", "hopper", "--spec", "certify_tutorial_torch"]
-    done = subprocess.run([*cmd, "--key", key, "--out", str(certs), "--jobs", "2"], env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [*cmd, "--key", key, "--out", str(certs), "--jobs", "2"], env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert list(certs.rglob("*.json")), done.stdout[-2000:]
     env.update(NBXCERT_CERTIFIED_DIR=str(certs), NBXCERT_CERTIFIED_ONLY="1")
-    done = subprocess.run([sys.executable, str(tmp_path / "serve_tutorial_torch.py")], env=env, capture_output=True,
-                          text=True, timeout=600, cwd=tmp_path)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "serve_tutorial_torch.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "served:" in done.stdout

@@ -82,8 +82,9 @@ def _first_run_sweep(faulty, monkeypatch=None, prefer_fault=None):
     key = LaunchKey(faulty.FIRST_RUN_SPEC.name, (("n", 100),), ("float32",))  # 100: an exact key, checked once
     runner = Worker(INTERPRETER_ENV, ["faulty_kernels"])
     try:
-        return sweep_mod.sweep_key(faulty.FIRST_RUN_SPEC, key, get_profile("cpu/interpreter"), [runner], None,
-                                   seed=11, timeout_s=60)  # fmt: skip
+        return sweep_mod.sweep_key(
+            faulty.FIRST_RUN_SPEC, key, get_profile("cpu/interpreter"), [runner], None, seed=11, timeout_s=60
+        )
     finally:
         runner.close()
 
@@ -105,8 +106,10 @@ def test_a_sweep_whose_only_correct_candidate_fails_its_rerun_certifies_nothing(
     from nbxcert.sweep import finalists
 
     # the finalists are only ever the faulty candidate: once it is refused there is nothing left to certify
-    monkeypatch.setattr("nbxcert.sweep.finalists", lambda correct, default: [o for o in finalists(correct, default)
-                                                                              if o.config["FAULT"] == 6])  # fmt: skip
+    monkeypatch.setattr(
+        "nbxcert.sweep.finalists",
+        lambda correct, default: [o for o in finalists(correct, default) if o.config["FAULT"] == 6],
+    )
     result = _first_run_sweep(faulty)
     assert result.winner is None and result.reproducible is None
     assert {o.config["FAULT"]: o.status for o in result.outcomes}[6] == "mismatch"

@@ -18,8 +18,9 @@ HOPPER_KEY = "rmsnorm[n_cols=2048,n_rows=1;float16,float16]@v1"  # shipped in ce
 def nbx(*args, env=None):
     e = {k: v for k, v in os.environ.items() if not k.startswith("NBXCERT_")}
     e.update(env or {})
-    return subprocess.run([sys.executable, "-m", "nbxcert", *map(str, args)], capture_output=True, text=True, env=e,
-                          timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "nbxcert", *map(str, args)], capture_output=True, text=True, env=e, timeout=600
+    )
 
 
 def test_warm_lists_every_certified_winner_and_the_missing_keys(backend, tmp_path):
@@ -28,12 +29,26 @@ def test_warm_lists_every_certified_winner_and_the_missing_keys(backend, tmp_pat
     env = {"NBXCERT_BACKEND": "interpreter", "TRITON_INTERPRET": "1", "NBXCERT_CACHE_DIR": str(tmp_path / "c")}
     r = nbx("warm", "--profile", "interpreter", "--workload", "demo", "--dir", ROOT / "certificates", env=env)
     assert r.returncode == 0, r.stderr
-    assert "[nbxcert] warm cpu/interpreter: 23 keys, nothing to compile under the interpreter for 23 certified " \
-        "winners" in r.stdout and "0 missing, 0 failed" in r.stdout  # fmt: skip
+    assert (
+        "[nbxcert] warm cpu/interpreter: 23 keys, nothing to compile under the interpreter for 23 certified winners"
+        in r.stdout
+        and "0 missing, 0 failed" in r.stdout
+    )
     # not in the demo workload: never certified (n_rows=4, a rung: n_rows=3 is a key no launch forms, refused now)
     extra = "rmsnorm[n_cols=64,n_rows=4;float16,float16]@v1"
-    r = nbx("warm", "--profile", "interpreter", "--workload", "demo", "--key", extra, "--dir", ROOT / "certificates",
-            "--json", env=env)  # fmt: skip
+    r = nbx(
+        "warm",
+        "--profile",
+        "interpreter",
+        "--workload",
+        "demo",
+        "--key",
+        extra,
+        "--dir",
+        ROOT / "certificates",
+        "--json",
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["keys"] == 24 and doc["missing"] == [extra] and doc["failed"] == []
@@ -65,8 +80,13 @@ def test_on_the_gpu_start_compiles_the_winner_while_the_caller_launches(backend,
         "w = from_numpy(np.ones(2048), 'float16', d)\nout = rows.rmsnorm(x, w).numpy()\nr = handle.wait(300)\n"
         "print(r.compiled, len(r.failed), len(r.missing), float(out[0, 0]))\n"
     )
-    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / "triton"), "NBXCERT_CACHE_DIR": str(tmp_path / "c"),
-           "NBXCERT_BACKEND": "cuda", "NBXCERT_CERTIFIED_ONLY": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+        "NBXCERT_CACHE_DIR": str(tmp_path / "c"),
+        "NBXCERT_BACKEND": "cuda",
+        "NBXCERT_CERTIFIED_ONLY": "1",
+    }
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
     compiled, failed, missing, first = r.stdout.split()
@@ -141,12 +161,26 @@ def test_compile_all_compiles_each_kernel_once_before_its_other_specialisations(
     monkeypatch.setattr(worker, "CompilePool", Pool)
 
     def request(name, spec, block, dtype="float16"):
-        return {"op": "compile", "name": name, "spec": spec, "config": {"kwargs": {"BLOCK": block}, "num_warps": 4,
-                "num_stages": 1}, "dtypes": [dtype], "problems": {}, "seed": 0, "profile": "nvidia/hopper"}  # fmt: skip
+        return {
+            "op": "compile",
+            "name": name,
+            "spec": spec,
+            "config": {"kwargs": {"BLOCK": block}, "num_warps": 4, "num_stages": 1},
+            "dtypes": [dtype],
+            "problems": {},
+            "seed": 0,
+            "profile": "nvidia/hopper",
+        }
 
-    requests = [request("a1", "rmsnorm", 1024), request("a2", "rmsnorm", 1024), request("b1", "rmsnorm", 2048),
-                request("c1", "rmsnorm", 1024, "bfloat16"), request("a3", "rmsnorm", 1024), request("d1", "rope", 1024),
-                request("b2", "rmsnorm", 2048)]  # fmt: skip
+    requests = [
+        request("a1", "rmsnorm", 1024),
+        request("a2", "rmsnorm", 1024),
+        request("b1", "rmsnorm", 2048),
+        request("c1", "rmsnorm", 1024, "bfloat16"),
+        request("a3", "rmsnorm", 1024),
+        request("d1", "rope", 1024),
+        request("b2", "rmsnorm", 2048),
+    ]
     replies = warm.compile_all(requests, jobs=2)
     assert batches == [["a1", "b1", "c1", "d1"], ["a2", "a3", "b2"]]
     assert [r["name"] for r in replies] == [r["name"] for r in requests]
@@ -205,14 +239,19 @@ def test_a_background_warm_that_fails_says_so_at_once_and_at_wait(monkeypatch, c
     gate.set()
     _blocking_pool(monkeypatch, gate, jobs, fail=OSError("no worker could start"))
     report = warm.WarmReport("nvidia/hopper", "cuda", keys=1)
-    monkeypatch.setattr(warm, "_requests", lambda profile, keys, dirs: (report, [{"spec": "rmsnorm", "config": {},
-                        "dtypes": []}], ["k1"]))  # fmt: skip
+    monkeypatch.setattr(
+        warm,
+        "_requests",
+        lambda profile, keys, dirs: (report, [{"spec": "rmsnorm", "config": {}, "dtypes": []}], ["k1"]),
+    )
     handle = warm.start("hopper", [], jobs=2)
     with pytest.raises(OSError, match="no worker could start"):
         handle.wait(30)
     assert jobs == [2]
-    assert "[nbxcert] warm in the background stopped: OSError: no worker could start; launches compile their " \
-        "kernels themselves" in capsys.readouterr().err  # fmt: skip
+    assert (
+        "[nbxcert] warm in the background stopped: OSError: no worker could start; launches compile their "
+        "kernels themselves" in capsys.readouterr().err
+    )
 
 
 def test_start_under_the_interpreter_reads_the_index_and_compiles_nothing(backend):

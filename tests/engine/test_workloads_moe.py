@@ -64,9 +64,16 @@ def test_moe_launch_order_in_a_layer(hopper):
         for x in launches(w, hopper)
         if x.problem.get("M") == 512 or x.problem.get("n_rows") == mine.get(x.kernel, -1)
     ]
-    order = ["router logits", "router softmax", "router top-k", "expert alignment", "experts' gate/up projection",
-             "experts' SwiGLU", "experts' down projection (router weights applied)",
-             "sum of the top-k experts' outputs"]  # fmt: skip
+    order = [
+        "router logits",
+        "router softmax",
+        "router top-k",
+        "expert alignment",
+        "experts' gate/up projection",
+        "experts' SwiGLU",
+        "experts' down projection (router weights applied)",
+        "sum of the top-k experts' outputs",
+    ]
     positions = [where.index(name) for name in order]
     assert positions == sorted(positions)
 
@@ -133,6 +140,9 @@ def test_keys_command_lists_mixtral():
     text = r.stdout + r.stderr
     assert r.returncode == 0, text
     assert "Traceback" not in text
-    for line in ("moe_align[M=1,block=16,experts=8,top_k=2;int32]@v1", "moe_sum[M=1,N=4096,top_k=2;float16]@v1",
-                 "flash_attention"):  # fmt: skip
+    for line in (
+        "moe_align[M=1,block=16,experts=8,top_k=2;int32]@v1",
+        "moe_sum[M=1,N=4096,top_k=2;float16]@v1",
+        "flash_attention",
+    ):
         assert line in text, f"missing {line!r}"

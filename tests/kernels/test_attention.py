@@ -300,8 +300,9 @@ def test_decode_functions_match_oracle(backend):
     problem = {"batch": 3, "heads": 8, "kv_heads": 2, "kv_len": 45, "head_dim": 128}
     t = A.decode_inputs(problem, ("float16",), 1, "cpu").tensors
     out = A.decode_attention(t["q"], t["k_cache"], t["v_cache"], t["lengths"])
-    ref, err = oracle.decode_attention(t["q"].float64(), t["k_cache"].float64(), t["v_cache"].float64(),
-                                       t["lengths"].numpy(), 1 / np.sqrt(128))  # fmt: skip
+    ref, err = oracle.decode_attention(
+        t["q"].float64(), t["k_cache"].float64(), t["v_cache"].float64(), t["lengths"].numpy(), 1 / np.sqrt(128)
+    )
     assert compare(out.float64(), ref, err, out.dtype, tol).ok
     assert A.DECODE_ATTENTION.problem_of(t["q"], t["k_cache"], t["v_cache"], t["lengths"]) == problem
     workspace = A.decode_workspace(3, 8, 128)
@@ -313,8 +314,14 @@ def test_decode_functions_match_oracle(backend):
     paged = dict(problem, block_size=32)
     t = A.paged_inputs(paged, ("float16",), 2, "cpu").tensors
     out = A.paged_decode_attention(t["q"], t["k_pool"], t["v_pool"], t["block_table"], t["lengths"], scale=0.2)
-    ref, err = oracle.paged_decode_attention(t["q"].float64(), t["k_pool"].float64(), t["v_pool"].float64(),
-                                             t["block_table"].numpy(), t["lengths"].numpy(), 0.2)  # fmt: skip
+    ref, err = oracle.paged_decode_attention(
+        t["q"].float64(),
+        t["k_pool"].float64(),
+        t["v_pool"].float64(),
+        t["block_table"].numpy(),
+        t["lengths"].numpy(),
+        0.2,
+    )
     assert compare(out.float64(), ref, err, out.dtype, tol).ok
     args = (t["q"], t["k_pool"], t["v_pool"], t["block_table"], t["lengths"])
     assert A.PAGED_DECODE_ATTENTION.problem_of(*args) == paged
@@ -330,8 +337,11 @@ def test_refusals_by_name(backend):
     for bad_id in (num_blocks, num_blocks + 100, -1):
         bad = table.copy()
         bad[1, 1] = bad_id  # sequence 1 (length 17) uses its first two blocks
-        with pytest.raises(LaunchError, match=rf"block id {bad_id} \(block_table\[1, 1\]\) is out of range for a pool "
-                                              rf"of {num_blocks} blocks"):  # fmt: skip
+        with pytest.raises(
+            LaunchError,
+            match=rf"block id {bad_id} \(block_table\[1, 1\]\) is out of range for a pool "
+            rf"of {num_blocks} blocks",
+        ):
             A.paged_decode_attention(*args(from_numpy(bad, "int32")))
     unused = table.copy()
     unused[1, 2] = 10**6  # past sequence 1's last block: never read, not refused
@@ -384,8 +394,11 @@ def test_decode_with_max_len_reads_nothing_back_and_the_kernel_checks(backend, m
     host = lengths.numpy()
     short = int(host.max()) - 1
     long = int(np.argmax(host))
-    with pytest.raises(LaunchError, match=rf"decode attention: length {host[long]} at index {long} is outside "
-                                          rf"\[0, {short}\]"):  # fmt: skip
+    with pytest.raises(
+        LaunchError,
+        match=rf"decode attention: length {host[long]} at index {long} is outside "
+        rf"\[0, {short}\]",
+    ):
         A.decode_attention(q, k, v, lengths, out=got, config=config, max_len=short)
     others = [b for b in range(3) if b != long]
     assert np.array_equal(got.numpy()[others].view(np.uint16), want[others].view(np.uint16))
@@ -406,8 +419,11 @@ def test_decode_with_max_len_reads_nothing_back_and_the_kernel_checks(backend, m
     bad = table.copy()
     bad[1, 1] = 10**6  # sequence 1 (length 17) reads its second block for position 16
     pool, entry = p["k_pool"].shape[0], table.shape[1] + 1  # the entry [1, 1], in elements from the table's start
-    with pytest.raises(LaunchError, match=rf"paged decode attention: block id 1000000 at index {entry} is outside "
-                                          rf"the pool of {pool} blocks"):  # fmt: skip
+    with pytest.raises(
+        LaunchError,
+        match=rf"paged decode attention: block id 1000000 at index {entry} is outside "
+        rf"the pool of {pool} blocks",
+    ):
         A.paged_decode_attention(*args(bad), out=pout, config=pconfig, max_len=40)
     assert np.array_equal(pout.numpy()[0].view(np.uint16), want[0].view(np.uint16))
     again = A.paged_decode_attention(*args(table), config=pconfig, max_len=40)  # reported once, then right
@@ -481,8 +497,16 @@ def test_specs_candidates_and_keys():
     assert len(A.DECODE_ATTENTION.candidates) == 60 and A.DECODE_ATTENTION.default == A.decode_config(4, 64, 4, 2)
     assert A.PAGED_DECODE_ATTENTION.candidates == A.DECODE_ATTENTION.candidates
     ladders = {f.name: f.ladder for f in A.FLASH_ATTENTION.key_fields}
-    assert ladders == {"batch": "batch", "heads": None, "kv_heads": None, "q_len": "tokens", "kv_len": "kv_len",
-                       "head_dim": None, "causal": None, "aligned": None}  # fmt: skip
+    assert ladders == {
+        "batch": "batch",
+        "heads": None,
+        "kv_heads": None,
+        "q_len": "tokens",
+        "kv_len": "kv_len",
+        "head_dim": None,
+        "causal": None,
+        "aligned": None,
+    }
     paged = {f.name: f.ladder for f in A.PAGED_DECODE_ATTENTION.key_fields}
     assert paged["block_size"] is None and paged["kv_len"] == "kv_len" and paged["batch"] == "batch"
     interp = get_profile("cpu/interpreter")
@@ -509,13 +533,19 @@ def _cross_compile(arch: int, items: list[dict], timeout: int) -> list[dict]:
     assert not failed, "\n".join(f"{r['spec']} {r['config']}: {r['error']}" for r in failed[:5])
     for r in results:  # the launch's first kernel is the one its estimate is for
         main = r["kernels"][0]
-        r.update(shared=main["shared"], estimate=_estimate(arch, r), wgmma=main["wgmma"], tma=main["tma"],
-                 kernels=len(r["kernels"]))  # fmt: skip
+        r.update(
+            shared=main["shared"],
+            estimate=_estimate(arch, r),
+            wgmma=main["wgmma"],
+            tma=main["tma"],
+            kernels=len(r["kernels"]),
+        )
     over = [r for r in results if r["shared"] > r["estimate"]]
     assert not over, "estimate below the compiler's figure:\n" + "\n".join(
         f"{r['spec']} {Config.from_dict(r['config']).label()} {r['problem']}: shared {r['shared']} > "
-        f"estimate {r['estimate']}" for r in over
-    )  # fmt: skip
+        f"estimate {r['estimate']}"
+        for r in over
+    )
     return results
 
 
@@ -529,8 +559,12 @@ def test_candidates_cross_compile_within_the_estimate(arch):
     the prefill's products use wgmma on Hopper. The decode kernels compile for both cache layouts. sm_75 (Turing,
     whose device file allows stage 1 only) is checked against the doubled pre-Ampere bound."""
     f = A.flash_config
-    flash = [(f(128, 128, 8, 3), 128, 1, "float16"), (f(128, 64, 8, 5), 80, 0, "bfloat16"),
-             (f(64, 64, 4, 2), 256, 1, "float16"), (f(64, 32, 4, 4), 96, 0, "float16")]  # fmt: skip
+    flash = [
+        (f(128, 128, 8, 3), 128, 1, "float16"),
+        (f(128, 64, 8, 5), 80, 0, "bfloat16"),
+        (f(64, 64, 4, 2), 256, 1, "float16"),
+        (f(64, 32, 4, 4), 96, 0, "float16"),
+    ]
     if arch == 75:  # sm_75 compiles are slow (128 x 128 tiles: ~30 s): two tiles of the census, stage 1
         flash = [(f(128, 64, 8, 1), 64, 1, "float16"), (f(64, 32, 8, 1), 128, 0, "bfloat16")]
     if arch == 90:
@@ -576,49 +610,58 @@ GPU_CASES = {
     "flash B1 H32 S2048 D128 causal": (
         "flash_attention",
         A.prefill_problem(1, 32, 32, 2048, 2048, 128, causal=1, aligned=1),
-        "float16", True,
+        "float16",
+        True,
     ),
     "flash B1 H32 KV8 S2048 D128 causal bf16": (
         "flash_attention",
         A.prefill_problem(1, 32, 8, 2048, 2048, 128, causal=1, aligned=1),
-        "bfloat16", False,
+        "bfloat16",
+        False,
     ),
     "flash B2 H16 KV2 q1000 kv1500 D96 causal": (
         "flash_attention",
         A.prefill_problem(2, 16, 2, 1000, 1500, 96, causal=1, aligned=1),
-        "float16", True,
+        "float16",
+        True,
     ),
     "flash B1 H8 S1024 D256": (
         "flash_attention",
         A.prefill_problem(1, 8, 8, 1024, 1024, 256, causal=0, aligned=1),
-        "float16", True,
+        "float16",
+        True,
     ),
     "flash B4 H32 S512 D64 bf16": (
         "flash_attention",
         A.prefill_problem(4, 32, 32, 512, 512, 64, causal=0, aligned=1),
-        "bfloat16", False,
+        "bfloat16",
+        False,
     ),
     "decode B32 H32 KV8 D128 4096": (
         "decode_attention",
         {"batch": 32, "heads": 32, "kv_heads": 8, "kv_len": 4096, "head_dim": 128},
-        "float16", True,
+        "float16",
+        True,
     ),
     "decode B32 H32 KV8 D128 4096 bf16": (
         "decode_attention",
         {"batch": 32, "heads": 32, "kv_heads": 8, "kv_len": 4096, "head_dim": 128},
-        "bfloat16", False,
+        "bfloat16",
+        False,
     ),
     "paged B32 H32 KV8 D128 4096 bs16": (
         "paged_decode_attention",
         {"batch": 32, "heads": 32, "kv_heads": 8, "kv_len": 4096, "head_dim": 128, "block_size": 16},
-        "float16", True,
+        "float16",
+        True,
     ),
     "paged B32 H32 KV8 D128 4096 bs32 bf16": (
         "paged_decode_attention",
         {"batch": 32, "heads": 32, "kv_heads": 8, "kv_len": 4096, "head_dim": 128, "block_size": 32},
-        "bfloat16", False,
+        "bfloat16",
+        False,
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.gpu

@@ -208,16 +208,26 @@ def test_add_mul_broadcast_over_strided_views(profile, backend):
             out = fn(a, b)
             assert out.shape == shape and out.is_contiguous()
             want, err = ref(a.float64(), b.float64())
-            v = compare(out.float64(), np.broadcast_to(want, shape), np.broadcast_to(err, shape), out.dtype,
-                        profile.tolerance("float32"), f"{op} {a.shape}x{b.shape}")  # fmt: skip
+            v = compare(
+                out.float64(),
+                np.broadcast_to(want, shape),
+                np.broadcast_to(err, shape),
+                out.dtype,
+                profile.tolerance("float32"),
+                f"{op} {a.shape}x{b.shape}",
+            )
             assert v.ok, v.report
     with pytest.raises(ShapeMismatch, match="do not broadcast"):
         ew.add(base, from_numpy(np.ones(5), "float32", dev))
     with pytest.raises(ShapeMismatch, match="cast one first"):
         ew.add(base, from_numpy(np.ones(12), "float16", dev))
     assert ew.add_mul_problem(base.permute(0, 2, 1, 3), base[0, 0, 0], "mul") == {
-        "n_rows": 240, "n_cols": 12, "op": "mul", "a_layout": "strided", "b_layout": "broadcast",
-    }  # fmt: skip
+        "n_rows": 240,
+        "n_cols": 12,
+        "op": "mul",
+        "a_layout": "strided",
+        "b_layout": "broadcast",
+    }
 
 
 def test_merge_dims_collapses_contiguous_runs():

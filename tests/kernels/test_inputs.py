@@ -74,8 +74,9 @@ def test_a_large_tensor_is_drawn_in_parts_the_same_whatever_the_threads(monkeypa
     assert not np.array_equal(one, I.randn(I.rng(5), (5, 1080), "float16", "cpu", scale=2.0).float64())
     assert abs(one.mean()) < 0.1 and abs(one.std() - 2.0) < 0.1
     small = I.randn(I.rng(4), (4, 1000), "float16", "cpu")  # below LARGE: float64 draws, as before
-    assert np.array_equal(small.float64(), D.encode(np.random.default_rng(4).standard_normal((4, 1000)), D.float16)
-                          .astype(np.float64))  # fmt: skip
+    assert np.array_equal(
+        small.float64(), D.encode(np.random.default_rng(4).standard_normal((4, 1000)), D.float16).astype(np.float64)
+    )
 
 
 class _IntegersOnly:

@@ -20,8 +20,13 @@ def interpreted(backend):
     return backend
 
 
-CASES = [(dtype, noise, special, n) for dtype in device_judge.KINDS for noise in (0.0, 1e-4, 0.3)
-         for special in ("none", "nan", "inf") for n in (1, 2047, 5000)]  # fmt: skip
+CASES = [
+    (dtype, noise, special, n)
+    for dtype in device_judge.KINDS
+    for noise in (0.0, 1e-4, 0.3)
+    for special in ("none", "nan", "inf")
+    for n in (1, 2047, 5000)
+]
 
 
 def _case(device, dtype, noise, special, n):
@@ -32,8 +37,11 @@ def _case(device, dtype, noise, special, n):
     out = from_numpy(ref + gen.standard_normal(n) * noise, dt, device)  # rounded into the dtype once
     if special != "none":
         bits = out.numpy()
-        bits[n // 2] = np.array(np.nan if special == "nan" else -np.inf).astype(np.float32).view(np.uint32) >> 16 \
-            if dtype == "bfloat16" else (np.nan if special == "nan" else -np.inf)  # fmt: skip
+        bits[n // 2] = (
+            np.array(np.nan if special == "nan" else -np.inf).astype(np.float32).view(np.uint32) >> 16
+            if dtype == "bfloat16"
+            else (np.nan if special == "nan" else -np.inf)
+        )
         out = from_numpy(bits, dt, device) if dtype != "bfloat16" else _bf16(bits, device)
     host = Judge(ref, np.abs(ref) + 0.5, dt, 2.0**-10)
     assert device_judge.usable(host, out)
@@ -64,8 +72,9 @@ def _bf16(bits, device):
 def test_what_the_device_does_not_judge_is_judged_on_the_host(interpreted):
     dev = interpreted.device
     ref = np.linspace(-1, 1, 64)
-    assert not device_judge.usable(Judge(np.append(ref, np.inf), np.ones(65), get_dtype("float16"), 1e-3),
-                                   from_numpy(np.zeros(65), "float16", dev))  # fmt: skip
+    assert not device_judge.usable(
+        Judge(np.append(ref, np.inf), np.ones(65), get_dtype("float16"), 1e-3), from_numpy(np.zeros(65), "float16", dev)
+    )
     assert not device_judge.usable(Judge(ref, np.ones(64), get_dtype("int32"), 0.0), from_numpy(ref, "int32", dev))
     wide = from_numpy(np.zeros((8, 16)), "float16", dev)
     strided = wide[:, :8]

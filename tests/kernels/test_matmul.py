@@ -140,9 +140,21 @@ def test_the_tma_store_changes_no_bit(profile, backend, monkeypatch):
     cases = [
         (mm.MATMUL, {"M": 150, "N": 200, "K": 40, "trans_a": 0, "trans_b": 1, "aligned": 1}),
         (mm.ADDMM, {"M": 70, "N": 136, "K": 24, "trans_a": 1, "trans_b": 0, "aligned": 1, "activation": "gelu_tanh"}),
-        (mm.BMM, {"batch": 3, "M": 40, "N": 72, "K": 16, "trans_a": 0, "trans_b": 0, "aligned": 1, "bcast_a": 0,
-                  "bcast_b": 1}),
-    ]  # fmt: skip
+        (
+            mm.BMM,
+            {
+                "batch": 3,
+                "M": 40,
+                "N": 72,
+                "K": 16,
+                "trans_a": 0,
+                "trans_b": 0,
+                "aligned": 1,
+                "bcast_a": 0,
+                "bcast_b": 1,
+            },
+        ),
+    ]
     stores = mm.tma_store_configs()
     assert {mm.epilogue_parts(c) for c in stores} == {1, 2, 4}
     for spec, problem in cases:
@@ -293,8 +305,11 @@ def test_user_functions_match_oracle(dtype, profile, backend):
     _judge(mm.bmm(a3, b3), *oracle.matmul(a3.float64(), b3.float64(), **kw), profile)
     bias3 = from_numpy(rng.standard_normal(14), dtype)
     out = mm.baddbmm(bias3, a3, b3, alpha=2.0, activation="silu")
-    _judge(out, *oracle.addmm(a3.float64(), b3.float64(), bias3.float64(), alpha=2.0, activation_name="silu", **kw),
-           profile)  # fmt: skip
+    _judge(
+        out,
+        *oracle.addmm(a3.float64(), b3.float64(), bias3.float64(), alpha=2.0, activation_name="silu", **kw),
+        profile,
+    )
 
     x = from_numpy(rng.standard_normal(50), dtype)  # a vector: the result is (N,)
     w = from_numpy(rng.standard_normal((30, 50)), dtype).T  # nn.Linear's weight.T
@@ -446,8 +461,9 @@ def _check_cross(results, expected):
     over = [r for r in results if r["shared"] > r["estimate"]]
     assert not over, "estimate below the compiler's figure:\n" + "\n".join(
         f"{r['spec']} {Config.from_dict(r['config']).label()} {r['dtypes'][0]}: shared {r['shared']} > "
-        f"estimate {r['estimate']}" for r in over
-    )  # fmt: skip
+        f"estimate {r['estimate']}"
+        for r in over
+    )
 
 
 SMALL = {"M": 256, "N": 256, "K": 256, "trans_a": 0, "trans_b": 0, "aligned": 1}
@@ -560,8 +576,9 @@ def test_gpu_group_m_and_split_k_bits(profile, backend):
     for base in _representatives(mm.MATMUL, kept):
         ref = _output_bits(mm.MATMUL, base, problem, ("float16", "float16"), 1, backend.device)
         for group_m in (1, 4):
-            got = _output_bits(mm.MATMUL, _with(base, GROUP_M=group_m), problem, ("float16", "float16"), 1,
-                               backend.device)  # fmt: skip
+            got = _output_bits(
+                mm.MATMUL, _with(base, GROUP_M=group_m), problem, ("float16", "float16"), 1, backend.device
+            )
             assert np.array_equal(got, ref), f"GROUP_M={group_m} changed bits of {base.label()}"
     for config in mm.tma_store_configs():  # C_TMA's store: the bits of its pointer-store twin
         got = _output_bits(mm.MATMUL, config, problem, ("float16", "float16"), 1, backend.device)

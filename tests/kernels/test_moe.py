@@ -144,13 +144,13 @@ def test_oracle_check_catches_a_wrong_expert(profile, backend):
     good = experts.numpy().copy()
     wrong = good.copy()
     wrong[0] = (good[0] + 1) % problem["experts"]
-    experts._write_host(wrong)
+    experts.write_host(wrong)
     out = inputs.tensors["out"]
     poison(out, out.dtype)
     moe.FUSED_MOE.launch(config, inputs)
     verdict = compare(out.float64(), ref.value, ref.scale, out.dtype, profile.tolerance("float16"), "wrong expert")
     assert not verdict.ok and "Mismatched elements" in verdict.report
-    experts._write_host(good)
+    experts.write_host(good)
     poison(out, out.dtype)
     moe.FUSED_MOE.launch(config, inputs)
     assert compare(out.float64(), ref.value, ref.scale, out.dtype, profile.tolerance("float16")).ok
@@ -205,15 +205,17 @@ def test_user_functions_match_oracle(dtype, profile, backend):
     tol = profile.tolerance(dtype)
 
     up = moe.fused_moe(x, w1, t_w, t_ids, mul_weight=False)
-    value, scale = oracle.fused_moe(x.float64(), w1.float64(), weights, ids, pair_rows=False, mul_weight=False,
-                                    acc_eps=moe.ACC_EPS, out_eps=eps)  # fmt: skip
+    value, scale = oracle.fused_moe(
+        x.float64(), w1.float64(), weights, ids, pair_rows=False, mul_weight=False, acc_eps=moe.ACC_EPS, out_eps=eps
+    )
     assert compare(up.float64(), value, scale, up.dtype, tol, "gate/up").ok
     assert moe.FUSED_MOE.problem_of(x, w1, t_w, t_ids, mul_weight=False)["pair_rows"] == 0
 
     down = moe.fused_moe(up, w2, t_w, t_ids)  # one row per pair: the down projection's layout
     assert moe.FUSED_MOE.problem_of(up, w2, t_w, t_ids)["pair_rows"] == 1
-    value, scale = oracle.fused_moe(up.float64(), w2.float64(), weights, ids, pair_rows=True, mul_weight=True,
-                                    acc_eps=moe.ACC_EPS, out_eps=eps)  # fmt: skip
+    value, scale = oracle.fused_moe(
+        up.float64(), w2.float64(), weights, ids, pair_rows=True, mul_weight=True, acc_eps=moe.ACC_EPS, out_eps=eps
+    )
     assert compare(down.float64(), value, scale, down.dtype, tol, "down").ok
 
     total = moe.moe_sum(down.view(m, top_k, hidden))
@@ -228,8 +230,16 @@ def test_every_block_size_through_the_user_function(profile, backend):
     ids, weights = _route(rng, 20, 8, 2)
     x = from_numpy(rng.standard_normal((20, 32)), "float16")
     w = from_numpy(rng.standard_normal((8, 40, 32)), "float16")
-    value, scale = oracle.fused_moe(x.float64(), w.float64(), weights, ids, pair_rows=False, mul_weight=True,
-                                    acc_eps=moe.ACC_EPS, out_eps=finfo(x.dtype)["eps"])  # fmt: skip
+    value, scale = oracle.fused_moe(
+        x.float64(),
+        w.float64(),
+        weights,
+        ids,
+        pair_rows=False,
+        mul_weight=True,
+        acc_eps=moe.ACC_EPS,
+        out_eps=finfo(x.dtype)["eps"],
+    )
     blocks = {}
     for c in moe.FUSED_MOE.candidates:
         blocks.setdefault(c["BLOCK_M"], c)
@@ -273,8 +283,7 @@ def test_refusals_by_name():
     with pytest.raises(ShapeMismatch, match="share float16 or bfloat16"):
         moe.fused_moe(a, from_numpy(np.ones((8, 8, 16)), "bfloat16"), weights, ids)
     with pytest.raises(ShapeMismatch, match="one per token"):
-        moe.fused_moe(from_numpy(np.ones((5, 16)), "float16"), from_numpy(np.ones((8, 8, 16)), "float16"), weights,
-                      ids)  # fmt: skip
+        moe.fused_moe(from_numpy(np.ones((5, 16)), "float16"), from_numpy(np.ones((8, 8, 16)), "float16"), weights, ids)
     with pytest.raises(LaunchError, match="1 to 128 are supported"):
         moe.fused_moe(a, from_numpy(np.ones((129, 8, 16)), "float16"), weights, ids)
     with pytest.raises(ShapeMismatch, match="topk_weights must be float32"):
@@ -323,8 +332,13 @@ def test_candidates_include_the_default_and_vllm_tiles():
     assert moe.DEFAULT_MOE in moe.FUSED_MOE.candidates
     tiles = {(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c.num_warps, c.num_stages) for c in moe.FUSED_MOE.candidates}
     # picks of vLLM's E=8,N=14336,device_name=NVIDIA_H200.json at 1, 16, 48, 128 and 1024 tokens
-    assert {(16, 128, 128, 4, 5), (16, 64, 256, 4, 3), (32, 128, 128, 4, 3), (64, 128, 128, 8, 4),
-            (128, 256, 64, 8, 4)} <= tiles  # fmt: skip
+    assert {
+        (16, 128, 128, 4, 5),
+        (16, 64, 256, 4, 3),
+        (32, 128, 128, 4, 3),
+        (64, 128, 128, 8, 4),
+        (128, 256, 64, 8, 4),
+    } <= tiles
 
 
 # --- GPU: every kept candidate at Mixtral's shapes --------------------------------------------------------------------
@@ -345,8 +359,9 @@ class _Judge:
         for name, ref in self.refs.items():
             t = self.inputs.tensors[name]
             got = t.float64()
-            allowed = self.tol[name] * np.abs(ref.scale) + (rounding_bound(ref.value, t.dtype) if t.dtype.is_float
-                                                             else 0.0)  # fmt: skip
+            allowed = self.tol[name] * np.abs(ref.scale) + (
+                rounding_bound(ref.value, t.dtype) if t.dtype.is_float else 0.0
+            )
             with np.errstate(invalid="ignore"):
                 good = np.isfinite(got) & (np.abs(got - ref.value) <= allowed)
             if not good.all():
@@ -406,6 +421,5 @@ def test_gpu_group_m_changes_no_bit(profile, backend):
     for base in list({c["BLOCK_M"]: c for c in kept}.values()):
         ref = _bits(moe.FUSED_MOE, base, problem, ("float16", "float16"), 1, backend.device)
         for group_m in (1, 64):
-            got = _bits(moe.FUSED_MOE, _with(base, GROUP_M=group_m), problem, ("float16", "float16"), 1,
-                        backend.device)  # fmt: skip
+            got = _bits(moe.FUSED_MOE, _with(base, GROUP_M=group_m), problem, ("float16", "float16"), 1, backend.device)
             assert _same_bits(got, ref), f"GROUP_M={group_m} changed bits of {base.label()}"

@@ -358,8 +358,10 @@ def _hopper_resources(shapes):
                 shared, reg, spill = resources(launch)
                 bound = rows.reduction_shared_bytes(config)
                 if spill or shared > bound or shared > cap:
-                    problems.append(f"{name} {r}x{c} {config.label()} {launch.kernel.__name__}: "
-                                    f"regs {reg}, spilled bytes {spill}, shared {shared} (bound {bound})")  # fmt: skip
+                    problems.append(
+                        f"{name} {r}x{c} {config.label()} {launch.kernel.__name__}: "
+                        f"regs {reg}, spilled bytes {spill}, shared {shared} (bound {bound})"
+                    )
     yield "\n".join(problems) or "ok"
 
 

@@ -90,8 +90,20 @@ def _plans(entry) -> list:
     return [p for p in entry.plans.values() if type(p) is CallPlan]
 
 
-CASES = ["rmsnorm", "rmsnorm_3d", "add_rmsnorm", "layernorm", "silu_and_mul", "matmul", "softmax", "softmax_masked",
-         "embedding", "rope", "decode_attention", "flash_attention"]  # fmt: skip
+CASES = [
+    "rmsnorm",
+    "rmsnorm_3d",
+    "add_rmsnorm",
+    "layernorm",
+    "silu_and_mul",
+    "matmul",
+    "softmax",
+    "softmax_masked",
+    "embedding",
+    "rope",
+    "decode_attention",
+    "flash_attention",
+]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -352,12 +364,42 @@ def test_every_user_facing_entry_point_is_served():
     """Each spec's user-facing function replays plans (it carries `plans`)."""
     from nbxcert.kernels import moe, quant, sampling, vision
 
-    entries = [rows.rmsnorm, rows.add_rmsnorm, rows.layernorm, rows.add_layernorm, rows.softmax, rows.row_reduce,
-               ew.silu_and_mul, ew.gelu, ew.add, ew.mul, ew.cast, ew.rope, ew.embedding, mm.matmul, mm.addmm, mm.bmm,
-               mm.baddbmm, mm.gemv, mm.addmv, at.flash_attention, at.decode_attention, at.paged_decode_attention,
-               moe.moe_align, moe.fused_moe, moe.moe_sum, quant.dequant_gemv, quant.dequant_matmul, sampling.argmax,
-               sampling.topk, sampling.log_softmax, sampling.cross_entropy, vision.conv2d, vision.group_norm,
-               vision.upsample_nearest2d]  # fmt: skip
+    entries = [
+        rows.rmsnorm,
+        rows.add_rmsnorm,
+        rows.layernorm,
+        rows.add_layernorm,
+        rows.softmax,
+        rows.row_reduce,
+        ew.silu_and_mul,
+        ew.gelu,
+        ew.add,
+        ew.mul,
+        ew.cast,
+        ew.rope,
+        ew.embedding,
+        mm.matmul,
+        mm.addmm,
+        mm.bmm,
+        mm.baddbmm,
+        mm.gemv,
+        mm.addmv,
+        at.flash_attention,
+        at.decode_attention,
+        at.paged_decode_attention,
+        moe.moe_align,
+        moe.fused_moe,
+        moe.moe_sum,
+        quant.dequant_gemv,
+        quant.dequant_matmul,
+        sampling.argmax,
+        sampling.topk,
+        sampling.log_softmax,
+        sampling.cross_entropy,
+        vision.conv2d,
+        vision.group_norm,
+        vision.upsample_nearest2d,
+    ]
     assert all(isinstance(getattr(e, "plans", None), dict) for e in entries)
 
 
@@ -380,14 +422,17 @@ def test_gpu_a_replayed_plan_computes_the_full_paths_bits(monkeypatch, tmp_path,
         b = randn(gen, (2560, 2048), "float16", dev).T
         tma = next(c for c in mm.MATMUL.candidates if c["KIND"] == "tma_persistent")
         cases = {
-            "rmsnorm": (lambda x: rows.rmsnorm(x, w, 1e-6),
-                        lambda x: rows.rmsnorm(x, w, 1e-6, config=rows.RMSNORM.default), 2048, None),
-            "silu_and_mul": (ew.silu_and_mul, lambda x: ew.silu_and_mul(x, config=ew.SILU_AND_MUL.default), 4096,
-                             None),
+            "rmsnorm": (
+                lambda x: rows.rmsnorm(x, w, 1e-6),
+                lambda x: rows.rmsnorm(x, w, 1e-6, config=rows.RMSNORM.default),
+                2048,
+                None,
+            ),
+            "silu_and_mul": (ew.silu_and_mul, lambda x: ew.silu_and_mul(x, config=ew.SILU_AND_MUL.default), 4096, None),
             "softmax": (rows.softmax, lambda x: rows.softmax(x, config=rows.SOFTMAX.default), 2048, None),
             "matmul": (lambda x: mm.matmul(x, b), lambda x: mm.matmul(x, b, config=mm.MATMUL.default), 2048, None),
             "matmul_tma": (lambda x: mm.matmul(x, b), lambda x: mm.matmul(x, b, config=tma), 2048, tma),
-        }  # fmt: skip
+        }
         real = server.config_for
         for name, (served_call, full_call, cols, forced) in cases.items():
             mm.matmul.plans.clear()
@@ -461,8 +506,9 @@ def test_gpu_a_served_call_on_a_callers_stream_keeps_its_plan_and_its_memory_reu
             for _ in range(100):
                 rows.rmsnorm(x, w, 1e-6)
             assert memory.memory_reserved() == reserved
-            assert any(sig[-1] == stream.handle for sig in rows.rmsnorm.plans if type(rows.rmsnorm.plans[sig]) is
-                       CallPlan)  # fmt: skip
+            assert any(
+                sig[-1] == stream.handle for sig in rows.rmsnorm.plans if type(rows.rmsnorm.plans[sig]) is CallPlan
+            )
             product = mm.matmul(a, b)  # [512, 2048] float16: the rmsnorm output's size
             del product  # freed on the stream while the matmul may still be running
             got = rows.rmsnorm(x, w, 1e-6)
