@@ -217,11 +217,25 @@ _FUNCTIONS: tuple[tuple[str, tuple[str, ...], list[Any]], ...] = (
 )
 
 
+# Loading compiled kernels and launching them (`binaries`, `launcher`): bound on first use, not with the rest, so that a
+# driver stand-in without them (the tests' fake libcuda) serves everything else.
+_MODULE_FUNCTIONS: tuple[tuple[str, str, list[Any]], ...] = (
+    ("cuModuleLoadData", "cuModuleLoadData", [_P(ctypes.c_void_p), ctypes.c_char_p]),
+    ("cuModuleUnload", "cuModuleUnload", [ctypes.c_void_p]),
+    ("cuModuleGetFunction", "cuModuleGetFunction", [_P(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_char_p]),
+    ("cuFuncGetAttribute", "cuFuncGetAttribute", [_P(ctypes.c_int), ctypes.c_int, ctypes.c_void_p]),
+    ("cuFuncSetAttribute", "cuFuncSetAttribute", [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]),
+    ("cuFuncSetCacheConfig", "cuFuncSetCacheConfig", [ctypes.c_void_p, ctypes.c_int]),
+    ("cuCtxGetCurrent", "cuCtxGetCurrent", [_P(_CUcontext)]),
+)
+
+
 class _Libcuda:
     """libcuda.so.1 with every function nbxcert uses bound (argtypes, restype), and the process that loaded it."""
 
     def __init__(self, lib: ctypes.CDLL, name: str):
         self.pid = os.getpid()
+        self.raw = lib
         self.symbols: dict[str, str] = {}  # API name -> the symbol bound, for error messages
         for api, candidates, argtypes in _FUNCTIONS:
             for symbol in candidates:
@@ -726,6 +740,38 @@ in_context = _in_context
 def driver() -> _Libcuda:
     """The loaded, initialised driver with its bound functions (loaded on first use; refused in a forked child)."""
     return _lib()
+
+
+def bind_module_functions() -> _Libcuda:
+    """The driver with the module-loading calls (`_MODULE_FUNCTIONS`) bound as well; `BackendUnavailable` naming the
+    first one this driver lacks."""
+    lib = _lib()
+    for api, symbol, argtypes in _MODULE_FUNCTIONS:
+        if api in lib.symbols:
+            continue
+        fn = getattr(lib.raw, symbol, None)
+        if fn is None:
+            raise BackendUnavailable(
+                f"{LIBCUDA_NAME} has no {symbol}: nbxcert cannot load compiled kernels with this driver",
+                hint="install an NVIDIA driver of CUDA 12.0 or newer",
+            )
+        fn.argtypes = argtypes
+        fn.restype = _CUresult
+        setattr(lib, api, fn)
+        lib.symbols[api] = symbol
+    return lib
+
+
+def symbol_address(symbol: str) -> int:
+    """The address of a driver function (for nbxcert's launcher, which calls it from C); `BackendUnavailable` where
+    the driver has no such symbol."""
+    lib = _lib()
+    fn = getattr(lib.raw, symbol, None)
+    if fn is None:
+        raise BackendUnavailable(
+            f"{LIBCUDA_NAME} has no {symbol}", hint="install an NVIDIA driver of CUDA 12.0 or newer"
+        )
+    return ctypes.cast(fn, ctypes.c_void_p).value
 
 
 def owned_here(pid: int) -> bool:
