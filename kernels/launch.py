@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nbxcert.kernels import recording as _recording
+from nbxcert.kernels.backends import binaries as _binaries
 from nbxcert.kernels.dtypes import DType
 from nbxcert.kernels.tensor import Storage, Tensor, empty
 
@@ -36,25 +37,31 @@ class KernelLaunch:
     A plain class with slots (one is built for every launch a family function makes, and a frozen dataclass's
     constructor costs several times more). Treat it as immutable."""
 
-    __slots__ = ("kernel", "grid", "args", "kwargs")
+    __slots__ = ("kernel", "grid", "args", "kwargs", "served_by")
 
     def __init__(self, kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.kernel = kernel
         self.grid = grid
         self.args = args
         self.kwargs = kwargs
+        self.served_by = None  # the bundle's compiled kernel (`binaries.Loaded`) that ran it, if one did
 
     def __call__(self) -> None:
         rec = _recording.active()
         if rec is None:
-            self.kernel[self.grid](*self.args, **self.kwargs)
+            self._launch()
             return
         rec.launches.append(self)
         rec.paused += 1  # the launch itself (a compile, the interpreter running it) is not the call's work
         try:
-            self.kernel[self.grid](*self.args, **self.kwargs)
+            self._launch()
         finally:
             rec.paused -= 1
+
+    def _launch(self) -> None:
+        if _binaries.source() is not None and _binaries.launch_from_bundle(self):
+            return
+        self.kernel[self.grid](*self.args, **self.kwargs)
 
     def __repr__(self) -> str:
         name = getattr(self.kernel, "__name__", None) or type(self.kernel).__name__
@@ -336,7 +343,7 @@ class CallPlan:
         if device is not None:  # the signature holds this device's stream: a launch on it always goes there
             stream = _cuda_stream(device)
             for step in steps:
-                if type(step) is _Direct and step.device == device:
+                if type(step) in (_Direct, _Bundled) and step.device == device:
                     step.fix_stream(stream)
         return CallPlan(len(tensors), made, tuple(steps), shape, tuple(locks))
 
@@ -453,6 +460,8 @@ def _step(launch: KernelLaunch, sources: _Sources):
             raise _Unplaceable("a tensor given to a launch by keyword")
         if not (type(value) in _SCALARS or type(value).__module__.startswith("triton.language")):
             raise _Unplaceable(f"a launch keyword of type {type(value).__name__}")
+    if launch.served_by is not None:  # a bundle's compiled kernel ran it: replayed the same way, never compiled
+        return _Bundled.of(launch, placed_args)
     if DIRECT:
         direct = _Direct.of(launch, placed_args)
         if direct is not None:
@@ -681,6 +690,68 @@ class _Direct:
         self.raw(
             gx, gy, gz, stream, self.function, self.coop, self.pdl, scratch, None, self.packed, None, None, None, *args
         )
+
+
+class _Bundled:
+    """A launch a bundle's compiled kernel ran (`binaries.Loaded`), replayed through nbxcert's launcher: its launcher
+    arguments built once, the call's addresses put in place, a TMA descriptor's arguments encoded once per address
+    (as `_Direct` does). Triton's dispatch never runs for it, so nothing is compiled."""
+
+    __slots__ = ("loaded", "grid", "template", "pointers", "descriptors", "device", "stream")
+
+    @staticmethod
+    def of(launch: KernelLaunch, placed) -> _Bundled:
+        loaded = launch.served_by
+        record = loaded.binary.record
+        kernel = launch.kernel
+        names = [p.name for p in kernel.params]
+        bound = kernel.signature.bind(*launch.args, **{k: v for k, v in launch.kwargs.items() if k in names})
+        bound.apply_defaults()
+        placed_by_name = dict(zip(names, placed, strict=False))
+        metas = list(record["tensordesc_meta"] or ())
+        template, pointers, descriptors = [], [], []
+        for index, (name, ty) in enumerate(record["signature"]):
+            value = bound.arguments[name]
+            where = placed_by_name.get(name) if index < len(placed) else None
+            if ty.startswith("tensordesc"):
+                meta = metas[len(descriptors)] if metas else None
+                if where is None or where[0] != "desc":
+                    raise _Unplaceable("a bundled kernel's descriptor the record cannot place")
+                width = len(_binaries.expand_descriptor(value, meta))
+                form = where[4]
+                descriptors.append((len(template), width, where[1], where[2], where[3].dtype, form, meta, {}))
+                template.extend([None] * width)
+            elif where is not None and where[0] == "tensor":
+                pointers.append((len(template), where[1], where[2]))
+                template.append(0)
+            elif where is not None and where[0] == "desc":
+                raise _Unplaceable("a descriptor where the bundled kernel takes none")
+            else:
+                template.append(value.data_ptr() if type(value) is Tensor else value)
+        template += [None, None]  # the global and profile scratch pointers
+        made = _Bundled.__new__(_Bundled)
+        made.loaded, made.device = loaded, loaded.device
+        made.grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
+        made.template, made.pointers, made.descriptors = template, tuple(pointers), tuple(descriptors)
+        made.stream = None
+        return made
+
+    def fix_stream(self, stream: int) -> None:
+        """This launch always goes to `stream` (the plan's signature holds its device's stream)."""
+        self.stream = int(stream)
+
+    def run(self, addresses, tensors, storages):
+        args = self.template.copy()
+        for position, source, offset in self.pointers:
+            args[position] = addresses[source] + offset
+        for position, width, source, offset, dtype, form, meta, kept in self.descriptors:
+            ptr = addresses[source] + offset
+            args[position : position + width] = kept.get(ptr) or _fill(kept, dtype, form, meta, ptr)
+        stream = self.stream if self.stream is not None else _cuda_stream(self.device)
+        scratch = _binaries.scratch_for(self.loaded, self.grid, stream)
+        if scratch is not None:
+            args[-2] = scratch.data_ptr()
+        self.loaded.launch(self.grid, stream, args)
 
 
 def cuda_device_of(launch: KernelLaunch) -> int:
