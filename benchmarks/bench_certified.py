@@ -50,6 +50,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -434,6 +435,13 @@ if warming is not None:  # whether the pool had finished by the last launch (the
                       background_s=round(report.seconds, 3))
 if a["autotune"]:
     result.update(keys_tuned=len(tuned), candidates_skipped=len(skipped), skipped_first=skipped[:5])
+from nbxcert.kernels.backends import binaries
+from nbxcert.kernels.spec import load_all
+compiled = 0  # kernels Triton compiled (or loaded from its cache) in this process, over every spec's JIT functions
+for s in load_all().values():
+    for k in s.kernels:
+        compiled += sum(len(c[0]) for c in getattr(k, "device_caches", {}).values())
+result.update(triton_compiled=compiled, bundle_loaded=binaries.loaded_count())
 print(json.dumps(result))
 """
 
@@ -449,18 +457,30 @@ def _cold_run(
     autotune: bool = False,
     max_launches: int = 0,
     triton_cache: str = "",
+    bundle: str = "",
 ) -> dict:
     """One fresh process running the workload's launches; `triton_cache`: this Triton cache directory (default: an
-    empty one of its own)."""
+    empty one of its own); `bundle`: serve the winners it holds compiled (`NBXCERT_BUNDLE_PATH`), with nbxcert's
+    launcher already built (as `nbxcert bundle` leaves it) and nothing else of nbxcert's cache."""
     env = {
         **os.environ,
         "TRITON_CACHE_DIR": triton_cache or tempfile.mkdtemp(prefix="triton-cold-"),
         "NBXCERT_CACHE_DIR": tempfile.mkdtemp(prefix="nbx-cold-"),
         "NBXCERT_UNCERTIFIED": "sweep",
     }
+    env.pop("NBXCERT_BUNDLE_PATH", None)
+    if bundle:
+        from nbxcert.kernels.backends import launcher
+
+        built = launcher.build()  # built once per machine, not part of a start: copied into the run's cache
+        copy = Path(env["NBXCERT_CACHE_DIR"]) / built.relative_to(launcher.cache_root())
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(built, copy)
+        env["NBXCERT_BUNDLE_PATH"] = bundle
     if gpu:
         env["CUDA_VISIBLE_DEVICES"] = gpu
     arg = {"workload": workload, "profile": profile.key, "dir": directory, "certified_only": certified_only}
+    arg["bundle"] = bool(bundle)
     arg.update(warm=warm, autotune=autotune, max_launches=max_launches)
     t0 = time.perf_counter()
     try:
@@ -514,11 +534,11 @@ def coldstart(args) -> dict:
     common = dict(max_launches=args.max_launches)
     certified_cache = tempfile.mkdtemp(prefix="triton-cold-")
     served = dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit, **common)
+    first = {"certified": dict(served, triton_cache=certified_cache), "warmed": dict(served, warm=args.warm)}
+    if args.bundle:  # the winners served from a bundle, compiled ahead by `nbxcert bundle`: nothing compiled here
+        first["bundled"] = dict(served, bundle=args.bundle)
     phases = [
-        {
-            "certified": dict(served, triton_cache=certified_cache),
-            "warmed": dict(served, warm=args.warm),
-        },
+        first,
         # a restart: the certified run again, with the Triton cache the first one filled (what a second start costs)
         {"certified_restart": dict(served, triton_cache=certified_cache)},
         {"swept": dict(directory=empty, certified_only=False, limit_s=args.sweep_limit, **common)},
@@ -528,6 +548,9 @@ def coldstart(args) -> dict:
             directory=empty, certified_only=False, limit_s=args.sweep_limit, autotune=True, **common
         )
     gpus = [g for g in args.gpus.split(",") if g] if args.gpus else []
+    chosen = {r for r in args.runs.split(",") if r} if args.runs else None
+    if chosen is not None:
+        phases = [{n: r for n, r in runs.items() if n in chosen} for runs in phases]
     results = {}
     for runs in phases:
         if gpus:
@@ -541,7 +564,8 @@ def coldstart(args) -> dict:
                 results.update({name: f.result() for name, f in futures.items()})
         else:
             results.update({name: _cold_run(args.workload, profile, **run) for name, run in runs.items()})
-    certified, warmed, swept = results["certified"], results["warmed"], results["swept"]
+    missing = {"error": "not run (--runs)"}
+    certified, warmed, swept = (results.get(n, missing) for n in ("certified", "warmed", "swept"))
 
     def ratio(run: dict, other: dict = swept) -> float | None:
         return other["wall_s"] / run["wall_s"] if "error" not in run and "error" not in other else None
@@ -553,7 +577,7 @@ def coldstart(args) -> dict:
         "certified": certified,
         "warm": args.warm,
         "certified_warmed": warmed,
-        "certified_restart": results["certified_restart"],
+        "certified_restart": results.get("certified_restart", missing),
         "runtime_sweep": swept,
         "speedup": ratio(certified),
         "speedup_warmed": ratio(warmed),
@@ -561,6 +585,13 @@ def coldstart(args) -> dict:
         "speedup_over_common_prefix": prefix_ratio(certified, swept),
         "speedup_warmed_over_common_prefix": prefix_ratio(warmed, swept),
     }
+    if "bundled" in results:
+        bundled = results["bundled"]
+        out.update(
+            bundled=bundled,
+            speedup_bundled=ratio(bundled),
+            speedup_bundled_over_common_prefix=prefix_ratio(bundled, swept),
+        )
     if "autotuned" in results:
         autotuned = results["autotuned"]
         out.update(
@@ -836,6 +867,12 @@ def main(argv=None) -> int:
     c.add_argument("--autotune", action="store_true", help="also a run with triton.autotune's procedure")
     c.add_argument("--gpus", default="", help='run each phase\'s runs at once on these GPUs, e.g. "0,1"')
     c.add_argument("--max-launches", type=int, default=0, help="only the first N launches of the sequence (0: all)")
+    c.add_argument("--bundle", default="", help="also a run serving the winners from this bundle (nbxcert bundle)")
+    c.add_argument(
+        "--runs",
+        default="",
+        help="only these runs, comma-separated (certified, warmed, bundled, certified_restart, swept, autotuned)",
+    )
     c.add_argument(
         "--warm",
         choices=("block", "background"),

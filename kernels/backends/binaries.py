@@ -396,3 +396,8 @@ def launch_from_bundle(launch: Any) -> bool:
     loaded.launch(grid, stream, values)
     launch.served_by = loaded
     return True
+
+
+def loaded_count() -> int:
+    """How many bundle binaries this process has loaded (over its devices)."""
+    return len(_loaded)
