@@ -607,6 +607,7 @@ def measure_nbx(case: Case, device: str, held: Held, clock, args) -> dict:
         "served_as": served_as,
         "served": served,
         "plan_replayed": type(plan) is CallPlan,
+        "plan_in_one_call": type(plan) is CallPlan and plan.packed is not None,
         "first_call_s": first_s,
         **timing,
     }
@@ -970,6 +971,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--tiny", action="store_true", help="every case at small dims (the interpreter, tests)")
     parser.add_argument("--no-peer", action="store_true", help="skip the torch peer")
     parser.add_argument("--peer-timeout", type=int, default=600, help="seconds to wait for each torch peer answer")
+    parser.add_argument(
+        "--replay",
+        choices=("plan", "steps"),
+        default="plan",
+        help="plan: a plan's launches queued by nbxcert's launcher in one call (the default); steps: one call into "
+        "Triton's launcher per launch (a diagnosis: the cost of the plan launcher's absence)",
+    )
     return parser.parse_args(argv)
 
 
@@ -1006,6 +1014,9 @@ def main(argv=None) -> int:
         return 1
     os.environ["NBXCERT_UNCERTIFIED"] = args.uncertified  # read when serving's state is first made, below
     from nbxcert import serving
+    from nbxcert.kernels import launch
+
+    launch.REPLAY_IN_C = args.replay == "plan"
     from nbxcert.errors import NbxcertError
     from nbxcert.kernels.backends import select
 
@@ -1073,6 +1084,7 @@ def main(argv=None) -> int:
         "memory_class": st.memory_class,
         "uncertified": st.uncertified,
         "tiny": args.tiny,
+        "replay": args.replay,
         "target_us": TARGET_US,
         "calls": args.calls,
         "repeats": args.repeats,

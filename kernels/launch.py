@@ -112,6 +112,9 @@ _memos: list[dict] = []
 # dispatch, which is where `capture_launches` (benchmarks/common.py) sees launches, for tests that compare a plan's
 # launches with the full path's.
 DIRECT = True
+# A plan whose launches all allow it is queued by nbxcert's launcher in one call (`_Packed`). False: step by step
+# through Triton's launcher, as before it (benchmarks/bench_dispatch.py --replay steps compares the two).
+REPLAY_IN_C = True
 
 
 def forget_plans() -> None:
@@ -305,14 +308,15 @@ class CallPlan:
     """A recorded served call, to replay with another call's tensors: the storages to make, the steps (zero-fills and
     launches), and how the result is put together."""
 
-    __slots__ = ("n_call", "made", "steps", "result", "locks")
+    __slots__ = ("n_call", "made", "steps", "result", "locks", "packed")
 
-    def __init__(self, n_call, made, steps, result, locks):
+    def __init__(self, n_call, made, steps, result, locks, packed=None):
         self.n_call = n_call
         self.made = made  # ((nbytes, device), ...) of the storages to make
         self.steps = steps
         self.result = result
         self.locks = locks
+        self.packed = packed  # `_Packed`: every step queued by nbxcert's launcher in one call; None: step by step
 
     @staticmethod
     def of(rec: _recording.Recording, tensors: Sequence[Tensor], result: Any) -> CallPlan | None:
@@ -345,7 +349,8 @@ class CallPlan:
             for step in steps:
                 if type(step) in (_Direct, _Bundled) and step.device == device:
                     step.fix_stream(stream)
-        return CallPlan(len(tensors), made, tuple(steps), shape, tuple(locks))
+        packed = _Packed.of(steps, device) if REPLAY_IN_C and device is not None else None
+        return CallPlan(len(tensors), made, tuple(steps), shape, tuple(locks), packed)
 
     def replay(self, tensors: Sequence[Tensor]):
         if self.locks:
@@ -368,9 +373,13 @@ class CallPlan:
         else:
             storages = ()
             addresses = [t._ptr or t.data_ptr() for t in tensors]
-        for step in self.steps:
-            if step.run(addresses, tensors, storages) is _NOT_NOW:
+        if self.packed is not None:
+            if self.packed.run(addresses) is _NOT_NOW:
                 return _NOT_NOW
+        else:
+            for step in self.steps:
+                if step.run(addresses, tensors, storages) is _NOT_NOW:
+                    return _NOT_NOW
         result = self.result
         if result[0] == "call":
             return tensors[result[1]]
@@ -380,6 +389,62 @@ class CallPlan:
             made._ptr = addresses[source] + offset  # known here: the next call's signature need not ask
             return made
         return _build_result(result, tensors, storages, addresses, self.n_call)
+
+
+class _Packed:
+    """A plan whose every step is a launch with its stream fixed, no scratch memory and no per-address descriptor:
+    queued by nbxcert's launcher in one call (`launch_plan`: the addresses patched in and each kernel queued in C),
+    instead of a Python call into Triton's launcher per step."""
+
+    __slots__ = ("steps", "launch_plan", "names", "device", "hooks")
+
+    @staticmethod
+    def of(steps: Sequence, device: int) -> _Packed | None:
+        packed = []
+        for step in steps:
+            made = step.packed_step() if type(step) in (_Direct, _Bundled) else None
+            if made is None:
+                return None
+            packed.append(made)
+        try:
+            launch_plan = _binaries.launcher_module().launch_plan
+        except Exception:  # noqa: BLE001 - no C compiler or headers here: the plan replays step by step, as before
+            return None
+        made = _Packed.__new__(_Packed)
+        made.steps, made.launch_plan, made.device = tuple(packed), launch_plan, device
+        made.names = tuple(
+            getattr(s.raw if type(s) is _Direct else None, "__name__", "") or _step_name(s) for s in steps
+        )
+        direct = next((s for s in steps if type(s) is _Direct), None)
+        made.hooks = (direct.knobs, direct.chain) if direct is not None else None
+        return made
+
+    def run(self, addresses: list):
+        if self.hooks is not None:  # a profiler's hooks want Triton's metadata: the full path gives it (as `_Direct`)
+            knobs, chain = self.hooks
+            e, x = knobs.launch_enter_hook, knobs.launch_exit_hook
+            if (e is not None and (type(e) is not chain or e.calls)) or (
+                x is not None and (type(x) is not chain or x.calls)
+            ):
+                return _NOT_NOW
+        status, at = self.launch_plan(self.steps, addresses, 0)
+        if status == _binaries.CUDA_ERROR_INVALID_CONTEXT:  # a thread that has made no context current yet
+            from nbxcert.kernels.backends import cuda
+
+            cuda.make_current(self.device)
+            status, at = self.launch_plan(self.steps, addresses, at)
+        if status:
+            from nbxcert.kernels.backends import cuda
+
+            cuda.check(status, f"cuLaunchKernelEx ({self.names[at]})")
+        return None
+
+
+def _step_name(step) -> str:
+    """The kernel a replayed launch queues, for an error."""
+    if type(step) is _Bundled:
+        return step.loaded.binary.record["name"]
+    return step.name
 
 
 class _Zero:
@@ -556,6 +621,9 @@ class _Direct:
         "stream",
         "chain",
         "run",
+        "fixed",
+        "figures",
+        "name",
     )
 
     @staticmethod
@@ -626,6 +694,15 @@ class _Direct:
 
         made.stream = cuda.current_stream
         made.run = made.general
+        made.fixed = None
+        meta = compiled.metadata
+        made.name = getattr(meta, "name", "a kernel")
+        try:  # what nbxcert's launcher needs to queue it in a plan of launches (`launch_plan`), where it can
+            codes = _binaries.param_codes(list(compiled.src.signature.items()), getattr(meta, "tensordesc_meta", None))
+            flags = (1 if made.coop else 0) | (2 if made.pdl else 0)
+            made.figures = (made.function, *grid, 32 * meta.num_warps, 1, meta.shared, flags, codes.encode())
+        except (_binaries.BinaryUnusable, AttributeError):
+            made.figures = None
         return made
 
     def fix_stream(self, stream: int) -> None:
@@ -636,6 +713,7 @@ class _Direct:
         nbxcert's own functions."""
         if self.scratch is not None:
             return
+        self.fixed = int(stream)
         raw, function, packed, knobs, chain = self.raw, self.function, self.packed, self.knobs, self.chain
         template, pointers = self.template, self.pointers
         descriptors = tuple(
@@ -660,6 +738,15 @@ class _Direct:
             raw(gx, gy, gz, stream, function, coop, pdl, None, None, packed, None, None, None, *args)
 
         self.run = run
+
+    def packed_step(self) -> tuple | None:
+        """This launch as a step of `launch_plan` (nbxcert's launcher queues a plan's launches in one call), or None
+        where it cannot be one (no fixed stream, scratch memory, a TMA descriptor encoded per address)."""
+        if self.fixed is None or self.descriptors or self.figures is None:
+            return None
+        function, gx, gy, gz, threads, num_ctas, shared, flags, codes = self.figures
+        template = [*self.template, None, None]  # the global and profile scratch pointers: none
+        return (function, gx, gy, gz, threads, num_ctas, shared, self.fixed, flags, codes, template, self.pointers)
 
     def general(self, addresses, tensors, storages):
         knobs = self.knobs
@@ -739,6 +826,14 @@ class _Bundled:
     def fix_stream(self, stream: int) -> None:
         """This launch always goes to `stream` (the plan's signature holds its device's stream)."""
         self.stream = int(stream)
+
+    def packed_step(self) -> tuple | None:
+        """This launch as a step of `launch_plan` (see `_Direct.packed_step`), or None."""
+        loaded = self.loaded
+        if self.stream is None or self.descriptors or loaded.scratch is not None:
+            return None
+        figures = (loaded.function, *self.grid, loaded.threads, loaded.num_ctas, loaded.shared, self.stream)
+        return (*figures, loaded.flags, loaded.codes, list(self.template), self.pointers)
 
     def run(self, addresses, tensors, storages):
         args = self.template.copy()

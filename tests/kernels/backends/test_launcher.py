@@ -205,3 +205,38 @@ def test_the_launcher_source_ships_with_the_package():
     assert Path(launcher.SOURCE).is_file()
     text = Path(__file__).parents[3].joinpath("pyproject.toml").read_text()
     assert '"nbxcert.kernels.backends" = ["*.c"]' in text
+
+
+def test_a_plan_of_steps_is_queued_in_order_with_its_addresses_patched_in(stand_in, module):
+    addresses = [0x1000, 0x2000, 0x30000]
+    # (function, gx, gy, gz, threads, num_ctas, shared, stream, flags, codes, template, patches)
+    first = (0x11, 2, 1, 1, 64, 1, 0, 0x7, 0, b"PiP-", [0, 5, 0, "constexpr"], ((0, 1, 16), (2, 2, 0)))
+    second = (0x22, 9, 1, 1, 128, 1, 256, 0x7, 0, b"Pf", [0, 0.5], ((0, 0, 8),))
+    before = stand_in.stand_launches()
+    expect(stand_in, [8, 4])
+    assert module.launch_plan((first, second), addresses, 0) == (0, 2)
+    assert stand_in.stand_launches() == before + 2
+    assert stand_in.stand_function() == 0x22  # the last queued
+    assert param(stand_in, 0, 8) == struct.pack("<Q", 0x1008)
+    assert param(stand_in, 1, 4) == struct.pack("<f", 0.5)
+    expect(stand_in, [8, 4, 8])
+    assert module.launch_plan((first,), addresses, 0) == (0, 1)
+    assert [param(stand_in, i, s) for i, s in enumerate([8, 4, 8])] == [
+        struct.pack("<Q", 0x2010),
+        struct.pack("<i", 5),
+        struct.pack("<Q", 0x30000),
+    ]
+    assert module.launch_plan((first, second), addresses, 1) == (0, 2)  # from the second step on
+    assert stand_in.stand_launches() == before + 4
+
+
+@pytest.mark.parametrize(
+    "patches",
+    [((0, 3, 0),), ((5, 0, 0),), ((0, 0, 0), (0, 1, 0)), ((0, -1, 0),)],
+)
+def test_a_plan_step_with_a_bad_patch_is_refused_before_it_is_queued(stand_in, module, patches):
+    before = stand_in.stand_launches()
+    step = (0x11, 1, 1, 1, 32, 1, 0, 0, 0, b"PP", [0, 0], patches)
+    with pytest.raises(ValueError, match="bad patch"):
+        module.launch_plan((step,), [1, 2, 3], 0)
+    assert stand_in.stand_launches() == before
