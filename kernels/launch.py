@@ -890,7 +890,9 @@ def _expand(form, ptr: int, dtype, meta, nvidia_driver) -> list:
         return [ptr, *shape, *strides, padding == "nan", *shape, *strides]
     moved = object.__new__(kind)  # the descriptor as Triton reads it, without re-checking what the record checked
     moved.__dict__.update(base=_Address(ptr, dtype), shape=shape, strides=strides, block_shape=block, padding=padding)
-    return list(nvidia_driver.make_tensordesc_arg(moved, meta))
+    expanded = list(nvidia_driver.make_tensordesc_arg(moved, meta))
+    _binaries.note_tensor_map(expanded[0])
+    return expanded
 
 
 def run_all(launches: Sequence[KernelLaunch]) -> None:

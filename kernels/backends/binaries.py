@@ -225,22 +225,34 @@ _loaded: dict[tuple[str, int], Loaded] = {}
 _launcher: Any = None
 
 
+_tensor_map_type: Any = None  # the type of Triton's tensor map objects, once one has been seen
+
+
 def launcher_module() -> Any:
-    """nbxcert's launcher, built on first use and bound to this process's driver."""
+    """nbxcert's launcher, built on first use and bound to this process's driver (and to Triton's tensor map type,
+    once known: `note_tensor_map`)."""
     global _launcher
     if _launcher is None:
         from nbxcert.kernels.backends import cuda
         from nbxcert.kernels.backends import launcher as build
 
-        tensor_map_type = None
-        try:  # Triton's tensor map objects (made by its `make_tensordesc_arg`) are passed as they are
-            from triton.backends.nvidia import driver as nvidia_driver
-
-            tensor_map_type = getattr(nvidia_driver, "PyCUtensorMap", None)
-        except ImportError:
-            pass
-        _launcher = build.module(cuda.symbol_address("cuLaunchKernelEx"), tensor_map_type)
+        _launcher = build.module(cuda.symbol_address("cuLaunchKernelEx"), _tensor_map_type)
     return _launcher
+
+
+def note_tensor_map(made: Any) -> None:
+    """Remember the type of a tensor map object Triton's `make_tensordesc_arg` made, so nbxcert's launcher takes such
+    objects as they are (Triton defines the type only once its C utilities are built, which may be after the launcher
+    was bound)."""
+    global _tensor_map_type
+    kind = type(made)
+    if kind is _tensor_map_type or kind.__name__ != "PyCUtensorMap":
+        return
+    _tensor_map_type = kind
+    if _launcher is not None:
+        from nbxcert.kernels.backends import cuda
+
+        _launcher.bind(cuda.symbol_address("cuLaunchKernelEx"), kind)
 
 
 class Loaded:
@@ -347,7 +359,9 @@ def expand_descriptor(value: Any, meta: Any) -> list:
         return [value.base.data_ptr(), *shape, *strides, value.padding == "nan", *shape, *strides]
     from triton.backends.nvidia import driver as nvidia_driver
 
-    return list(nvidia_driver.make_tensordesc_arg(value, meta))
+    expanded = list(nvidia_driver.make_tensordesc_arg(value, meta))
+    note_tensor_map(expanded[0])
+    return expanded
 
 
 def _device_of(launch: Any) -> int:

@@ -371,9 +371,38 @@ class NbxcertCudaDriver(CudaDriver):
     def __init__(self) -> None:
         # Deliberately not CudaDriver.__init__: through GPUDriver.__init__ it imports torch (Triton 3.6 always, 3.9
         # when torch is loaded) and binds torch's device/stream/capability queries over the methods below.
-        self.utils = CudaUtils()
         self.launcher_cls = CudaLauncher
         self.profile_scratch_allocator = ScratchAllocator(zero=True)
+        # Triton's CudaUtils is a C module Triton compiles on its first use in a Triton cache (a C compiler run, about
+        # a second): built in the background from here, so a process serving kernels from a bundle (which needs it
+        # only to encode TMA descriptors) does not wait for it before its first launch
+        self._utils = None
+        self._utils_failed: BaseException | None = None
+        self._utils_built = threading.Event()
+        threading.Thread(target=self._build_utils, name="nbxcert-triton-utils", daemon=True).start()
+
+    def _build_utils(self) -> None:
+        try:
+            self._utils = CudaUtils()
+        except BaseException as e:  # noqa: BLE001 - kept and raised where the utilities are asked for
+            self._utils_failed = e
+        finally:
+            self._utils_built.set()
+
+    @property
+    def utils(self) -> CudaUtils:
+        """Triton's compiled CUDA utilities (`load_binary`, device properties, TMA descriptor encoding): waits for
+        their build; its failure is raised here, where they are needed."""
+        if self._utils is None:
+            self._utils_built.wait()
+            if self._utils_failed is not None:
+                raise self._utils_failed
+        return self._utils
+
+    @utils.setter
+    def utils(self, value: CudaUtils) -> None:
+        self._utils = value
+        self._utils_built.set()
 
     @staticmethod
     def is_active() -> bool:
