@@ -33,14 +33,18 @@
 #             dealt over every GPU of the machine; the warmed run compiles its winners in the background
 #             (nbxcert.warm.start; COLD_WARM=block: before the first launch), whose GPU test runs first; the sweep and
 #             autotune are cut after COLD_SWEEP_S (360) seconds
+#   bundle    the compiled-binaries GPU test (tests/kernels/backends/test_binaries_gpu.py), then `nbxcert bundle` of
+#             $WORKLOAD's certified winners into OUTDIR/$WORKLOAD.nbxbundle (cross-compiled on every core) and
+#             bench_certified.py coldstart serving from it, beside the certified run that compiles at first launch
+#             (COLD_RUNS, default "bundled,certified"; every run a fresh process with an empty Triton cache)
 set -u
 SET=${1:-}
 case "$SET" in
-  core | families | matmul | serving | quality | cold) ;;
+  core | families | matmul | serving | quality | cold | bundle) ;;
   *) SET= ;;
 esac
 if [ -z "$SET" ] || [ -z "${2:-}" ]; then
-  echo "usage: bash benchmarks/gpu_check.sh SET OUTDIR (SET: core, families, matmul, serving, quality or cold)" >&2
+  echo "usage: bash benchmarks/gpu_check.sh SET OUTDIR (SET: core, families, matmul, serving, quality, cold or bundle)" >&2
   exit 2
 fi
 mkdir -p "$2" && dest=$(cd "$2" && pwd)
@@ -115,5 +119,14 @@ case "$SET" in
     step coldstart 1800 python3 benchmarks/bench_certified.py coldstart --workload "${WORKLOAD:?}" \
       --dir certificates --gpus "$gpus" --certified-limit 150 --sweep-limit "${COLD_SWEEP_S:-360}" --autotune \
       --warm "${COLD_WARM:-background}" --out "$dest/coldstart.json"
+    ;;
+  bundle)
+    step tests_binaries 300 "${TESTS[@]}" tests/kernels/backends/test_binaries_gpu.py
+    step bundle_build 900 nbxcert bundle --profile hopper --workload "${WORKLOAD:?}" --dir certificates \
+      --out "$dest/$WORKLOAD.nbxbundle" --jobs "$(nproc)"
+    ls -l "$dest/$WORKLOAD.nbxbundle" | tee -a "$dest/summary.txt"
+    step coldstart_bundled 900 python3 benchmarks/bench_certified.py coldstart --workload "$WORKLOAD" \
+      --dir certificates --bundle "$dest/$WORKLOAD.nbxbundle" --runs "${COLD_RUNS:-bundled,certified}" \
+      --certified-limit 300 --out "$dest/coldstart_bundled.json"
     ;;
 esac
