@@ -39,7 +39,7 @@ from typing import Any
 from nbxcert.errors import BackendUnavailable, KeyNotCertified, UsageError
 from nbxcert.kernels.backends import cross
 from nbxcert.kernels.backends.cross import Target
-from nbxcert.serving.bundles import SCHEMA_VERSION, Bundle, canonical, entry_digest, serialize
+from nbxcert.serving.bundles import SCHEMA_VERSION, Bundle, canonical, entry_digest, record_digest, serialize
 from nbxcert.text import printable
 from nbxcert.worker import SPAWN, Worker, one_line
 
@@ -347,13 +347,14 @@ def _compile(
 
 
 def _assemble(items: list[Item], replies: list, report: BundleReport) -> tuple[dict[str, Any], dict[str, bytes]]:
-    """The manifest's keys and binaries from the workers' replies, and the images by SHA-256. A key whose reply
-    failed, or that would give a launch or an image another record than a key before it did, is refused in `report`."""
+    """The manifest's keys, binaries and records from the workers' replies, and the images by SHA-256. A key whose
+    reply failed, or whose launch compiled otherwise than the same launch of a key before it (a compile that is not
+    deterministic), is refused in `report`."""
     import hashlib
 
     images: dict[str, bytes] = {}
     records: dict[str, Any] = {}
-    owner: dict[tuple[str, str, str], tuple[str, str]] = {}  # launch -> (binary, the key that brought it)
+    owner: dict[tuple[str, str, str], tuple[tuple[str, str], str]] = {}  # launch -> ((binary, record), its first key)
     keys = []
     for item, reply in zip(items, replies, strict=True):
         text = item.certified.key
@@ -365,23 +366,21 @@ def _assemble(items: list[Item], replies: list, report: BundleReport) -> tuple[d
         for launch in reply["launches"]:
             name = _name(launch)
             image = bytes(launch["image"])
-            sha = hashlib.sha256(image).hexdigest()
             record = json.loads(canonical(launch["record"]))
-            known = records.get(sha, new_records.get(sha))
-            if known is not None and known != record:
-                conflict = f"its kernel {launch['identity']} compiled to a binary known with another launch record"
+            runs = (hashlib.sha256(image).hexdigest(), record_digest(record))
             before = owner.get(name)
-            if before is not None and before[0] != sha:
-                conflict = f"its launch of {launch['identity']} compiled to another binary than for {before[1]}"
-            new_images[sha], new_records[sha] = image, record
-            launches.append({"identity": name[0], "source_key": name[1], "specialization": name[2], "binary": sha})
+            if before is not None and before[0] != runs:
+                conflict = f"its launch of {name[0]} compiled otherwise than the same launch of {before[1]}"
+            new_images[runs[0]], new_records[runs[1]] = image, record
+            launches.append(dict(zip(("identity", "source_key", "specialization"), name, strict=True)))
+            launches[-1].update(binary=runs[0], record=runs[1])
         if conflict:
             report.failed.append((text, conflict))
             continue
         images.update(new_images)
         records.update(new_records)
         for launch in launches:
-            owner.setdefault(_name(launch), (launch["binary"], text))
+            owner.setdefault(_name(launch), ((launch["binary"], launch["record"]), text))
         keys.append(
             {
                 "key": text,
@@ -393,8 +392,11 @@ def _assemble(items: list[Item], replies: list, report: BundleReport) -> tuple[d
             }
         )
     keys.sort(key=lambda k: k["key"])
-    binaries = [{"sha256": s, "size": len(images[s]), "record": records[s]} for s in sorted(images)]
-    return {"keys": keys, "binaries": binaries}, images
+    return {
+        "keys": keys,
+        "binaries": [{"sha256": s, "size": len(images[s])} for s in sorted(images)],
+        "records": [{"sha256": r, "record": records[r]} for r in sorted(records)],
+    }, images
 
 
 def _write(out: Path, data: bytes) -> None:

@@ -26,9 +26,12 @@ The manifest::
                      (the certified winner), entry_digest (SHA-256 of the certificate entry's canonical JSON, by which
                      `nbxcert bundle --check` tells a changed certificate), launches: the kernel launches the key's
                      launches make, sorted, each {identity, source_key, specialization, binary (the SHA-256 of the
-                     image it runs)}}
-    binaries         each distinct image once, sorted by SHA-256: {sha256, size, record (`binaries.describe`'s launch
-                     figures: what nbxcert's launcher needs)}
+                     image it runs), record (the SHA-256 of its launch record)}}
+    binaries         each distinct image once, sorted by SHA-256: {sha256, size}
+    records          each distinct launch record once, sorted by SHA-256 (of its canonical JSON): {sha256, record}
+                     (`binaries.describe`'s figures: what nbxcert's launcher needs). Apart from the images, because
+                     one image can serve launches of different records: embedding's copy compiles to the same cubin for
+                     a float16 and a bfloat16 table, whose parameter types differ
 
 A launch is named as `nbxcert.kernels.backends.binaries` names it: the JIT function's module.qualname, Triton's hash of
 its source, and Triton's specialization string of the launch's arguments. The same inputs give the same bytes: no
@@ -36,10 +39,10 @@ timestamp, no path, everything sorted.
 
 `Bundle.open` checks the magic, every length against the file's size, the trailer, and the manifest: canonical form,
 every field's type, no field unknown or missing, SHA-256s as 64 lower-case hex digits, keys and launches sorted and
-unique, every launch's binary present and every binary used, one binary per launch, every launch record one that
-nbxcert's launcher takes. Anything else is refused with `BundleCorrupt`, naming the file and what is wrong. A binary's
-bytes are read at its first lookup, from the file opened then, and their SHA-256 checked against the manifest before
-they are handed out (then kept).
+unique, every binary and record a launch names present and each of them named, one binary and record per launch,
+every record one that nbxcert's launcher takes. Anything else is refused with `BundleCorrupt`, naming the file and
+what is wrong. A binary's bytes are read at its first lookup, from the file opened then, and their SHA-256 checked
+against the manifest before they are handed out (then kept).
 
 Serving (`register`, called when serving reads its state on a GPU profile) reads the bundles of NBXCERT_BUNDLE_PATH
 (os.pathsep-separated files, or directories whose `*.nbxbundle` files are read) and of each certificate directory of
@@ -94,11 +97,13 @@ _TOP = {
     "profile": str,
     "keys": list,
     "binaries": list,
+    "records": list,
 }
 _TARGET = {"backend": str, "arch": (int, str), "warp_size": "count"}
 _KEY = {"key": str, "kernel": str, "dtype": str, "config": dict, "entry_digest": "sha256", "launches": list}
-_LAUNCH = {"identity": str, "source_key": str, "specialization": str, "binary": "sha256"}
-_BINARY = {"sha256": "sha256", "size": "count", "record": dict}
+_LAUNCH = {"identity": str, "source_key": str, "specialization": str, "binary": "sha256", "record": "sha256"}
+_BINARY = {"sha256": "sha256", "size": "count"}
+_RECORD_ENTRY = {"sha256": "sha256", "record": dict}
 _RECORD = {
     "name": "symbol",
     "num_warps": "count",
@@ -123,6 +128,11 @@ def canonical(doc: Any) -> bytes:
     """The one serialisation of a manifest (and of a certificate entry, for its digest): sorted keys, compact
     separators, UTF-8, NaN refused."""
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def record_digest(record: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of a launch record's canonical JSON: its name in a bundle's manifest."""
+    return hashlib.sha256(canonical(record)).hexdigest()
 
 
 def entry_digest(entry: Mapping[str, Any]) -> str:
@@ -221,9 +231,19 @@ def _check_record(where: Any, field: str, record: Any) -> None:
         raise _refused(where, f"manifest field '{field}': a launch record nbxcert cannot launch ({e})") from None
 
 
-def check_manifest(doc: Any, where: Any) -> dict[tuple[str, str, str], str]:
+def _sorted_once(where: Any, field: str, entries: list, schema: Mapping[str, Any]) -> None:
+    """`entries` are objects of `schema`, sorted by their `sha256`, each once."""
+    previous = ""
+    for i, x in enumerate(entries):
+        _check_fields(where, f"{field}[{i}]", x, schema)
+        if x["sha256"] <= previous:
+            raise _refused(where, f"manifest field '{field}[{i}].sha256': {field} are not sorted by SHA-256, each once")
+        previous = x["sha256"]
+
+
+def check_manifest(doc: Any, where: Any) -> dict[tuple[str, str, str], tuple[str, str]]:
     """Check a parsed manifest (the module doc's rules; `BundleCorrupt` naming `where` and the field); returns each
-    launch's binary: {(identity, source_key, specialization): SHA-256}."""
+    launch's binary and record: {(identity, source_key, specialization): (image SHA-256, record SHA-256)}."""
     from nbxcert.certificates import check_config
     from nbxcert.keys import parse_key
 
@@ -233,22 +253,19 @@ def check_manifest(doc: Any, where: Any) -> dict[tuple[str, str, str], str]:
             where, f"schema_version {doc['schema_version']} is not {SCHEMA_VERSION} (a bundle of another nbxcert)"
         )
     _check_fields(where, "target", doc["target"], _TARGET)
-    sizes: dict[str, int] = {}
-    previous = ""
+    _sorted_once(where, "binaries", doc["binaries"], _BINARY)
     for i, b in enumerate(doc["binaries"]):
-        field = f"binaries[{i}]"
-        _check_fields(where, field, b, _BINARY)
-        if b["sha256"] <= previous:
-            raise _refused(where, f"manifest field '{field}.sha256': binaries are not sorted by SHA-256, each once")
-        previous = b["sha256"]
         if b["size"] > MAX_BINARY_BYTES:
-            raise _refused(
-                where, f"manifest field '{field}.size': {b['size']} bytes, over the {MAX_BINARY_BYTES} limit"
-            )
-        _check_record(where, f"{field}.record", b["record"])
-        sizes[b["sha256"]] = b["size"]
-    table: dict[tuple[str, str, str], str] = {}
-    used: set[str] = set()
+            field = f"binaries[{i}].size"
+            raise _refused(where, f"manifest field '{field}': {b['size']} bytes, over the {MAX_BINARY_BYTES} limit")
+    _sorted_once(where, "records", doc["records"], _RECORD_ENTRY)
+    for i, r in enumerate(doc["records"]):
+        _check_record(where, f"records[{i}].record", r["record"])
+        if record_digest(r["record"]) != r["sha256"]:
+            raise _refused(where, f"manifest field 'records[{i}].sha256' is not the SHA-256 of its record")
+    images = {b["sha256"] for b in doc["binaries"]}
+    records = {r["sha256"] for r in doc["records"]}
+    table: dict[tuple[str, str, str], tuple[str, str]] = {}
     previous_key = None
     for i, k in enumerate(doc["keys"]):
         field = f"keys[{i}]"
@@ -274,14 +291,18 @@ def check_manifest(doc: Any, where: Any) -> dict[tuple[str, str, str], str]:
             if before is not None and name <= before:
                 raise _refused(where, f"manifest field '{at}': a key's launches are not sorted, each once")
             before = name
-            if launch["binary"] not in sizes:
+            if launch["binary"] not in images:
                 raise _refused(where, f"manifest field '{at}.binary': no binary {launch['binary'][:16]} in the bundle")
-            if table.setdefault(name, launch["binary"]) != launch["binary"]:
-                raise _refused(where, f"manifest field '{at}': the launch is given two binaries")
-            used.add(launch["binary"])
-    unused = [s for s in sizes if s not in used]
-    if unused:
-        raise _refused(where, f"binary {unused[0][:16]} is run by no launch of the manifest")
+            if launch["record"] not in records:
+                raise _refused(where, f"manifest field '{at}.record': no record {launch['record'][:16]} in the bundle")
+            runs = (launch["binary"], launch["record"])
+            if table.setdefault(name, runs) != runs:
+                raise _refused(where, f"manifest field '{at}': the launch is given two binaries or records")
+    named = {"binary": {b for b, _ in table.values()}, "record": {r for _, r in table.values()}}
+    for what, present in (("binary", images), ("record", records)):
+        unused = sorted(present - named[what])
+        if unused:
+            raise _refused(where, f"{what} {unused[0][:16]} is named by no launch of the manifest")
     return table
 
 
@@ -333,7 +354,7 @@ class Bundle:
         fd: int,
         size: int,
         manifest: dict[str, Any],
-        table: dict[tuple[str, str, str], str],
+        table: dict[tuple[str, str, str], tuple[str, str]],
         sections: dict[str, tuple[int, int]],
     ):
         self.path = path
@@ -342,7 +363,7 @@ class Bundle:
         self._fd = fd
         self._table = table
         self._sections = sections
-        self._records = {b["sha256"]: b["record"] for b in manifest["binaries"]}
+        self._records = {r["sha256"]: r["record"] for r in manifest["records"]}
         self._images: dict[str, bytes] = {}
         self._found: dict[tuple[str, str, str], KernelBinary] = {}
         self._lock = threading.Lock()
@@ -458,10 +479,11 @@ class Bundle:
         found = self._found.get(name)
         if found is not None:
             return found
-        sha = self._table.get(name)
-        if sha is None:
+        runs = self._table.get(name)
+        if runs is None:
             return None
-        found = KernelBinary(identity, source_key, specialization, self.image(sha), self._records[sha])
+        image, record = runs
+        found = KernelBinary(identity, source_key, specialization, self.image(image), self._records[record])
         self._found[name] = found
         return found
 

@@ -31,12 +31,13 @@ from nbxcert.serving import bundles
 from nbxcert.serving.bundles import MAGIC, Bundle, canonical, entry_digest, serialize
 
 SHIPPED = Path(__file__).resolve().parents[2] / "certificates" / "nvidia" / "hopper"
-KEYS = {
-    "rmsnorm": (
-        "rmsnorm[n_cols=2048,n_rows=1024;float16,float16]@v1",
-        "rmsnorm[n_cols=2048,n_rows=128;float16,float16]@v1",
-    ),
-    "matmul": ("matmul[K=2048,M=16,N=2048,aligned=1,trans_a=0,trans_b=1;float16,float16]@v1",),
+RMSNORM = ("rmsnorm[n_cols=2048,n_rows=1024;float16,float16]@v1", "rmsnorm[n_cols=2048,n_rows=128;float16,float16]@v1")
+# embedding's copy compiles to one cubin for both tables, whose launch records differ (the parameters' types)
+EMBEDDING = {dt: f"embedding[dim=2048,n_tokens=1024;{dt},int32]@v1" for dt in ("float16", "bfloat16")}
+KEYS = {  # (kernel, certificate dtype): keys
+    ("rmsnorm", "float16"): RMSNORM,
+    ("matmul", "float16"): ("matmul[K=2048,M=16,N=2048,aligned=1,trans_a=0,trans_b=1;float16,float16]@v1",),
+    **{("embedding", dt): (key,) for dt, key in EMBEDDING.items()},
 }
 ALL = sorted(k for keys in KEYS.values() for k in keys)
 HOPPER = get_profile("hopper")
@@ -44,10 +45,16 @@ HOPPER = get_profile("hopper")
 
 def write_certificates(root: Path, certs, keys=KEYS) -> Path:
     """Certificates of `keys` under `root`, their entries those the shipped Hopper certificates hold."""
-    for kernel, texts in keys.items():
-        shipped = json.loads((SHIPPED / f"{kernel}.float16.json").read_text())["entries"]
-        certs.write_file(root, {k: shipped[k] for k in texts}, kernel=kernel, dtype="float16")
+    for (kernel, dtype), texts in keys.items():
+        shipped = json.loads((SHIPPED / f"{kernel}.{dtype}.json").read_text())["entries"]
+        certs.write_file(root, {k: shipped[k] for k in texts}, kernel=kernel, dtype=dtype)
     return root
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _backend_first(backend):
+    """This process's backend is chosen before a build loads the kernels (it would fix the cross-compiling one)."""
+    return backend
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +109,7 @@ def _launches_compiled(items):
 def test_a_bundle_for_sm_90_holds_every_launch_of_its_keys_with_its_cubin_and_record(built, certdir):
     import triton
 
-    shipped = {k: e for kernel in KEYS for k, e in _entries(certdir, kernel).items()}
+    shipped = {k: e for kernel, dtype in KEYS for k, e in _entries(certdir, kernel, dtype).items()}
     with Bundle.open(built) as bundle:
         m = bundle.manifest
         assert (m["schema_version"], m["profile"], m["triton_version"]) == (1, "nvidia/hopper", triton.__version__)
@@ -132,10 +139,15 @@ def test_a_bundle_for_sm_90_holds_every_launch_of_its_keys_with_its_cubin_and_re
         assert bundled == {tuple(launch["name"]) for launch in expected}
         assert bundle.lookup("nbxcert.kernels.rows._norm_kernel", "no such source", "nor specialization") is None
         bundle.verify()
+        # the bug this guards against: the two tables' launches were refused, their image known with another record
+        by_key = {k["key"]: k["launches"] for k in m["keys"]}
+        half, bf16 = (by_key[EMBEDDING[dt]] for dt in ("float16", "bfloat16"))
+        assert [x["binary"] for x in half] == [x["binary"] for x in bf16]
+        assert [x["record"] for x in half] != [x["record"] for x in bf16]
 
 
-def _entries(root: Path, kernel: str) -> dict:
-    return json.loads((root / "nvidia" / "hopper" / f"{kernel}.float16.json").read_text())["entries"]
+def _entries(root: Path, kernel: str, dtype: str = "float16") -> dict:
+    return json.loads((root / "nvidia" / "hopper" / f"{kernel}.{dtype}.json").read_text())["entries"]
 
 
 def test_the_same_inputs_give_the_same_bytes(built, certdir, tmp_path):
@@ -215,10 +227,13 @@ def _hostile(data: bytes, case: str) -> bytes:
         manifest["keys"][0]["launches"][0]["binary"] = "0" * 64
         return _with_manifest(data, canonical(manifest))
     if case == "a record the launcher cannot take, trailer forged":
-        manifest["binaries"][0]["record"]["signature"][0][1] = "*fp16; rm -rf /"
+        manifest["records"][0]["record"]["signature"][0][1] = "i128"
         return _with_manifest(data, canonical(manifest))
     if case == "a symbol that is no name, trailer forged":
-        manifest["binaries"][0]["record"]["name"] = "../../libc.so"
+        manifest["records"][0]["record"]["name"] = "../../libc.so"
+        return _with_manifest(data, canonical(manifest))
+    if case == "a record changed behind its digest, trailer forged":
+        manifest["records"][0]["record"]["shared"] += 1024
         return _with_manifest(data, canonical(manifest))
     if case == "a size the manifest does not say, trailer forged":
         manifest["binaries"][0]["size"] += 1
@@ -244,6 +259,7 @@ REFUSED = {
     "a launch naming a binary not in it, trailer forged": "no binary 0000000000000000 in the bundle",
     "a record the launcher cannot take, trailer forged": "a launch record nbxcert cannot launch",
     "a symbol that is no name, trailer forged": "must be a kernel symbol",
+    "a record changed behind its digest, trailer forged": "'records[0].sha256' is not the SHA-256 of its record",
     "a size the manifest does not say, trailer forged": "its manifest entry says",
 }
 
@@ -414,17 +430,17 @@ def test_the_check_names_each_key_whose_certificate_changed_went_or_is_not_bundl
     assert ok.exit_code == 0, ok.output
     assert "matches its certificates" in ok.output
     entries = _entries(changed, "rmsnorm")
-    entries[KEYS["rmsnorm"][0]]["seed"] += 1  # a re-certification: same winner, another entry
-    del entries[KEYS["rmsnorm"][1]]
+    entries[RMSNORM[0]]["seed"] += 1  # a re-certification: same winner, another entry
+    del entries[RMSNORM[1]]
     more = "rmsnorm[n_cols=4096,n_rows=128;float16,float16]@v1"  # certified since the bundle was built
     entries[more] = json.loads((SHIPPED / "rmsnorm.float16.json").read_text())["entries"][more]
     certs.write_file(changed, entries, kernel="rmsnorm", dtype="float16")
     report = bundling.check(built, [changed])
-    assert (report.changed, report.gone, report.missing) == ([KEYS["rmsnorm"][0]], [KEYS["rmsnorm"][1]], [more])
+    assert (report.changed, report.gone, report.missing) == ([RMSNORM[0]], [RMSNORM[1]], [more])
     failed = runner.invoke(app, ["bundle", "--check", str(built), "--dir", str(changed)])
     assert failed.exit_code == 1, failed.output
-    assert f"changed: {KEYS['rmsnorm'][0]} (its certificate entry is not the one bundled)" in failed.output
-    assert f"gone: {KEYS['rmsnorm'][1]}" in failed.output and f"missing: {more}" in failed.output
+    assert f"changed: {RMSNORM[0]} (its certificate entry is not the one bundled)" in failed.output
+    assert f"gone: {RMSNORM[1]}" in failed.output and f"missing: {more}" in failed.output
     assert "Traceback" not in failed.output
 
 
@@ -447,7 +463,7 @@ def test_a_build_killed_while_writing_leaves_the_previous_file_and_a_rerun_compl
     out = tmp_path / "hopper.nbxbundle"
     previous = built.read_bytes()
     out.write_bytes(previous)
-    args = ["--profile", "hopper", "--key", KEYS["rmsnorm"][1], "--dir", str(certdir), "--out", str(out), "--jobs", "1"]
+    args = ["--profile", "hopper", "--key", RMSNORM[1], "--dir", str(certdir), "--out", str(out), "--jobs", "1"]
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NBXCERT_BACKEND")}
     proc = subprocess.Popen(
         [sys.executable, "-c", _KILLED_BUILD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
@@ -469,6 +485,6 @@ def test_a_build_killed_while_writing_leaves_the_previous_file_and_a_rerun_compl
     )
     assert rerun.returncode == 0, rerun.stderr
     with Bundle.open(out) as bundle:
-        assert [k["key"] for k in bundle.keys] == [KEYS["rmsnorm"][1]]
+        assert [k["key"] for k in bundle.keys] == [RMSNORM[1]]
         bundle.verify()
     assert not list(tmp_path.glob(".hopper.nbxbundle.*.tmp"))  # what the killed build left is gone
