@@ -64,6 +64,7 @@ ERROR_TABLE: dict[type[errors.NbxcertError], str] = {
     errors.WorkloadInvalid: "invalid workload",
     errors.CertificateInvalid: "invalid certificate",
     errors.IndexCorrupt: "corrupt index",
+    errors.BundleCorrupt: "corrupt bundle",
     errors.ProvenanceMismatch: "provenance mismatch",
     errors.UsageError: "usage",
 }
@@ -1171,6 +1172,106 @@ def census(
         if len(groups) > _CENSUS_ROWS:
             print(f"... {len(groups) - _CENSUS_ROWS} more configs (--json lists every one)")
     print(report.line())
+    raise typer.Exit(0 if report.ok else 1)
+
+
+@app.command()
+@handled
+def bundle(
+    profile: Annotated[
+        str | None, typer.Option(help="The GPU profile to compile for (e.g. hopper); no GPU needed.")
+    ] = None,
+    workload: Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
+    keys_file: Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")] = None,
+    key: Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")] = None,
+    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
+    dirs: Annotated[
+        list[Path] | None,
+        typer.Option("--dir", help="Certificate directory (repeatable; default: the serving search path)."),
+    ] = None,
+    out_file: Annotated[Path | None, typer.Option("--out", help="The bundle file to write.")] = None,
+    check_file: Annotated[
+        Path | None, typer.Option("--check", help="Check this bundle against the certificates of --dir instead.")
+    ] = None,
+    jobs: Annotated[int | None, typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
+    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+):
+    """Compile the certified winners of PROFILE for its GPU (cross-compiling, no GPU needed) into one bundle file that
+    serving loads instead of compiling: the keys of --workload, --keys or --key, or every key certified in --dir.
+    With --check FILE: exit 1 naming each key whose certificate in --dir changed, is gone, or is not bundled."""
+    from nbxcert import bundling
+    from nbxcert.census import load_census_specs
+    from nbxcert.keyfile import gather_keys, parse_kernels
+    from nbxcert.options import check_environment, existing_dirs, writable_file
+    from nbxcert.options import jobs as check_jobs
+    from nbxcert.profiles import get_profile
+
+    jobs, dirs = check_jobs(jobs), existing_dirs(dirs)
+    asked_keys = bool(key or keys_file or workload)
+    if check_file is not None:
+        if out_file is not None or jobs is not None:
+            raise errors.UsageError(
+                "--check reads a bundle and compiles nothing: --out and --jobs are for building one",
+                hint="nbxcert bundle --check FILE --dir CERTDIR",
+            )
+        if dirs is None:
+            raise errors.UsageError("--check needs the certificate directory to compare with: give --dir DIR")
+        if not check_file.is_file():
+            raise errors.UsageError(f"--check {_plain(check_file)}: no such file", hint="give a bundle file")
+    else:
+        if profile is None:
+            raise errors.UsageError("no profile: give --profile P (e.g. hopper)")
+        if out_file is None:
+            raise errors.UsageError("no bundle file to write: give --out FILE (e.g. hopper.nbxbundle)")
+        if not asked_keys and dirs is None:
+            raise errors.UsageError(
+                "no keys asked for: give --workload NAME|FILE, --keys FILE or --key TEXT, or --dir DIR for every key "
+                "certified there"
+            )
+        writable_file(out_file, "--out")
+    check_environment(search_path=dirs is None)
+    prof = get_profile(profile) if profile is not None else None
+    modules = [m.split(":")[0] for m in spec or ()]
+    wanted = parse_kernels(kernels)
+    found = None
+    if check_file is not None:
+        if asked_keys:
+            if prof is None:
+                raise errors.UsageError("--workload, --keys and --key need --profile to form their keys")
+            load_census_specs(prof, modules)
+            found = gather_keys(prof, key or (), keys_file, workload, wanted)
+        report = bundling.check(check_file, dirs, found, profile, wanted)
+        if json_out:
+            print(json.dumps(report.as_dict(), indent=2))
+        else:
+            for line in report.lines():
+                print(line, file=sys.stderr)
+            print(report.line())
+            if not report.ok:
+                print(
+                    _plain(f"rebuild it: nbxcert bundle --profile {report.profile} ... --out {check_file}"),
+                    file=sys.stderr,
+                )
+        raise typer.Exit(0 if report.ok else 1)
+    bundling.bundle_target(prof)  # a profile that compiles nothing for a CUDA GPU is refused before any work
+    load_census_specs(prof, modules)  # before the keys: a key of the user's own kernel parses against its spec
+    if asked_keys:
+        found = gather_keys(prof, key or (), keys_file, workload, wanted)
+    with _Heartbeat(f"bundle {prof.key}", "reading the certificates") as beat:
+
+        def progress(done: int, total: int) -> None:
+            beat.state = f"{done}/{total} keys compiled"
+
+        report = bundling.build(prof.key, found, dirs, out_file, workload, wanted, jobs, modules, progress)
+    if json_out:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        for k in report.skipped:
+            print(_plain(f"skipped: {k} (no certificate)"), file=sys.stderr)
+        for k, r in report.failed:
+            print(_plain(f"failed: {k}: {r}"), file=sys.stderr)
+        print(report.line())
     raise typer.Exit(0 if report.ok else 1)
 
 

@@ -174,5 +174,15 @@ class IndexCorrupt(NbxcertError):
     default_hint = "run `nbxcert index build DIR` (it is rebuilt from the JSON certificates)"
 
 
+class BundleCorrupt(NbxcertError):
+    """A bundle of compiled kernels (`nbxcert bundle`) whose magic, lengths, SHA-256 trailer, manifest or a binary's
+    digest does not hold, or that is not a regular file. Names the file and what is wrong; nothing in it is used."""
+
+    default_hint = (
+        "rebuild it (`nbxcert bundle --profile P ... --out FILE`), or take it off the search path "
+        "(NBXCERT_BUNDLE_PATH, <certificate dir>/<vendor>/<profile>/*.nbxbundle)"
+    )
+
+
 class UsageError(NbxcertError):
     """A command-line request that cannot be carried out as given."""

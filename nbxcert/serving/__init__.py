@@ -5,6 +5,8 @@
 - `provenance`: where a certification was made, compared with this machine (`Machine`, `provenance_differences`,
   the check that serves it with a notice or refuses it under `NBXCERT_STRICT_PROVENANCE=1`);
 - `runtime_sweep`: a key with no certificate swept on the launch's own arguments, and its timing (on a miss only);
+- `bundles`: the bundle file format and its checked reading, and the bundles of compiled winners on the search path,
+  registered with the kernel layer so launches load them instead of compiling (imported on a GPU profile only);
 - `notices`: what serving says once per process.
 
 The kernel layer reaches `config_for` through the server `import nbxcert` registers (`nbxcert.kernels.server`), never

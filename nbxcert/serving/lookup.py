@@ -11,10 +11,14 @@ profile in force and the directories read are printed once per process. A key wi
 `NBXCERT_KEY_RECORD=PATH` appends every key formed (served, swept or refused) to a keys file. A certified entry's
 provenance is checked where it is found (`nbxcert.serving.provenance`).
 
+Compiled winners: on a GPU profile the bundles on the search path (`nbxcert.serving.bundles`) are opened with the
+state and their lookup registered with the kernel layer, so a launch loads its certified winner instead of compiling it.
+
 Imports at module level: `nbxcert.errors`, `nbxcert.keys`, serving's notices and provenance. Inside functions: the
 backend in force, the profiles, the index, the kernel spec's `Config`, the keys file (key recording), the atomic
-writer of certificates (the run-time cache) and the launch module's plans (forgotten on `reset`). No sweep, no CLI, no
-oracle: the run-time sweep module is imported on a miss only. The warm path is one dict lookup.
+writer of certificates (the run-time cache), the launch module's plans (forgotten on `reset`) and the bundles (on a GPU
+profile, and on `reset`). No sweep, no CLI, no oracle: the run-time sweep module is imported on a miss only. The warm
+path is one dict lookup.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class ServingState:
     runtime_cache_path: Path
     machine: Machine | None = None  # what a certification's provenance is compared with
     strict_provenance: bool = False  # NBXCERT_STRICT_PROVENANCE=1: a certification made elsewhere is refused
+    bundles: Any = None  # the compiled winners launches load (`bundles.BundleSource`), None when no bundle is used
 
 
 _state: ServingState | None = None
@@ -144,6 +149,8 @@ def state() -> ServingState:
                     runtime = json.loads(rt_path.read_text())
                 except ValueError:
                     say_once(f"[nbxcert] the run-time sweep cache {rt_path} is not valid JSON; starting it afresh")
+            strict = os.environ.get("NBXCERT_STRICT_PROVENANCE", "") == "1"
+            compiled = _register_bundles(profile, dirs, strict)
             n_dirs = sum(1 for d in dirs if d.is_dir())
             say_once(
                 f"[nbxcert] certified: {profile.name} ({memory_class} class), {len(index)} keys from {n_dirs} "
@@ -160,21 +167,34 @@ def state() -> ServingState:
                 runtime,
                 rt_path,
                 machine=this_machine(profile.key),
-                strict_provenance=os.environ.get("NBXCERT_STRICT_PROVENANCE", "") == "1",
+                strict_provenance=strict,
+                bundles=compiled,
             )
         return _state
+
+
+def _register_bundles(profile, dirs: Sequence[Path], strict: bool):
+    """The bundles of compiled winners on the search path, registered with the kernel layer (`serving.bundles`);
+    nothing is imported or opened for a profile that compiles nothing (the interpreter)."""
+    if profile.target_arch is None:
+        return None
+    from nbxcert.serving.bundles import register
+
+    return register(profile, dirs, strict)
 
 
 def reset() -> None:
     """Forget the process's serving state (tests, or after changing NBXCERT_* variables)."""
     global _state
     from nbxcert.kernels.launch import forget_plans
+    from nbxcert.serving.bundles import unregister
 
     with _lock:
         _state = None
         _fast.clear()
         forget_notices()
         forget_plans()
+        unregister()
 
 
 UNCERTIFIED_MODES = ("sweep", "default")
