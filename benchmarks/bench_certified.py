@@ -340,13 +340,20 @@ def quality(args) -> dict:
 COLD_CHILD = r"""
 import json, sys, time
 t_start = time.perf_counter()
+a = json.loads(sys.argv[1])
+if a.get("no_torch"):  # an application of nbxcert alone: Triton 3.6's specializer would import torch where it can
+    class _RefuseTorch:
+        def find_spec(self, name, path=None, target=None):
+            if name == "torch" or name.startswith("torch."):
+                raise ImportError("torch is hidden in this run (--no-torch)")
+            return None
+    sys.meta_path.insert(0, _RefuseTorch())
 from nbxcert import serving
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.spec import get_spec
 from nbxcert.profiles import get_profile
 from nbxcert.workload import launches, load_workload
 marks = {"imports": time.perf_counter() - t_start}  # where the time before the first launch goes, from the start
-a = json.loads(sys.argv[1])
 choice = select()
 marks["backend"] = time.perf_counter() - t_start
 profile = get_profile(a["profile"])
@@ -425,6 +432,7 @@ if choice.name == "cuda":
     from nbxcert.kernels.backends import cuda
     cuda.synchronize()
 result = {"launches": n, "inputs_s": made, "warm_s": warm_s, "in_process_s": time.perf_counter() - t_start,
+          "torch_imported": "torch" in sys.modules,
           "startup_s": {k: round(v, 4) for k, v in marks.items()}, "elapsed": elapsed}
 if warming is not None:  # whether the pool had finished by the last launch (the run does not wait for it: the
     # sequence's end is the figure; workers still compiling are stopped at the process's exit)
@@ -458,6 +466,7 @@ def _cold_run(
     max_launches: int = 0,
     triton_cache: str = "",
     bundle: str = "",
+    no_torch: bool = False,
 ) -> dict:
     """One fresh process running the workload's launches; `triton_cache`: this Triton cache directory (default: an
     empty one of its own); `bundle`: serve the winners it holds compiled (`NBXCERT_BUNDLE_PATH`), with nbxcert's
@@ -481,6 +490,7 @@ def _cold_run(
         env["CUDA_VISIBLE_DEVICES"] = gpu
     arg = {"workload": workload, "profile": profile.key, "dir": directory, "certified_only": certified_only}
     arg["bundle"] = bool(bundle)
+    arg["no_torch"] = no_torch
     arg.update(warm=warm, autotune=autotune, max_launches=max_launches)
     t0 = time.perf_counter()
     try:
@@ -531,7 +541,7 @@ def coldstart(args) -> dict:
     workers)."""
     _choice, profile = _device()
     empty = tempfile.mkdtemp(prefix="nbx-empty-")
-    common = dict(max_launches=args.max_launches)
+    common = dict(max_launches=args.max_launches, no_torch=args.no_torch)
     certified_cache = tempfile.mkdtemp(prefix="triton-cold-")
     served = dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit, **common)
     first = {"certified": dict(served, triton_cache=certified_cache), "warmed": dict(served, warm=args.warm)}
@@ -868,6 +878,7 @@ def main(argv=None) -> int:
     c.add_argument("--gpus", default="", help='run each phase\'s runs at once on these GPUs, e.g. "0,1"')
     c.add_argument("--max-launches", type=int, default=0, help="only the first N launches of the sequence (0: all)")
     c.add_argument("--bundle", default="", help="also a run serving the winners from this bundle (nbxcert bundle)")
+    c.add_argument("--no-torch", action="store_true", help="torch unimportable in every run (an nbxcert application)")
     c.add_argument(
         "--runs",
         default="",
