@@ -11,7 +11,8 @@ Layout (lengths are u64 little-endian)::
     0        8  magic b"NBXBNDL\\x01"
     8        8  manifest length M (at most MAX_MANIFEST_BYTES)
     16       M  the manifest, canonical JSON (sorted keys, compact separators, UTF-8: `canonical`)
-    ...         each binary of the manifest's `binaries` in that order: its length (at most MAX_BINARY_BYTES), its bytes
+    ...         each binary of the manifest's `binaries` in that order: its stored length, then its image compressed
+                (zlib, level 9: a cubin compresses about fourfold)
     end-32  32  SHA-256 of every byte before it
 
 The manifest::
@@ -27,7 +28,8 @@ The manifest::
                      `nbxcert bundle --check` tells a changed certificate), launches: the kernel launches the key's
                      launches make, sorted, each {identity, source_key, specialization, binary (the SHA-256 of the
                      image it runs), record (the SHA-256 of its launch record)}}
-    binaries         each distinct image once, sorted by SHA-256: {sha256, size}
+    binaries         each distinct image once, sorted by SHA-256 (of the image itself): {sha256, size (the image's
+                     bytes, at most MAX_BINARY_BYTES), stored (its compressed bytes in the file)}
     records          each distinct launch record once, sorted by SHA-256 (of its canonical JSON): {sha256, record}
                      (`binaries.describe`'s figures: what nbxcert's launcher needs). Apart from the images, because
                      one image can serve launches of different records: embedding's copy compiles to the same cubin for
@@ -42,7 +44,8 @@ every field's type, no field unknown or missing, SHA-256s as 64 lower-case hex d
 unique, every binary and record a launch names present and each of them named, one binary and record per launch,
 every record one that nbxcert's launcher takes. Anything else is refused with `BundleCorrupt`, naming the file and
 what is wrong. A binary's bytes are read at its first lookup, from the file opened then, and their SHA-256 checked
-against the manifest before they are handed out (then kept).
+against the manifest before they are handed out (then kept); a binary is inflated to at most its declared size, so a
+hostile stream cannot grow past it.
 
 Serving (`register`, called when serving reads its state on a GPU profile) reads the bundles of NBXCERT_BUNDLE_PATH
 (os.pathsep-separated files, or directories whose `*.nbxbundle` files are read) and of each certificate directory of
@@ -63,6 +66,7 @@ import stat
 import struct
 import threading
 import weakref
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -102,7 +106,7 @@ _TOP = {
 _TARGET = {"backend": str, "arch": (int, str), "warp_size": "count"}
 _KEY = {"key": str, "kernel": str, "dtype": str, "config": dict, "entry_digest": "sha256", "launches": list}
 _LAUNCH = {"identity": str, "source_key": str, "specialization": str, "binary": "sha256", "record": "sha256"}
-_BINARY = {"sha256": "sha256", "size": "count"}
+_BINARY = {"sha256": "sha256", "size": "count", "stored": "count"}
 _RECORD_ENTRY = {"sha256": "sha256", "record": dict}
 _RECORD = {
     "name": "symbol",
@@ -152,19 +156,24 @@ def target_text(target: Mapping[str, Any]) -> str:
 def serialize(manifest: Mapping[str, Any], images: Mapping[str, bytes]) -> bytes:
     """A bundle's bytes: `manifest` (checked as a reader checks it) and the image of each of its binaries, from
     `images` (SHA-256 hex -> bytes)."""
-    text = canonical(manifest)
     where = "the bundle being written"
+    stored: list[bytes] = []
+    binaries_named = []
+    for b in manifest["binaries"]:
+        image = images[b["sha256"]]
+        if len(image) != b["size"] or hashlib.sha256(image).hexdigest() != b["sha256"]:
+            raise BundleCorrupt(f"{where}: the image given for binary {b['sha256'][:16]} is not the one named")
+        stored.append(zlib.compress(image, 9))
+        binaries_named.append({**b, "stored": len(stored[-1])})
+    text = canonical({**manifest, "binaries": binaries_named})
     if len(text) > MAX_MANIFEST_BYTES:
         raise BundleCorrupt(
             f"{where}: its manifest would be {len(text)} bytes, over the {MAX_MANIFEST_BYTES}-byte limit"
         )
     check_manifest(json.loads(text), where)
     parts = [MAGIC, _U64.pack(len(text)), text]
-    for b in manifest["binaries"]:
-        image = images[b["sha256"]]
-        if len(image) != b["size"] or hashlib.sha256(image).hexdigest() != b["sha256"]:
-            raise BundleCorrupt(f"{where}: the image given for binary {b['sha256'][:16]} is not the one named")
-        parts += [_U64.pack(len(image)), image]
+    for data in stored:
+        parts += [_U64.pack(len(data)), data]
     body = b"".join(parts)
     return body + hashlib.sha256(body).digest()
 
@@ -255,9 +264,10 @@ def check_manifest(doc: Any, where: Any) -> dict[tuple[str, str, str], tuple[str
     _check_fields(where, "target", doc["target"], _TARGET)
     _sorted_once(where, "binaries", doc["binaries"], _BINARY)
     for i, b in enumerate(doc["binaries"]):
-        if b["size"] > MAX_BINARY_BYTES:
-            field = f"binaries[{i}].size"
-            raise _refused(where, f"manifest field '{field}': {b['size']} bytes, over the {MAX_BINARY_BYTES} limit")
+        for name in ("size", "stored"):
+            if b[name] > MAX_BINARY_BYTES:
+                field = f"binaries[{i}].{name}"
+                raise _refused(where, f"manifest field '{field}': {b[name]} bytes, over the {MAX_BINARY_BYTES} limit")
     _sorted_once(where, "records", doc["records"], _RECORD_ENTRY)
     for i, r in enumerate(doc["records"]):
         _check_record(where, f"records[{i}].record", r["record"])
@@ -363,6 +373,7 @@ class Bundle:
         self._fd = fd
         self._table = table
         self._sections = sections
+        self._sizes = {b["sha256"]: b["size"] for b in manifest["binaries"]}
         self._records = {r["sha256"]: r["record"] for r in manifest["records"]}
         self._images: dict[str, bytes] = {}
         self._found: dict[tuple[str, str, str], KernelBinary] = {}
@@ -447,8 +458,8 @@ class Bundle:
             (n,) = _U64.unpack(_pread(path, fd, _U64.size, at))
             if n > MAX_BINARY_BYTES:
                 raise _refused(path, f"{name} declares {n} bytes, over the {MAX_BINARY_BYTES}-byte limit")
-            if n != b["size"]:
-                raise _refused(path, f"{name} is {n} bytes; its manifest entry says {b['size']}")
+            if n != b["stored"]:
+                raise _refused(path, f"{name} is {n} bytes; its manifest entry says {b['stored']}")
             if at + _U64.size + n > end:
                 raise _refused(path, f"{name} runs past the end of the file")
             sections[b["sha256"]] = (at + _U64.size, n)
@@ -466,8 +477,15 @@ class Bundle:
                 return found
             if not self._closer.alive:
                 raise _refused(self.path, "was closed")
-            offset, size = self._sections[sha256]
-            data = _pread(self.path, self._fd, size, offset)
+            offset, stored = self._sections[sha256]
+            size = self._sizes[sha256]
+            inflate = zlib.decompressobj()
+            try:
+                data = inflate.decompress(_pread(self.path, self._fd, stored, offset), size + 1)
+            except zlib.error as e:
+                raise _refused(self.path, f"binary {sha256[:16]} is not a zlib stream ({e})") from e
+            if len(data) != size or not inflate.eof:
+                raise _refused(self.path, f"binary {sha256[:16]} does not inflate to its {size} bytes")
             if hashlib.sha256(data).hexdigest() != sha256:
                 raise _refused(self.path, f"binary {sha256[:16]} does not match its SHA-256 (the file was changed)")
             self._images[sha256] = data

@@ -236,8 +236,8 @@ def _hostile(data: bytes, case: str) -> bytes:
     if case == "a record changed behind its digest, trailer forged":
         manifest["records"][0]["record"]["shared"] += 1024
         return _with_manifest(data, canonical(manifest))
-    if case == "a size the manifest does not say, trailer forged":
-        manifest["binaries"][0]["size"] += 1
+    if case == "a stored size the manifest does not say, trailer forged":
+        manifest["binaries"][0]["stored"] += 1
         return _with_manifest(data, canonical(manifest))
     raise AssertionError(case)
 
@@ -261,7 +261,7 @@ REFUSED = {
     "a record the launcher cannot take, trailer forged": "a launch record nbxcert cannot launch",
     "a symbol that is no name, trailer forged": "must be a kernel symbol",
     "a record changed behind its digest, trailer forged": "'records[0].sha256' is not the SHA-256 of its record",
-    "a size the manifest does not say, trailer forged": "its manifest entry says",
+    "a stored size the manifest does not say, trailer forged": "its manifest entry says",
 }
 
 
@@ -281,11 +281,25 @@ def test_a_binary_changed_behind_a_forged_trailer_is_refused_before_it_is_handed
     path.write_bytes(_retrailed(_flip(data, _first_binary_at(data) + 100)))
     first = manifest["binaries"][0]["sha256"]
     launch = next(x for k in manifest["keys"] for x in k["launches"] if x["binary"] == first)
+    # a changed compressed byte fails the stream, its length or its digest: each named, none handed out
+    changed = f"{path}: binary {first[:16]} (does not match its SHA-256|is not a zlib stream|does not inflate)"
     with Bundle.open(path) as bundle:  # the structure holds: the file opens
-        with pytest.raises(BundleCorrupt, match=f"{path}: binary {first[:16]} does not match its SHA-256"):
+        with pytest.raises(BundleCorrupt, match=changed):
             bundle.lookup(launch["identity"], launch["source_key"], launch["specialization"])
-        with pytest.raises(BundleCorrupt, match="does not match its SHA-256"):
+        with pytest.raises(BundleCorrupt, match="does not match its SHA-256|is not a zlib stream|does not inflate"):
             bundle.verify()
+
+
+def test_a_binary_that_inflates_past_its_declared_size_is_refused(built, tmp_path):
+    """A hostile stream (here a real image with the manifest's `size` lowered) stops at the declared size."""
+    data = built.read_bytes()
+    manifest, _ = _manifest_of(data)
+    manifest["binaries"][0]["size"] -= 1
+    path = tmp_path / "bomb.nbxbundle"
+    path.write_bytes(_with_manifest(data, canonical(manifest)))
+    first = manifest["binaries"][0]["sha256"]
+    with Bundle.open(path) as bundle, pytest.raises(BundleCorrupt, match=f"binary {first[:16]} does not inflate"):
+        bundle.image(first)
 
 
 def test_what_is_not_a_regular_file_is_refused(tmp_path):
