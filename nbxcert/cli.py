@@ -304,7 +304,7 @@ def kernels(
     json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ):
     """List every registered kernel spec: name, dtypes, key fields, number of candidates."""
-    from nbxcert.certtools import load_specs
+    from nbxcert.dirscan import load_specs
 
     rows = [
         {
@@ -346,7 +346,7 @@ _SPEC_HELP = "Import a module registering your own KernelSpec (repeatable)."
 
 def _asked_keys(profile, key, keys_file, workload, kernels, spec):
     """(the user's spec modules, the kernels filter, the keys asked for), each checked (`keyfile.gather_keys`)."""
-    from nbxcert.certtools import load_specs
+    from nbxcert.dirscan import load_specs
     from nbxcert.keyfile import gather_keys, parse_kernels
 
     modules = [m.split(":")[0] for m in spec or ()]
@@ -734,7 +734,7 @@ def validate(
     json_out: Annotated[bool, typer.Option("--json", help="Print the problems as JSON objects.")] = False,
 ):
     """List every problem of every certificate file under DIRECTORY (exit 1 if there is any)."""
-    from nbxcert.certtools import validate as run_validate
+    from nbxcert.validate import validate as run_validate
 
     scan = run_validate(directory, spec or ())
     if json_out:
@@ -760,8 +760,9 @@ def show(
     json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ):
     """Show the certification of one key: winner, timings, runner-up, default, error, refusals, provenance."""
-    from nbxcert.certtools import config_label, summary
-    from nbxcert.certtools import show as run_show
+    from nbxcert.certificates import config_label
+    from nbxcert.show import show as run_show
+    from nbxcert.show import summary
 
     shown = run_show(key, profile, dirs or (), spec or ())
     if json_out:
@@ -833,8 +834,9 @@ def diff(
     json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
 ):
     """Keys added, removed, and whose winner changed (old and new config and median, new/old), per profile."""
-    from nbxcert.certtools import config_label, ratio
-    from nbxcert.certtools import diff as run_diff
+    from nbxcert.certificates import config_label
+    from nbxcert.diff import diff as run_diff
+    from nbxcert.diff import ratio
 
     report = run_diff(old, new)
 
@@ -900,7 +902,7 @@ def stale(
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ):
     """Certified winners the winner rule would not choose from their entry's own timings (no device; exit 1 if any)."""
-    from nbxcert.certtools import config_label
+    from nbxcert.certificates import config_label
     from nbxcert.options import writable_file
     from nbxcert.stale import find_stale
 
@@ -945,7 +947,7 @@ def merge(
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ):
     """Merge shard directories into OUT_DIR; a key certified on different cards or versions needs --prefer."""
-    from nbxcert.certtools import merge as run_merge
+    from nbxcert.merge import merge as run_merge
 
     report = run_merge(out_dir, dirs or (), prefer, spec or ())
     if json_out:
