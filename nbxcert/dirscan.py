@@ -51,7 +51,7 @@ def _n(count: int, one: str, many: str | None = None) -> str:
 
 
 def _problem_of(e: CertificateInvalid, path: Path) -> Problem:
-    # `certificates._fail` attaches the parts of its message; any other CertificateInvalid is one reason for the file.
+    # `certificates.invalid` attaches the parts of its message; any other CertificateInvalid is one reason for the file.
     if hasattr(e, "reason"):
         return Problem(str(path), e.key, e.field or None, e.reason)
     return Problem(str(path), None, None, e.message)
