@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -82,9 +81,7 @@ def run_peer(shapes: dict, dtype: str, warmup_ms: float, rep_ms: float) -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", PEER_SCRIPT, json.dumps(payload)], capture_output=True, text=True, timeout=900
     )
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return common.last_json(proc)
 
 
 def _randn(gen, shape, dtype, device):
@@ -101,11 +98,7 @@ def time_candidates(spec, problem, configs, launch_of, warmup_ms, rep_ms, log, d
 
     compile_ahead(spec, problem, (dtype,), configs, profile.key)
     rows, refused = [], []
-    for config in configs:
-        t0 = time.time()
-        times = common.time_or_refuse(config, lambda config=config: launch_of(config), warmup_ms, rep_ms, refused, log)
-        if times is None:
-            continue
+    for config, times, t0 in common.time_each(configs, launch_of, warmup_ms, rep_ms, refused, log):
         rows.append({"config": config.label(), "kwargs": config.as_dict(), "median_ms": statistics.median(times)})
         log(f"    {rows[-1]['median_ms']:.4f} ms  {config.label()}  ({time.time() - t0:.1f}s)")
     return rows, refused
@@ -259,12 +252,6 @@ def bench_decode(name, shape, dt, profile, device, args, log) -> dict:
     return entry
 
 
-def _write(path: str, results: dict) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(results, f, indent=1)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True, help="where to write the JSON results")
@@ -279,21 +266,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args(argv)
 
-    from nbxcert.kernels.backends import cuda, select
-
-    choice = select()
-    print(choice.line())
-    if choice.name != "cuda":
-        raise SystemExit("bench_attention needs the cuda backend (an NVIDIA GPU)")
-    from nbxcert.profiles import match_nvidia
-
-    info = cuda.device_info(0)
-    profile, match = match_nvidia(info.compute_capability)
-    print(
-        f"device: {info.name} (cc {info.compute_capability[0]}.{info.compute_capability[1]}), "
-        f"profile {profile.key} ({match})"
-    )
-    log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
+    choice, info, profile, match = common.cuda_device("bench_attention")
+    print(common.device_line(info, profile, match))
+    log = common.progress_log(args.quiet)
     wanted = [w.strip() for w in args.shapes.split(",") if w.strip()]
 
     def chosen(names):
@@ -313,7 +288,7 @@ def main(argv=None) -> int:
     for name in prefill:
         print(f"== {name} ({dt})", flush=True)
         results["prefill"][name] = bench_prefill(name, PREFILL_SHAPES[name], dt, profile, choice.device, args, log)
-        _write(args.out, results)  # what is measured so far survives a run cut short
+        common.write_json(args.out, results)  # what is measured so far survives a run cut short
     if decode:
         print("== copy bandwidth", flush=True)
         results["copy"] = measure_copy_bandwidth(choice.device, args.warmup_ms, args.rep_ms)
@@ -321,13 +296,12 @@ def main(argv=None) -> int:
     for name in decode:
         print(f"== {name} ({dt})", flush=True)
         results["decode"][name] = bench_decode(name, DECODE_SHAPES[name], dt, profile, choice.device, args, log)
-        _write(args.out, results)
+        common.write_json(args.out, results)
 
     all_met = True
     print()
     header = f"{'shape':>42} {'best ms':>9} {'TFLOP/s':>8} {'SDPA ms':>9} {'ratio':>6} {'target':>6}  best config"
-    print(header)
-    print("-" * len(header))
+    common.print_header(header)
     for name in prefill:
         entry = results["prefill"][name]
         best = entry.get("best")
@@ -348,8 +322,7 @@ def main(argv=None) -> int:
         copy = results["copy"]["copy_GBps"]
         print(f"\ncopy bandwidth (read + written): {copy:.0f} GB/s")
         header = f"{'shape':>42} {'best ms':>9} {'GB/s':>8} {'of copy':>8} {'target':>6}  best config"
-        print(header)
-        print("-" * len(header))
+        common.print_header(header)
         for name in decode:
             entry = results["decode"][name]
             best = entry.get("best")
@@ -365,10 +338,7 @@ def main(argv=None) -> int:
                 f"{name:>42} {best['median_ms']:>9.4f} {best['GBps']:>8.0f} {frac:>8.3f} {DECODE_TARGET:>6}  "
                 f"{best['config']}{flag}"
             )
-    results["all_targets_met"] = all_met
-    _write(args.out, results)
-    print(f"\nresults written to {args.out}")
-    return 0
+    return common.finish(args.out, results, all_met)
 
 
 if __name__ == "__main__":

@@ -77,10 +77,9 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import triton.language as tl
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' common helpers
 import common  # noqa: E402
+import spin  # noqa: E402
 
 TARGET_US = 10.0
 DECODE_BATCH = 16
@@ -325,15 +324,6 @@ def time_calls(call, warmup: int, calls: int, repeats: int, clock, gpu_calls: in
     }
 
 
-def _spin_body(out, steps):
-    """Keeps one program busy for `steps` dependent float32 steps: the delay queued before a GPU run.
-    out: float32 pointer, one element, written so the loop is kept; steps: int32."""
-    acc = tl.program_id(0).to(tl.float32)
-    for _ in range(steps):
-        acc = acc * 0.999 + 1.0
-    tl.store(out, acc)
-
-
 class NbxClock:
     """`time_calls`' clock on nbxcert's side: CUDA events on the current stream and a spin kernel calibrated to
     microseconds."""
@@ -348,7 +338,7 @@ class NbxClock:
         self._cuda = cuda
         # one compiled variant for every step count: a count Triton specialised on (1, multiples of 16) would compile
         # inside a run, and the compile's seconds would pass between the calibration's events
-        self._spin = jit(_spin_body, do_not_specialize=["steps"])
+        self._spin = jit(spin.spin_body, do_not_specialize=["steps"])
         self._out = empty((1,), "float32", device)
         steps = 1 << 18
         self._spin[(1,)](self._out, steps, num_warps=1)  # compiled here, before the calibration's events
@@ -655,7 +645,8 @@ def run_cases(cases: list[Case], device: str, args, peer: Peer | None, log) -> t
 # --- the torch peer ---------------------------------------------------------------------------------------------------
 # Run with `python3 -c` in its own process; `time_calls`' source is put before it. argv[1]: JSON of the cases and the
 # timing counts. Prints one JSON line: torch's version, the device, and per case id its times and the op as written.
-PEER_SCRIPT = r"""
+PEER_SCRIPT = (
+    r"""
 import json, sys
 import torch
 import torch.nn.functional as F
@@ -669,25 +660,9 @@ gen = torch.Generator(device=DEV).manual_seed(0)
 
 def randn(*shape, scale=1.0):
     return torch.randn(*shape, device=DEV, dtype=DT, generator=gen) * scale
-
-
-def gqa_supported():
-    q = torch.zeros(1, 2, 1, 8, device=DEV, dtype=DT)
-    try:
-        F.scaled_dot_product_attention(q, q[:, :1], q[:, :1], enable_gqa=True)
-        return True
-    except TypeError:  # torch < 2.5
-        return False
-
-
-GQA = gqa_supported()
-
-
-def sdpa(q, k, v, causal):
-    if GQA:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
-    g = q.shape[1] // k.shape[1]
-    return F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), is_causal=causal)
+"""
+    + common.TORCH_SDPA
+    + r"""
 
 
 def rms(x, w):  # transformers' LlamaRMSNorm, where F.rms_norm is missing (torch < 2.4)
@@ -833,6 +808,7 @@ with torch.inference_mode():
         torch.cuda.empty_cache()
         print(json.dumps(answer), flush=True)
 """
+)
 
 
 def peer_script() -> str:

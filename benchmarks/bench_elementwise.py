@@ -23,7 +23,6 @@ cuMemcpyDtoD of a 1 GiB buffer (`common.copy_bandwidth`). No target is set for t
 
 from __future__ import annotations
 
-import json
 import sys
 
 import common
@@ -51,17 +50,11 @@ CASES = (
     ("embedding", {"n_tokens": TOKENS, "dim": 4096}, ("float16", "int64")),
 )
 
-PEER_SCRIPT = r"""
-import json, sys
-import torch
+PEER_SCRIPT = (
+    common.PEER_HEAD
+    + r"""
 import torch.nn.functional as F
-import triton.testing
-
-cases = json.loads(sys.argv[1])
-warmup, rep = float(sys.argv[2]), float(sys.argv[3])
-torch.manual_seed(0)
 h = torch.float16
-out = {}
 for i, (name, p, dtypes) in enumerate(cases):
     if name == "silu_and_mul":
         x = torch.randn(p["n_rows"], 2 * p["d"], device="cuda", dtype=h)
@@ -94,8 +87,9 @@ for i, (name, p, dtypes) in enumerate(cases):
         ids = torch.randint(0, p["vocab"], (p["n_tokens"],), device="cuda")
         fn = lambda: F.embedding(ids, table)
     out[str(i)] = triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
-print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "ms": out}))
 """
+    + common.PEER_TAIL
+)
 
 
 def moved_bytes(name: str, inputs) -> int:
@@ -143,18 +137,16 @@ def table(results: list[dict]) -> list[str]:
     """The printed table, one line per case (and one more under a case whose check failed)."""
     header = f"{'kernel':13s} {'case':>22s} {'best us':>9s} {'GB/s':>7s} {'of copy':>8s} {'torch us':>9s} "
     header += f"{'x torch':>8s}"
-    lines = [header + "  best config", "-" * len(header)]
-    for r in results:
+
+    def row(r: dict) -> str:
         case = case_label(r["kernel"], r["problem"], r["dtypes"])
-        t_us = f"{r['torch_ms'] * 1e3:9.1f}" if r["torch_ms"] else f"{'-':>9s}"
-        sp = f"{r['speedup_vs_torch']:7.2f}x" if r["speedup_vs_torch"] else f"{'-':>8s}"
-        lines.append(
+        t_us, sp = common.torch_cells(r["torch_ms"], r["speedup_vs_torch"])
+        return (
             f"{r['kernel']:13s} {case:>22s} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} "
             f"{100 * r['fraction_of_copy']:7.1f}% {t_us} {sp}  {r['best_label']}"
         )
-        if r["check"] != "ok":
-            lines.append(f"  CHECK FAILED: {r['check'].splitlines()[0]}")
-    return lines
+
+    return common.table_lines(header + "  best config", results, row, rule=len(header))
 
 
 def main() -> int:
@@ -165,10 +157,7 @@ def main() -> int:
         [name, dict(problem, vocab=ew.EMBEDDING_VOCAB, max_position=ew.ROPE_MAX_POSITION), list(dtypes)]
         for name, problem, dtypes in CASES
     ]
-    opened = common.start(__doc__, "bench_elementwise", PEER_SCRIPT, peer_cases)
-    if opened is None:
-        return 2
-    args, cuda, profile, how, device_name, peer = opened
+    args, cuda, profile, how, device_name, peer = common.start(__doc__, "bench_elementwise", PEER_SCRIPT, peer_cases)
     from nbxcert.kernels.spec import get_spec
 
     copy_bw = common.copy_bandwidth(cuda)
@@ -191,23 +180,13 @@ def main() -> int:
                 "dtypes": list(dtypes),
                 **fields,
                 "check": common.check(spec, best, problem, dtypes, profile, inputs),
-                "candidates": [{"config": c.label(), "ms": ms} for ms, c in timings],
+                "candidates": common.candidate_times(timings),
             }
         )
-        print(f"{name} {problem}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us", flush=True)
+        common.print_case(f"{name} {problem}", timings, flush=True)
 
     # the results are written before the table is printed: a fault in printing loses no measurement
-    doc = {
-        "device": device_name,
-        "profile": profile.key,
-        "profile_match": how,
-        "copy_bandwidth_GBps": copy_bw / 1e9,
-        "torch": {k: v for k, v in peer.items() if k != "ms"},
-        "cases": results,
-    }
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=2)
+    common.write_results(args.out, device_name, profile, how, peer, results, copy_bw)
     common.print_opening(device_name, profile, how, peer, copy_bw)
     print("\n".join(table(results)))
     return 0

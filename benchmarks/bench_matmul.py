@@ -90,9 +90,7 @@ def flops(shape: dict) -> float:
 def run_peer(shapes, dtype: str, warmup_ms: float, rep_ms: float) -> dict:
     payload = json.dumps({"shapes": list(shapes), "dtype": dtype, "warmup_ms": warmup_ms, "rep_ms": rep_ms})
     proc = subprocess.run([sys.executable, "-c", PEER_SCRIPT, payload], capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return common.last_json(proc)
 
 
 GPU_STATE_FIELDS = "clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit"
@@ -132,9 +130,7 @@ def run_retime(items: list[dict], warmup_ms: float, rep_ms: float) -> dict:
         text=True,
         timeout=900,
     )
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return common.last_json(proc)
 
 
 def retime_main(payload: str) -> int:
@@ -219,27 +215,14 @@ def bench_spec(spec, problem, dtypes, profile, device, warmup_ms, rep_ms, kinds,
 
     inputs = spec.make_inputs(problem, dtypes, 0, device)
     pruned = spec.pruned_for(problem, profile)
-    compile_ahead(spec, problem, dtypes, [c for c in pruned.kept if wanted(c, kinds)], profile.key)
+    configs = [c for c in pruned.kept if wanted(c, kinds)]
+    compile_ahead(spec, problem, dtypes, configs, profile.key)
     rows, refused = [], []
-    for config in pruned.kept:
-        if not wanted(config, kinds):
-            continue
-        t0 = time.time()
-        times = common.time_or_refuse(
-            config, lambda config=config: spec.launch(config, inputs), warmup_ms, rep_ms, refused, log
-        )
-        if times is None:
-            continue
-        rows.append(
-            {
-                "spec": spec.name,
-                "config": config.label(),
-                "kwargs": config.as_dict(),
-                "median_ms": statistics.median(times),
-                "reps": len(times),
-                "host_us": host_launch_us(lambda config=config: spec.launch(config, inputs)),
-            }
-        )
+    for config, times, t0 in common.time_each(
+        configs, lambda c: spec.launch(c, inputs), warmup_ms, rep_ms, refused, log
+    ):
+        host_us = host_launch_us(lambda config=config: spec.launch(config, inputs))
+        rows.append({"spec": spec.name, **common.timed_row(config, times), "host_us": host_us})
         log(
             f"    {rows[-1]['median_ms']:.4f} ms (host {rows[-1]['host_us']:.1f} us)  {config.label()}  "
             f"({time.time() - t0:.1f}s)"
@@ -271,24 +254,13 @@ def main(argv=None) -> int:
     if args.finalists < 1:
         raise SystemExit(f"--finalists {args.finalists}: at least one finalist is needed")
 
-    from nbxcert.kernels.backends import cuda, select
-
-    choice = select()
-    print(choice.line())
-    if choice.name != "cuda":
-        raise SystemExit("bench_matmul needs the cuda backend (an NVIDIA GPU)")
+    choice, info, profile, match = common.cuda_device("bench_matmul")
     from nbxcert.kernels import matmul as mm
     from nbxcert.kernels.check import all_ok, first_report, run_checked
     from nbxcert.kernels.spec import Config
-    from nbxcert.profiles import match_nvidia
 
-    info = cuda.device_info(0)
-    profile, match = match_nvidia(info.compute_capability)
-    print(
-        f"device: {info.name} (cc {info.compute_capability[0]}.{info.compute_capability[1]}), "
-        f"profile {profile.key} ({match})"
-    )
-    log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
+    print(common.device_line(info, profile, match))
+    log = common.progress_log(args.quiet)
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
     kinds = {k.strip() for k in args.kinds.split(",") if k.strip()}
     dt = args.dtype
@@ -383,8 +355,7 @@ def main(argv=None) -> int:
     header = f"{'shape':>18} {'sweep ms':>9} {'best ms':>9} {'host us':>8} {'TFLOP/s':>8} {'cuBLAS ms':>10} "
     header += f"{'ratio':>6} {'target':>6}"
     header += "  best config"
-    print(header)
-    print("-" * len(header))
+    common.print_header(header)
     all_met = True
     for text in shapes:
         entry = results["shapes"][text]
@@ -419,12 +390,7 @@ def main(argv=None) -> int:
         )
     if "error" in peer:
         print(f"cuBLAS peer failed: {peer['error']}")
-    results["all_targets_met"] = all_met
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
-    print(f"\nresults written to {args.out}")
-    return 0
+    return common.finish(args.out, results, all_met)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ against NORM_UNITS tolerances; and nbxcert's output against torch's (relative no
 Timing, the same method on both sides, in the same run (`time_layer`, whose source the peer runs too): per op, host
 time is the wall time the call takes to return (perf_counter around it, the GPU not waited for; the mean over the
 iterations) and GPU time the CUDA events recorded between consecutive ops (the median); before each timed iteration
-a spin of about twice the instrumented layer's host time is queued (`_spin_body` on nbxcert's side,
+a spin of about twice the instrumented layer's host time is queued (`spin.spin_body` on nbxcert's side,
 `torch.cuda._sleep` on torch's, each calibrated in microseconds), so the GPU runs the layer's ops back to back and
 an event time is the device's alone, never a wait for the host. Per layer: wall time per iteration of
 `--batch` iterations synchronised at the end of each batch (what the application sees; the median over batches),
@@ -81,10 +81,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the benchmarks' common helpers
 import common  # noqa: E402
+import spin  # noqa: E402
 
 OPS = ("embedding", "input_norm", "qkv", "rope", "attention", "o_proj", "add_norm", "gate_up", "silu_and_mul", "down")
 DEFAULT_POINTS = "prefill:512,prefill:4096,decode:1,decode:16,decode:64"
@@ -470,6 +470,25 @@ def difference(a: np.ndarray, b: np.ndarray) -> dict:
 
 
 # --- timing (the same source runs in the torch peer) ---------------------------------------------------------------
+def wall_times(call, args: tuple, sync, iters: int, batch: int) -> list[float]:
+    """Wall microseconds per call of `call(*args)`, made `iters` times in batches of `batch` (the last one shorter):
+    each batch's calls back to back, `sync()` at its end. Self-contained: the torch peers run this function's source
+    beside `time_layer`'s and `time_step`'s."""
+    import time
+
+    walls = []
+    done = 0
+    while done < iters:
+        n = min(batch, iters - done)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            call(*args)
+        sync()
+        walls.append((time.perf_counter() - t0) / n * 1e6)
+        done += n
+    return walls
+
+
 def time_layer(layer, clock, ops, warmup: int, iters: int, batch: int) -> dict:
     """Per-op host and GPU times and per-layer wall time of `layer(run)` (a layer calling the ops named `ops`, in
     order, each through `run(name, fn, *args, **kwargs)`), through `clock`: `event()`, `record(event)`,
@@ -535,16 +554,7 @@ def time_layer(layer, clock, ops, warmup: int, iters: int, batch: int) -> dict:
             for i, name in enumerate(order):
                 gpu[name].append(clock.elapsed(marks[it][i], marks[it][i + 1]))
         done += n
-    walls = []
-    done = 0
-    while done < iters:
-        n = min(batch, iters - done)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            layer(plain)
-        clock.sync()
-        walls.append((time.perf_counter() - t0) / n * 1e6)
-        done += n
+    walls = wall_times(layer, (plain,), clock.sync, iters, batch)
     per_op = {
         name: {
             "host_us": statistics.mean(host[name]) * 1e6,
@@ -585,16 +595,7 @@ def time_step(step, sync, warmup: int, iters: int, batch: int) -> dict:
         host.append(time.perf_counter() - t0)
     sync()
     batch = max(1, min(batch, iters))
-    walls = []
-    done = 0
-    while done < iters:
-        n = min(batch, iters - done)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            step()
-        sync()
-        walls.append((time.perf_counter() - t0) / n * 1e6)
-        done += n
+    walls = wall_times(step, (), sync, iters, batch)
     return {
         "wall_us": statistics.median(walls),
         "wall_us_batches": walls,
@@ -604,15 +605,6 @@ def time_step(step, sync, warmup: int, iters: int, batch: int) -> dict:
         "batch": batch,
         "warmup": warmup,
     }
-
-
-def _spin_body(out, steps):
-    """Keeps one program busy for `steps` dependent float32 steps (the delay queued before a timed iteration).
-    out: float32 pointer, one element, written so the loop is kept; steps: int32."""
-    acc = tl.program_id(0).to(tl.float32)
-    for _ in range(steps):
-        acc = acc * 0.999 + 1.0
-    tl.store(out, acc)
 
 
 SPIN_CALIBRATION = (1 << 16, 1 << 18)  # the spin's steps timed to find its steps per microsecond
@@ -628,7 +620,7 @@ class NbxClock:
         from nbxcert.kernels.tensor import empty
 
         self._cuda, self._stream = cuda, triton_cuda.current_stream()
-        self._spin = jit(_spin_body)
+        self._spin = jit(spin.spin_body)
         self._out = empty((1,), "float32", device)
         self._launch(SPIN_CALIBRATION[0])  # compiled here, not inside a timing
         self.sync()
@@ -672,7 +664,8 @@ class NbxClock:
 # writes each point's outputs (<point>_out.npy, <point>_residual.npy, the same storage) and prints one JSON line.
 # `time_layer`'s source is put before it (`peer_script()`). PEER_TORCH (the torch layer) is shared with --graphs' peer
 # (`graphs_peer_script()`), whose main is PEER_GRAPHS_MAIN.
-PEER_TORCH = r"""
+PEER_TORCH = (
+    r"""
 import json, os, sys
 import numpy as np
 import torch
@@ -697,25 +690,9 @@ def save(name, t):
     t = t.detach().cpu()
     a = t.view(torch.int16).numpy().view(np.uint16) if t.dtype == torch.bfloat16 else t.numpy()
     np.save(os.path.join(FOLDER, name + ".npy"), a)
-
-
-def gqa_supported():
-    q = torch.zeros(1, 2, 1, 8, device="cuda", dtype=DTYPE)
-    try:
-        F.scaled_dot_product_attention(q, q[:, :1], q[:, :1], enable_gqa=True)
-        return True
-    except TypeError:  # torch < 2.5
-        return False
-
-
-GQA = gqa_supported()
-
-
-def sdpa(q, k, v, causal):
-    if GQA:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=NH != NKV)
-    g = NH // NKV
-    return F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), is_causal=causal)
+"""
+    + common.TORCH_SDPA
+    + r"""
 
 
 def rmsnorm(x, w):  # transformers' LlamaRMSNorm
@@ -806,6 +783,7 @@ def versions():
             "sdp_enabled": {n: getattr(torch.backends.cuda, n + "_sdp_enabled", lambda: None)()
                             for n in ("flash", "mem_efficient", "cudnn", "math")}}
 """
+)
 PEER_LAYER_MAIN = r"""
 # class Clock: common.TORCH_CLOCK, put before this script
 
@@ -893,13 +871,16 @@ print(json.dumps(result))
 
 
 def peer_script() -> str:
-    """The peer's source: the op names, `time_layer` (the same timing as nbxcert's side), then the torch layer."""
-    return common.TORCH_CLOCK + f"OPS = {OPS!r}\n\n" + inspect.getsource(time_layer) + PEER_TORCH + PEER_LAYER_MAIN
+    """The peer's source: the op names, `wall_times` and `time_layer` (the same timing as nbxcert's side), then the
+    torch layer."""
+    timing = inspect.getsource(wall_times) + "\n\n" + inspect.getsource(time_layer)
+    return common.TORCH_CLOCK + f"OPS = {OPS!r}\n\n" + timing + PEER_TORCH + PEER_LAYER_MAIN
 
 
 def graphs_peer_script() -> str:
-    """--graphs' peer source: `time_step` (the same timing as nbxcert's side), the torch layer, its graphs main."""
-    return inspect.getsource(time_step) + PEER_TORCH + PEER_GRAPHS_MAIN
+    """--graphs' peer source: `wall_times` and `time_step` (the same timing as nbxcert's side), the torch layer, its
+    graphs main."""
+    return inspect.getsource(wall_times) + "\n\n" + inspect.getsource(time_step) + PEER_TORCH + PEER_GRAPHS_MAIN
 
 
 def stem(point: Point) -> str:
@@ -937,9 +918,7 @@ def run_peer(folder: str, model: Model, dtype: str, points: list[Point], args, s
         )
     except subprocess.TimeoutExpired:
         return {"error": "the torch peer ran past 3600 s"}
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return common.last_json(proc)
 
 
 def peer_outputs(folder: str, point: Point, dtype: str, suffix: str = "") -> dict[str, np.ndarray] | None:
@@ -1053,31 +1032,44 @@ def summary_table(entries: list[dict]) -> list[str]:
     return lines
 
 
-def write_results(folder: str, doc: dict) -> None:
-    """bench_model.json (everything) and bench_model.md (the tables) in `folder`."""
+def write_report(folder: str, stem: str, doc: dict, title: str, body) -> None:
+    """`stem`.json (everything) and `stem`.md (`title`, the profile, serving and torch, then the lines `body()` makes)
+    in `folder`. The JSON is written first: a fault in making the tables loses no measurement."""
     os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "bench_model.json"), "w") as f:
+    with open(os.path.join(folder, f"{stem}.json"), "w") as f:
         json.dump(doc, f, indent=1)
-    entries = doc["points"]
     md = [
-        f"# bench_model: {doc['workload']} on {doc['device']}",
+        f"# {title}",
         "",
         f"Profile {doc['profile']}; serving {doc['serving']}; torch {doc.get('torch', {}).get('torch', '-')}.",
         "",
-        "Ratios are torch eager time / nbxcert time (>= 1.0: nbxcert faster). Targets: the layer's wall time "
-        f">= {LAYER_TARGET}x at every point, every op's GPU time >= {OP_TARGET}x.",
-        "",
-        "## Summary",
-        "",
-        "```",
-        *summary_table(entries),
-        "```",
-        "",
+        *body(),
     ]
-    if any("nbxcert" in e for e in entries):
-        md += ["## Per op", "", *op_table(entries), ""]
-    with open(os.path.join(folder, "bench_model.md"), "w") as f:
+    with open(os.path.join(folder, f"{stem}.md"), "w") as f:
         f.write("\n".join(md))
+
+
+def write_results(folder: str, doc: dict) -> None:
+    """bench_model.json (everything) and bench_model.md (the tables) in `folder`."""
+
+    def tables() -> list[str]:
+        entries = doc["points"]
+        md = [
+            "Ratios are torch eager time / nbxcert time (>= 1.0: nbxcert faster). Targets: the layer's wall time "
+            f">= {LAYER_TARGET}x at every point, every op's GPU time >= {OP_TARGET}x.",
+            "",
+            "## Summary",
+            "",
+            "```",
+            *summary_table(entries),
+            "```",
+            "",
+        ]
+        if any("nbxcert" in e for e in entries):
+            md += ["## Per op", "", *op_table(entries), ""]
+        return md
+
+    write_report(folder, "bench_model", doc, f"bench_model: {doc['workload']} on {doc['device']}", tables)
 
 
 # --- --graphs: decode steps replayed as CUDA graphs ---------------------------------------------------------------
@@ -1201,31 +1193,29 @@ def graphs_table(entries: list[dict], layers: int) -> list[str]:
 
 def write_graph_results(folder: str, doc: dict) -> None:
     """graphs.json (everything) and graphs.md (the table) in `folder`."""
-    os.makedirs(folder, exist_ok=True)
-    with open(os.path.join(folder, "graphs.json"), "w") as f:
-        json.dump(doc, f, indent=1)
-    md = [
-        f"# bench_model --graphs: {doc['workload']} decode steps on {doc['device']}",
-        "",
-        f"Profile {doc['profile']}; serving {doc['serving']}; torch {doc.get('torch', {}).get('torch', '-')}.",
-        "",
-        doc["shared_note"],
-        "",
-        "Wall time per step over batches of synchronised steps (median); host time per replay: the call's return, "
-        "the GPU not waited for (mean). Ratios are torch time / nbxcert time (>= 1.0: nbxcert faster); the graph ratio "
-        "is torch with CUDA graphs against nbxcert's graph. Targets (reported, not enforced): nbxcert's graph >= "
-        f"{GRAPH_TARGET}x torch's graph, nbxcert's host time <= {REPLAY_HOST_TARGET_US:g} us per replayed step. "
-        "graph = eager: the graph's outputs byte-equal to the eager step's at its first replay and after the timed "
-        "ones; rel diff vs torch: ||nbx - torch|| / ||torch|| of the step's output (eager, the same inputs).",
-        "",
-        *graphs_table(doc["points"], doc["layers"]),
-        "",
-        f"Targets: graph >= torch graph {_met(doc.get('graph_target_met'))}; replay host time "
-        f"{_met(doc.get('host_target_met'))}.",
-        "",
-    ]
-    with open(os.path.join(folder, "graphs.md"), "w") as f:
-        f.write("\n".join(md))
+
+    def table() -> list[str]:
+        return [
+            doc["shared_note"],
+            "",
+            "Wall time per step over batches of synchronised steps (median); host time per replay: the call's "
+            "return, the GPU not waited for (mean). Ratios are torch time / nbxcert time (>= 1.0: nbxcert faster); "
+            "the graph ratio is torch with CUDA graphs against nbxcert's graph. Targets (reported, not enforced): "
+            f"nbxcert's graph >= {GRAPH_TARGET}x torch's graph, nbxcert's host time <= {REPLAY_HOST_TARGET_US:g} us "
+            "per replayed step. graph = eager: the graph's outputs byte-equal to the eager step's at its first replay "
+            "and after the timed ones; rel diff vs torch: ||nbx - torch|| / ||torch|| of the step's output (eager, the "
+            "same inputs).",
+            "",
+            *graphs_table(doc["points"], doc["layers"]),
+            "",
+            f"Targets: graph >= torch graph {_met(doc.get('graph_target_met'))}; replay host time "
+            f"{_met(doc.get('host_target_met'))}.",
+            "",
+        ]
+
+    write_report(
+        folder, "graphs", doc, f"bench_model --graphs: {doc['workload']} decode steps on {doc['device']}", table
+    )
 
 
 def run_graphs(args, choice, workload, model: Model) -> int:

@@ -28,7 +28,6 @@ import argparse
 import itertools
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -126,21 +125,10 @@ def time_configs(spec, configs, inputs, prune, profile, warmup_ms, rep_ms, log):
     """(rows, refused): the median time of each config on `inputs`; refusals with their reasons."""
     verdicts = prune(configs, inputs.problem, profile)
     rows, refused = [], [{"config": c.label(), "reason": f"pruned: {r}"} for c, r in verdicts.pruned]
-    for config in verdicts.kept:
-        t0 = time.time()
-        times = common.time_or_refuse(
-            config, lambda config=config: spec.launch(config, inputs), warmup_ms, rep_ms, refused, log
-        )
-        if times is None:
-            continue
-        rows.append(
-            {
-                "config": config.label(),
-                "kwargs": config.as_dict(),
-                "median_ms": statistics.median(times),
-                "reps": len(times),
-            }
-        )
+    for config, times, t0 in common.time_each(
+        verdicts.kept, lambda c: spec.launch(c, inputs), warmup_ms, rep_ms, refused, log
+    ):
+        rows.append(common.timed_row(config, times))
         log(f"    {rows[-1]['median_ms']:.4f} ms  {config.label()}  ({time.time() - t0:.1f}s)")
     return rows, refused
 
@@ -170,19 +158,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     shapes = [parse_shape(s) for s in args.shapes.split(",") if s.strip()]
 
-    from nbxcert.kernels.backends import cuda, select
-
-    choice = select()
-    print(choice.line())
-    if choice.name != "cuda":
-        raise SystemExit("bench_moe needs the cuda backend (an NVIDIA GPU)")
+    choice, info, profile, match = common.cuda_device("bench_moe")
     from nbxcert.kernels import moe
-    from nbxcert.profiles import match_nvidia
 
-    info = cuda.device_info(0)
-    profile, match = match_nvidia(info.compute_capability)
     print(f"device: {info.name}, profile {profile.key} ({match})")
-    log = (lambda s: None) if args.quiet else (lambda s: print(s, flush=True))
+    log = common.progress_log(args.quiet)
     dt = args.dtype
     from nbxcert.warm import compile_ahead
 
@@ -242,8 +222,7 @@ def main(argv=None) -> int:
 
     print()
     header = f"{'shape':>20} {'ours ms':>9} {'TFLOP/s':>8} {'vLLM ms':>9} {'pick ms':>9} {'ratio':>6}  our best"
-    print(header)
-    print("-" * len(header))
+    common.print_header(header)
     for text, e in results["shapes"].items():
         ob, vb = e.get("ours_best"), e.get("vllm_best")
         flag = "" if all(b is None or b.get("oracle_ok", True) for b in (ob, vb)) else "  ORACLE MISMATCH"

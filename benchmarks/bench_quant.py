@@ -32,15 +32,9 @@ CASES = (
     ("dequant_matmul", "int8", 512, 14336, 4096),
 )  # (kernel, format, M, N, K)
 
-PEER_SCRIPT = r"""
-import json, sys
-import torch
-import triton.testing
-
-cases = json.loads(sys.argv[1])
-warmup, rep = float(sys.argv[2]), float(sys.argv[3])
-torch.manual_seed(0)
-out = {}
+PEER_SCRIPT = (
+    common.PEER_HEAD
+    + r"""
 for name, fmt, m, n, k in cases:
     key = f"{m}x{n}x{k}"
     if key in out:
@@ -48,8 +42,9 @@ for name, fmt, m, n, k in cases:
     x = torch.randn(m, k, device="cuda", dtype=torch.float16)
     w = torch.randn(k, n, device="cuda", dtype=torch.float16) * 0.05
     out[key] = triton.testing.do_bench(lambda: x @ w, warmup=warmup, rep=rep, return_mode="median")
-print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "ms": out}))
 """
+    + common.PEER_TAIL
+)
 
 
 def moved_bytes(inputs) -> int:
@@ -58,10 +53,7 @@ def moved_bytes(inputs) -> int:
 
 
 def main() -> int:
-    opened = common.start(__doc__, "bench_quant", PEER_SCRIPT, CASES)
-    if opened is None:
-        return 2
-    args, cuda, profile, how, device_name, peer = opened
+    args, cuda, profile, how, device_name, peer = common.start(__doc__, "bench_quant", PEER_SCRIPT, CASES)
     from nbxcert.kernels import quant
 
     specs = {s.name: s for s in quant.SPECS}
@@ -99,29 +91,27 @@ def main() -> int:
                 "torch_fp16_matmul_ms": torch_ms,
                 "speedup_vs_fp16_matmul": torch_ms / best_ms if torch_ms else None,
                 "check": verdict,
-                "candidates": [{"config": c.label(), "ms": ms} for ms, c in timings],
+                "candidates": common.candidate_times(timings),
             }
         )
-        print(f"{name} {fmt} {m}x{n}x{k}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us")
+        common.print_case(f"{name} {fmt} {m}x{n}x{k}", timings)
 
     common.print_opening(device_name, profile, how, peer)
     header = f"{'kernel':15s} {'fmt':4s} {'M x N x K':>17s} {'best us':>9s} {'GB/s':>7s} {'fp16 us':>9s} {'x fp16':>7s}"
-    header += "  best"
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        s = r["shape"]
-        shape = f"{s['M']}x{s['N']}x{s['K']}"
-        t_us = f"{r['torch_fp16_matmul_ms'] * 1e3:9.1f}" if r["torch_fp16_matmul_ms"] else f"{'-':>9s}"
-        sp = f"{r['speedup_vs_fp16_matmul']:6.2f}x" if r["speedup_vs_fp16_matmul"] else f"{'-':>7s}"
-        print(
-            f"{r['kernel']:15s} {r['format']:4s} {shape:>17s} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} "
-            f"{t_us} {sp}  {r['best_label']}"
-        )
-        if r["check"] != "ok":
-            print(f"  CHECK FAILED: {r['check'].splitlines()[0]}")
+    print("\n".join(common.table_lines(header + "  best", results, row)))
     common.write_results(args.out, device_name, profile, how, peer, results)
     return 0
+
+
+def row(r: dict) -> str:
+    """One case's line of the table."""
+    s = r["shape"]
+    shape = f"{s['M']}x{s['N']}x{s['K']}"
+    t_us, sp = common.torch_cells(r["torch_fp16_matmul_ms"], r["speedup_vs_fp16_matmul"], speed_width=7)
+    return (
+        f"{r['kernel']:15s} {r['format']:4s} {shape:>17s} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} "
+        f"{t_us} {sp}  {r['best_label']}"
+    )
 
 
 if __name__ == "__main__":

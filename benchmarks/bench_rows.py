@@ -18,7 +18,6 @@ Targets (reported as met or not, never enforced by the exit code): rmsnorm and l
 
 from __future__ import annotations
 
-import json
 import sys
 
 import common
@@ -36,15 +35,9 @@ COPY_FRACTION_TARGET = 0.70
 COPY_TARGET_MIN_BYTES = 64 * 10**6
 ELEMENT = 2  # float16
 
-PEER_SCRIPT = r"""
-import json, sys
-import torch
-import triton.testing
-
-cases = json.loads(sys.argv[1])
-warmup, rep = float(sys.argv[2]), float(sys.argv[3])
-torch.manual_seed(0)
-out = {}
+PEER_SCRIPT = (
+    common.PEER_HEAD
+    + r"""
 for name, rows, cols in cases:
     x = torch.randn(rows, cols, device="cuda", dtype=torch.float16)
     w = torch.randn(cols, device="cuda", dtype=torch.float16)
@@ -57,8 +50,9 @@ for name, rows, cols in cases:
         fn = lambda: torch.softmax(x, dim=-1)
     ms = triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
     out[f"{name}:{rows}x{cols}"] = ms
-print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "ms": out}))
 """
+    + common.PEER_TAIL
+)
 
 
 def moved_bytes(name: str, rows: int, cols: int) -> int:
@@ -93,10 +87,7 @@ def spot_check(spec, config, inputs, profile, n_rows: int) -> str | None:
 
 
 def main() -> int:
-    opened = common.start(__doc__, "bench_rows", PEER_SCRIPT, CASES)
-    if opened is None:
-        return 2
-    args, cuda, profile, how, device_name, peer = opened
+    args, cuda, profile, how, device_name, peer = common.start(__doc__, "bench_rows", PEER_SCRIPT, CASES)
     from nbxcert.kernels import rows
 
     copy_bw = common.copy_bandwidth(cuda)
@@ -108,14 +99,11 @@ def main() -> int:
         problem = {"n_rows": n_rows, "n_cols": n_cols} | ({"mask": "none"} if name == "softmax" else {})
         dtypes = ("float16",) if name == "softmax" else ("float16", "float16")
         inputs = spec.make_inputs(problem, dtypes, 0, "cuda:0")
-        timings = common.time_kept(
-            spec,
-            problem,
-            profile,
-            lambda c, inputs=inputs, spec=spec: common.call_all(_launches(rows, spec, c, inputs)),
-            args.warmup,
-            args.rep,
-        )
+
+        def make_call(c, inputs=inputs, spec=spec):
+            return common.call_all(_launches(rows, spec, c, inputs))
+
+        timings = common.time_kept(spec, problem, profile, make_call, args.warmup, args.rep)
         best_ms, best = timings[0]
         moved = moved_bytes(name, n_rows, n_cols)
         torch_ms = peer.get("ms", {}).get(f"{name}:{n_rows}x{n_cols}")
@@ -133,48 +121,34 @@ def main() -> int:
                 "copy_target_applies": big,
                 "meets_copy_target": (eff / copy_bw >= COPY_FRACTION_TARGET) if big else None,
                 "spot_check": spot_check(spec, best, inputs, profile, n_rows) or "ok",
-                "candidates": [{"config": c.label(), "ms": ms} for ms, c in timings],
+                "candidates": common.candidate_times(timings),
             }
         )
-        print(
-            f"{name} {n_rows}x{n_cols}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us",
-            flush=True,
-        )
+        common.print_case(f"{name} {n_rows}x{n_cols}", timings, flush=True)
 
     common.print_opening(device_name, profile, how, peer, copy_bw)
     header = f"{'kernel':10s} {'shape':>13s} {'best us':>9s} {'GB/s':>7s} {'of copy':>8s} {'torch us':>9s} "
     header += f"{'x torch':>8s}  best config"
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        shape = f"{r['shape'][0]}x{r['shape'][1]}"
-        t_us = f"{r['torch_ms'] * 1e3:9.1f}" if r["torch_ms"] else f"{'-':>9s}"
-        sp = f"{r['speedup_vs_torch']:7.2f}x" if r["speedup_vs_torch"] else f"{'-':>8s}"
-        flag = "" if r["meets_speedup_target"] in (True, None) else " (below target)"
-        copy = f"{100 * r['fraction_of_copy']:7.1f}%" + ("" if r["meets_copy_target"] in (True, None) else "!")
-        print(
-            f"{r['kernel']:10s} {shape:>13s} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} {copy:>8s} "
-            f"{t_us} {sp}  {r['best_label']}{flag}"
-        )
-        if r["spot_check"] != "ok":
-            print(f"  SPOT CHECK FAILED: {r['spot_check'].splitlines()[0]}")
-    doc = {
-        "device": device_name,
-        "profile": profile.key,
-        "profile_match": how,
-        "copy_bandwidth_GBps": copy_bw / 1e9,
-        "torch": {k: v for k, v in peer.items() if k != "ms"},
-        "targets": {
-            "speedup_vs_torch": SPEEDUP_TARGET,
-            "fraction_of_copy": COPY_FRACTION_TARGET,
-            "fraction_of_copy_applies_from_bytes": COPY_TARGET_MIN_BYTES,
-        },
-        "cases": results,
+    print("\n".join(common.table_lines(header, results, row, check="spot_check")))
+    targets = {
+        "speedup_vs_torch": SPEEDUP_TARGET,
+        "fraction_of_copy": COPY_FRACTION_TARGET,
+        "fraction_of_copy_applies_from_bytes": COPY_TARGET_MIN_BYTES,
     }
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=2)
+    common.write_results(args.out, device_name, profile, how, peer, results, copy_bw, targets)
     return 0
+
+
+def row(r: dict) -> str:
+    """One case's line of the table ('!' after a copy fraction below its target)."""
+    shape = f"{r['shape'][0]}x{r['shape'][1]}"
+    t_us, sp = common.torch_cells(r["torch_ms"], r["speedup_vs_torch"])
+    flag = "" if r["meets_speedup_target"] in (True, None) else " (below target)"
+    copy = f"{100 * r['fraction_of_copy']:7.1f}%" + ("" if r["meets_copy_target"] in (True, None) else "!")
+    return (
+        f"{r['kernel']:10s} {shape:>13s} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} {copy:>8s} "
+        f"{t_us} {sp}  {r['best_label']}{flag}"
+    )
 
 
 def _launches(rows, spec, config, inputs):

@@ -35,15 +35,9 @@ CASES = (
 ELEMENT = 2  # float16
 SPOT_ROWS = 64
 
-PEER_SCRIPT = r"""
-import json, sys
-import torch
-import triton.testing
-
-cases = json.loads(sys.argv[1])
-warmup, rep = float(sys.argv[2]), float(sys.argv[3])
-torch.manual_seed(0)
-out = {}
+PEER_SCRIPT = (
+    common.PEER_HEAD
+    + r"""
 for name, rows, cols, k in cases:
     x = torch.randn(rows, cols, device="cuda", dtype=torch.float16) * 3
     t = torch.randint(0, cols, (rows,), device="cuda")
@@ -56,8 +50,9 @@ for name, rows, cols, k in cases:
     else:
         fn = lambda: torch.nn.functional.cross_entropy(x, t, reduction="none")
     out[f"{name}:{rows}x{cols}:{k}"] = triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
-print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "ms": out}))
 """
+    + common.PEER_TAIL
+)
 
 
 def moved_bytes(name: str, rows: int, cols: int, k: int) -> int:
@@ -103,10 +98,7 @@ def spot_check(spec, config, inputs, profile) -> str | None:
 
 
 def main() -> int:
-    opened = common.start(__doc__, "bench_sampling", PEER_SCRIPT, CASES)
-    if opened is None:
-        return 2
-    args, cuda, profile, how, device_name, peer = opened
+    args, cuda, profile, how, device_name, peer = common.start(__doc__, "bench_sampling", PEER_SCRIPT, CASES)
     from nbxcert.kernels import sampling
 
     specs = {s.name: s for s in sampling.SPECS}
@@ -116,14 +108,11 @@ def main() -> int:
         spec = specs[name]
         problem = {"n_rows": n_rows, "n_cols": n_cols} | ({"k": k} if name == "topk" else {})
         inputs = spec.make_inputs(problem, spec.dtypes[0], 0, "cuda:0")  # float16 (argmax: + its int64 index)
-        timings = common.time_kept(
-            spec,
-            problem,
-            profile,
-            lambda c, inputs=inputs, spec=spec: common.call_all(_launches(sampling, spec, c, inputs)),
-            args.warmup,
-            args.rep,
-        )
+
+        def make_call(c, inputs=inputs, spec=spec):
+            return common.call_all(_launches(sampling, spec, c, inputs))
+
+        timings = common.time_kept(spec, problem, profile, make_call, args.warmup, args.rep)
         best_ms, best = timings[0]
         moved = moved_bytes(name, n_rows, n_cols, k)
         torch_ms = peer.get("ms", {}).get(f"{name}:{n_rows}x{n_cols}:{k}")
@@ -135,29 +124,28 @@ def main() -> int:
                 "dtype": "float16",
                 **common.bandwidth_fields(best_ms, best, moved, None, torch_ms),
                 "spot_check": spot_check(spec, best, inputs, profile) or "ok",
-                "candidates": [{"config": c.label(), "ms": ms} for ms, c in timings],
+                "candidates": common.candidate_times(timings),
             }
         )
-        print(f"{name} {n_rows}x{n_cols} k={k}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us")
+        common.print_case(f"{name} {n_rows}x{n_cols} k={k}", timings)
 
     common.print_opening(device_name, profile, how, peer)
     header = (
         f"{'kernel':14s} {'shape':>13s} {'k':>3s} {'best us':>9s} {'GB/s':>7s} {'torch us':>9s} {'x torch':>8s}  best"
     )
-    print(header)
-    print("-" * len(header))
-    for r in results:
-        shape = f"{r['shape'][0]}x{r['shape'][1]}"
-        t_us = f"{r['torch_ms'] * 1e3:9.1f}" if r["torch_ms"] else f"{'-':>9s}"
-        sp = f"{r['speedup_vs_torch']:7.2f}x" if r["speedup_vs_torch"] else f"{'-':>8s}"
-        print(
-            f"{r['kernel']:14s} {shape:>13s} {r['k'] or '-':>3} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} "
-            f"{t_us} {sp}  {r['best_label']}"
-        )
-        if r["spot_check"] != "ok":
-            print(f"  SPOT CHECK FAILED: {r['spot_check'].splitlines()[0]}")
+    print("\n".join(common.table_lines(header, results, row, check="spot_check")))
     common.write_results(args.out, device_name, profile, how, peer, results)
     return 0
+
+
+def row(r: dict) -> str:
+    """One case's line of the table."""
+    shape = f"{r['shape'][0]}x{r['shape'][1]}"
+    t_us, sp = common.torch_cells(r["torch_ms"], r["speedup_vs_torch"])
+    return (
+        f"{r['kernel']:14s} {shape:>13s} {r['k'] or '-':>3} {r['best_ms'] * 1e3:9.1f} {r['effective_GBps']:7.0f} "
+        f"{t_us} {sp}  {r['best_label']}"
+    )
 
 
 def _launches(sampling, spec, config, inputs):

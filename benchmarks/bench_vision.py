@@ -38,16 +38,10 @@ CASES = (
     (UP, dict(batch=2, C=640, H=32, W=32, scale_h=2, scale_w=2, layout="nchw")),
 )
 
-PEER_SCRIPT = r"""
-import json, sys
-import torch
+PEER_SCRIPT = (
+    common.PEER_HEAD
+    + r"""
 import torch.nn.functional as F
-import triton.testing
-
-cases = json.loads(sys.argv[1])
-warmup, rep = float(sys.argv[2]), float(sys.argv[3])
-torch.manual_seed(0)
-out = {}
 for i, (name, p) in enumerate(cases):
     fmt = torch.channels_last if p["layout"] == "nhwc" else torch.contiguous_format
     x = torch.randn(p["batch"], p["C"], p["H"], p["W"], device="cuda", dtype=torch.float16).to(memory_format=fmt)
@@ -63,8 +57,9 @@ for i, (name, p) in enumerate(cases):
     else:
         fn = lambda: F.interpolate(x, scale_factor=(p["scale_h"], p["scale_w"]), mode="nearest")
     out[str(i)] = triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
-print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "ms": out}))
 """
+    + common.PEER_TAIL
+)
 
 
 def full_problem(name: str, p: dict) -> dict:
@@ -89,10 +84,7 @@ def moved_bytes(inputs) -> int:
 
 
 def main() -> int:
-    opened = common.start(__doc__, "bench_vision", PEER_SCRIPT, CASES)
-    if opened is None:
-        return 2
-    args, cuda, profile, how, device_name, peer = opened
+    args, cuda, profile, how, device_name, peer = common.start(__doc__, "bench_vision", PEER_SCRIPT, CASES)
     from nbxcert.kernels import vision
 
     specs = {s.name: s for s in vision.SPECS}
@@ -122,32 +114,31 @@ def main() -> int:
                 **common.bandwidth_fields(best_ms, best, moved, None, torch_ms),
                 "TFLOPs": work / (best_ms * 1e-3) / 1e12 if work else None,
                 "check": verdict,
-                "candidates": [{"config": c.label(), "ms": ms} for ms, c in timings],
+                "candidates": common.candidate_times(timings),
             }
         )
-        print(f"{name} {problem}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us")
+        common.print_case(f"{name} {problem}", timings)
 
     common.print_opening(device_name, profile, how, peer)
     header = (
         f"{'kernel':19s} {'shape':>30s} {'best us':>9s} {'TFLOP/s':>8s} {'GB/s':>7s} {'torch us':>9s} {'x torch':>8s}"
     )
-    print(header + "  best")
-    print("-" * (len(header) + 6))
-    for r in results:
-        p = r["problem"]
-        shape = f"{p['batch']}x{p['C']}x{p['H']}x{p['W']}" + (f"->{p['K']} {p['R']}x{p['S']}" if "K" in p else "")
-        shape += f" {p['layout']}"
-        tf = f"{r['TFLOPs']:8.1f}" if r["TFLOPs"] else f"{'-':>8s}"
-        t_us = f"{r['torch_ms'] * 1e3:9.1f}" if r["torch_ms"] else f"{'-':>9s}"
-        sp = f"{r['speedup_vs_torch']:7.2f}x" if r["speedup_vs_torch"] else f"{'-':>8s}"
-        print(
-            f"{r['kernel']:19s} {shape:>30s} {r['best_ms'] * 1e3:9.1f} {tf} {r['effective_GBps']:7.0f} {t_us} {sp}  "
-            f"{r['best_label']}"
-        )
-        if r["check"] != "ok":
-            print(f"  CHECK FAILED: {r['check'].splitlines()[0]}")
+    print("\n".join(common.table_lines(header + "  best", results, row)))
     common.write_results(args.out, device_name, profile, how, peer, results)
     return 0
+
+
+def row(r: dict) -> str:
+    """One case's line of the table."""
+    p = r["problem"]
+    shape = f"{p['batch']}x{p['C']}x{p['H']}x{p['W']}" + (f"->{p['K']} {p['R']}x{p['S']}" if "K" in p else "")
+    shape += f" {p['layout']}"
+    tf = f"{r['TFLOPs']:8.1f}" if r["TFLOPs"] else f"{'-':>8s}"
+    t_us, sp = common.torch_cells(r["torch_ms"], r["speedup_vs_torch"])
+    return (
+        f"{r['kernel']:19s} {shape:>30s} {r['best_ms'] * 1e3:9.1f} {tf} {r['effective_GBps']:7.0f} {t_us} {sp}  "
+        f"{r['best_label']}"
+    )
 
 
 if __name__ == "__main__":

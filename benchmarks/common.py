@@ -1,4 +1,5 @@
-"""What the row-style benchmarks share: their command line, the GPU they need, and the torch peer in its own process.
+"""What the benchmarks share: their command line, the GPU they need, the torch peer in its own process (and the parts
+of its script several peers have), the timing of each candidate, their tables and the results they write.
 
 Imported by the scripts next to it (`python3 benchmarks/bench_X.py` puts this folder first on `sys.path`)."""
 
@@ -6,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -20,6 +22,40 @@ def parse_args(doc: str, argv=None) -> argparse.Namespace:
     parser.add_argument("--rep", type=float, default=100.0, help="timed ms per timing (default 100)")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch peer")
     return parser.parse_args(argv)
+
+
+def cuda_device(script: str):
+    """(backend choice, GPU 0's `device_info`, its device profile, how it matched), after the backend's line; without
+    the cuda backend, exit with a line naming `script` (a kernel family's benchmark measures a GPU)."""
+    from nbxcert.kernels.backends import cuda, select
+
+    choice = select()
+    print(choice.line())
+    if choice.name != "cuda":
+        raise SystemExit(f"{script} needs the cuda backend (an NVIDIA GPU)")
+    from nbxcert.profiles import match_nvidia
+
+    info = cuda.device_info(0)
+    profile, match = match_nvidia(info.compute_capability)
+    return choice, info, profile, match
+
+
+def device_line(info, profile, match: str) -> str:
+    """The device, its compute capability and its profile, as a family benchmark prints them first."""
+    cc = info.compute_capability
+    return f"device: {info.name} (cc {cc[0]}.{cc[1]}), profile {profile.key} ({match})"
+
+
+def progress_log(quiet: bool):
+    """Where a benchmark's progress lines go: printed and flushed at once, or nowhere with --quiet."""
+    return (lambda s: None) if quiet else (lambda s: print(s, flush=True))
+
+
+def write_json(path: str, doc: dict) -> None:
+    """`doc` as JSON at `path` (its directory made first), one space of indent."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
 
 
 def gpu_profile(script: str):
@@ -82,6 +118,32 @@ class Clock:
 """
 
 
+# A torch peer's attention: `sdpa(q, k, v, causal)` on [batch, heads, seq, dim] tensors, grouped-query (fewer K and V
+# heads than q's) included: torch >= 2.5 takes `enable_gqa` (`GQA` says whether this one does), an older torch gets the
+# K and V heads repeated to q's. Put after `import torch` and `import torch.nn.functional as F`.
+TORCH_SDPA = r"""
+
+
+def gqa_supported():
+    q = torch.zeros(1, 2, 1, 8, device="cuda", dtype=torch.float16)
+    try:
+        F.scaled_dot_product_attention(q, q[:, :1], q[:, :1], enable_gqa=True)
+        return True
+    except TypeError:  # torch < 2.5
+        return False
+
+
+GQA = gqa_supported()
+
+
+def sdpa(q, k, v, causal):
+    if GQA:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=q.shape[1] != k.shape[1])
+    g = q.shape[1] // k.shape[1]
+    return F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), is_causal=causal)
+"""
+
+
 PEER_TIMER = r"""
 import json, statistics, sys
 import torch
@@ -109,6 +171,24 @@ def peer_times(fn, warmup_ms, rep_ms):
 """
 
 
+# The head and the tail of a row-style benchmark's torch peer (`torch_peer` runs it): the cases, the warm-up and the
+# repetition ms from argv and a fixed seed; then `out` (case -> median ms, filled by the lines between) printed as one
+# JSON line with torch's version and the device.
+PEER_HEAD = r"""
+import json, sys
+import torch
+import triton.testing
+
+cases = json.loads(sys.argv[1])
+warmup, rep = float(sys.argv[2]), float(sys.argv[3])
+torch.manual_seed(0)
+out = {}
+"""
+PEER_TAIL = r"""
+print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "ms": out}))
+"""
+
+
 def torch_peer(script: str, cases, warmup: float, rep: float) -> dict[str, Any]:
     """torch's times from `script` (Python source reading argv: cases JSON, warm-up ms, rep ms; printing one JSON line)
     run in its own process (nbxcert never imports torch); {"error": ...} when that process fails (no torch, ...)."""
@@ -118,23 +198,38 @@ def torch_peer(script: str, cases, warmup: float, rep: float) -> dict[str, Any]:
         text=True,
         timeout=1800,
     )
+    return last_json(proc)
+
+
+def last_json(proc: subprocess.CompletedProcess) -> dict[str, Any]:
+    """The JSON object a child process printed on its last line; {"error": the last line of its stderr (or its exit
+    status)} when it failed."""
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def write_results(path: str | None, device_name: str, profile, how: str, peer: dict, cases: list) -> None:
-    """The JSON a row-style benchmark writes with --out: device, profile and how it matched, torch's version (or its
-    error), and every case."""
+def write_results(
+    path: str | None,
+    device_name: str,
+    profile,
+    how: str,
+    peer: dict,
+    cases: list,
+    copy_bw: float | None = None,
+    targets: dict | None = None,
+) -> None:
+    """The JSON a row-style benchmark writes with --out: device, profile and how it matched, the copy bandwidth (when
+    measured), torch's version (or its error), the targets (when set), and every case."""
     if not path:
         return
-    doc = {
-        "device": device_name,
-        "profile": profile.key,
-        "profile_match": how,
-        "torch": {k: v for k, v in peer.items() if k != "ms"},
-        "cases": cases,
-    }
+    doc = {"device": device_name, "profile": profile.key, "profile_match": how}
+    if copy_bw is not None:
+        doc["copy_bandwidth_GBps"] = copy_bw / 1e9
+    doc["torch"] = {k: v for k, v in peer.items() if k != "ms"}
+    if targets is not None:
+        doc["targets"] = targets
+    doc["cases"] = cases
     with open(path, "w") as f:
         json.dump(doc, f, indent=2)
 
@@ -164,12 +259,13 @@ def check(spec, config, problem, dtypes, profile, inputs) -> str:
 
 
 def start(doc: str, script: str, peer_script: str, cases):
-    """A row-style benchmark's opening: its options, the GPU it needs (None, after one line, without one) and the torch
-    peer's times (skipped with --no-torch). Returns (args, cuda module, profile, how it matched, device name, peer)."""
+    """A row-style benchmark's opening: its options, the GPU it needs (without one: exit 2, after one line saying why)
+    and the torch peer's times (skipped with --no-torch). Returns (args, cuda module, profile, how it matched, device
+    name, peer)."""
     args = parse_args(doc)
     found = gpu_profile(script)
     if found is None:
-        return None
+        raise SystemExit(2)
     cuda, profile, how = found
     peer = {"ms": {}} if args.no_torch else torch_peer(peer_script, cases, args.warmup, args.rep)
     return args, cuda, profile, how, cuda.device_info(0).name, peer
@@ -220,6 +316,43 @@ def call_all(launches):
     return lambda: [launch() for launch in launches]
 
 
+def candidate_times(timings) -> list[dict]:
+    """The timed candidates as a case records them: each one's label and median ms, fastest first."""
+    return [{"config": c.label(), "ms": ms} for ms, c in timings]
+
+
+def print_case(what: str, timings, flush: bool = False) -> None:
+    """The line a case prints once its candidates are timed: how many, and the fastest with its time."""
+    best_ms, best = timings[0]
+    print(f"{what}: {len(timings)} candidates, best {best.label()} {best_ms * 1e3:.1f} us", flush=flush)
+
+
+def torch_cells(torch_ms: float | None, speedup: float | None, speed_width: int = 8) -> tuple[str, str]:
+    """A table's torch columns: torch's time in us (9 wide) and the speed-up over it (`speed_width` wide, ending in
+    'x'); '-' in both where torch did not run."""
+    t_us = f"{torch_ms * 1e3:9.1f}" if torch_ms else f"{'-':>9s}"
+    sp = f"{speedup:{speed_width - 1}.2f}x" if speedup else f"{'-':>{speed_width}s}"
+    return t_us, sp
+
+
+def print_header(header: str) -> None:
+    """A table's header and a rule of its width under it."""
+    print(header)
+    print("-" * len(header))
+
+
+def table_lines(header: str, results: list[dict], row, check: str = "check", rule: int | None = None) -> list[str]:
+    """A benchmark's table: the header, a rule of `rule` dashes under it (default: the header's width), then `row(r)`
+    for each result and, under one whose `check` is not "ok", the first line of its report."""
+    failed = "SPOT CHECK FAILED" if check == "spot_check" else "CHECK FAILED"
+    lines = [header, "-" * (len(header) if rule is None else rule)]
+    for r in results:
+        lines.append(row(r))
+        if r[check] != "ok":
+            lines.append(f"  {failed}: {r[check].splitlines()[0]}")
+    return lines
+
+
 def print_opening(device_name: str, profile, how: str, peer: dict, copy_bw: float | None = None) -> None:
     """The lines before a benchmark's table: the device and profile, the copy bandwidth when measured, and the
     torch peer's failure when it failed."""
@@ -244,6 +377,37 @@ def time_or_refuse(config, fn, warmup_ms: float, rep_ms: float, refused: list, l
         if cuda.context_poisoned() is not None:
             raise
         return None
+
+
+def time_each(configs, launch_of, warmup_ms: float, rep_ms: float, refused: list, log):
+    """(config, each repetition's ms, when its timing began) for each of `configs` that ran, `launch_of(config)` its
+    one launch timed with nbxcert's event timer; one that fails is appended to `refused` instead (`time_or_refuse`)."""
+    for config in configs:
+        t0 = time.time()
+        times = time_or_refuse(config, lambda config=config: launch_of(config), warmup_ms, rep_ms, refused, log)
+        if times is not None:
+            yield config, times, t0
+
+
+def timed_row(config, times: list[float]) -> dict:
+    """What a benchmark records of a timed config: its label and kwargs, the median ms and the repetitions."""
+    import statistics
+
+    return {
+        "config": config.label(),
+        "kwargs": config.as_dict(),
+        "median_ms": statistics.median(times),
+        "reps": len(times),
+    }
+
+
+def finish(path: str, results: dict, all_met: bool) -> int:
+    """A family benchmark's end: whether every target was met, recorded; the results written (`write_json`) and where
+    said. Returns the exit status, 0 (a target missed is reported, not an error)."""
+    results["all_targets_met"] = all_met
+    write_json(path, results)
+    print(f"\nresults written to {path}")
+    return 0
 
 
 def capture_launches(fn) -> list:

@@ -19,12 +19,8 @@
 #
 # OUTDIR gets keys.jsonl (the keys asked for), certify_shard<i>.log (a line per key as it finishes, then the table),
 # and coverage_<workload>.txt (`nbxcert coverage`'s line) for each of WORKLOADS (with KEYS, those named).
-set -u
-if [ -z "${1:-}" ]; then
-  echo "usage: [WORKLOADS=...] [KEYS=...] bash benchmarks/gpu_certify.sh OUTDIR" >&2
-  exit 2
-fi
-mkdir -p "$1" && dest=$(cd "$1" && pwd)
+USAGE="[WORKLOADS=...] [KEYS=...] bash benchmarks/gpu_certify.sh OUTDIR"
+source "$(dirname "$0")/gpu_outdir.sh"
 PROFILE=${PROFILE:-hopper}
 [ -n "${KEYS:-}" ] || WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
 WORKLOADS=${WORKLOADS:-}

@@ -9,12 +9,8 @@
 # endless loop, each refused with its own reason while the correct candidate is certified (OUTDIR/fault_sweep.txt, the
 # certificate under OUTDIR/fault_certs). Needs one NVIDIA GPU of the profile the sweep certifies for (PROFILE, default
 # hopper: an H100 or H200) and nvidia-smi (OUTDIR/nvidia-smi.txt).
-set -u
-if [ -z "${1:-}" ]; then
-  echo "usage: bash benchmarks/gpu_foundation.sh OUTDIR" >&2
-  exit 2
-fi
-mkdir -p "$1" && dest=$(cd "$1" && pwd)
+USAGE="bash benchmarks/gpu_foundation.sh OUTDIR"
+source "$(dirname "$0")/gpu_outdir.sh"
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | tail -2
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$dest/nvidia-smi.txt"

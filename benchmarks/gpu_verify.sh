@@ -18,12 +18,8 @@
 #
 # OUTDIR gets verify_<W>.<i>.log (a line per key, then the shard's `[nbxcert] verify (shard i/N): ...` line), written
 # as it runs, and verify_<W>.txt (the shards' summary lines and the wall time).
-set -u
-if [ -z "${1:-}" ]; then
-  echo "usage: [WORKLOADS=...] bash benchmarks/gpu_verify.sh OUTDIR" >&2
-  exit 2
-fi
-mkdir -p "$1" && dest=$(cd "$1" && pwd)
+USAGE="[WORKLOADS=...] bash benchmarks/gpu_verify.sh OUTDIR"
+source "$(dirname "$0")/gpu_outdir.sh"
 PROFILE=${PROFILE:-hopper}
 WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
 PER_GPU=${PER_GPU:-1}

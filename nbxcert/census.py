@@ -459,7 +459,7 @@ def run_census(
 def load_census_specs(profile, modules: Sequence[str] = ()) -> dict:
     """The registry, after the user's modules, in a process that compiles nothing itself: with no backend chosen yet,
     the census takes the cross-compiling one rather than start the interpreter (or a GPU) it does not need."""
-    from nbxcert.certtools import load_specs
+    from nbxcert.dirscan import load_specs
 
     cross.choose(target_of(profile), keep_chosen=True)
     return load_specs(modules)

@@ -18,7 +18,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ PROVENANCE_FIELDS = {
 }
 # The provenance fields that name the card and the software besides nbxcert itself: a certification made with the same
 # ones and the same code (`code`, else nbxcert's version) is one run configuration (`certify.same_card` skips a rerun
-# on them, `certtools` merges by them).
+# on them, `merge` merges by them).
 CARD_FIELDS = ("gpu", "gpu_memory_bytes", "compute_capability", "driver", "triton", "backend")
 # code: the digest of the source a certification depends on (`nbxcert.fingerprint`; entries before 0.4.0 have none)
 PROVENANCE_OPTIONAL = {"code": str}
@@ -153,6 +153,12 @@ def check_config(path, key, field, cfg: Any, spec=None) -> None:
                 raise invalid(path, key, f"{field}.kwargs.{name}", f"kernel {spec.name} takes no config field '{name}'")
         if Config.from_dict(cfg) not in set(spec.candidates):
             raise invalid(path, key, field, f"config is not one of kernel {spec.name}'s candidates")
+
+
+def config_label(cfg: Mapping[str, Any]) -> str:
+    """A stored config as one line: its kwargs in name order, then warps and stages (`BLOCK=64,warps=4,stages=1`)."""
+    parts = [f"{k}={v}" for k, v in sorted(cfg["kwargs"].items())]
+    return ",".join(parts + [f"warps={cfg['num_warps']}", f"stages={cfg['num_stages']}"])
 
 
 _TIMING = {"median_us": float, "min_us": float, "spread": float, "reps": int, "kind": str}

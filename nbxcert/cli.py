@@ -39,6 +39,31 @@ app = typer.Typer(
 out = Console()
 err = Console(stderr=True)
 
+# The options several commands take, declared once (Typer reads an `Annotated` alias as it reads the annotation).
+WorkloadOption = Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")]
+KeysFileOption = Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")]
+KeyOption = Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")]
+KernelsOption = Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")]
+SpecOption = Annotated[
+    list[str] | None, typer.Option(help="Import a module registering your own KernelSpec (repeatable).")
+]
+SpecModuleOption = Annotated[list[str] | None, typer.Option(help="Import a module registering your own KernelSpec.")]
+DirOption = Annotated[list[Path] | None, typer.Option("--dir", help="Certificate directory (repeatable).")]
+SearchDirOption = Annotated[
+    list[Path] | None,
+    typer.Option("--dir", help="Certificate directory (repeatable; default: the serving search path)."),
+]
+JobsOption = Annotated[int | None, typer.Option(help="Parallel compile workers (default: the CPU count).")]
+OnlyProfileOption = Annotated[str | None, typer.Option(help="Only this profile (default: every profile).")]
+CertDirArgument = Annotated[Path, typer.Argument(help="A certificate directory (<vendor>/<profile>/*.json).")]
+IndexDirArgument = Annotated[Path | None, typer.Argument(help="Certificate directory (default: the shipped one).")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print as JSON.")]
+JsonReportOption = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
+JsonKeysOption = Annotated[
+    bool, typer.Option("--json", help="Print the report as JSON: totals and one record per key.")
+]
+
+
 # One table: each error type -> the label its line starts with. The message names the file/key/value; the hint
 # (carried by the exception) says what to do next.
 ERROR_TABLE: dict[type[errors.NbxcertError], str] = {
@@ -176,6 +201,22 @@ class _Heartbeat:
             sys.stderr.flush()
 
 
+def _progress():
+    """The progress bar of a long command, on stderr: description, bar, done/total, elapsed and remaining time; shown
+    only on a terminal (piped, `_Heartbeat` says what is being done) and gone when finished."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}")]
+    return Progress(
+        *columns,
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+
+
 def _version_callback(value: bool):
     if value:
         print(f"nbxcert {__version__}")
@@ -200,7 +241,7 @@ def _yes(flag: bool) -> str:
 
 @app.command()
 @handled
-def doctor(json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False):
+def doctor(json_out: JsonReportOption = False):
     """Tell the truth about this machine: backend, GPUs on the PCI bus, runtimes, profile match, versions."""
     from nbxcert.doctor import run_doctor
 
@@ -273,7 +314,7 @@ def _certificate_rows(t: Table, certs: dict) -> None:
 
 @app.command()
 @handled
-def profiles(json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False):
+def profiles(json_out: JsonOption = False):
     """List the shipped device profiles."""
     from nbxcert.profiles import all_profiles
 
@@ -301,11 +342,11 @@ def profiles(json_out: Annotated[bool, typer.Option("--json", help="Print as JSO
 @app.command()
 @handled
 def kernels(
-    spec: Annotated[list[str] | None, typer.Option(help="Import a module registering your own KernelSpec.")] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    spec: SpecModuleOption = None,
+    json_out: JsonOption = False,
 ):
     """List every registered kernel spec: name, dtypes, key fields, number of candidates."""
-    from nbxcert.certtools import load_specs
+    from nbxcert.dirscan import load_specs
 
     rows = [
         {
@@ -342,12 +383,9 @@ def _backend_line() -> None:
     print(select().line(), file=sys.stderr)
 
 
-_SPEC_HELP = "Import a module registering your own KernelSpec (repeatable)."
-
-
 def _asked_keys(profile, key, keys_file, workload, kernels, spec):
     """(the user's spec modules, the kernels filter, the keys asked for), each checked (`keyfile.gather_keys`)."""
-    from nbxcert.certtools import load_specs
+    from nbxcert.dirscan import load_specs
     from nbxcert.keyfile import gather_keys, parse_kernels
 
     modules = [m.split(":")[0] for m in spec or ()]
@@ -360,11 +398,11 @@ def _asked_keys(profile, key, keys_file, workload, kernels, spec):
 @handled
 def keys(
     profile: Annotated[str, typer.Option(help="Device profile whose ladders bucket the sizes (e.g. hopper).")],
-    workload: Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
-    keys_file: Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")] = None,
-    key: Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")] = None,
-    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
-    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
+    workload: WorkloadOption = None,
+    keys_file: KeysFileOption = None,
+    key: KeyOption = None,
+    kernels: KernelsOption = None,
+    spec: SpecOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print as JSON lines (a keys file).")] = False,
 ):
     """Print the launch keys of a workload (the launches a model makes), a keys file or key texts."""
@@ -388,17 +426,17 @@ def keys(
 @resumable
 def certify(
     profile: Annotated[str, typer.Option(help="The profile to certify for; must match the device in force.")],
-    workload: Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
-    keys_file: Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")] = None,
-    key: Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")] = None,
-    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
+    workload: WorkloadOption = None,
+    keys_file: KeysFileOption = None,
+    key: KeyOption = None,
+    kernels: KernelsOption = None,
     out_dir: Annotated[
         Path | None, typer.Option("--out", help="The certificate directory to write (<out>/<vendor>/<profile>/).")
     ] = None,
     shard: Annotated[str | None, typer.Option(help="Certify a deterministic share i/n of the keys.")] = None,
     force: Annotated[bool, typer.Option(help="Re-certify keys certified for this card, versions and code.")] = False,
-    jobs: Annotated[int | None, typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
-    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
+    jobs: JobsOption = None,
+    spec: SpecOption = None,
     timeout: Annotated[
         float | None, typer.Option(help="Seconds one candidate may take to compile, or to check and time.")
     ] = None,
@@ -406,8 +444,6 @@ def certify(
 ):
     """Sweep every requested key on this device and write certificates under --out (resumable; exit 0 only if all
     certified)."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
     from nbxcert.certify import certify as run_certify
     from nbxcert.certify import check_out_dir, parse_shard, resolve_profile
     from nbxcert.options import jobs as check_jobs
@@ -433,29 +469,11 @@ def certify(
             beat.state = f"{finished[0]}/{total} keys done; {text}"
             return text
 
+        run = functools.partial(run_certify, prof.key, found, out_dir, force, share, jobs, modules=modules)
         if json_out:
-            report = run_certify(
-                prof.key,
-                found,
-                out_dir,
-                force,
-                share,
-                jobs,
-                modules=modules,
-                timeout_s=timeout,
-                progress=noted,
-                on_key=key_done,
-            )
+            report = run(timeout_s=timeout, progress=noted, on_key=key_done)
         else:
-            columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}")]
-            with Progress(
-                *columns,
-                TimeElapsedColumn(),
-                TimeRemainingColumn(),
-                console=err,
-                transient=True,
-                disable=not err.is_terminal,
-            ) as bar:
+            with _progress() as bar:
                 overall = bar.add_task("keys", total=total)
                 current = bar.add_task("", total=None)
 
@@ -467,18 +485,7 @@ def certify(
                     bar.advance(overall)
                     bar.console.print(_key_line(kr, bar, overall), markup=False, soft_wrap=True)
 
-                report = run_certify(
-                    prof.key,
-                    found,
-                    out_dir,
-                    force,
-                    share,
-                    jobs,
-                    modules=modules,
-                    progress=progress,
-                    on_key=on_key,
-                    timeout_s=timeout,
-                )
+                report = run(progress=progress, on_key=on_key, timeout_s=timeout)
     totals = report.totals()
     if json_out:
         print(
@@ -511,6 +518,31 @@ def certify(
     raise typer.Exit(0 if report.ok else 1)
 
 
+def _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec):
+    """(profile, certificate directories, the user's spec modules, keys) of a command serving keys from `dirs` (default:
+    the search path) on this device, each checked in this order: directories, environment, profile, keys."""
+    from nbxcert.certify import resolve_profile
+    from nbxcert.options import check_environment, existing_dirs
+
+    dirs = existing_dirs(dirs)
+    check_environment(search_path=dirs is None)
+    prof, _how = resolve_profile(profile)
+    modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec)
+    return prof, dirs, modules, found
+
+
+def _print_unserved(report, mismatched=()) -> None:
+    """The keys a run could not serve, on stderr (missing: no certificate; mismatched: a certified config its oracle
+    refused; failed: why), then the report's line on stdout."""
+    for k in report.missing:
+        print(f"missing: {k}", file=sys.stderr)
+    for k, c, r in mismatched:
+        print(f"mismatched: {k} with config {c}\n{r}", file=sys.stderr)
+    for k, r in report.failed:
+        print(_plain(f"failed: {k}: {r}"), file=sys.stderr)
+    print(report.line())
+
+
 def _verdicts(results) -> list[dict]:
     return [r.as_dict() for r in results]
 
@@ -519,34 +551,29 @@ def _verdicts(results) -> list[dict]:
 @handled
 def verify(
     profile: Annotated[str, typer.Option(help="The profile to verify; must match the device in force.")],
-    workload: Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
-    keys_file: Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")] = None,
-    key: Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")] = None,
-    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
-    dirs: Annotated[list[Path] | None, typer.Option("--dir", help="Certificate directory (repeatable).")] = None,
+    workload: WorkloadOption = None,
+    keys_file: KeysFileOption = None,
+    key: KeyOption = None,
+    kernels: KernelsOption = None,
+    dirs: DirOption = None,
     certified_only: Annotated[
         bool, typer.Option("--certified-only", help="A key with no certificate fails the run (never a sweep).")
     ] = False,
     shard: Annotated[
         str | None, typer.Option(help="Verify a deterministic share i/n of the keys (as certify --shard).")
     ] = None,
-    jobs: Annotated[int | None, typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
-    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print the report as JSON: totals and one record per key.")
-    ] = False,
+    jobs: JobsOption = None,
+    spec: SpecOption = None,
+    json_out: JsonKeysOption = False,
 ):
     """Launch every key through the serving path on fresh inputs and check each output against its oracle."""
-    from nbxcert.certify import parse_shard, resolve_profile, shard_keys
-    from nbxcert.options import check_environment, existing_dirs
+    from nbxcert.certify import parse_shard, shard_keys
     from nbxcert.options import jobs as check_jobs
     from nbxcert.verify import verify as run_verify
 
     _backend_line()
-    share, jobs, dirs = parse_shard(shard), check_jobs(jobs), existing_dirs(dirs)
-    check_environment(search_path=dirs is None)
-    prof, _how = resolve_profile(profile)
-    modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec)
+    share, jobs = parse_shard(shard), check_jobs(jobs)
+    prof, dirs, modules, found = _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec)
     found = shard_keys(found, share)
 
     with _Heartbeat(f"verify {prof.key}", "compiling the certified winners ahead") as beat:
@@ -588,13 +615,7 @@ def verify(
             )
         )
     else:
-        for k in report.missing:
-            print(f"missing: {k}", file=sys.stderr)
-        for k, c, r in report.mismatched:
-            print(f"mismatched: {k} with config {c}\n{r}", file=sys.stderr)
-        for k, r in report.failed:
-            print(_plain(f"failed: {k}: {r}"), file=sys.stderr)
-        print(report.line())
+        _print_unserved(report, report.mismatched)
     raise typer.Exit(130 if report.interrupted_of else 0 if report.ok else 1)
 
 
@@ -602,36 +623,28 @@ def verify(
 @handled
 def warm(
     profile: Annotated[str, typer.Option(help="The profile whose certificates to compile; must match the device.")],
-    workload: Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
-    keys_file: Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")] = None,
-    key: Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")] = None,
-    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
-    dirs: Annotated[list[Path] | None, typer.Option("--dir", help="Certificate directory (repeatable).")] = None,
+    workload: WorkloadOption = None,
+    keys_file: KeysFileOption = None,
+    key: KeyOption = None,
+    kernels: KernelsOption = None,
+    dirs: DirOption = None,
     jobs: Annotated[int | None, typer.Option(help="Parallel compile workers (default: one per core).")] = None,
-    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    spec: SpecOption = None,
+    json_out: JsonReportOption = False,
 ):
     """Compile the certified winners of the keys ahead, in parallel, into Triton's cache (first launches only load)."""
-    from nbxcert.certify import resolve_profile
-    from nbxcert.options import check_environment, existing_dirs
     from nbxcert.options import jobs as check_jobs
     from nbxcert.warm import warm as run_warm
 
     _backend_line()
-    jobs, dirs = check_jobs(jobs), existing_dirs(dirs)
-    check_environment(search_path=dirs is None)
-    prof, _how = resolve_profile(profile)
-    modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec)
+    jobs = check_jobs(jobs)
+    prof, dirs, modules, found = _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec)
     with _Heartbeat(f"warm {prof.key}", f"compiling the certified winners of {len(found)} keys"):
         report = run_warm(prof.key, found, dirs, jobs, modules)
     if json_out:
         print(json.dumps({**vars(report), "failed": [{"key": k, "reason": r} for k, r in report.failed]}, indent=2))
     else:
-        for k in report.missing:
-            print(f"missing: {k}", file=sys.stderr)
-        for k, r in report.failed:
-            print(_plain(f"failed: {k}: {r}"), file=sys.stderr)
-        print(report.line())
+        _print_unserved(report)
     raise typer.Exit(1 if report.failed else 0)
 
 
@@ -639,16 +652,14 @@ def warm(
 @handled
 def coverage(
     profile: Annotated[str, typer.Option(help="The profile whose certificates are counted.")],
-    workload: Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
-    keys_file: Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")] = None,
-    key: Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")] = None,
-    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
-    dirs: Annotated[list[Path] | None, typer.Option("--dir", help="Certificate directory (repeatable).")] = None,
+    workload: WorkloadOption = None,
+    keys_file: KeysFileOption = None,
+    key: KeyOption = None,
+    kernels: KernelsOption = None,
+    dirs: DirOption = None,
     min_fraction: Annotated[float, typer.Option("--min", help="Fail (exit 1) below this covered fraction.")] = 1.0,
-    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
-    json_out: Annotated[
-        bool, typer.Option("--json", help="Print the report as JSON: totals and one record per key.")
-    ] = False,
+    spec: SpecOption = None,
+    json_out: JsonKeysOption = False,
     junit_xml: Annotated[Path | None, typer.Option("--junit-xml", help="Also write a JUnit XML report.")] = None,
 ):
     """How many of a workload's (or keys file's) keys are certified for a profile; the missing ones listed. No keys,
@@ -730,12 +741,12 @@ def _timing_text(t: dict) -> str:
 @app.command()
 @handled
 def validate(
-    directory: Annotated[Path, typer.Argument(help="A certificate directory (<vendor>/<profile>/*.json).")],
-    spec: Annotated[list[str] | None, typer.Option(help="Import a module registering your own KernelSpec.")] = None,
+    directory: CertDirArgument,
+    spec: SpecModuleOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the problems as JSON objects.")] = False,
 ):
     """List every problem of every certificate file under DIRECTORY (exit 1 if there is any)."""
-    from nbxcert.certtools import validate as run_validate
+    from nbxcert.validate import validate as run_validate
 
     scan = run_validate(directory, spec or ())
     if json_out:
@@ -752,17 +763,15 @@ def validate(
 @handled
 def show(
     key: Annotated[str, typer.Argument(help="A launch key, as `nbxcert keys` prints it.")],
-    profile: Annotated[str | None, typer.Option(help="Only this profile (default: every profile).")] = None,
-    dirs: Annotated[
-        list[Path] | None,
-        typer.Option("--dir", help="Certificate directory (repeatable; default: the serving search path)."),
-    ] = None,
-    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    profile: OnlyProfileOption = None,
+    dirs: SearchDirOption = None,
+    spec: SpecOption = None,
+    json_out: JsonOption = False,
 ):
     """Show the certification of one key: winner, timings, runner-up, default, error, refusals, provenance."""
-    from nbxcert.certtools import config_label, summary
-    from nbxcert.certtools import show as run_show
+    from nbxcert.certificates import config_label
+    from nbxcert.show import show as run_show
+    from nbxcert.show import summary
 
     shown = run_show(key, profile, dirs or (), spec or ())
     if json_out:
@@ -831,11 +840,12 @@ def show(
 def diff(
     old: Annotated[Path, typer.Argument(help="The certificate directory before.")],
     new: Annotated[Path, typer.Argument(help="The certificate directory after.")],
-    json_out: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    json_out: JsonOption = False,
 ):
     """Keys added, removed, and whose winner changed (old and new config and median, new/old), per profile."""
-    from nbxcert.certtools import config_label, ratio
-    from nbxcert.certtools import diff as run_diff
+    from nbxcert.certificates import config_label
+    from nbxcert.diff import diff as run_diff
+    from nbxcert.diff import ratio
 
     report = run_diff(old, new)
 
@@ -892,16 +902,16 @@ def diff(
 @app.command()
 @handled
 def stale(
-    directory: Annotated[Path, typer.Argument(help="A certificate directory (<vendor>/<profile>/*.json).")],
-    profile: Annotated[str | None, typer.Option(help="Only this profile (default: every profile).")] = None,
+    directory: CertDirArgument,
+    profile: OnlyProfileOption = None,
     keys_out: Annotated[
         Path | None,
         typer.Option("--out", help="Write the stale keys as a keys file, for `nbxcert certify --keys F --force`."),
     ] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    json_out: JsonReportOption = False,
 ):
     """Certified winners the winner rule would not choose from their entry's own timings (no device; exit 1 if any)."""
-    from nbxcert.certtools import config_label
+    from nbxcert.certificates import config_label
     from nbxcert.options import writable_file
     from nbxcert.stale import find_stale
 
@@ -942,11 +952,11 @@ def merge(
         str | None,
         typer.Option(help="Resolve a key certified on different cards or versions: 'newest' or 'fastest'."),
     ] = None,
-    spec: Annotated[list[str] | None, typer.Option(help="Import a module registering your own KernelSpec.")] = None,
+    spec: SpecModuleOption = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ):
     """Merge shard directories into OUT_DIR; a key certified on different cards or versions needs --prefer."""
-    from nbxcert.certtools import merge as run_merge
+    from nbxcert.merge import merge as run_merge
 
     report = run_merge(out_dir, dirs or (), prefer, spec or ())
     if json_out:
@@ -1016,7 +1026,7 @@ def _default_dir(directory: Path | None, cache: Path | None, write: bool) -> Pat
 @index_app.command("build")
 @handled
 def index_build(
-    directory: Annotated[Path | None, typer.Argument(help="Certificate directory (default: the shipped one).")] = None,
+    directory: IndexDirArgument = None,
     cache: Annotated[Path | None, typer.Option(help="Where to write (default: NBXCERT_CACHE_DIR).")] = None,
 ):
     """Build the indexes of a directory ahead of time (for read-only installs and cold starts)."""
@@ -1037,7 +1047,7 @@ def index_build(
 @index_app.command("check")
 @handled
 def index_check(
-    directory: Annotated[Path | None, typer.Argument(help="Certificate directory (default: the shipped one).")] = None,
+    directory: IndexDirArgument = None,
     cache: Annotated[Path | None, typer.Option(help="Where the indexes are (default: NBXCERT_CACHE_DIR).")] = None,
 ):
     """Check that every index of a directory is built, current (its name matches the JSON) and intact."""
@@ -1073,20 +1083,19 @@ _CENSUS_ROWS = 30  # rows of each findings table on the terminal; --json lists e
 @handled
 def census(
     profile: Annotated[str, typer.Option(help="The GPU profile to compile for (e.g. hopper); no GPU needed.")],
-    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
-    keys_file: Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")] = None,
-    workload: Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
-    key: Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")] = None,
-    jobs: Annotated[int | None, typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
+    kernels: KernelsOption = None,
+    keys_file: KeysFileOption = None,
+    workload: WorkloadOption = None,
+    key: KeyOption = None,
+    jobs: JobsOption = None,
     strict: Annotated[bool, typer.Option("--strict", help="Over-prunes fail the run too.")] = False,
-    spec: Annotated[list[str] | None, typer.Option(help="Import a module registering your own KernelSpec.")] = None,
+    spec: SpecModuleOption = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds one candidate may take to compile.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON; no progress bar.")] = False,
 ):
     """Compile every candidate for PROFILE's GPU on this machine and hold the compiler's figures to the device file:
     a kept candidate over a limit is a prune defect, a dropped one that fits an over-prune (exit 1 on a defect or a
     compile failure; on an over-prune too with --strict). Without keys: each kernel's example problems."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.text import Text
 
     from nbxcert.census import load_census_specs, run_census
@@ -1110,15 +1119,7 @@ def census(
             report = run_census(prof, wanted, found, jobs, strict, modules, timeout, counted)
             print(json.dumps(report.as_dict(), indent=2))
             raise typer.Exit(0 if report.ok else 1)
-        columns = [TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}")]
-        with Progress(
-            *columns,
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
-            console=err,
-            transient=True,
-            disable=not err.is_terminal,
-        ) as bar:
+        with _progress() as bar:
             task = bar.add_task(f"compiling for {prof.key}", total=None)
 
             def progress(done: int, total: int) -> None:
@@ -1281,13 +1282,10 @@ def export(
     fmt: Annotated[str, typer.Option("--format", help="vllm-fused-moe or triton-autotune.")],
     profile: Annotated[str, typer.Option(help="The GPU profile whose certificates to export (e.g. hopper).")],
     out_dir: Annotated[Path, typer.Option("--out", help="The directory to write (created if missing).")],
-    dirs: Annotated[
-        list[Path] | None,
-        typer.Option("--dir", help="Certificate directory (repeatable; default: the serving search path)."),
-    ] = None,
-    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
-    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    dirs: SearchDirOption = None,
+    kernels: KernelsOption = None,
+    spec: SpecOption = None,
+    json_out: JsonReportOption = False,
 ):
     """Write certified configs as files other tools read: vLLM's fused-MoE config files (vllm-fused-moe), or Triton's
     autotune cache for kernels declared with nbxcert.autotune (triton-autotune)."""

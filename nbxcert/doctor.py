@@ -206,7 +206,7 @@ def check_certificates(report: DoctorReport, dirs: list[Path] | None = None) -> 
     """Every certification in the serving search path (or `dirs`): per profile, how many apply to this machine and
     how many it rejects, with the reasons counted; the rejected ones of this machine's profile and the invalid files
     listed. Reads JSON only; never raises on what the files hold."""
-    from nbxcert.certtools import scan_dir
+    from nbxcert.dirscan import scan_dir
     from nbxcert.serving import Machine, major_version, provenance_differences, search_path
 
     if report.backend == "cuda" and report.cuda_gpus:

@@ -72,7 +72,7 @@ key, hashed configs, winner and certificate, and records the Triton version, the
 the backend hash and the environment the names were computed with. Use the directory as `TRITON_CACHE_DIR`, or copy
 its directories into Triton's cache (a `TRITON_CACHE_MANAGER` of another kind reads elsewhere).
 
-Certificates are read through `certtools.scan_dir` with every kernel's spec: a problem in a file this export reads
+Certificates are read through `dirscan.scan_dir` with every kernel's spec: a problem in a file this export reads
 refuses it (`CertificateInvalid`); problems elsewhere in the directory do not. A key certified in several `--dir`s is
 taken from the first. Files written replace files of the same name; nothing else under `--out` is touched.
 """
@@ -240,9 +240,9 @@ def _none_left(found, profile_key: str, dirs, wanted, certify_args: str) -> None
 
 # --- reading the certificates -----------------------------------------------------------------------------------------
 def certified(dirs: Sequence[Path], profile_key: str, kernels: Sequence[str], specs: Mapping[str, Any]) -> list:
-    """The valid entries (`certtools.Found`) of `kernels` for `profile_key`, a key in several directories taken from
+    """The valid entries (`dirscan.Found`) of `kernels` for `profile_key`, a key in several directories taken from
     the first; `CertificateInvalid` when a file of those kernels and that profile has a problem."""
-    from nbxcert.certtools import scan_dir
+    from nbxcert.dirscan import scan_dir
 
     chosen: dict[str, Any] = {}
     for d in dirs:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import re
 import types
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import PurePosixPath
@@ -252,13 +252,29 @@ def _non_negative_int(value: Any) -> str | None:
     return None if value >= 0 else f"must not be negative, got {value}"
 
 
-def _ladder(value: Any) -> str | None:
+def _list_of(value: Any, what: str, check: Callable[[Any], str | None], twice: str = "") -> str | None:
+    """A non-empty list of `what`, each item passing `check` (the first item's reason where one does not) and, where
+    `twice` names an item, none listed twice."""
     if not isinstance(value, list) or not value:
-        return f"expected a non-empty list of integers, got {_kind(value)}"
-    for rung in value:
-        reason = _positive_int(rung)
+        return f"expected a non-empty list of {what}, got {_kind(value)}"
+    for item in value:
+        reason = check(item)
         if reason:
-            return f"rung {rung!r}: {reason}"
+            return reason
+    if twice and len(set(value)) != len(value):
+        return f"lists a {twice} twice"
+    return None
+
+
+def _rung(value: Any) -> str | None:
+    reason = _positive_int(value)
+    return f"rung {value!r}: {reason}" if reason else None
+
+
+def _ladder(value: Any) -> str | None:
+    reason = _list_of(value, "integers", _rung)
+    if reason:
+        return reason
     for low, high in zip(value, value[1:], strict=False):
         if high <= low:
             return f"not increasing: {high} follows {low}"
@@ -271,23 +287,18 @@ def _cc_text(value: Any) -> str | None:
     return None
 
 
+def _gfx_text(value: Any) -> str | None:
+    if not isinstance(value, str) or not _GFX.match(value):
+        return f'expected gfx names like "gfx942", got {value!r}'
+    return None
+
+
 def _cc_list(value: Any) -> str | None:
-    if not isinstance(value, list) or not value:
-        return f"expected a non-empty list of compute capabilities, got {_kind(value)}"
-    for item in value:
-        reason = _cc_text(item)
-        if reason:
-            return reason
-    return None if len(set(value)) == len(value) else "lists a compute capability twice"
+    return _list_of(value, "compute capabilities", _cc_text, twice="compute capability")
 
 
 def _gfx_list(value: Any) -> str | None:
-    if not isinstance(value, list) or not value:
-        return f"expected a non-empty list of gfx names, got {_kind(value)}"
-    for item in value:
-        if not isinstance(item, str) or not _GFX.match(item):
-            return f'expected gfx names like "gfx942", got {item!r}'
-    return None if len(set(value)) == len(value) else "lists a gfx name twice"
+    return _list_of(value, "gfx names", _gfx_text, twice="gfx name")
 
 
 def _float_tolerance(value: Any) -> str | None:

@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbxcert.certtools import config_label, printable, scan_dir
+from nbxcert.certificates import config_label
+from nbxcert.dirscan import scan_dir
 from nbxcert.errors import UsageError
+from nbxcert.text import printable
 
 
 @dataclass(frozen=True)

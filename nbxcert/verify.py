@@ -207,7 +207,7 @@ def certified_keys(profile_key: str, dirs: Sequence[Path]) -> set[str]:
 def coverage(profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None) -> CoverageReport:
     """Which of `keys` are certified for a profile in `dirs` (default: serving's search path). No keys, or a
     directory that is not there, is refused (`UsageError`): before, both counted as 100% or as every key missing."""
-    from nbxcert.certtools import config_label
+    from nbxcert.certificates import config_label
     from nbxcert.errors import UsageError
     from nbxcert.options import check_environment, existing_dirs
     from nbxcert.profiles import get_profile

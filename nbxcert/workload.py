@@ -113,33 +113,8 @@ def parse_workload(text: str, path: str) -> Workload:
         raise WorkloadInvalid(f"{path}: a workload is a mapping, got {type(doc).__name__}")
     if "kind" in doc:
         return parse_unet_block(doc, path)
-    known = {"schema_version", "name", "source", "model", "dtypes", "phases"}
-    for k in doc:
-        if k not in known:
-            raise _fail(path, k, "unknown field")
-    for k in known:
-        if k not in doc:
-            raise _fail(path, k, "missing")
-    if doc["schema_version"] != SCHEMA_VERSION:
-        raise _fail(path, "schema_version", f"{doc['schema_version']!r} is not {SCHEMA_VERSION}")
-    if not isinstance(doc["source"], str) or not doc["source"].strip():
-        raise _fail(path, "source", "state where the dimensions come from (the model's published config)")
-    model = doc["model"]
-    if not isinstance(model, dict):
-        raise _fail(path, "model", "must be a mapping")
-    for k in model:
-        if k not in MODEL_FIELDS and k not in OPTIONAL_MODEL_FIELDS:
-            raise _fail(path, f"model.{k}", "unknown field")
-    for k, kind in {**MODEL_FIELDS, **OPTIONAL_MODEL_FIELDS}.items():
-        if k not in model:
-            if k in OPTIONAL_MODEL_FIELDS:
-                continue
-            raise _fail(path, f"model.{k}", "missing")
-        v = model[k]
-        if kind is int and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-            raise _fail(path, f"model.{k}", f"must be a positive integer, got {v!r}")
-        if kind is not int and not isinstance(v, kind):
-            raise _fail(path, f"model.{k}", f"must be a {kind.__name__}, got {v!r}")
+    _check_head(path, doc, {"schema_version", "name", "source", "model", "dtypes", "phases"})
+    model = _checked_model(path, doc, MODEL_FIELDS, OPTIONAL_MODEL_FIELDS)
     for k, allowed in (("norm", NORMS), ("activation", ACTIVATIONS), ("rope", ROPE_LAYOUTS)):
         if model[k] not in allowed:
             raise _fail(path, f"model.{k}", f"unknown kind '{model[k]}' (one of {', '.join(allowed)})")
@@ -159,6 +134,49 @@ def parse_workload(text: str, path: str) -> Workload:
     return Workload(doc["name"], path, doc["source"], dict(model), tuple(dtypes), dict(phases))
 
 
+def _check_names(path: str, where: str, given: dict, known) -> None:
+    """Every name in `given` is one of `known`, and every one of `known` (in its order: the first missing is the one
+    named) is in `given`; `where` prefixes the field named ("model.", "phases.")."""
+    for k in given:
+        if k not in known:
+            raise _fail(path, f"{where}{k}", "unknown field")
+    for k in known:
+        if k not in given:
+            raise _fail(path, f"{where}{k}", "missing")
+
+
+def _check_head(path: str, doc: dict, known) -> None:
+    """A workload file's top-level fields are exactly `known`, and its schema version is this one."""
+    _check_names(path, "", doc, known)
+    if doc["schema_version"] != SCHEMA_VERSION:
+        raise _fail(path, "schema_version", f"{doc['schema_version']!r} is not {SCHEMA_VERSION}")
+
+
+def _checked_model(path: str, doc: dict, fields: dict[str, type], optional: dict[str, type] | None = None) -> dict:
+    """The `source` of a workload file stated, and its `model` mapping: each field one of `fields` or `optional`,
+    every one of `fields` given, each of its kind (an int a positive one)."""
+    if not isinstance(doc["source"], str) or not doc["source"].strip():
+        raise _fail(path, "source", "state where the dimensions come from (the model's published config)")
+    model = doc["model"]
+    if not isinstance(model, dict):
+        raise _fail(path, "model", "must be a mapping")
+    optional = optional or {}
+    for k in model:
+        if k not in fields and k not in optional:
+            raise _fail(path, f"model.{k}", "unknown field")
+    for k, kind in {**fields, **optional}.items():
+        if k not in model:
+            if k in optional:
+                continue
+            raise _fail(path, f"model.{k}", "missing")
+        v = model[k]
+        if kind is int and not _positive_int(v):
+            raise _fail(path, f"model.{k}", f"must be a positive integer, got {v!r}")
+        if kind is not int and not isinstance(v, kind):
+            raise _fail(path, f"model.{k}", f"must be a {kind.__name__}, got {v!r}")
+    return model
+
+
 def _dtypes_and_phases(path: str, doc: dict, allowed: tuple[str, ...], why: str, fields: tuple[str, ...]):
     """The `dtypes` list (each one of `allowed`) and the `phases` mapping (exactly `fields`) of a workload file."""
     dtypes = doc["dtypes"]
@@ -167,12 +185,7 @@ def _dtypes_and_phases(path: str, doc: dict, allowed: tuple[str, ...], why: str,
     phases = doc["phases"]
     if not isinstance(phases, dict):
         raise _fail(path, "phases", "must be a mapping")
-    for k in phases:
-        if k not in fields:
-            raise _fail(path, f"phases.{k}", "unknown field")
-    for k in fields:
-        if k not in phases:
-            raise _fail(path, f"phases.{k}", "missing")
+    _check_names(path, "phases.", phases, fields)
     return dtypes, phases
 
 
@@ -359,33 +372,10 @@ def parse_unet_block(doc: dict, path: str) -> Workload:
     """A `kind: unet-block` workload (the section comment above), every field checked and refused by name."""
     if doc["kind"] != UNET_BLOCK:
         raise _fail(path, "kind", f"unknown kind {doc['kind']!r} (one of {UNET_BLOCK}; leave it out for a decoder)")
-    known = {"schema_version", "kind", "name", "source", "model", "dtypes", "phases"}
-    for k in doc:
-        if k not in known:
-            raise _fail(path, k, "unknown field")
-    for k in sorted(known):
-        if k not in doc:
-            raise _fail(path, k, "missing")
-    if doc["schema_version"] != SCHEMA_VERSION:
-        raise _fail(path, "schema_version", f"{doc['schema_version']!r} is not {SCHEMA_VERSION}")
+    _check_head(path, doc, sorted({"schema_version", "kind", "name", "source", "model", "dtypes", "phases"}))
     if not isinstance(doc["name"], str) or not doc["name"]:
         raise _fail(path, "name", "must be a non-empty string")
-    if not isinstance(doc["source"], str) or not doc["source"].strip():
-        raise _fail(path, "source", "state where the dimensions come from (the model's published config)")
-    model = doc["model"]
-    if not isinstance(model, dict):
-        raise _fail(path, "model", "must be a mapping")
-    for k in model:
-        if k not in UNET_MODEL_FIELDS:
-            raise _fail(path, f"model.{k}", "unknown field")
-    for k, kind in UNET_MODEL_FIELDS.items():
-        if k not in model:
-            raise _fail(path, f"model.{k}", "missing")
-        v = model[k]
-        if kind is int and not _positive_int(v):
-            raise _fail(path, f"model.{k}", f"must be a positive integer, got {v!r}")
-        if kind is not int and not isinstance(v, kind):
-            raise _fail(path, f"model.{k}", f"must be a {kind.__name__}, got {v!r}")
+    model = _checked_model(path, doc, UNET_MODEL_FIELDS)
     if not model["resnet_in_channels"] or not all(_positive_int(c) for c in model["resnet_in_channels"]):
         raise _fail(path, "model.resnet_in_channels", "must be a non-empty list of positive integers")
     for k, allowed in (("resample", UNET_RESAMPLE), ("layout", UNET_LAYOUTS)):

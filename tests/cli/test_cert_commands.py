@@ -3,7 +3,7 @@
 CLI tests run the real command in a subprocess and assert the exit code, the lines that must appear and those that
 must not (never a traceback). Certificates are built synthetically (`tests/fixtures/certs.py`) for the test kernel
 `fault_probe` (`tests/fixtures/faulty_kernels.py`, registered with `--spec faulty_kernels`), so each entry is checked
-against a real KernelSpec. The merge rules themselves are also tested in-process (`certtools.decide`), where a table of
+against a real KernelSpec. The merge rules themselves are also tested in-process (`merge.decide`), where a table of
 cases costs nothing.
 """
 
@@ -372,7 +372,7 @@ def test_merge_refuses_an_invalid_shard_and_bad_arguments(certs, tmp_path):
 
 # --- the merge rules, in-process --------------------------------------------------------------------------------------
 def test_decide_rules(certs):
-    from nbxcert.certtools import Candidate, decide
+    from nbxcert.merge import Candidate, decide
 
     e = certs.probe_entry
     a = Candidate("a", e(1, median_us=3000.0))
@@ -395,7 +395,7 @@ def test_decide_rules(certs):
 
 
 def test_merge_counts_the_existing_out_as_the_first_shard(certs, tmp_path):
-    from nbxcert.certtools import merge
+    from nbxcert.merge import merge
 
     k, e = certs.probe_key, certs.probe_entry
     out, s1 = tmp_path / "out", tmp_path / "s1"

@@ -1,6 +1,6 @@
 """Property-based fuzzing of everything nbxcert reads: each case ends in success or in nbxcert's own error type.
 
-Readers: certificate files (`certificates.read_json` / `validate_doc` / `load_file`, and `certtools.scan_dir`, the
+Readers: certificate files (`certificates.read_json` / `validate_doc` / `load_file`, and `dirscan.scan_dir`, the
 engine of `nbxcert validate`), compiled indexes (`index.CertifiedIndex.open` / `get` / `keys` / `verify`), keys
 files (`keyfile.read_keys`), key text (`keys.parse_key`), workload YAML (`workload.parse_workload`, then the launches
 and keys it makes) and device files (`profiles.load_profile_file`). Inputs are random bytes, valid files with bytes
@@ -39,7 +39,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from nbxcert import certificates, certtools, index, keyfile, keys, profiles, workload
+from nbxcert import certificates, dirscan, index, keyfile, keys, profiles, workload
 from nbxcert.errors import NbxcertError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -233,7 +233,7 @@ HOPPER = {
 }
 HOPPER_NAME = ("nvidia/hopper", "rmsnorm", "float16")
 CERT_DIR = WORK / "certs"
-SPECS = certtools.load_specs(["faulty_kernels"])
+SPECS = dirscan.load_specs(["faulty_kernels"])
 
 
 def _spec_lookup(name):
@@ -265,7 +265,7 @@ def check_certificate(case) -> None:
     else:
         assert cert.kernel == kernel and isinstance(cert.entries, dict)
         loaded = True
-    scan = certtools.scan_dir(CERT_DIR, SPECS if which == "probe" else None)  # never raises on what it reads
+    scan = dirscan.scan_dir(CERT_DIR, SPECS if which == "probe" else None)  # never raises on what it reads
     assert scan.files == 1
     if scan.ok:
         assert loaded, "`nbxcert validate` found no problem in a file the loader refuses"

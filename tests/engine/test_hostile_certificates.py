@@ -93,7 +93,7 @@ def test_hostile_certificate_is_refused_by_the_loader_and_validate_without_alloc
 ):
     import tracemalloc
 
-    from nbxcert import certificates, certtools, serving
+    from nbxcert import certificates, serving, validate
     from nbxcert.errors import CertificateInvalid
     from nbxcert.kernels.spec import get_spec
 
@@ -132,7 +132,7 @@ def test_hostile_certificate_is_refused_by_the_loader_and_validate_without_alloc
     if name not in SPEC_CASES:
         assert not (cache.exists() and list(cache.glob("*.nbxidx")))
 
-    scan = certtools.validate(root, ["faulty_kernels"])  # `nbxcert validate`'s engine lists it, never raises
+    scan = validate.validate(root, ["faulty_kernels"])  # `nbxcert validate`'s engine lists it, never raises
     assert any(p.file == str(path) and reason in p.reason for p in scan.problems), scan.problems
 
 

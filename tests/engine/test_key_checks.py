@@ -1,12 +1,12 @@
 """`keys.check_key` and `keys.check_prune`: a key text is held to its kernel's key fields, value kinds and dtypes and
 to the profile's ladders before any command works with it, and `nbxcert validate` refuses exactly what it refuses
-(`certtools._key_against_spec` calls it), so certify never writes an entry validate rejects."""
+(`dirscan._key_against_spec` calls it), so certify never writes an entry validate rejects."""
 
 from __future__ import annotations
 
 import pytest
 
-from nbxcert import certtools
+from nbxcert import dirscan
 from nbxcert.errors import KeyParseError
 from nbxcert.kernels.spec import get_spec
 from nbxcert.keyfile import gather_keys
@@ -75,5 +75,5 @@ def test_validate_refuses_exactly_the_keys_certify_refuses(text, tmp_path):
     except KeyParseError:
         certify_takes = False
     dtype = spec.output_dtypes(key.dtypes)[0] if key.dtypes in spec.dtypes else "float16"
-    problem = certtools._key_against_spec(tmp_path / "f.json", text, dtype, spec, INTERPRETER)
+    problem = dirscan._key_against_spec(tmp_path / "f.json", text, dtype, spec, INTERPRETER)
     assert (problem is None) == certify_takes, problem

@@ -12,7 +12,7 @@ from reliabilitytools import (
 # line (`--spec`), and the worker processes that import the same modules for certify (and for the census), plus the
 # registry's import of its own constant list of kernel families. Nothing read from a file names a module.
 IMPORT_ALLOWED = {
-    ("nbxcert/certtools.py", "load_specs"),  # `--spec MODULE` of certify/validate/merge
+    ("nbxcert/dirscan.py", "load_specs"),  # `--spec MODULE` of certify/validate/merge
     ("nbxcert/worker.py", "_serve"),  # the modules certify passes to its workers (its own `--spec`)
     ("nbxcert/census.py", "_serve_census"),  # the modules `nbxcert census --spec` passes to its workers
     ("nbxcert/bundling.py", "_serve_bundle"),  # the modules `nbxcert bundle --spec` passes to its workers

@@ -1,0 +1,52 @@
+"""`nbxcert diff`: the keys added, removed and whose winner changed between two certificate directories, per
+profile; both directories are read through `dirscan` and refused if they have problems."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nbxcert.dirscan import Found, scan_dir
+
+
+@dataclass
+class ProfileDiff:
+    added: list[Found] = field(default_factory=list)
+    removed: list[Found] = field(default_factory=list)
+    changed: list[tuple[Found, Found]] = field(default_factory=list)  # (old, new): the winner's config changed
+    unchanged: int = 0
+
+
+@dataclass
+class DiffReport:
+    old: Path
+    new: Path
+    profiles: dict[str, ProfileDiff]
+
+
+def ratio(old: Mapping[str, Any], new: Mapping[str, Any]) -> float | None:
+    """new / old winner median, when both were timed the same way (None otherwise)."""
+    a, b = old["winner"]["timing"], new["winner"]["timing"]
+    if a["kind"] != b["kind"] or a["median_us"] <= 0:
+        return None
+    return b["median_us"] / a["median_us"]
+
+
+def diff(old_dir: Path, new_dir: Path) -> DiffReport:
+    """Keys added, removed and whose winner changed from `old_dir` to `new_dir`, per profile."""
+    a = scan_dir(old_dir).require_ok().found
+    b = scan_dir(new_dir).require_ok().found
+    profiles: dict[str, ProfileDiff] = {}
+    for ident in sorted(set(a) | set(b), key=lambda i: (i[0], i[2], i[1])):
+        pd = profiles.setdefault(ident[0], ProfileDiff())
+        if ident not in a:
+            pd.added.append(b[ident])
+        elif ident not in b:
+            pd.removed.append(a[ident])
+        elif a[ident].entry["winner"]["config"] != b[ident].entry["winner"]["config"]:
+            pd.changed.append((a[ident], b[ident]))
+        else:
+            pd.unchanged += 1
+    return DiffReport(Path(old_dir), Path(new_dir), profiles)
