@@ -1182,21 +1182,18 @@ def bundle(
     profile: Annotated[
         str | None, typer.Option(help="The GPU profile to compile for (e.g. hopper); no GPU needed.")
     ] = None,
-    workload: Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")] = None,
-    keys_file: Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")] = None,
-    key: Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")] = None,
-    kernels: Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")] = None,
-    dirs: Annotated[
-        list[Path] | None,
-        typer.Option("--dir", help="Certificate directory (repeatable; default: the serving search path)."),
-    ] = None,
+    workload: WorkloadOption = None,
+    keys_file: KeysFileOption = None,
+    key: KeyOption = None,
+    kernels: KernelsOption = None,
+    dirs: SearchDirOption = None,
     out_file: Annotated[Path | None, typer.Option("--out", help="The bundle file to write.")] = None,
     check_file: Annotated[
         Path | None, typer.Option("--check", help="Check this bundle against the certificates of --dir instead.")
     ] = None,
-    jobs: Annotated[int | None, typer.Option(help="Parallel compile workers (default: the CPU count).")] = None,
-    spec: Annotated[list[str] | None, typer.Option(help=_SPEC_HELP)] = None,
-    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    jobs: JobsOption = None,
+    spec: SpecOption = None,
+    json_out: JsonReportOption = False,
 ):
     """Compile the certified winners of PROFILE for its GPU (cross-compiling, no GPU needed) into one bundle file that
     serving loads instead of compiling: the keys of --workload, --keys or --key, or every key certified in --dir.
