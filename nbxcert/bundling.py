@@ -524,10 +524,12 @@ class CheckReport:
     changed: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)  # "key: kernel" whose code changed since the bundle was built
+    sources_unchecked: str = ""  # why the kernels' code was not compared (another Triton version), if it was not
 
     @property
     def ok(self) -> bool:
-        return not (self.changed or self.gone or self.missing)
+        return not (self.changed or self.gone or self.missing or self.stale)
 
     def lines(self) -> list[str]:
         """One line per key that fails the check."""
@@ -535,13 +537,17 @@ class CheckReport:
         out = [f"changed: {k} (its certificate entry is not the one bundled)" for k in self.changed]
         out += [f"gone: {k} (bundled, and no longer certified in {where})" for k in self.gone]
         out += [f"missing: {k} (certified in {where}, and not in the bundle)" for k in self.missing]
+        out += [f"stale: {k}'s code changed since the bundle was built (rebuild it)" for k in self.stale]
+        if self.sources_unchecked:
+            out.append(f"the kernels' code was not compared with the bundle's: {self.sources_unchecked}")
         return [printable(line) for line in out]
 
     def line(self) -> str:
         verdict = "matches its certificates" if self.ok else "does not match its certificates"
         return printable(
             f"[nbxcert] bundle {self.bundle} ({self.profile}, {self.bundled} keys) {verdict} in "
-            f"{', '.join(self.dirs)}: {len(self.changed)} changed, {len(self.gone)} gone, {len(self.missing)} missing"
+            f"{', '.join(self.dirs)}: {len(self.changed)} changed, {len(self.gone)} gone, {len(self.missing)} missing, "
+            f"{len(self.stale)} stale"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -554,7 +560,45 @@ class CheckReport:
             "changed": self.changed,
             "gone": self.gone,
             "missing": self.missing,
+            "stale": self.stale,
+            "sources_unchecked": self.sources_unchecked,
         }
+
+
+_SOURCE_KEYS = """
+import json, sys
+from nbxcert.kernels.backends import binaries, cross
+cross.activate(cross.Target(**json.loads(sys.argv[1])))
+import importlib
+for m in json.loads(sys.argv[2]):
+    importlib.import_module(m)
+from nbxcert.kernels.spec import load_all
+keys = {}
+for spec in load_all().values():
+    for kernel in spec.kernels:
+        if hasattr(kernel, "cache_key"):
+            identity, source_key = binaries.identity_of(kernel)
+            keys[identity] = source_key
+print(json.dumps(keys))
+"""
+
+
+def source_keys(target: Target, modules: Sequence[str] = ()) -> dict[str, str]:
+    """identity -> Triton's source key of every kernel this nbxcert (and `modules`) registers, as a bundle names them:
+    read in a process of the cross-compiling backend (where kernels are JIT functions; nothing is compiled)."""
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _SOURCE_KEYS, json.dumps(target.as_dict()), json.dumps(list(modules))],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NBXCERT_BACKEND")},
+        check=False,
+    )
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise BackendUnavailable(f"reading the kernels' source keys for {target.text()} failed: {last}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def check(
@@ -563,10 +607,13 @@ def check(
     keys: Sequence[Any] | None = None,
     profile_name: str | None = None,
     kernels: Sequence[str] | None = None,
+    modules: Sequence[str] = (),
 ) -> CheckReport:
     """Check a bundle (its integrity, every binary read) against the certificates of its profile in `dirs`: a key
     whose entry's digest differs is `changed`, a bundled key certified no more is `gone`, a certified key (of `keys`
-    when given, of `kernels` when given) the bundle lacks is `missing`."""
+    when given, of `kernels` when given) the bundle lacks is `missing`, and a key one of whose kernels' code changed
+    since the bundle was built (its source key is not the bundled one: serving would find none of its binaries) is
+    `stale`."""
     with Bundle.open(path) as bundle:
         bundle.verify()
         manifest = bundle.manifest
@@ -590,4 +637,18 @@ def check(
     else:
         expected = [k.text() for k in keys if k.text() in certified]
     report.missing = sorted(t for t in set(expected) if t not in bundled)
+    import triton
+
+    if manifest["triton_version"] != triton.__version__:
+        # Triton's source key is its own hash, which differs between its versions: only a Triton of the bundle's own
+        # version (the one that serves it) can tell whether a kernel's code changed
+        built_with = manifest["triton_version"]
+        report.sources_unchecked = f"built with Triton {built_with}, this is Triton {triton.__version__}"
+        return report
+    built_for = manifest["target"]
+    target = Target(built_for["backend"], built_for["arch"], built_for["warp_size"], manifest["profile"], 1)
+    current = source_keys(target, modules)
+    for text, k in bundled.items():
+        changed = sorted({x["identity"] for x in k["launches"] if current.get(x["identity"]) != x["source_key"]})
+        report.stale += [f"{text}: {identity}" for identity in changed]
     return report

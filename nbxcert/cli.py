@@ -1239,7 +1239,7 @@ def bundle(
                 raise errors.UsageError("--workload, --keys and --key need --profile to form their keys")
             load_census_specs(prof, modules)
             found = gather_keys(prof, key or (), keys_file, workload, wanted)
-        report = bundling.check(check_file, dirs, found, profile, wanted)
+        report = bundling.check(check_file, dirs, found, profile, wanted, modules)
         if json_out:
             print(json.dumps(report.as_dict(), indent=2))
         else:

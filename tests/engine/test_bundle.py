@@ -459,6 +459,32 @@ def test_the_check_names_each_key_whose_certificate_changed_went_or_is_not_bundl
     assert "Traceback" not in failed.output
 
 
+def test_the_check_names_each_key_whose_kernel_code_changed_since_the_build(built, certdir, tmp_path):
+    """A kernel whose code changed since the bundle was built has another source key: serving would find none of its
+    binaries, so the check fails naming the key and the kernel (here the bundle's record of it is changed instead)."""
+    data = built.read_bytes()
+    manifest, _ = _manifest_of(data)
+    launch = manifest["keys"][0]["launches"][0]
+    launch["source_key"] = "0" * 64
+    forged = tmp_path / "stale.nbxbundle"
+    forged.write_bytes(_with_manifest(data, canonical(manifest)))
+    report = bundling.check(forged, [certdir])
+    assert report.stale == [f"{manifest['keys'][0]['key']}: {launch['identity']}"]
+    assert not report.ok and not report.sources_unchecked
+    assert bundling.check(built, [certdir]).stale == []
+
+
+def test_a_bundle_of_another_triton_is_checked_without_its_sources(built, certdir, tmp_path):
+    data = built.read_bytes()
+    manifest, _ = _manifest_of(data)
+    manifest["triton_version"] = "0.0.1"
+    other = tmp_path / "other.nbxbundle"
+    other.write_bytes(_with_manifest(data, canonical(manifest)))
+    report = bundling.check(other, [certdir])
+    assert report.ok and report.sources_unchecked.startswith("built with Triton 0.0.1, this is Triton ")
+    assert any("was not compared" in line for line in report.lines())
+
+
 # --- kill and resume --------------------------------------------------------------------------------------------------
 _KILLED_BUILD = r"""
 import os, sys, time
