@@ -394,7 +394,9 @@ from nbxcert.kernels.inputs import shape_only
 made = 0.0
 n = 0
 elapsed = []  # seconds from the process's start to the end of each launch (queued), for the common-prefix ratio
-for launch in launches(load_workload(a["workload"]), profile):
+for at, launch in enumerate(launches(load_workload(a["workload"]), profile)):
+    if at < a.get("from_launch", 0):  # an earlier part of the sequence ran them (--from-launch, --cache-dir)
+        continue
     if a["max_launches"] and n >= a["max_launches"]:
         break
     spec = get_spec(launch.kernel)
@@ -467,6 +469,8 @@ def _cold_run(
     triton_cache: str = "",
     bundle: str = "",
     no_torch: bool = False,
+    from_launch: int = 0,
+    cache_dir: str = "",
 ) -> dict:
     """One fresh process running the workload's launches; `triton_cache`: this Triton cache directory (default: an
     empty one of its own); `bundle`: serve the winners it holds compiled (`NBXCERT_BUNDLE_PATH`), with nbxcert's
@@ -477,6 +481,9 @@ def _cold_run(
         "NBXCERT_CACHE_DIR": tempfile.mkdtemp(prefix="nbx-cold-"),
         "NBXCERT_UNCERTIFIED": "sweep",
     }
+    if cache_dir:  # one part of a sequence measured in parts: the caches the whole run's one process would have kept
+        env["TRITON_CACHE_DIR"] = os.path.join(cache_dir, "triton")
+        env["NBXCERT_CACHE_DIR"] = os.path.join(cache_dir, "nbxcert")
     env.pop("NBXCERT_BUNDLE_PATH", None)
     if bundle:
         from nbxcert.kernels.backends import launcher
@@ -491,6 +498,7 @@ def _cold_run(
     arg = {"workload": workload, "profile": profile.key, "dir": directory, "certified_only": certified_only}
     arg["bundle"] = bool(bundle)
     arg["no_torch"] = no_torch
+    arg["from_launch"] = from_launch
     arg.update(warm=warm, autotune=autotune, max_launches=max_launches)
     t0 = time.perf_counter()
     try:
@@ -541,7 +549,9 @@ def coldstart(args) -> dict:
     workers)."""
     _choice, profile = _device()
     empty = tempfile.mkdtemp(prefix="nbx-empty-")
-    common = dict(max_launches=args.max_launches, no_torch=args.no_torch)
+    common = dict(max_launches=args.max_launches, no_torch=args.no_torch, from_launch=args.from_launch)
+    if args.cache_dir:
+        common["cache_dir"] = args.cache_dir
     certified_cache = tempfile.mkdtemp(prefix="triton-cold-")
     served = dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit, **common)
     first = {"certified": dict(served, triton_cache=certified_cache), "warmed": dict(served, warm=args.warm)}
@@ -879,6 +889,18 @@ def main(argv=None) -> int:
     c.add_argument("--max-launches", type=int, default=0, help="only the first N launches of the sequence (0: all)")
     c.add_argument("--bundle", default="", help="also a run serving the winners from this bundle (nbxcert bundle)")
     c.add_argument("--no-torch", action="store_true", help="torch unimportable in every run (an nbxcert application)")
+    c.add_argument(
+        "--from-launch",
+        type=int,
+        default=0,
+        help="start at this launch of the sequence: one part of a sequence measured in parts (with --cache-dir)",
+    )
+    c.add_argument(
+        "--cache-dir",
+        default="",
+        help="keep the Triton and nbxcert caches here across the parts of one sequence (each part: --from-launch, "
+        "--max-launches), as the whole run's one process would keep them",
+    )
     c.add_argument(
         "--runs",
         default="",
