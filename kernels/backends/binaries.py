@@ -10,7 +10,7 @@ a GPU target. This module is the kernel layer's side of it:
   the specialization a launch's arguments give (`specialization_of`: Triton's binder, as `JITFunction.run` calls it;
   the same string on any machine with the same Triton, whatever its device).
 - `describe(compiled)`: the JSON-able record of a Triton `CompiledKernel` (made where the bundle is built, usually by
-  cross-compiling); `KernelBinary.from_record` reads it back.
+  cross-compiling), which a `KernelBinary` carries beside its image.
 - A seam: `set_source(lookup)` (registered from above, by `nbxcert.serving`, never imported from here): each launch of
   a JIT function on the cuda backend asks `lookup(identity, source_key, specialization)` for a binary; a binary found
   is loaded into the device's context once (`Loaded`) and launched through nbxcert's launcher (`launcher`), so no
@@ -26,6 +26,7 @@ shape, strides, padding flag, shape and strides), then the global and the profil
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import threading
@@ -69,6 +70,7 @@ RECORD_FIELDS = (
     "tensordesc_meta",
 )
 _TENSORDESC = re.compile(r"tensordesc<([^[>]*)\[([^]]*)\]")
+_POINTER = re.compile(r"\*k?[a-z][a-z0-9]*")  # Triton's pointer types: *fp16, *kbf16 (a const pointer), *i32, ...
 
 
 class BinaryUnusable(BackendUnavailable):
@@ -88,7 +90,7 @@ def param_codes(signature: Sequence[tuple[str, Any]], tensordesc_meta: Sequence[
             )
         if ty == "constexpr":
             codes.append("-")
-        elif ty.startswith("*"):
+        elif _POINTER.fullmatch(ty):
             codes.append("P")
         elif ty.startswith("tensordesc"):
             found = _TENSORDESC.match(ty)
@@ -142,8 +144,9 @@ class KernelBinary:
     image: bytes
     record: Mapping[str, Any]  # `describe`'s fields
 
-    @property
+    @functools.cached_property
     def sha256(self) -> str:
+        """The image's SHA-256 (hex), computed once: `load` keys its loaded kernels by it."""
         return hashlib.sha256(self.image).hexdigest()
 
     @property
@@ -154,15 +157,16 @@ class KernelBinary:
 # ---------------------------------------------------------------------------------------------------------------------
 # What names a launch
 # ---------------------------------------------------------------------------------------------------------------------
-_identities: dict[int, tuple[str, str]] = {}
+_IDENTITY = "_nbxcert_identity"  # where a JIT function keeps its identity once computed (it lives as long as it)
 
 
 def identity_of(kernel: Any) -> tuple[str, str]:
     """(module.qualname, Triton's source key) of a JIT function; computed once per function."""
-    found = _identities.get(id(kernel))
+    found = getattr(kernel, _IDENTITY, None)
     if found is None:
         fn = kernel.fn
-        found = _identities[id(kernel)] = (f"{fn.__module__}.{fn.__qualname__}", kernel.cache_key)
+        found = (f"{fn.__module__}.{fn.__qualname__}", kernel.cache_key)
+        setattr(kernel, _IDENTITY, found)
     return found
 
 

@@ -199,6 +199,8 @@ def test_a_parameter_type_the_launcher_does_not_take_is_refused_by_name():
         binaries.param_codes([("q", "fp8e4nv")], None)
     with pytest.raises(binaries.BinaryUnusable, match="tuple"):
         binaries.param_codes([("t", ("i32", "i32"))], None)
+    with pytest.raises(binaries.BinaryUnusable, match="argument p has type"):
+        binaries.param_codes([("p", "*fp16; junk")], None)
 
 
 def test_the_launcher_source_ships_with_the_package():
