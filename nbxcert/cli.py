@@ -577,6 +577,7 @@ def verify(
                     "keys": report.keys,
                     "served": report.served,
                     "swept": report.swept,
+                    "defaulted": report.defaulted,
                     "missing": report.missing,
                     "mismatched": [{"key": k, "config": c, "report": r} for k, c, r in report.mismatched],
                     "failed": [{"key": k, "reason": r} for k, r in report.failed],

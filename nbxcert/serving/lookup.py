@@ -24,7 +24,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -198,9 +198,15 @@ def _record(st: ServingState, key_text: str, event: str) -> None:
         append_record(st.record, {"key": key_text, "event": event, "profile": st.profile.key, "time": time.time()})
 
 
-def config_for(spec, problem: Mapping[str, Any], dtypes: Sequence[str], runtime: RuntimeLaunch | dict | None = None):
+def config_for(
+    spec,
+    problem: Mapping[str, Any],
+    dtypes: Sequence[str],
+    runtime: RuntimeLaunch | dict | Callable[[], RuntimeLaunch] | None = None,
+):
     """The config a launch of `spec` runs with: certified, else swept at run time (or refused, certified-only).
-    `runtime` is a `RuntimeLaunch` or the keyword arguments of one (built only when a sweep needs it)."""
+    `runtime` is a `RuntimeLaunch`, the keyword arguments of one, or a function of no arguments that makes one (each
+    used only when a sweep needs it)."""
     fast_key = (spec.name, tuple(problem.items()), tuple(dtypes))
     cfg = _fast.get(fast_key)
     if cfg is not None:
