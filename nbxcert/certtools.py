@@ -31,11 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbxcert import certificates
+from nbxcert import certificates, files
 from nbxcert.errors import CertificateInvalid, DeviceFactMissing, KeyNotCertified, KeyParseError, UsageError
 from nbxcert.files import atomic_write
 from nbxcert.keys import check_key, parse_key
 from nbxcert.text import printable
+
+NO_CERTS_HINT = "name the directory certify wrote (its --out), which holds <vendor>/<profile>/<kernel>.<dtype>.json"
 
 # The provenance fields that say which card and which software made a certification: equal in all of them means one
 # run configuration (`certify.same_card` skips a rerun on the same ones).
@@ -218,9 +220,10 @@ def scan_dir(root: Path, specs: Mapping[str, Any] | None = None) -> DirScan:
 
     With `specs` (kernel name -> KernelSpec), each file's kernel must be registered and each config one its kernel
     takes; without, only the schema is checked."""
+    from nbxcert.options import reachable
     from nbxcert.profiles import all_profiles
 
-    root = Path(root)
+    root = reachable(Path(root), "certificate directory")
     if not root.is_dir():
         raise UsageError(
             f"{printable(root)} is not a directory", hint="give a certificate directory (<vendor>/<profile>/)"
@@ -395,7 +398,7 @@ def show(
 def _find_in(root: Path, profile_key: str, kernel: str, key_text: str) -> Found | None:
     """The key's certification in `root/<profile>/<kernel>.*.json` (the files of its kernel), validated."""
     pdir = Path(root) / profile_key
-    if not pdir.is_dir():
+    if not files.is_dir(pdir):  # one that cannot be searched holds nothing this key can be served from
         return None
     real_root = Path(root).resolve()
     for path in sorted(pdir.glob(f"{kernel}.*.json")):
@@ -635,7 +638,7 @@ def merge(out: Path, dirs: Sequence[Path], prefer: str | None = None, modules: S
     written atomically under each profile directory's lock, and the plan is made again under the locks, so a certify
     run writing into `out` meanwhile is neither lost nor overwritten."""
     if prefer is not None and prefer not in PREFER:
-        raise UsageError(f"--prefer {prefer!r} is not one of {', '.join(PREFER)}")
+        raise UsageError(f"--prefer {prefer!r} is not a rule", hint=f"choose one of: {', '.join(PREFER)}")
     if not dirs:
         raise UsageError("no shard directory to merge", hint="nbxcert merge OUT DIR [DIR ...]")
     from nbxcert.options import writable_dir

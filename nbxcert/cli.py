@@ -81,9 +81,22 @@ def error_line(e: errors.NbxcertError) -> str:
     return printable(line)
 
 
+def os_error_line(e: OSError) -> str:
+    """The one line an error of the OS is: what failed, on which path, and what to do."""
+    from nbxcert.text import printable
+
+    where = "".join(f" {p}" for p in (e.filename, e.filename2) if p is not None)
+    what = e.strerror or type(e).__name__
+    return printable(
+        f"nbxcert: system error: {what}:{where or ' (no path)'} -> check that path (permissions, free space) and run "
+        "the command again; NBXCERT_DEBUG=1 shows the traceback"
+    )
+
+
 def handled(fn: Callable, interrupted: str = "") -> Callable:
-    """Turn an `NbxcertError` into one line on stderr and exit code 1 (traceback with NBXCERT_DEBUG=1); an interrupt
-    into "nbxcert: interrupted" plus `interrupted` (what the command keeps) and exit code 130."""
+    """Turn an `NbxcertError` (or an `OSError`) into one line on stderr and exit code 1 (traceback with
+    NBXCERT_DEBUG=1); an interrupt into "nbxcert: interrupted" plus `interrupted` (what the command keeps) and exit
+    code 130."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -93,6 +106,11 @@ def handled(fn: Callable, interrupted: str = "") -> Callable:
             if os.environ.get("NBXCERT_DEBUG") == "1":
                 raise
             print(error_line(e), file=sys.stderr)
+            raise typer.Exit(1) from None
+        except OSError as e:  # what the checks cannot foresee (a disk full, a file removed meanwhile): one line too
+            if os.environ.get("NBXCERT_DEBUG") == "1":
+                raise
+            print(os_error_line(e), file=sys.stderr)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             if os.environ.get("NBXCERT_DEBUG") == "1":
@@ -653,6 +671,7 @@ def coverage(
 ):
     """How many of a workload's (or keys file's) keys are certified for a profile; the missing ones listed. No keys,
     or a directory that is not there, is an error (exit 1), never 100%."""
+    from nbxcert.files import write_text
     from nbxcert.options import check_environment, existing_dirs, fraction, writable_file
     from nbxcert.profiles import get_profile
     from nbxcert.verify import coverage as run_coverage
@@ -664,9 +683,10 @@ def coverage(
         writable_file(junit_xml, "--junit-xml")
     prof = get_profile(profile)
     _modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec)
-    report = run_coverage(prof.key, found, dirs)
+    with _Heartbeat(f"coverage {prof.key}", f"reading the certificates of {len(found)} keys"):
+        report = run_coverage(prof.key, found, dirs)
     if junit_xml:
-        junit_xml.write_text(to_junit(report, min_fraction))
+        write_text(junit_xml, to_junit(report, min_fraction))
     if json_out:
         print(
             json.dumps(
@@ -902,14 +922,16 @@ def stale(
 ):
     """Certified winners the winner rule would not choose from their entry's own timings (no device; exit 1 if any)."""
     from nbxcert.certtools import config_label
+    from nbxcert.files import write_text
     from nbxcert.options import writable_file
     from nbxcert.stale import find_stale
 
     if keys_out is not None:
         writable_file(keys_out, "--out")
-    report = find_stale(directory, profile)
+    with _Heartbeat(f"stale {_plain(directory)}", "reading the certificate files"):
+        report = find_stale(directory, profile)
     if keys_out is not None:
-        keys_out.write_text(report.keys_jsonl())
+        write_text(keys_out, report.keys_jsonl())
     if json_out:
         doc = {"dir": str(directory), "profile": report.profile, "entries": report.entries, "judged": report.judged}
         print(json.dumps({**doc, "stale": [s.as_dict() for s in report.stale]}, indent=2))
@@ -1004,9 +1026,7 @@ def _default_dir(directory: Path | None, cache: Path | None, write: bool) -> Pat
     if cache is not None:
         writable_dir(cache, "--cache", write=write)
     check_environment(search_path=False)
-    if directory is not None:
-        if not directory.is_dir():
-            raise errors.UsageError(f"certificate directory {_plain(directory)} does not exist")
+    if directory is not None:  # a file was said not to exist; a directory that cannot be searched raised
         return existing_dirs([directory], "certificate directory")[0]
     from nbxcert.serving import search_path
 
@@ -1044,9 +1064,13 @@ def index_check(
     from nbxcert.index import CertifiedIndex, cache_dir, fingerprint, index_path
 
     directory = _default_dir(directory, cache, write=False)
-    targets = _index_targets(directory)
+    with _Heartbeat(f"index check {_plain(directory)}", "reading the certificate files"):
+        targets = _index_targets(directory)
     if not targets:  # a check never passes on nothing
-        raise errors.UsageError(f"{_plain(directory)} holds no certificates: no index to check")
+        raise errors.UsageError(
+            f"{_plain(directory)} holds no certificates: no index to check",
+            hint="name the directory certify wrote (its --out), which holds <vendor>/<profile>/*.json",
+        )
     bad = 0
     for profile_key, memory_class in targets:
         path = index_path(cache or cache_dir(), profile_key, memory_class, fingerprint([directory], profile_key))

@@ -30,6 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nbxcert import files
 from nbxcert.errors import KeyNotCertified, KeyParseError, ProvenanceMismatch
 from nbxcert.keys import make_key
 from nbxcert.serving.notices import forget as forget_notices
@@ -134,17 +135,22 @@ def state() -> ServingState:
             profile, memory_class = profile_in_force()
             dirs = search_path()
             found: list[str] = []
-            index = load_index([d for d in dirs if d.is_dir()], profile.key, memory_class, notices=found)
+            # a directory that cannot be searched is skipped as one that is not there: an application keeps running
+            index = load_index([d for d in dirs if files.is_dir(d)], profile.key, memory_class, notices=found)
             for n in found:
                 say_once(f"[nbxcert] {n}")
             rt_path = _runtime_cache_path(profile.key, memory_class)
             runtime = {}
-            if rt_path.is_file():
+            # a cache directory that cannot be searched (NBXCERT_CACHE_DIR mode 000) raised PermissionError from
+            # is_file(): a traceback from `verify` and a crash of the application's first launch
+            if files.is_file(rt_path):
                 try:
                     runtime = json.loads(rt_path.read_text())
                 except ValueError:
                     say_once(f"[nbxcert] the run-time sweep cache {rt_path} is not valid JSON; starting it afresh")
-            n_dirs = sum(1 for d in dirs if d.is_dir())
+                except OSError as e:
+                    say_once(f"[nbxcert] the run-time sweep cache {rt_path} cannot be read ({e.strerror}); not used")
+            n_dirs = sum(1 for d in dirs if files.is_dir(d))
             say_once(
                 f"[nbxcert] certified: {profile.name} ({memory_class} class), {len(index)} keys from {n_dirs} "
                 f"director{'y' if n_dirs == 1 else 'ies'}"
@@ -187,7 +193,10 @@ def _uncertified_mode() -> str:
 
     mode = os.environ.get("NBXCERT_UNCERTIFIED", "sweep").strip() or "sweep"
     if mode not in UNCERTIFIED_MODES:
-        raise UsageError(f"NBXCERT_UNCERTIFIED={mode} is not one of {', '.join(UNCERTIFIED_MODES)}")
+        raise UsageError(
+            f"NBXCERT_UNCERTIFIED={mode} is not a mode",
+            hint=f"set it to one of {', '.join(UNCERTIFIED_MODES)}, or unset it (sweep)",
+        )
     return mode
 
 

@@ -43,7 +43,7 @@ def _interpreter(backend):
 def nbx(*args, env: dict | None = None, cwd: Path | None = None) -> SimpleNamespace:
     """The command run in this process, with its environment's NBXCERT_* variables cleared first."""
     full = {k: None for k in os.environ if k.startswith("NBXCERT_")}
-    full.update(NBXCERT_BACKEND="interpreter", NBXCERT_UNCERTIFIED="default", **(env or {}))
+    full.update({"NBXCERT_BACKEND": "interpreter", "NBXCERT_UNCERTIFIED": "default", **(env or {})})
     here = os.getcwd()
     if cwd is not None:
         os.chdir(cwd)
@@ -428,3 +428,133 @@ def test_merge_into_a_path_under_a_file_is_one_line(probe_dir, tmp_path):
     (tmp_path / "file.txt").write_text("x")
     r = nbx("merge", tmp_path / "file.txt" / "sub", probe_dir, "--spec", "faulty_kernels")
     refused(r, f"OUT {tmp_path / 'file.txt' / 'sub'}: {tmp_path / 'file.txt'} is a file, not a directory")
+
+
+# --- paths the OS cannot be asked about, and errors of the OS ---------------------------------------------------------
+def _unprivileged() -> list[str]:
+    """The prefix that runs a command without the power to read and search what its permissions forbid: none for a
+    user other than root; for root, setpriv dropping CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (skipped without it)."""
+    if os.geteuid() != 0:
+        return []
+    prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+    try:
+        probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        pytest.skip("running as root without setpriv: permissions cannot be made to bite")
+    if probe.returncode != 0:
+        pytest.skip("running as root and setpriv cannot drop CAP_DAC_OVERRIDE here")
+    return prefix
+
+
+@pytest.fixture()
+def locked(tmp_path):
+    """A directory nobody may search (mode 000) in `tmp_path`; a copy of the shipped certificates beside it."""
+    import shutil
+
+    shutil.copytree(SHIPPED / "cpu" / "interpreter", tmp_path / "certs" / "cpu" / "interpreter")
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked").chmod(0)
+    yield tmp_path
+    (tmp_path / "locked").chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    "args, env, says",
+    [
+        (["keys", "--profile", "interpreter", "--keys", "locked/k.jsonl"], {}, "keys file locked/k.jsonl"),
+        (["census", "--profile", "hopper", "--workload", "locked/w.yml"], {}, "workload file locked/w.yml"),
+        (["validate", "locked/x"], {}, "certificate directory locked/x"),
+        (["diff", "certs", "locked/x"], {}, "certificate directory locked/x"),
+        (["merge", "out", "locked/x"], {}, "certificate directory locked/x"),
+        (["stale", "locked/x"], {}, "certificate directory locked/x"),
+        (["index", "check", "locked/x"], {}, "certificate directory locked/x"),
+        (["coverage", "--profile", "interpreter", "--workload", "demo", "--dir", "locked/x"], {}, "--dir locked/x"),
+        (["certify", "--profile", "interpreter", "--key", RMSNORM, "--out", "locked/x"], {}, "--out locked/x"),
+    ],
+)
+def test_a_path_under_a_directory_that_cannot_be_searched_is_one_line(args, env, says, locked):
+    # bug: Path.exists()/is_file()/is_dir() raise PermissionError for a path under a directory that cannot be searched
+    # (Python < 3.14): tracebacks from keys, census, validate, diff, merge, stale and index, and `--dir locked/x` was
+    # said not to exist, `--out locked/x` not to name a directory
+    r = subprocess.run(
+        [*_unprivileged(), sys.executable, "-m", "nbxcert", *args],
+        capture_output=True,
+        text=True,
+        cwd=locked,
+        timeout=300,
+        env={**os.environ, "NBXCERT_BACKEND": "interpreter", "NBXCERT_CACHE_DIR": str(locked / "cache"), **env},
+    )
+    refused(r, f"{says} cannot be reached (Permission denied)", "check the permissions of the directories")
+
+
+def test_a_cache_directory_that_cannot_be_read_is_served_from_memory(locked):
+    # bug: NBXCERT_CACHE_DIR naming a directory that cannot be searched raised PermissionError from the run-time
+    # cache's is_file(): a traceback from `verify` (and a crash of an application's first launch); and `doctor` raised
+    # on NBXCERT_CERTIFIED_DIR under it
+    base = [*_unprivileged(), sys.executable, "-m", "nbxcert"]
+    env = {**os.environ, "NBXCERT_BACKEND": "interpreter", "NBXCERT_UNCERTIFIED": "default"}
+    verify = [*base, "verify", "--profile", "interpreter", "--key", RMSNORM, "--dir", "certs", "--certified-only"]
+    r = subprocess.run(
+        verify,
+        capture_output=True,
+        text=True,
+        cwd=locked,
+        timeout=300,
+        env={**env, "NBXCERT_CACHE_DIR": str(locked / "locked")},
+    )
+    check(r, 0, must=["1 keys, 1 served", "serving from memory"])
+    r = subprocess.run(
+        [*base, "doctor"],
+        capture_output=True,
+        text=True,
+        cwd=locked,
+        timeout=300,
+        env={**env, "NBXCERT_CERTIFIED_DIR": "locked/x", "NBXCERT_CACHE_DIR": str(locked / "cache")},
+    )
+    check(r, 0, must=["certificate directory locked/x cannot be reached (Permission denied)"])
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device whose writes fail: ENOSPC)")
+def test_an_error_of_the_os_while_working_is_one_line():
+    # bug: an OSError no check can foresee (here a write to a full disk) ended in a traceback
+    r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", SHIPPED, "--junit-xml", "/dev/full")
+    refused(r, "nbxcert: system error: No space left on device: /dev/full", "NBXCERT_DEBUG=1")
+
+
+# --- every refusal names the next step --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        # a directory was said not to exist, with no next step
+        (["keys", "--profile", "interpreter", "--workload", "{tmp}"], "workload file {tmp} is not a regular file"),
+        (["keys", "--profile", "interpreter", "--workload", "{tmp}/w.yml"], "a workload is a mapping, got str"),
+        # a file was said not to exist
+        (["index", "build", "{tmp}/w.yml"], "certificate directory {tmp}/w.yml is not a directory"),
+        (["index", "check", "{tmp}"], "holds no certificates: no index to check"),
+        # ten digits were said not to be i/n
+        (["verify", "--profile", "interpreter", "--key", RMSNORM, "--shard", "1/10000000000"], "at most 999999999"),
+        (["verify", "--profile", "interpreter", "--key", RMSNORM, "--shard", "2/2"], "need 0 <= i < n"),
+        (["certify", "--profile", "interpreter", "--key", RMSNORM, "--out", "{tmp}", "--timeout", "nan"], "--timeout"),
+        (["merge", "{tmp}/out", str(SHIPPED), "--prefer", "NEWEST"], "--prefer 'NEWEST' is not a rule"),
+        (["export", "--format", "csv", "--profile", "hopper", "--out", "{tmp}/e"], "--format 'csv'"),
+        (["keys", "--profile", "interpreter"], "no keys asked for"),
+    ],
+)
+def test_every_refusal_names_the_next_step(args, says, tmp_path):
+    # bug: these lines said what failed but not what to do next (`nbxcert: invalid workload: w.yml: a workload is a
+    # mapping, got str`); some named the wrong fault (a directory "does not exist", `--shard 1/10000000000` "is not
+    # i/n")
+    (tmp_path / "w.yml").write_text("just text\n")
+    line = refused(nbx(*[a.format(tmp=tmp_path) for a in args]), says.format(tmp=tmp_path))
+    assert " -> " in line and len(line.split(" -> ")[1]) > 10, line
+
+
+def test_an_unknown_uncertified_mode_names_the_next_step():
+    r = nbx("verify", "--profile", "interpreter", "--key", RMSNORM, env={"NBXCERT_UNCERTIFIED": "bogus"})
+    refused(r, "NBXCERT_UNCERTIFIED=bogus is not a mode -> set it to one of sweep, default")
+
+
+def test_coverage_min_minus_zero_is_zero():
+    # bug: `--min -0` printed "minimum -0.0%"
+    r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", SHIPPED, "--min", "-0")
+    check(r, 0, must=["minimum 0.0%"], must_not=["-0.0%"])
