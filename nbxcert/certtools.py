@@ -278,7 +278,9 @@ def _scan_file(scan: DirScan, path: Path, parts: tuple[str, ...], profiles: dict
         spec = specs.get(kernel)
         if spec is None:
             registered = ", ".join(specs) or "none"
-            problems.append(Problem(str(path), None, "kernel", f"unknown kernel '{kernel}' (registered: {registered})"))
+            # the next step was missing: a certificate made with `certify --spec M` is validated with `--spec M`
+            reason = f"unknown kernel '{kernel}' (registered: {registered}); a kernel of your own: give --spec MODULE"
+            problems.append(Problem(str(path), None, "kernel", reason))
             head_ok = False
     profile = profiles.get(dir_profile) if dir_profile else None
     for key_text, entry in entries.items():
@@ -304,8 +306,13 @@ def _scan_file(scan: DirScan, path: Path, parts: tuple[str, ...], profiles: dict
 
 
 def validate(root: Path, modules: Sequence[str] = ()) -> DirScan:
-    """`nbxcert validate`: every problem of every file under `root`, each kernel checked against its spec."""
-    return scan_dir(root, load_specs(modules))
+    """`nbxcert validate`: every problem of every file under `root`, each kernel checked against its spec. A
+    directory with no certificate file and no problem is refused: it passed the CI gate ("0 files, 0 entries, 0
+    problems", exit 0), as a path to the wrong directory would."""
+    scan = scan_dir(root, load_specs(modules))
+    if scan.files == 0 and not scan.problems:
+        raise UsageError(f"{printable(root)} holds no certificate files: nothing to validate", hint=NO_CERTS_HINT)
+    return scan
 
 
 # --- show -------------------------------------------------------------------------------------------------------------
@@ -387,6 +394,16 @@ def show(
     if not shown:
         where = ", ".join(printable(d) for d in dirs) or "no directory (NBXCERT_CERTIFIED_DIR is empty)"
         target = profile_keys[0] if profile else "any profile"
+        if key.kernel not in specs:  # "certify it" was the next step given, for a kernel that cannot be certified
+            import difflib
+
+            close = difflib.get_close_matches(key.kernel, list(specs), n=1)
+            raise KeyNotCertified(
+                f"key {key.text()} is not certified for {target} in {where}",
+                hint=f"no kernel named '{key.kernel}' is registered: check the name (`nbxcert kernels`"
+                + (f"; did you mean {close[0]}?" if close else "")
+                + "), or give --spec MODULE for a kernel of your own",
+            )
         raise KeyNotCertified(
             f"key {key.text()} is not certified for {target} in {where}",
             hint=f"certify it: `nbxcert certify --profile {target if profile else 'PROFILE'} --key '{key.text()}'`"
@@ -649,6 +666,11 @@ def merge(out: Path, dirs: Sequence[Path], prefer: str | None = None, modules: S
     out = writable_dir(Path(out), "OUT")
     specs = load_specs(modules)
     shards = [scan_dir(d, specs).require_ok() for d in dirs]
+    if not any(s.files for s in shards):  # merged 0 keys and exited 0: a wrong path passed as a merge
+        names = ", ".join(printable(d) for d in dirs)
+        raise UsageError(
+            f"the shard directories hold no certificate files ({names}): nothing to merge", hint=NO_CERTS_HINT
+        )
 
     def out_scan() -> DirScan | None:
         return scan_dir(out, specs).require_ok() if out.is_dir() else None

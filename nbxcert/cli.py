@@ -221,7 +221,8 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="Print the repo
     """Tell the truth about this machine: backend, GPUs on the PCI bus, runtimes, profile match, versions."""
     from nbxcert.doctor import run_doctor
 
-    report = run_doctor()
+    with _Heartbeat("doctor", "looking at the machine and reading the certificates"):
+        report = run_doctor()
     code = 0 if report.backend_usable else 1
     if json_out:
         print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
@@ -757,7 +758,8 @@ def validate(
     """List every problem of every certificate file under DIRECTORY (exit 1 if there is any)."""
     from nbxcert.certtools import validate as run_validate
 
-    scan = run_validate(directory, spec or ())
+    with _Heartbeat(f"validate {_plain(directory)}", "reading the certificate files"):
+        scan = run_validate(directory, spec or ())
     if json_out:
         doc = {"dir": str(directory), "files": scan.files, "entries": scan.entries}
         print(json.dumps({**doc, "problems": [p.as_dict() for p in scan.problems]}, indent=2))
@@ -784,7 +786,8 @@ def show(
     from nbxcert.certtools import config_label, summary
     from nbxcert.certtools import show as run_show
 
-    shown = run_show(key, profile, dirs or (), spec or ())
+    with _Heartbeat(f"show {_plain(key)}", "reading the certificate files"):
+        shown = run_show(key, profile, dirs or (), spec or ())
     if json_out:
         rows = [
             {
@@ -857,7 +860,8 @@ def diff(
     from nbxcert.certtools import config_label, ratio
     from nbxcert.certtools import diff as run_diff
 
-    report = run_diff(old, new)
+    with _Heartbeat(f"diff {_plain(old)} {_plain(new)}", "reading both directories"):
+        report = run_diff(old, new)
 
     def side(f):
         w = f.entry["winner"]
@@ -970,7 +974,8 @@ def merge(
     """Merge shard directories into OUT_DIR; a key certified on different cards or versions needs --prefer."""
     from nbxcert.certtools import merge as run_merge
 
-    report = run_merge(out_dir, dirs or (), prefer, spec or ())
+    with _Heartbeat(f"merge into {_plain(out_dir)}", "reading and merging the shard directories"):
+        report = run_merge(out_dir, dirs or (), prefer, spec or ())
     if json_out:
         keys = [
             {
@@ -1043,13 +1048,15 @@ def index_build(
     from nbxcert.index import load_index
 
     directory = _default_dir(directory, cache, write=True)
-    targets = _index_targets(directory)
-    for profile_key, memory_class in targets:
-        notices: list[str] = []
-        index = load_index([directory], profile_key, memory_class, cache, notices)
-        for n in notices:
-            print(f"[nbxcert] {n}", file=sys.stderr)
-        print(_plain(f"{profile_key} {memory_class}: {len(index)} keys -> {index.path}"))
+    with _Heartbeat(f"index build {_plain(directory)}", "reading the certificate files") as beat:
+        targets = _index_targets(directory)
+        for profile_key, memory_class in targets:
+            beat.state = f"building the index of {profile_key} {memory_class}"
+            notices: list[str] = []
+            index = load_index([directory], profile_key, memory_class, cache, notices)
+            for n in notices:
+                print(f"[nbxcert] {n}", file=sys.stderr)
+            print(_plain(f"{profile_key} {memory_class}: {len(index)} keys -> {index.path}"))
     if not targets:
         print(_plain(f"{directory}: no certificates, no index to build"))
 
@@ -1217,7 +1224,8 @@ def export(
     autotune cache for kernels declared with nbxcert.autotune (triton-autotune)."""
     from nbxcert.export import export as run_export
 
-    report = run_export(fmt, profile, dirs or (), out_dir, kernels, [m.split(":")[0] for m in spec or ()])
+    with _Heartbeat(f"export {_plain(fmt)}", "reading the certificates and writing the files"):
+        report = run_export(fmt, profile, dirs or (), out_dir, kernels, [m.split(":")[0] for m in spec or ()])
     if json_out:
         print(json.dumps(report.as_dict(), indent=2))
         return

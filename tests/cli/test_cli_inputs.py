@@ -554,6 +554,67 @@ def test_an_unknown_uncertified_mode_names_the_next_step():
     refused(r, "NBXCERT_UNCERTIFIED=bogus is not a mode -> set it to one of sweep, default")
 
 
+# --- gates never pass on nothing --------------------------------------------------------------------------------------
+def test_validate_stale_and_merge_refuse_a_directory_with_no_certificates(tmp_path):
+    # bug: `validate EMPTY` printed "0 files, 0 entries, 0 problems" and exited 0 (the CI gate passed on a wrong
+    # path), `stale EMPTY` "0 of 0 certified winners ..." exit 0, `merge OUT EMPTY` merged 0 keys, exit 0
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("no certificate here\n")
+    refused(nbx("validate", tmp_path / "empty"), "holds no certificate files: nothing to validate", "--out")
+    refused(nbx("stale", tmp_path / "empty"), "holds no certified entries: nothing to judge")
+    refused(nbx("stale", SHIPPED, "--profile", "volta"), "holds no certified entries for nvidia/volta")
+    refused(nbx("merge", tmp_path / "out", tmp_path / "empty"), "hold no certificate files", "nothing to merge")
+    assert not (tmp_path / "out").exists()
+
+
+# --- progress of the commands that read certificate directories -------------------------------------------------------
+@pytest.mark.parametrize(
+    "args, engine, says",
+    [
+        (["validate", str(SHIPPED)], "nbxcert.certtools.validate", "[nbxcert] validate "),
+        (["merge", "OUT", str(SHIPPED)], "nbxcert.certtools.merge", "[nbxcert] merge into "),
+        (["stale", str(SHIPPED)], "nbxcert.stale.find_stale", "[nbxcert] stale "),
+        (["diff", str(SHIPPED), str(SHIPPED)], "nbxcert.certtools.diff", "[nbxcert] diff "),
+        (["coverage", "--profile", "interpreter", "--workload", "demo"], "nbxcert.verify.coverage", "coverage cpu/"),
+        (["index", "build", str(SHIPPED), "--cache", "OUT"], "nbxcert.cli._index_targets", "[nbxcert] index build "),
+        (["doctor"], "nbxcert.doctor.run_doctor", "[nbxcert] doctor: "),
+    ],
+)
+def test_the_commands_reading_certificate_directories_say_what_they_do_when_piped(
+    args, engine, says, monkeypatch, tmp_path
+):
+    # bug: piped, `merge` of three copies of the shipped certificates printed nothing for 15 s on a 2-core machine
+    # (only certify, verify, warm and census said what they were doing)
+    import time
+
+    from nbxcert.errors import UsageError
+
+    def slow(*a, **k):
+        time.sleep(0.5)
+        raise UsageError("stopped here by the test", hint="none needed")
+
+    monkeypatch.setattr(cli, "PROGRESS_S", 0.1)
+    monkeypatch.setattr(engine, slow)
+    r = nbx(*[str(tmp_path / "out") if a == "OUT" else a for a in args])
+    refused(r, "stopped here by the test")
+    beats = [x for x in r.stderr.splitlines() if x.startswith("[nbxcert] ") and says in x and x.endswith(" s)")]
+    assert len(beats) >= 2, r.stderr
+
+
+# --- a key of no registered kernel, a certificate of one's own kernel -------------------------------------------------
+def test_show_of_a_key_of_no_registered_kernel_says_so(probe_dir):
+    # bug: `show 'rmsnrom[...]'` said the key was not certified and to certify it (which cannot be done)
+    r = nbx("show", RMSNORM.replace("rmsnorm", "rmsnrom"))
+    line = refused(r, "key not certified", "no kernel named 'rmsnrom' is registered", "did you mean rmsnorm?")
+    assert "--spec MODULE" in line and "certify it" not in line
+
+
+def test_validate_of_a_certificate_of_ones_own_kernel_gives_the_spec_hint(probe_dir):
+    # bug: without --spec, validate said "unknown kernel 'fault_probe' (registered: ...)" and no next step
+    r = nbx_piped("validate", probe_dir)  # a process of its own: this one has fault_probe registered
+    check(r, 1, must=["unknown kernel 'fault_probe'", "a kernel of your own: give --spec MODULE"])
+
+
 def test_coverage_min_minus_zero_is_zero():
     # bug: `--min -0` printed "minimum -0.0%"
     r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", SHIPPED, "--min", "-0")
