@@ -25,6 +25,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from nbxcert import errors
 from nbxcert._version import __version__
@@ -230,35 +231,37 @@ def doctor(json_out: Annotated[bool, typer.Option("--json", help="Print the repo
     t = Table(title="nbxcert doctor", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value")
-    t.add_row("backend", f"{report.backend} ({report.backend_reason})")
+    # every value from the machine through _cell: a path holding `[bold]` in a problem was read as markup
+    t.add_row("backend", _cell(f"{report.backend} ({report.backend_reason})"))
     t.add_row("backend usable", _yes(report.backend_usable))
     if not report.pci_gpus:
         t.add_row("GPUs on the PCI bus", "none")
     for g in report.pci_gpus:
         t.add_row(
-            f"PCI {g.address}",
-            f"{g.vendor} {g.vendor_id}:{g.device_id} (class {g.pci_class}); {g.runtime_library or 'no runtime'} "
-            f"loads: {_yes(g.runtime_loads)}; Triton backend: {_yes(g.triton_backend)}",
+            _cell(f"PCI {g.address}"),
+            _cell(f"{g.vendor} {g.vendor_id}:{g.device_id} (class {g.pci_class}); {g.runtime_library or 'no runtime'} ")
+            + Text.from_markup(f"loads: {_yes(g.runtime_loads)}; Triton backend: {_yes(g.triton_backend)}"),
         )
     for c in report.cuda_gpus:
         t.add_row(
             f"cuda:{c.index}",
-            f"{c.name}, compute capability {c.compute_capability}, {c.total_memory_bytes / 2**30:.1f} GiB",
+            _cell(f"{c.name}, compute capability {c.compute_capability}, {c.total_memory_bytes / 2**30:.1f} GiB"),
         )
-        t.add_row(f"cuda:{c.index} profile", f"{c.profile} ({c.profile_match} match), memory class {c.memory_class}")
+        profile_row = f"{c.profile} ({c.profile_match} match), memory class {c.memory_class}"
+        t.add_row(f"cuda:{c.index} profile", _cell(profile_row))
         if c.profile_notice:
-            t.add_row(f"cuda:{c.index} notice", c.profile_notice)
+            t.add_row(f"cuda:{c.index} notice", _cell(c.profile_notice))
         t.add_row(f"cuda:{c.index} certified keys", str(c.certified_keys))
     if report.cuda_gpus:
-        t.add_row("driver / CUDA", f"{report.driver_version} / {report.cuda_version}")
+        t.add_row("driver / CUDA", _cell(f"{report.driver_version} / {report.cuda_version}"))
     for name, version in report.versions.items():
-        t.add_row(name, version)
+        t.add_row(_cell(name), _cell(version))
     t.add_row("torch importable", f"{'yes' if report.torch_importable else 'no'} (information only: never imported)")
     _certificate_rows(t, report.certificates)
     for p in report.problems:
-        t.add_row("[red]problem[/red]", p)
+        t.add_row("[red]problem[/red]", _cell(p))
     for a in report.advice:
-        t.add_row("[yellow]next step[/yellow]", a)
+        t.add_row("[yellow]next step[/yellow]", _cell(a))
     _show(t)
     raise typer.Exit(code)
 
@@ -721,8 +724,6 @@ def coverage(
 # --- certificate directories: validate, show, diff, merge -------------------------------------------------------------
 def _cell(value):
     """Certificate text as a table cell: never read as Rich markup, control characters escaped."""
-    from rich.text import Text
-
     return Text(_plain(value))
 
 
@@ -1118,7 +1119,6 @@ def census(
     a kept candidate over a limit is a prune defect, a dropped one that fits an over-prune (exit 1 on a defect or a
     compile failure; on an over-prune too with --strict). Without keys: each kernel's example problems."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-    from rich.text import Text
 
     from nbxcert.census import load_census_specs, run_census
     from nbxcert.keyfile import gather_keys, parse_kernels

@@ -619,3 +619,20 @@ def test_coverage_min_minus_zero_is_zero():
     # bug: `--min -0` printed "minimum -0.0%"
     r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", SHIPPED, "--min", "-0")
     check(r, 0, must=["minimum 0.0%"], must_not=["-0.0%"])
+
+
+def test_doctor_prints_its_problems_and_next_steps_verbatim(monkeypatch):
+    # bug: doctor's problem and next-step rows were read as Rich markup: a certificate directory
+    # `locked/[bold]x[/bold]` that cannot be reached printed as `locked/x`
+    from nbxcert import doctor
+
+    real = doctor.run_doctor
+
+    def with_markup():
+        report = real()
+        report.problems.append("certificate directory locked/[bold]x[/bold] cannot be reached (Permission denied)")
+        report.advice.append("look at [red]this[/red]")
+        return report
+
+    monkeypatch.setattr(doctor, "run_doctor", with_markup)
+    check(nbx("doctor"), 0, must=["locked/[bold]x[/bold] cannot be reached", "look at [red]this[/red]"])
