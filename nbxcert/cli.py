@@ -1027,11 +1027,14 @@ def _index_targets(directory: Path) -> list[tuple[str, str]]:
 def _default_dir(directory: Path | None, cache: Path | None, write: bool) -> Path:
     """The certificate directory an index command reads (default: the shipped one), every path it is given checked
     first: the directory, the cache (`--cache`, else NBXCERT_CACHE_DIR)."""
-    from nbxcert.options import check_environment, existing_dirs, writable_dir
+    from nbxcert.index import cache_dir
+    from nbxcert.options import check_environment, existing_dirs, reachable, writable_dir
 
     if cache is not None:
         writable_dir(cache, "--cache", write=write)
     check_environment(search_path=False)
+    if cache is None and not os.environ.get("NBXCERT_CACHE_DIR"):  # the default, under XDG_CACHE_HOME or ~/.cache
+        reachable(cache_dir(), "the index cache (XDG_CACHE_HOME, else ~/.cache)")
     if directory is not None:  # a file was said not to exist; a directory that cannot be searched raised
         return existing_dirs([directory], "certificate directory")[0]
     from nbxcert.serving import search_path
@@ -1046,6 +1049,7 @@ def index_build(
     cache: Annotated[Path | None, typer.Option(help="Where to write (default: NBXCERT_CACHE_DIR).")] = None,
 ):
     """Build the indexes of a directory ahead of time (for read-only installs and cold starts)."""
+    from nbxcert.files import is_file
     from nbxcert.index import load_index
 
     directory = _default_dir(directory, cache, write=True)
@@ -1055,6 +1059,13 @@ def index_build(
             beat.state = f"building the index of {profile_key} {memory_class}"
             notices: list[str] = []
             index = load_index([directory], profile_key, memory_class, cache, notices)
+            unwritten = [n for n in notices if n.startswith("cannot write the index cache")]
+            if unwritten or not is_file(index.path):  # said "N keys -> PATH" and exited 0, though PATH was not written
+                why = unwritten[0].split("; serving from memory")[0] if unwritten else f"{index.path} is not there"
+                raise errors.UsageError(
+                    f"the index of {profile_key} {memory_class} was not written: {why}",
+                    hint="give --cache (or NBXCERT_CACHE_DIR) a directory you can write",
+                )
             for n in notices:
                 print(f"[nbxcert] {n}", file=sys.stderr)
             print(_plain(f"{profile_key} {memory_class}: {len(index)} keys -> {index.path}"))

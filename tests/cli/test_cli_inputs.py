@@ -512,6 +512,17 @@ def test_a_cache_directory_that_cannot_be_read_is_served_from_memory(locked):
         env={**env, "NBXCERT_CERTIFIED_DIR": "locked/x", "NBXCERT_CACHE_DIR": str(locked / "cache")},
     )
     check(r, 0, must=["certificate directory locked/x cannot be reached (Permission denied)"])
+    # the default cache under XDG_CACHE_HOME: `index check` raised PermissionError opening an index under it
+    env = {k: v for k, v in env.items() if k != "NBXCERT_CACHE_DIR"}
+    r = subprocess.run(
+        [*base, "index", "check"],
+        capture_output=True,
+        text=True,
+        cwd=locked,
+        timeout=300,
+        env={**env, "XDG_CACHE_HOME": str(locked / "locked")},
+    )
+    refused(r, "the index cache (XDG_CACHE_HOME, else ~/.cache)", "cannot be reached (Permission denied)")
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device whose writes fail: ENOSPC)")
@@ -636,3 +647,18 @@ def test_doctor_prints_its_problems_and_next_steps_verbatim(monkeypatch):
 
     monkeypatch.setattr(doctor, "run_doctor", with_markup)
     check(nbx("doctor"), 0, must=["locked/[bold]x[/bold] cannot be reached", "look at [red]this[/red]"])
+
+
+def test_index_build_that_cannot_write_its_index_fails(monkeypatch, tmp_path):
+    # bug: when the index could not be written (a full disk, a cache directory root can list but not write), `index
+    # build` printed "N keys -> PATH" for a PATH that was not there and exited 0
+    import errno
+
+    from nbxcert import index
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(index, "atomic_write", full_disk)
+    r = nbx("index", "build", SHIPPED, "--cache", tmp_path)
+    refused(r, "was not written: cannot write the index cache", "No space left on device", must_not=["keys ->"])
