@@ -30,6 +30,20 @@ from rich.text import Text
 from nbxcert import errors
 from nbxcert._version import __version__
 
+_PIPED_WIDTH = 100_000  # piped, a table row is one line however long: no key, path or number is cut
+
+
+def _sane_widths() -> None:
+    """COLUMNS and TERMINAL_WIDTH (Typer's) that no table or help text can be drawn in are dropped, so the terminal's
+    own width is used: `COLUMNS=99999999999 nbxcert --help` ended in MemoryError, `TERMINAL_WIDTH=abc` in ValueError,
+    and on a terminal `COLUMNS=0` printed no table at all."""
+    for name in ("COLUMNS", "TERMINAL_WIDTH"):
+        value = os.environ.get(name)
+        if value is not None and not (value.isascii() and value.isdigit() and 1 <= int(value[:7]) <= _PIPED_WIDTH):
+            del os.environ[name]
+
+
+_sane_widths()  # before the consoles below read COLUMNS
 app = typer.Typer(
     name="nbxcert",
     help="Certify Triton kernel launch configurations per GPU class against float64 oracles, and serve them.",
@@ -150,18 +164,20 @@ def _key_line(kr, bar, task) -> str:
 
 # A long command run with stderr not a terminal (CI, a log file) says what it is doing at least this often.
 PROGRESS_S = 5.0
-_PIPED_WIDTH = 100_000  # piped, a table row is one line however long: no key, path or number is cut
+_MIN_CELL = 4  # a terminal narrower than this many characters per column (plus borders) gets one row per line
 
 
 def _show(table: Table) -> None:
     """Print a table whole. On a terminal a long cell wraps inside its column (Rich cut it with '…': keys lost their
-    shape, numbers read `2.223e+…`); piped, every row is one line, so a key, a path or a number can be grepped."""
+    shape, numbers read `2.223e+…`); piped, or on a terminal too narrow for a few characters a column (at 5 columns
+    Rich printed empty cells: the keys were lost), every row is one line, so a key, a path or a number is whole and
+    can be grepped."""
     for column in table.columns:
         column.overflow = "fold"
-    if out.is_terminal:
+    if out.is_terminal and out.width >= (_MIN_CELL + 3) * len(table.columns) + 1:
         out.print(table)
     else:
-        Console(width=_PIPED_WIDTH).print(table)
+        Console(file=out.file, width=_PIPED_WIDTH, force_terminal=out.is_terminal or None).print(table)
 
 
 class _Heartbeat:

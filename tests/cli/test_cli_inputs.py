@@ -662,3 +662,26 @@ def test_index_build_that_cannot_write_its_index_fails(monkeypatch, tmp_path):
     monkeypatch.setattr(index, "atomic_write", full_disk)
     r = nbx("index", "build", SHIPPED, "--cache", tmp_path)
     refused(r, "was not written: cannot write the index cache", "No space left on device", must_not=["keys ->"])
+
+
+@pytest.mark.parametrize("width", [0, 1, 5, 12])
+def test_a_terminal_too_narrow_for_a_table_gets_one_row_a_line(monkeypatch, width):
+    # bug: on a terminal of 5 columns (`COLUMNS=5`, or 0) Rich drew every cell empty: the keys were lost
+    from rich.console import Console
+    from rich.table import Table
+
+    key = "decode_attention[batch=2,head_dim=64,heads=1,kv_heads=1,kv_len=32;float16]@v1"
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "out", Console(file=buf, force_terminal=True, width=width, color_system=None))
+    t = Table("kernel", "key")
+    t.add_row(cli._cell("decode_attention"), cli._cell(key))
+    cli._show(t)
+    assert any(key in line for line in buf.getvalue().splitlines()), buf.getvalue()
+
+
+@pytest.mark.parametrize("name, value", [("COLUMNS", "99999999999"), ("TERMINAL_WIDTH", "abc"), ("COLUMNS", "0")])
+def test_a_width_no_text_can_be_drawn_in_is_ignored(name, value):
+    # bug: `COLUMNS=99999999999 nbxcert --help` ended in MemoryError and `TERMINAL_WIDTH=abc nbxcert --help` in
+    # ValueError (tracebacks); `COLUMNS=0` printed an empty help
+    r = nbx_piped("--help", env={name: value})
+    check(r, 0, must=["Usage: ", "certify", "Certify Triton kernel launch configurations"])
