@@ -685,3 +685,16 @@ def test_a_width_no_text_can_be_drawn_in_is_ignored(name, value):
     # ValueError (tracebacks); `COLUMNS=0` printed an empty help
     r = nbx_piped("--help", env={name: value})
     check(r, 0, must=["Usage: ", "certify", "Certify Triton kernel launch configurations"])
+
+
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ("rmsnorm[n_rows=8,n_cols=64;float16,float16]@v1", "write the fields sorted by name: n_cols=64,n_rows=8"),
+        ("rmsnorm[n_cols=-64,n_rows=8;float16,float16]@v1", "n_cols='-64' must be a lower-case word"),
+        ("rmsnorm[n_cols=64,n_rows=8;Float16,float16]@v1", "dtype 'Float16'"),
+    ],
+)
+def test_a_bad_key_among_several_is_named(bad, says):
+    # bug: "key fields ['n_rows', 'n_cols'] must be unique and sorted" named no key: given several --key, which one?
+    refused(nbx("keys", "--profile", "interpreter", "--key", RMSNORM, "--key", bad), f"key '{bad}': ", says)
