@@ -57,8 +57,8 @@ def _naming(e: OSError, path: Path | str) -> OSError:
 
 def unreachable(path: Path | str) -> str | None:
     """Why the OS cannot say whether `path` exists (a directory on its way that cannot be searched, a name too long,
-    a loop of links, a NUL byte), or None: it exists, or plainly does not. On Python before 3.14, `Path.exists()`,
-    `is_file()` and `is_dir()` raise PermissionError for a path under a directory that cannot be searched."""
+    a loop of links, a NUL byte), or None: it exists, or plainly does not. `Path.exists()`, `is_file()` and
+    `is_dir()` raise PermissionError for a path under a directory that cannot be searched (Python 3.11)."""
     try:
         os.stat(path)
     except (FileNotFoundError, NotADirectoryError):

@@ -474,7 +474,7 @@ def locked(tmp_path):
 )
 def test_a_path_under_a_directory_that_cannot_be_searched_is_one_line(args, env, says, locked):
     # bug: Path.exists()/is_file()/is_dir() raise PermissionError for a path under a directory that cannot be searched
-    # (Python < 3.14): tracebacks from keys, census, validate, diff, merge, stale and index, and `--dir locked/x` was
+    # (Python 3.11): tracebacks from keys, census, validate, diff, merge, stale and index, and `--dir locked/x` was
     # said not to exist, `--out locked/x` not to name a directory
     r = subprocess.run(
         [*_unprivileged(), sys.executable, "-m", "nbxcert", *args],
