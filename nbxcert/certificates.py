@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nbxcert import files
 from nbxcert.errors import CertificateInvalid, KeyParseError
 from nbxcert.files import atomic_write
 from nbxcert.keys import parse_key
@@ -305,7 +306,7 @@ def iter_files(root: Path, profile_key: str | None = None) -> Iterator[Path]:
     """Certificate files under `root` (or `root/<profile>`), sorted; symlinks leaving `root` and odd names refused."""
     root = Path(root)
     base = root / profile_key if profile_key else root
-    if not base.is_dir():
+    if not files.is_dir(base):  # a profile directory that cannot be searched holds nothing to serve (`validate` says)
         return
     real_root = root.resolve()
     for path in sorted(base.rglob("*.json")):

@@ -149,12 +149,15 @@ def in_shard(key: LaunchKey, shard: tuple[int, int] | None) -> bool:
 def parse_shard(text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
-    m = re.fullmatch(r"([0-9]{1,9})/([0-9]{1,9})", text.strip())  # ASCII digits: int() also reads '٣' and ' 1_0'
+    hint = "shards are numbered from 0: --shard 0/4, 1/4, 2/4 and 3/4 together cover every key"
+    m = re.fullmatch(r"([0-9]+)/([0-9]+)", text.strip())  # ASCII digits: int() also reads '٣' and ' 1_0'
     if not m:
-        raise UsageError(f"--shard {text!r} is not i/n (e.g. 0/4)")
+        raise UsageError(f"--shard {text!r} is not i/n, two whole numbers", hint=hint)
+    if max(len(m.group(1)), len(m.group(2))) > 9:  # was "is not i/n", though it is
+        raise UsageError(f"--shard {text!r}: a shard count of at most 999999999", hint=hint)
     i, n = int(m.group(1)), int(m.group(2))
     if n < 1 or not 0 <= i < n:
-        raise UsageError(f"--shard '{text}': need 0 <= i < n")
+        raise UsageError(f"--shard {text!r}: need 0 <= i < n", hint=hint)
     return (i, n)
 
 

@@ -25,10 +25,25 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from nbxcert import errors
 from nbxcert._version import __version__
 
+_PIPED_WIDTH = 100_000  # piped, a table row is one line however long: no key, path or number is cut
+
+
+def _sane_widths() -> None:
+    """COLUMNS and TERMINAL_WIDTH (Typer's) that no table or help text can be drawn in are dropped, so the terminal's
+    own width is used: `COLUMNS=99999999999 nbxcert --help` ended in MemoryError, `TERMINAL_WIDTH=abc` in ValueError,
+    and on a terminal `COLUMNS=0` printed no table at all."""
+    for name in ("COLUMNS", "TERMINAL_WIDTH"):
+        value = os.environ.get(name)
+        if value is not None and not (value.isascii() and value.isdigit() and 1 <= int(value[:7]) <= _PIPED_WIDTH):
+            del os.environ[name]
+
+
+_sane_widths()  # before the consoles below read COLUMNS
 app = typer.Typer(
     name="nbxcert",
     help="Certify Triton kernel launch configurations per GPU class against float64 oracles, and serve them.",
@@ -107,9 +122,22 @@ def error_line(e: errors.NbxcertError) -> str:
     return printable(line)
 
 
+def os_error_line(e: OSError) -> str:
+    """The one line an error of the OS is: what failed, on which path, and what to do."""
+    from nbxcert.text import printable
+
+    where = "".join(f" {p}" for p in (e.filename, e.filename2) if p is not None)
+    what = e.strerror or type(e).__name__
+    return printable(
+        f"nbxcert: system error: {what}:{where or ' (no path)'} -> check that path (permissions, free space) and run "
+        "the command again; NBXCERT_DEBUG=1 shows the traceback"
+    )
+
+
 def handled(fn: Callable, interrupted: str = "") -> Callable:
-    """Turn an `NbxcertError` into one line on stderr and exit code 1 (traceback with NBXCERT_DEBUG=1); an interrupt
-    into "nbxcert: interrupted" plus `interrupted` (what the command keeps) and exit code 130."""
+    """Turn an `NbxcertError` (or an `OSError`) into one line on stderr and exit code 1 (traceback with
+    NBXCERT_DEBUG=1); an interrupt into "nbxcert: interrupted" plus `interrupted` (what the command keeps) and exit
+    code 130."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -119,6 +147,11 @@ def handled(fn: Callable, interrupted: str = "") -> Callable:
             if os.environ.get("NBXCERT_DEBUG") == "1":
                 raise
             print(error_line(e), file=sys.stderr)
+            raise typer.Exit(1) from None
+        except OSError as e:  # what the checks cannot foresee (a disk full, a file removed meanwhile): one line too
+            if os.environ.get("NBXCERT_DEBUG") == "1":
+                raise
+            print(os_error_line(e), file=sys.stderr)
             raise typer.Exit(1) from None
         except KeyboardInterrupt:
             if os.environ.get("NBXCERT_DEBUG") == "1":
@@ -157,18 +190,20 @@ def _key_line(kr, bar, task) -> str:
 
 # A long command run with stderr not a terminal (CI, a log file) says what it is doing at least this often.
 PROGRESS_S = 5.0
-_PIPED_WIDTH = 100_000  # piped, a table row is one line however long: no key, path or number is cut
+_MIN_CELL = 4  # a terminal narrower than this many characters per column (plus borders) gets one row per line
 
 
 def _show(table: Table) -> None:
     """Print a table whole. On a terminal a long cell wraps inside its column (Rich cut it with '…': keys lost their
-    shape, numbers read `2.223e+…`); piped, every row is one line, so a key, a path or a number can be grepped."""
+    shape, numbers read `2.223e+…`); piped, or on a terminal too narrow for a few characters a column (at 5 columns
+    Rich printed empty cells: the keys were lost), every row is one line, so a key, a path or a number is whole and
+    can be grepped."""
     for column in table.columns:
         column.overflow = "fold"
-    if out.is_terminal:
+    if out.is_terminal and out.width >= (_MIN_CELL + 3) * len(table.columns) + 1:
         out.print(table)
     else:
-        Console(width=_PIPED_WIDTH).print(table)
+        Console(file=out.file, width=_PIPED_WIDTH, force_terminal=out.is_terminal or None).print(table)
 
 
 class _Heartbeat:
@@ -245,7 +280,8 @@ def doctor(json_out: JsonReportOption = False):
     """Tell the truth about this machine: backend, GPUs on the PCI bus, runtimes, profile match, versions."""
     from nbxcert.doctor import run_doctor
 
-    report = run_doctor()
+    with _Heartbeat("doctor", "looking at the machine and reading the certificates"):
+        report = run_doctor()
     code = 0 if report.backend_usable else 1
     if json_out:
         print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
@@ -253,35 +289,37 @@ def doctor(json_out: JsonReportOption = False):
     t = Table(title="nbxcert doctor", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value")
-    t.add_row("backend", f"{report.backend} ({report.backend_reason})")
+    # every value from the machine through _cell: a path holding `[bold]` in a problem was read as markup
+    t.add_row("backend", _cell(f"{report.backend} ({report.backend_reason})"))
     t.add_row("backend usable", _yes(report.backend_usable))
     if not report.pci_gpus:
         t.add_row("GPUs on the PCI bus", "none")
     for g in report.pci_gpus:
         t.add_row(
-            f"PCI {g.address}",
-            f"{g.vendor} {g.vendor_id}:{g.device_id} (class {g.pci_class}); {g.runtime_library or 'no runtime'} "
-            f"loads: {_yes(g.runtime_loads)}; Triton backend: {_yes(g.triton_backend)}",
+            _cell(f"PCI {g.address}"),
+            _cell(f"{g.vendor} {g.vendor_id}:{g.device_id} (class {g.pci_class}); {g.runtime_library or 'no runtime'} ")
+            + Text.from_markup(f"loads: {_yes(g.runtime_loads)}; Triton backend: {_yes(g.triton_backend)}"),
         )
     for c in report.cuda_gpus:
         t.add_row(
             f"cuda:{c.index}",
-            f"{c.name}, compute capability {c.compute_capability}, {c.total_memory_bytes / 2**30:.1f} GiB",
+            _cell(f"{c.name}, compute capability {c.compute_capability}, {c.total_memory_bytes / 2**30:.1f} GiB"),
         )
-        t.add_row(f"cuda:{c.index} profile", f"{c.profile} ({c.profile_match} match), memory class {c.memory_class}")
+        profile_row = f"{c.profile} ({c.profile_match} match), memory class {c.memory_class}"
+        t.add_row(f"cuda:{c.index} profile", _cell(profile_row))
         if c.profile_notice:
-            t.add_row(f"cuda:{c.index} notice", c.profile_notice)
+            t.add_row(f"cuda:{c.index} notice", _cell(c.profile_notice))
         t.add_row(f"cuda:{c.index} certified keys", str(c.certified_keys))
     if report.cuda_gpus:
-        t.add_row("driver / CUDA", f"{report.driver_version} / {report.cuda_version}")
+        t.add_row("driver / CUDA", _cell(f"{report.driver_version} / {report.cuda_version}"))
     for name, version in report.versions.items():
-        t.add_row(name, version)
+        t.add_row(_cell(name), _cell(version))
     t.add_row("torch importable", f"{'yes' if report.torch_importable else 'no'} (information only: never imported)")
     _certificate_rows(t, report.certificates)
     for p in report.problems:
-        t.add_row("[red]problem[/red]", p)
+        t.add_row("[red]problem[/red]", _cell(p))
     for a in report.advice:
-        t.add_row("[yellow]next step[/yellow]", a)
+        t.add_row("[yellow]next step[/yellow]", _cell(a))
     _show(t)
     raise typer.Exit(code)
 
@@ -605,6 +643,7 @@ def verify(
                     "keys": report.keys,
                     "served": report.served,
                     "swept": report.swept,
+                    "defaulted": report.defaulted,
                     "missing": report.missing,
                     "mismatched": [{"key": k, "config": c, "report": r} for k, c, r in report.mismatched],
                     "failed": [{"key": k, "reason": r} for k, r in report.failed],
@@ -664,6 +703,7 @@ def coverage(
 ):
     """How many of a workload's (or keys file's) keys are certified for a profile; the missing ones listed. No keys,
     or a directory that is not there, is an error (exit 1), never 100%."""
+    from nbxcert.files import write_text
     from nbxcert.options import check_environment, existing_dirs, fraction, writable_file
     from nbxcert.profiles import get_profile
     from nbxcert.verify import coverage as run_coverage
@@ -675,9 +715,10 @@ def coverage(
         writable_file(junit_xml, "--junit-xml")
     prof = get_profile(profile)
     _modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec)
-    report = run_coverage(prof.key, found, dirs)
+    with _Heartbeat(f"coverage {prof.key}", f"reading the certificates of {len(found)} keys"):
+        report = run_coverage(prof.key, found, dirs)
     if junit_xml:
-        junit_xml.write_text(to_junit(report, min_fraction))
+        write_text(junit_xml, to_junit(report, min_fraction))
     if json_out:
         print(
             json.dumps(
@@ -711,8 +752,6 @@ def coverage(
 # --- certificate directories: validate, show, diff, merge -------------------------------------------------------------
 def _cell(value):
     """Certificate text as a table cell: never read as Rich markup, control characters escaped."""
-    from rich.text import Text
-
     return Text(_plain(value))
 
 
@@ -748,7 +787,8 @@ def validate(
     """List every problem of every certificate file under DIRECTORY (exit 1 if there is any)."""
     from nbxcert.validate import validate as run_validate
 
-    scan = run_validate(directory, spec or ())
+    with _Heartbeat(f"validate {_plain(directory)}", "reading the certificate files"):
+        scan = run_validate(directory, spec or ())
     if json_out:
         doc = {"dir": str(directory), "files": scan.files, "entries": scan.entries}
         print(json.dumps({**doc, "problems": [p.as_dict() for p in scan.problems]}, indent=2))
@@ -773,7 +813,8 @@ def show(
     from nbxcert.show import show as run_show
     from nbxcert.show import summary
 
-    shown = run_show(key, profile, dirs or (), spec or ())
+    with _Heartbeat(f"show {_plain(key)}", "reading the certificate files"):
+        shown = run_show(key, profile, dirs or (), spec or ())
     if json_out:
         rows = [
             {
@@ -847,7 +888,8 @@ def diff(
     from nbxcert.diff import diff as run_diff
     from nbxcert.diff import ratio
 
-    report = run_diff(old, new)
+    with _Heartbeat(f"diff {_plain(old)} {_plain(new)}", "reading both directories"):
+        report = run_diff(old, new)
 
     def side(f):
         w = f.entry["winner"]
@@ -912,14 +954,16 @@ def stale(
 ):
     """Certified winners the winner rule would not choose from their entry's own timings (no device; exit 1 if any)."""
     from nbxcert.certificates import config_label
+    from nbxcert.files import write_text
     from nbxcert.options import writable_file
     from nbxcert.stale import find_stale
 
     if keys_out is not None:
         writable_file(keys_out, "--out")
-    report = find_stale(directory, profile)
+    with _Heartbeat(f"stale {_plain(directory)}", "reading the certificate files"):
+        report = find_stale(directory, profile)
     if keys_out is not None:
-        keys_out.write_text(report.keys_jsonl())
+        write_text(keys_out, report.keys_jsonl())
     if json_out:
         doc = {"dir": str(directory), "profile": report.profile, "entries": report.entries, "judged": report.judged}
         print(json.dumps({**doc, "stale": [s.as_dict() for s in report.stale]}, indent=2))
@@ -958,7 +1002,8 @@ def merge(
     """Merge shard directories into OUT_DIR; a key certified on different cards or versions needs --prefer."""
     from nbxcert.merge import merge as run_merge
 
-    report = run_merge(out_dir, dirs or (), prefer, spec or ())
+    with _Heartbeat(f"merge into {_plain(out_dir)}", "reading and merging the shard directories"):
+        report = run_merge(out_dir, dirs or (), prefer, spec or ())
     if json_out:
         keys = [
             {
@@ -1009,14 +1054,15 @@ def _index_targets(directory: Path) -> list[tuple[str, str]]:
 def _default_dir(directory: Path | None, cache: Path | None, write: bool) -> Path:
     """The certificate directory an index command reads (default: the shipped one), every path it is given checked
     first: the directory, the cache (`--cache`, else NBXCERT_CACHE_DIR)."""
-    from nbxcert.options import check_environment, existing_dirs, writable_dir
+    from nbxcert.index import cache_dir
+    from nbxcert.options import check_environment, existing_dirs, reachable, writable_dir
 
     if cache is not None:
         writable_dir(cache, "--cache", write=write)
     check_environment(search_path=False)
-    if directory is not None:
-        if not directory.is_dir():
-            raise errors.UsageError(f"certificate directory {_plain(directory)} does not exist")
+    if cache is None and not os.environ.get("NBXCERT_CACHE_DIR"):  # the default, under XDG_CACHE_HOME or ~/.cache
+        reachable(cache_dir(), "the index cache (XDG_CACHE_HOME, else ~/.cache)")
+    if directory is not None:  # a file was said not to exist; a directory that cannot be searched raised
         return existing_dirs([directory], "certificate directory")[0]
     from nbxcert.serving import search_path
 
@@ -1030,16 +1076,26 @@ def index_build(
     cache: Annotated[Path | None, typer.Option(help="Where to write (default: NBXCERT_CACHE_DIR).")] = None,
 ):
     """Build the indexes of a directory ahead of time (for read-only installs and cold starts)."""
+    from nbxcert.files import is_file
     from nbxcert.index import load_index
 
     directory = _default_dir(directory, cache, write=True)
-    targets = _index_targets(directory)
-    for profile_key, memory_class in targets:
-        notices: list[str] = []
-        index = load_index([directory], profile_key, memory_class, cache, notices)
-        for n in notices:
-            print(f"[nbxcert] {n}", file=sys.stderr)
-        print(_plain(f"{profile_key} {memory_class}: {len(index)} keys -> {index.path}"))
+    with _Heartbeat(f"index build {_plain(directory)}", "reading the certificate files") as beat:
+        targets = _index_targets(directory)
+        for profile_key, memory_class in targets:
+            beat.state = f"building the index of {profile_key} {memory_class}"
+            notices: list[str] = []
+            index = load_index([directory], profile_key, memory_class, cache, notices)
+            unwritten = [n for n in notices if n.startswith("cannot write the index cache")]
+            if unwritten or not is_file(index.path):  # said "N keys -> PATH" and exited 0, though PATH was not written
+                why = unwritten[0].split("; serving from memory")[0] if unwritten else f"{index.path} is not there"
+                raise errors.UsageError(
+                    f"the index of {profile_key} {memory_class} was not written: {why}",
+                    hint="give --cache (or NBXCERT_CACHE_DIR) a directory you can write",
+                )
+            for n in notices:
+                print(f"[nbxcert] {n}", file=sys.stderr)
+            print(_plain(f"{profile_key} {memory_class}: {len(index)} keys -> {index.path}"))
     if not targets:
         print(_plain(f"{directory}: no certificates, no index to build"))
 
@@ -1054,9 +1110,13 @@ def index_check(
     from nbxcert.index import CertifiedIndex, cache_dir, fingerprint, index_path
 
     directory = _default_dir(directory, cache, write=False)
-    targets = _index_targets(directory)
+    with _Heartbeat(f"index check {_plain(directory)}", "reading the certificate files"):
+        targets = _index_targets(directory)
     if not targets:  # a check never passes on nothing
-        raise errors.UsageError(f"{_plain(directory)} holds no certificates: no index to check")
+        raise errors.UsageError(
+            f"{_plain(directory)} holds no certificates: no index to check",
+            hint="name the directory certify wrote (its --out), which holds <vendor>/<profile>/*.json",
+        )
     bad = 0
     for profile_key, memory_class in targets:
         path = index_path(cache or cache_dir(), profile_key, memory_class, fingerprint([directory], profile_key))
@@ -1288,7 +1348,8 @@ def export(
     autotune cache for kernels declared with nbxcert.autotune (triton-autotune)."""
     from nbxcert.export import export as run_export
 
-    report = run_export(fmt, profile, dirs or (), out_dir, kernels, [m.split(":")[0] for m in spec or ()])
+    with _Heartbeat(f"export {_plain(fmt)}", "reading the certificates and writing the files"):
+        report = run_export(fmt, profile, dirs or (), out_dir, kernels, [m.split(":")[0] for m in spec or ()])
     if json_out:
         print(json.dumps(report.as_dict(), indent=2))
         return

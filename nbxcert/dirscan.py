@@ -24,6 +24,8 @@ from nbxcert.errors import CertificateInvalid, DeviceFactMissing, KeyParseError,
 from nbxcert.keys import check_key, parse_key
 from nbxcert.text import printable
 
+NO_CERTS_HINT = "name the directory certify wrote (its --out), which holds <vendor>/<profile>/<kernel>.<dtype>.json"
+
 _IGNORED_DIRS = ("__pycache__",)
 
 
@@ -201,9 +203,10 @@ def scan_dir(root: Path, specs: Mapping[str, Any] | None = None) -> DirScan:
 
     With `specs` (kernel name -> KernelSpec), each file's kernel must be registered and each config one its kernel
     takes; without, only the schema is checked."""
+    from nbxcert.options import reachable
     from nbxcert.profiles import all_profiles
 
-    root = Path(root)
+    root = reachable(Path(root), "certificate directory")
     if not root.is_dir():
         raise UsageError(
             f"{printable(root)} is not a directory", hint="give a certificate directory (<vendor>/<profile>/)"
@@ -258,7 +261,9 @@ def _scan_file(scan: DirScan, path: Path, parts: tuple[str, ...], profiles: dict
         spec = specs.get(kernel)
         if spec is None:
             registered = ", ".join(specs) or "none"
-            problems.append(Problem(str(path), None, "kernel", f"unknown kernel '{kernel}' (registered: {registered})"))
+            # the next step was missing: a certificate made with `certify --spec M` is validated with `--spec M`
+            reason = f"unknown kernel '{kernel}' (registered: {registered}); a kernel of your own: give --spec MODULE"
+            problems.append(Problem(str(path), None, "kernel", reason))
             head_ok = False
     profile = profiles.get(dir_profile) if dir_profile else None
     for key_text, entry in entries.items():

@@ -226,8 +226,16 @@ def check_certificates(report: DoctorReport, dirs: list[Path] | None = None) -> 
         "invalid": [],
         "invalid_count": 0,
     }
+    from nbxcert.files import is_dir, unreachable
+
     for d in dirs if dirs is not None else search_path():
-        if not Path(d).is_dir():
+        why = unreachable(d)
+        if why is not None:  # a directory under one that cannot be searched raised PermissionError: a traceback
+            report.problems.append(
+                f"certificate directory {d} cannot be reached ({why}); its certificates are not read"
+            )
+            continue
+        if not is_dir(d):
             continue
         out["dirs"].append(str(d))
         scan = scan_dir(Path(d))

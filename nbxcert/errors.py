@@ -40,6 +40,8 @@ class ViewError(NbxcertError):
 class ShapeMismatch(NbxcertError):
     """Two tensors whose shapes (or dtypes) had to agree do not."""
 
+    default_hint = "pass tensors of the shapes and dtypes the message names"
+
 
 class DeviceNotFound(NbxcertError):
     """A tensor or a launch named a device that does not exist."""
@@ -69,6 +71,8 @@ class DeviceOutOfMemory(CudaError):
 
 class LaunchError(NbxcertError):
     """A kernel launch was refused before it reached the device (bad arguments, out-of-range ids)."""
+
+    default_hint = "change the launch as the message says; NBXCERT_DEBUG=1 shows where it was made"
 
 
 class GraphRefused(NbxcertError):
@@ -111,6 +115,8 @@ class ProfileMismatch(NbxcertError):
 class KernelSpecInvalid(NbxcertError):
     """A KernelSpec that refuses itself on creation (empty candidates, a key argument not in the signature, ...)."""
 
+    default_hint = "fix the kernel's declaration in the module that registers it (the one given to --spec)"
+
 
 class KernelNotFound(NbxcertError):
     """No registered kernel has this name."""
@@ -121,9 +127,13 @@ class KernelNotFound(NbxcertError):
 class PruneEmpty(NbxcertError):
     """The prune of a kernel left no candidate for a key on a device."""
 
+    default_hint = "no candidate fits this device: certify the key for a larger device class, or add a candidate"
+
 
 class OracleMismatch(NbxcertError):
     """A kernel's output disagrees with its float64 oracle beyond the tolerance. The message is the full report."""
+
+    default_hint = "this config is wrong for this key: certify the key again (`nbxcert certify ... --force`)"
 
 
 class KeyParseError(NbxcertError):
@@ -150,6 +160,11 @@ class ServerNotRegistered(NbxcertError):
 
 class WorkloadInvalid(NbxcertError):
     """A workload file with an unknown kind or a missing field. Names the file and the field."""
+
+    default_hint = (
+        "fix the workload file: the shipped ones show every field (`nbxcert/workloads/demo.yml`); or name a shipped "
+        "workload (`--workload demo`)"
+    )
 
 
 class CertificateInvalid(NbxcertError):

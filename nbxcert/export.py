@@ -161,7 +161,7 @@ def export(
     from nbxcert.profiles import get_profile
 
     if fmt not in FORMATS:
-        raise UsageError(f"--format {fmt!r} is not an export format; choose one of: {', '.join(FORMATS)}")
+        raise UsageError(f"--format {fmt!r} is not an export format", hint=f"choose one of: {', '.join(FORMATS)}")
     if fmt == "triton-autotune":
         check_triton()
     prof = get_profile(profile_name)
@@ -224,7 +224,10 @@ def _wanted(kernels: str | None, exportable: Sequence[str], fmt: str) -> list[st
     other = [n for n in names if n not in exportable]
     if other:
         what = ", ".join(exportable) or "none registered: import yours with --spec MODULE"
-        raise UsageError(f"--kernels {other[0]}: {fmt} exports only {what}")
+        raise UsageError(
+            f"--kernels {other[0]}: {fmt} exports only {what}",
+            hint=f"leave --kernels out to export every kernel {fmt} takes",
+        )
     return names
 
 

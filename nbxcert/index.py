@@ -102,7 +102,10 @@ def _prefix(profile_key: str, memory_class: str) -> str:
     name = profile_key.replace("/", "_")
     for what, value in (("profile", name), ("memory class", memory_class)):
         if not _SAFE_NAME.match(value):
-            raise UsageError(f"{what} '{value}' cannot name an index file (letters, digits, '.', '_', '-' only)")
+            raise UsageError(
+                f"{what} '{value}' cannot name an index file (letters, digits, '.', '_', '-' only)",
+                hint="name a profile that `nbxcert profiles` lists",
+            )
     return f"{name}.{memory_class}"
 
 

@@ -21,7 +21,9 @@ MAX_LINE = 4096
 
 def read_keys(path: str | Path) -> list[LaunchKey]:
     """Every key of a keys file, in order, duplicates removed; a bad line is refused naming file and line."""
-    path = Path(path)
+    from nbxcert.options import reachable
+
+    path = reachable(Path(path), "keys file")
     if not path.is_file():
         # a directory (or a FIFO) was said not to exist, which sent the user looking for a typo
         what = "is not a regular file" if path.exists() else "does not exist"
@@ -30,7 +32,9 @@ def read_keys(path: str | Path) -> list[LaunchKey]:
     try:
         f = path.open("rb")
     except OSError as e:
-        raise UsageError(f"keys file {path} cannot be read: {e.strerror}") from None
+        raise UsageError(
+            f"keys file {path} cannot be read: {e.strerror}", hint="give a keys file you can read"
+        ) from None
     with f:
         # Read in bytes, one bounded line at a time, and decode each line: a text-mode read raised
         # UnicodeDecodeError on a non-UTF-8 byte and read a line of any length whole before measuring it, and a
@@ -110,7 +114,7 @@ def gather_keys(profile, key_texts=(), keys_file=None, workload=None, kernels=No
     from nbxcert.workload import load_workload, workload_keys
 
     if not key_texts and not keys_file and not workload:
-        raise UsageError("no keys asked for: give --workload NAME|FILE, --keys FILE or --key TEXT")
+        raise UsageError("no keys asked for", hint="give --workload NAME|FILE, --keys FILE or --key TEXT")
 
     def checked(k: LaunchKey) -> LaunchKey:  # a key from the user's text: its fields, then its sizes for the prune
         spec = get_spec(k.kernel)

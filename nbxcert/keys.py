@@ -100,10 +100,21 @@ def parse_key(text: str) -> LaunchKey:
                 value = v
             fields.append((n, value))
     dtypes = tuple(d for d in m.group("dtypes").split(",")) if m.group("dtypes") else ()
-    key = LaunchKey(m.group("name"), tuple(fields), dtypes, version)
+    try:
+        key = LaunchKey(m.group("name"), tuple(fields), dtypes, version)
+    except KeyParseError as e:  # said which field was wrong but not in which key (`--key A --key B`: which?)
+        raise KeyParseError(f"key '{text}': {e.message}", hint=_order_hint(fields, e)) from None
     if key.text() != text:
         raise KeyParseError(f"key '{text}' is not canonical; its canonical form is '{key.text()}'")
     return key
+
+
+def _order_hint(fields: list[tuple[str, int | str]], e: KeyParseError) -> str | None:
+    """The next step for a key whose fields are out of order: the same fields in order (None: the error's own)."""
+    names = [n for n, _ in fields]
+    if len(set(names)) != len(names) or names == sorted(names):
+        return None
+    return "write the fields sorted by name: " + ",".join(f"{n}={v}" for n, v in sorted(fields))
 
 
 MAX_DIGITS = 40  # far above any size a launch has (2**64 has 20 digits)

@@ -22,7 +22,7 @@ from typing import Any
 
 from nbxcert import certificates
 from nbxcert.certificates import config_label
-from nbxcert.dirscan import DirScan, load_specs, scan_dir
+from nbxcert.dirscan import NO_CERTS_HINT, DirScan, load_specs, scan_dir
 from nbxcert.errors import UsageError
 from nbxcert.files import atomic_write
 from nbxcert.text import printable
@@ -209,7 +209,7 @@ def merge(out: Path, dirs: Sequence[Path], prefer: str | None = None, modules: S
     written atomically under each profile directory's lock, and the plan is made again under the locks, so a certify
     run writing into `out` meanwhile is neither lost nor overwritten."""
     if prefer is not None and prefer not in PREFER:
-        raise UsageError(f"--prefer {prefer!r} is not one of {', '.join(PREFER)}")
+        raise UsageError(f"--prefer {prefer!r} is not a rule", hint=f"choose one of: {', '.join(PREFER)}")
     if not dirs:
         raise UsageError("no shard directory to merge", hint="nbxcert merge OUT DIR [DIR ...]")
     from nbxcert.options import writable_dir
@@ -220,6 +220,11 @@ def merge(out: Path, dirs: Sequence[Path], prefer: str | None = None, modules: S
     out = writable_dir(Path(out), "OUT")
     specs = load_specs(modules)
     shards = [scan_dir(d, specs).require_ok() for d in dirs]
+    if not any(s.files for s in shards):  # merged 0 keys and exited 0: a wrong path passed as a merge
+        names = ", ".join(printable(d) for d in dirs)
+        raise UsageError(
+            f"the shard directories hold no certificate files ({names}): nothing to merge", hint=NO_CERTS_HINT
+        )
 
     def out_scan() -> DirScan | None:
         return scan_dir(out, specs).require_ok() if out.is_dir() else None

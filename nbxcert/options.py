@@ -14,19 +14,24 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from nbxcert.errors import UsageError
+from nbxcert.files import unreachable
 from nbxcert.text import printable as shown  # a path in a message: control characters escaped, one line
 
 MAX_JOBS = 1024  # far above any core count (`--jobs 99999999999999999999` set out to make that many workers)
 MAX_TIMEOUT_S = 86_400.0  # a day, for one candidate (`--timeout nan` reached the pipe's wait, which raises ValueError)
 
 
-def _stat_ok(path: Path) -> bool:
-    """Whether the OS can be asked about `path` at all (a NUL byte cannot reach a system call: ValueError)."""
-    try:
-        path.exists()
-    except (ValueError, OSError):
-        return False
-    return True
+def reachable(path: Path, what: str) -> Path:
+    """`path` when the OS can say whether it exists. A path under a directory that cannot be searched made
+    `Path.exists()` raise PermissionError: a traceback from `keys --keys`, `validate`, `diff`, `merge`, `stale`,
+    `index` and `census` (`--workload locked/w.yml`), and `--dir locked/x` was said not to exist."""
+    why = unreachable(path)
+    if why is not None:
+        raise UsageError(
+            f"{what} {shown(path)} cannot be reached ({why})",
+            hint="check the permissions of the directories on its way, or give another path",
+        )
+    return Path(path)
 
 
 def existing_dirs(dirs: Sequence[Path] | None, option: str = "--dir") -> list[Path] | None:
@@ -35,13 +40,15 @@ def existing_dirs(dirs: Sequence[Path] | None, option: str = "--dir") -> list[Pa
     if dirs is None:
         return None
     for d in dirs:
-        d = Path(d)
-        if not _stat_ok(d) or not d.exists():
+        d = reachable(Path(d), option)
+        if not d.exists():
             raise UsageError(f"{option} {shown(d)}: no such directory", hint="give a certificate directory that exists")
         if not d.is_dir():
             raise UsageError(f"{option} {shown(d)} is not a directory", hint="give a certificate directory")
         if not os.access(d, os.R_OK | os.X_OK):
-            raise UsageError(f"{option} {shown(d)} cannot be read (permission denied)")
+            raise UsageError(
+                f"{option} {shown(d)} cannot be read (permission denied)", hint="give a directory you can read"
+            )
     return [Path(d) for d in dirs]
 
 
@@ -55,31 +62,35 @@ def _nearest_existing(path: Path) -> Path:
 def writable_dir(path: Path, option: str, write: bool = True) -> Path:
     """`path` when it is a directory, or one that can be made (its nearest existing parent is a directory), that can
     be written (unless `write` is False). Nothing is created here."""
-    path = Path(path)
-    if not _stat_ok(path):
-        raise UsageError(f"{option} {shown(path)} cannot name a directory")
+    path = reachable(Path(path), option)
     if path.exists() and not path.is_dir():
         raise UsageError(f"{option} {shown(path)} exists and is not a directory", hint="give a directory")
     base = _nearest_existing(path)
     if not base.is_dir():
         raise UsageError(f"{option} {shown(path)}: {shown(base)} is a file, not a directory", hint="give a directory")
     if write and not os.access(base, os.W_OK | os.X_OK):
-        raise UsageError(f"{option} {shown(path)}: {shown(base)} cannot be written (permission denied)")
+        raise UsageError(
+            f"{option} {shown(path)}: {shown(base)} cannot be written (permission denied)",
+            hint="give a directory you can write",
+        )
     return path
 
 
 def writable_file(path: Path, option: str) -> Path:
     """`path` when a file can be written there: not a directory, in a directory that exists and can be written."""
-    path = Path(path)
-    if not _stat_ok(path) or str(path) in ("", "."):
-        raise UsageError(f"{option} {shown(path)} cannot name a file")
+    path = reachable(Path(path), option)
+    if str(path) in ("", "."):  # Typer reads `--out ''` as Path(''), which is '.'
+        raise UsageError(f"{option} {shown(path)} cannot name a file", hint="give the path of a file to write")
     if path.is_dir():
         raise UsageError(f"{option} {shown(path)} is a directory", hint="give the path of a file to write")
     parent = path.absolute().parent
     if not parent.is_dir():
         raise UsageError(f"{option} {shown(path)}: directory {shown(parent)} does not exist", hint="create it first")
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise UsageError(f"{option} {shown(path)} cannot be written (permission denied)")
+        raise UsageError(
+            f"{option} {shown(path)} cannot be written (permission denied)",
+            hint="give a file in a directory you can write",
+        )
     return path
 
 
@@ -101,14 +112,17 @@ def seconds(s: float | None, option: str = "--timeout") -> float | None:
     if s is None:
         return None
     if not (math.isfinite(s) and 0 < s <= MAX_TIMEOUT_S):
-        raise UsageError(f"{option} {s}: give a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}")
+        raise UsageError(
+            f"{option} {s} is not a time limit: give a number of seconds above 0 and at most {MAX_TIMEOUT_S:g}",
+            hint=f"e.g. {option} 600, or leave it out for the default",
+        )
     return s
 
 
 def fraction(x: float, option: str = "--min") -> float:
     if not 0.0 <= x <= 1.0:  # NaN fails both comparisons
         raise UsageError(f"{option} {x} is not a fraction in [0, 1]", hint=f"e.g. {option} 1.0 (every key) or 0.95")
-    return x
+    return x + 0.0  # -0.0 is 0.0 (`--min -0` printed "minimum -0.0%")
 
 
 def check_environment(search_path: bool = True) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nbxcert import certificates
+from nbxcert import certificates, files
 from nbxcert.certificates import config_label
 from nbxcert.dirscan import Found, load_specs, read_doc
 from nbxcert.errors import CertificateInvalid, KeyNotCertified
@@ -89,6 +89,16 @@ def show(
     if not shown:
         where = ", ".join(printable(d) for d in dirs) or "no directory (NBXCERT_CERTIFIED_DIR is empty)"
         target = profile_keys[0] if profile else "any profile"
+        if key.kernel not in specs:  # "certify it" was the next step given, for a kernel that cannot be certified
+            import difflib
+
+            close = difflib.get_close_matches(key.kernel, list(specs), n=1)
+            raise KeyNotCertified(
+                f"key {key.text()} is not certified for {target} in {where}",
+                hint=f"no kernel named '{key.kernel}' is registered: check the name (`nbxcert kernels`"
+                + (f"; did you mean {close[0]}?" if close else "")
+                + "), or give --spec MODULE for a kernel of your own",
+            )
         raise KeyNotCertified(
             f"key {key.text()} is not certified for {target} in {where}",
             hint=f"certify it: `nbxcert certify --profile {target if profile else 'PROFILE'} --key '{key.text()}'`"
@@ -100,7 +110,7 @@ def show(
 def _find_in(root: Path, profile_key: str, kernel: str, key_text: str) -> Found | None:
     """The key's certification in `root/<profile>/<kernel>.*.json` (the files of its kernel), validated."""
     pdir = Path(root) / profile_key
-    if not pdir.is_dir():
+    if not files.is_dir(pdir):  # one that cannot be searched holds nothing this key can be served from
         return None
     real_root = Path(root).resolve()
     for path in sorted(pdir.glob(f"{kernel}.*.json")):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nbxcert.certificates import config_label
-from nbxcert.dirscan import scan_dir
+from nbxcert.dirscan import NO_CERTS_HINT, scan_dir
 from nbxcert.errors import UsageError
 from nbxcert.text import printable
 
@@ -138,5 +138,10 @@ def find_stale(root: Path, profile: str | None = None) -> StaleReport:
             report.stale.append(
                 StaleWinner(found.profile, found.key, found.path, w["config"], w["timing"]["median_us"], config, median)
             )
+    if not report.entries:  # "0 of 0 certified winners ... are not the one the rule chooses", exit 0: a gate passed
+        # on nothing
+        which = f" for {profile_key}" if profile_key else ""
+        hint = NO_CERTS_HINT + ("; or leave --profile out" if profile_key else "")
+        raise UsageError(f"{printable(root)} holds no certified entries{which}: nothing to judge", hint=hint)
     report.stale.sort(key=lambda s: (-s.ratio, s.profile, s.key))
     return report

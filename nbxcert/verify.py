@@ -2,7 +2,8 @@
 
 verify launches every key through the serving path (exactly as an application would) on fresh random inputs (a seed
 other than the certification's), at the bucket's smallest and largest member, and checks each output against the
-oracle. It counts keys served from certificates, swept at run time, missing (certified-only) and mismatched.
+oracle. It counts keys served from certificates, swept at run time, run on the kernel's untuned default
+(NBXCERT_UNCERTIFIED=default), missing (certified-only) and mismatched.
 
 coverage needs no GPU: it reads the certificate files of a profile and says which of the requested keys they hold.
 """
@@ -24,7 +25,8 @@ VERIFY_SEED = 777_2026  # not the certification seed: verification uses inputs t
 @dataclass
 class KeyVerdict:
     """What verify (or coverage) found for one key: `verdict` passed | mismatched | missing | failed (verify), or
-    certified | missing (coverage); `served` certificate | sweep (where verify's config came from); the config; the
+    certified | missing (coverage); `served` certificate | sweep | default (where verify's config came from: a
+    certificate, a run-time sweep, or the kernel's untuned default under NBXCERT_UNCERTIFIED=default); the config; the
     measured error (the worst output's max_scaled, max_abs, max_rel; for coverage the certificate's); and why, when
     it did not pass."""
 
@@ -45,6 +47,7 @@ class VerifyReport:
     keys: int = 0
     served: int = 0
     swept: int = 0
+    defaulted: int = 0  # keys with no certificate run on the kernel's default (NBXCERT_UNCERTIFIED=default)
     missing: list[str] = field(default_factory=list)
     mismatched: list[tuple[str, str, str]] = field(default_factory=list)  # key, config, report
     failed: list[tuple[str, str]] = field(default_factory=list)  # key, reason: making inputs or launching raised
@@ -60,9 +63,10 @@ class VerifyReport:
         share = f" (shard {self.shard})" if self.shard else ""
         cut = f"; interrupted: {self.keys} of {self.interrupted_of} keys reached" if self.interrupted_of else ""
         failed = f", {len(self.failed)} failed" if self.failed else ""
+        default = f", {self.defaulted} on the kernel's default" if self.defaulted else ""
         return (
-            f"[nbxcert] verify{share}: {self.keys} keys, {self.served} served, {self.swept} swept at run time, "
-            f"{len(self.missing)} missing, {len(self.mismatched)} mismatched{failed}{cut}"
+            f"[nbxcert] verify{share}: {self.keys} keys, {self.served} served, {self.swept} swept at run time"
+            f"{default}, {len(self.missing)} missing, {len(self.mismatched)} mismatched{failed}{cut}"
         )
 
 
@@ -122,17 +126,28 @@ def _verify_keys(report: VerifyReport, profile, keys, certified_only: bool, seed
         problems = key_problems(spec, key, profile)
         st = serving.state()
         certified = st.index.get(key.text()) is not None
-        served = "certificate" if certified else "sweep"
+        # a key with no certificate under NBXCERT_UNCERTIFIED=default runs the kernel's default: before, it was
+        # reported as swept at run time (`served: sweep`, counted in `swept`), though nothing was swept
+        if certified:
+            served = "certificate"
+        elif st.uncertified == "default" and key.text() not in st.runtime_cache:
+            served = "default"
+        else:
+            served = "sweep"
         cfg = None
         try:
-            runtime = None  # a certified key's config is looked up: no inputs made for it here (the checks make theirs)
-            if not certified and not certified_only:
-                inputs = spec.make_inputs(problems["largest"], key.dtypes, seed, device)
-                runtime = serving.RuntimeLaunch(
-                    run=lambda c, inputs=inputs, spec=spec: spec.launch(c, inputs),
+            # the inputs of a run-time sweep, made only if one runs: a certified key's config is looked up, and
+            # NBXCERT_UNCERTIFIED=default takes the kernel's default (the checks make inputs of their own). Before,
+            # they were made for every key with no certificate: minutes under the interpreter for a workload's
+            # largest problems (tinyllama-1.1b's), for nothing.
+            def runtime(spec=spec, problem=problems["largest"], dtypes=key.dtypes):
+                inputs = spec.make_inputs(problem, dtypes, seed, device)
+                return serving.RuntimeLaunch(
+                    run=lambda c: spec.launch(c, inputs),
                     outputs=[inputs.tensors[o] for o in inputs.outputs],
                     restore=[inputs.tensors[o] for o in inputs.inplace],
                 )
+
             try:
                 cfg = serving.config_for(spec, problems["largest"], key.dtypes, runtime)
             except KeyNotCertified:
@@ -141,6 +156,8 @@ def _verify_keys(report: VerifyReport, profile, keys, certified_only: bool, seed
                 continue
             if certified:
                 report.served += 1
+            elif served == "default":
+                report.defaulted += 1
             else:
                 report.swept += 1
             worst, bad = None, None

@@ -74,6 +74,9 @@ def _fail(path: str, field: str, reason: str) -> WorkloadInvalid:
     return WorkloadInvalid(f"{path}: field '{field}': {reason}")
 
 
+_NAME_HINT = "give a workload file (YAML), or the name of a shipped workload (`--workload demo`)"
+
+
 def shipped() -> list[str]:
     base = resources.files("nbxcert").joinpath("workloads")
     return sorted(p.name[:-4] for p in base.iterdir() if p.name.endswith(".yml"))
@@ -81,16 +84,21 @@ def shipped() -> list[str]:
 
 def load_workload(name_or_path: str) -> Workload:
     """A shipped workload by name (`demo`, `llama-3-8b`, ...) or a YAML file by path."""
-    p = Path(name_or_path)
+    from nbxcert.options import reachable
+
+    p = reachable(Path(name_or_path), "workload file")
     if p.suffix in (".yml", ".yaml") or p.exists():
-        if not p.is_file():
-            raise WorkloadInvalid(f"workload file {p} does not exist")
+        if not p.is_file():  # a directory was said not to exist
+            what = "is not a regular file" if p.exists() else "does not exist"
+            raise WorkloadInvalid(f"workload file {p} {what}", hint=_NAME_HINT)
         try:
             text = p.read_text(encoding="utf-8")
         except UnicodeDecodeError as e:  # was a traceback (bug found by tests/cli/test_fuzz.py::test_workload)
             raise WorkloadInvalid(f"{p}: not UTF-8 text (byte {e.start})") from None
         except OSError as e:
-            raise WorkloadInvalid(f"{p}: cannot be read: {e.strerror}") from None
+            raise WorkloadInvalid(
+                f"{p}: cannot be read: {e.strerror}", hint="give a workload file you can read"
+            ) from None
         return parse_workload(text, str(p))
     res = resources.files("nbxcert").joinpath("workloads", f"{name_or_path}.yml")
     if not res.is_file():

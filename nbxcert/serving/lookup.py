@@ -28,12 +28,13 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nbxcert import files
 from nbxcert.errors import KeyNotCertified, KeyParseError, ProvenanceMismatch
 from nbxcert.keys import make_key
 from nbxcert.serving.notices import forget as forget_notices
@@ -139,19 +140,24 @@ def state() -> ServingState:
             profile, memory_class = profile_in_force()
             dirs = search_path()
             found: list[str] = []
-            index = load_index([d for d in dirs if d.is_dir()], profile.key, memory_class, notices=found)
+            # a directory that cannot be searched is skipped as one that is not there: an application keeps running
+            index = load_index([d for d in dirs if files.is_dir(d)], profile.key, memory_class, notices=found)
             for n in found:
                 say_once(f"[nbxcert] {n}")
             rt_path = _runtime_cache_path(profile.key, memory_class)
             runtime = {}
-            if rt_path.is_file():
+            # a cache directory that cannot be searched (NBXCERT_CACHE_DIR mode 000) raised PermissionError from
+            # is_file(): a traceback from `verify` and a crash of the application's first launch
+            if files.is_file(rt_path):
                 try:
                     runtime = json.loads(rt_path.read_text())
                 except ValueError:
                     say_once(f"[nbxcert] the run-time sweep cache {rt_path} is not valid JSON; starting it afresh")
+                except OSError as e:
+                    say_once(f"[nbxcert] the run-time sweep cache {rt_path} cannot be read ({e.strerror}); not used")
             strict = os.environ.get("NBXCERT_STRICT_PROVENANCE", "") == "1"
             compiled = _register_bundles(profile, dirs, strict)
-            n_dirs = sum(1 for d in dirs if d.is_dir())
+            n_dirs = sum(1 for d in dirs if files.is_dir(d))
             say_once(
                 f"[nbxcert] certified: {profile.name} ({memory_class} class), {len(index)} keys from {n_dirs} "
                 f"director{'y' if n_dirs == 1 else 'ies'}"
@@ -207,7 +213,10 @@ def _uncertified_mode() -> str:
 
     mode = os.environ.get("NBXCERT_UNCERTIFIED", "sweep").strip() or "sweep"
     if mode not in UNCERTIFIED_MODES:
-        raise UsageError(f"NBXCERT_UNCERTIFIED={mode} is not one of {', '.join(UNCERTIFIED_MODES)}")
+        raise UsageError(
+            f"NBXCERT_UNCERTIFIED={mode} is not a mode",
+            hint=f"set it to one of {', '.join(UNCERTIFIED_MODES)}, or unset it (sweep)",
+        )
     return mode
 
 
@@ -218,9 +227,15 @@ def _record(st: ServingState, key_text: str, event: str) -> None:
         append_record(st.record, {"key": key_text, "event": event, "profile": st.profile.key, "time": time.time()})
 
 
-def config_for(spec, problem: Mapping[str, Any], dtypes: Sequence[str], runtime: RuntimeLaunch | dict | None = None):
+def config_for(
+    spec,
+    problem: Mapping[str, Any],
+    dtypes: Sequence[str],
+    runtime: RuntimeLaunch | dict | Callable[[], RuntimeLaunch] | None = None,
+):
     """The config a launch of `spec` runs with: certified, else swept at run time (or refused, certified-only).
-    `runtime` is a `RuntimeLaunch` or the keyword arguments of one (built only when a sweep needs it)."""
+    `runtime` is a `RuntimeLaunch`, the keyword arguments of one, or a function of no arguments that makes one (each
+    used only when a sweep needs it)."""
     fast_key = (spec.name, tuple(problem.items()), tuple(dtypes))
     cfg = _fast.get(fast_key)
     if cfg is not None:

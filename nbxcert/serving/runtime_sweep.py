@@ -30,11 +30,14 @@ class RuntimeLaunch:
     restore: Sequence[Any] = ()
 
 
-def sweep_at_run_time(spec, problem: Mapping[str, Any], profile, runtime: RuntimeLaunch | dict | None):
+def sweep_at_run_time(
+    spec, problem: Mapping[str, Any], profile, runtime: RuntimeLaunch | dict | Callable[[], RuntimeLaunch] | None
+):
     """Sweep a key on the launch's own arguments: every pruned-in candidate runs; those that fail, or whose output
     disagrees with the candidates' consensus (the element-wise median) beyond the dtype tolerance times the output's
     largest magnitude, are rejected; the fastest of the rest wins (the untuned default or the simplest within the
-    noise). `runtime` is a `RuntimeLaunch` or the keyword arguments of one."""
+    noise). `runtime` is a `RuntimeLaunch`, the keyword arguments of one, or a function of no arguments that makes one
+    (called here only: `nbxcert verify` makes a key's inputs at its bucket's largest member only for a sweep)."""
     import numpy as np
 
     from nbxcert.kernels.compare import compare
@@ -42,6 +45,8 @@ def sweep_at_run_time(spec, problem: Mapping[str, Any], profile, runtime: Runtim
 
     if isinstance(runtime, dict):
         runtime = RuntimeLaunch(**runtime)
+    elif runtime is not None and not isinstance(runtime, RuntimeLaunch):
+        runtime = runtime()
     if runtime is None:
         raise LaunchError(f"kernel {spec.name}: the launch gave no way to sweep it at run time (a bug in nbxcert)")
     kept = spec.pruned_for(problem, profile).kept

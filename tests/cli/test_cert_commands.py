@@ -364,7 +364,7 @@ def test_merge_refuses_an_invalid_shard_and_bad_arguments(certs, tmp_path):
     r = nbx("merge", tmp_path / "out", tmp_path / "s1", *SPEC)
     check(r, 1, must=["nbxcert: invalid certificate:", "s1 has 1 problem(s)", "num_warps"])
     r = nbx("merge", tmp_path / "out", tmp_path / "s1", "--prefer", "oldest")
-    check(r, 1, must=["nbxcert: usage: --prefer 'oldest' is not one of newest, fastest"])
+    check(r, 1, must=["nbxcert: usage: --prefer 'oldest' is not a rule -> choose one of: newest, fastest"])
     check(nbx("merge", tmp_path / "out"), 1, must=["nbxcert: usage: no shard directory to merge"])
     (tmp_path / "file").write_text("")
     check(nbx("merge", tmp_path / "file", tmp_path / "s1"), 1, must=["file exists and is not a directory"])

@@ -43,7 +43,7 @@ def _interpreter(backend):
 def nbx(*args, env: dict | None = None, cwd: Path | None = None) -> SimpleNamespace:
     """The command run in this process, with its environment's NBXCERT_* variables cleared first."""
     full = {k: None for k in os.environ if k.startswith("NBXCERT_")}
-    full.update(NBXCERT_BACKEND="interpreter", NBXCERT_UNCERTIFIED="default", **(env or {}))
+    full.update({"NBXCERT_BACKEND": "interpreter", "NBXCERT_UNCERTIFIED": "default", **(env or {})})
     here = os.getcwd()
     if cwd is not None:
         os.chdir(cwd)
@@ -428,3 +428,273 @@ def test_merge_into_a_path_under_a_file_is_one_line(probe_dir, tmp_path):
     (tmp_path / "file.txt").write_text("x")
     r = nbx("merge", tmp_path / "file.txt" / "sub", probe_dir, "--spec", "faulty_kernels")
     refused(r, f"OUT {tmp_path / 'file.txt' / 'sub'}: {tmp_path / 'file.txt'} is a file, not a directory")
+
+
+# --- paths the OS cannot be asked about, and errors of the OS ---------------------------------------------------------
+def _unprivileged() -> list[str]:
+    """The prefix that runs a command without the power to read and search what its permissions forbid: none for a
+    user other than root; for root, setpriv dropping CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (skipped without it)."""
+    if os.geteuid() != 0:
+        return []
+    prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--"]
+    try:
+        probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        pytest.skip("running as root without setpriv: permissions cannot be made to bite")
+    if probe.returncode != 0:
+        pytest.skip("running as root and setpriv cannot drop CAP_DAC_OVERRIDE here")
+    return prefix
+
+
+@pytest.fixture()
+def locked(tmp_path):
+    """A directory nobody may search (mode 000) in `tmp_path`; a copy of the shipped certificates beside it."""
+    import shutil
+
+    shutil.copytree(SHIPPED / "cpu" / "interpreter", tmp_path / "certs" / "cpu" / "interpreter")
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked").chmod(0)
+    yield tmp_path
+    (tmp_path / "locked").chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    "args, env, says",
+    [
+        (["keys", "--profile", "interpreter", "--keys", "locked/k.jsonl"], {}, "keys file locked/k.jsonl"),
+        (["census", "--profile", "hopper", "--workload", "locked/w.yml"], {}, "workload file locked/w.yml"),
+        (["validate", "locked/x"], {}, "certificate directory locked/x"),
+        (["diff", "certs", "locked/x"], {}, "certificate directory locked/x"),
+        (["merge", "out", "locked/x"], {}, "certificate directory locked/x"),
+        (["stale", "locked/x"], {}, "certificate directory locked/x"),
+        (["index", "check", "locked/x"], {}, "certificate directory locked/x"),
+        (["coverage", "--profile", "interpreter", "--workload", "demo", "--dir", "locked/x"], {}, "--dir locked/x"),
+        (["certify", "--profile", "interpreter", "--key", RMSNORM, "--out", "locked/x"], {}, "--out locked/x"),
+    ],
+)
+def test_a_path_under_a_directory_that_cannot_be_searched_is_one_line(args, env, says, locked):
+    # bug: Path.exists()/is_file()/is_dir() raise PermissionError for a path under a directory that cannot be searched
+    # (Python 3.11): tracebacks from keys, census, validate, diff, merge, stale and index, and `--dir locked/x` was
+    # said not to exist, `--out locked/x` not to name a directory
+    r = subprocess.run(
+        [*_unprivileged(), sys.executable, "-m", "nbxcert", *args],
+        capture_output=True,
+        text=True,
+        cwd=locked,
+        timeout=300,
+        env={**os.environ, "NBXCERT_BACKEND": "interpreter", "NBXCERT_CACHE_DIR": str(locked / "cache"), **env},
+    )
+    refused(r, f"{says} cannot be reached (Permission denied)", "check the permissions of the directories")
+
+
+def test_a_cache_directory_that_cannot_be_read_is_served_from_memory(locked):
+    # bug: NBXCERT_CACHE_DIR naming a directory that cannot be searched raised PermissionError from the run-time
+    # cache's is_file(): a traceback from `verify` (and a crash of an application's first launch); and `doctor` raised
+    # on NBXCERT_CERTIFIED_DIR under it
+    base = [*_unprivileged(), sys.executable, "-m", "nbxcert"]
+    env = {**os.environ, "NBXCERT_BACKEND": "interpreter", "NBXCERT_UNCERTIFIED": "default"}
+    verify = [*base, "verify", "--profile", "interpreter", "--key", RMSNORM, "--dir", "certs", "--certified-only"]
+    r = subprocess.run(
+        verify,
+        capture_output=True,
+        text=True,
+        cwd=locked,
+        timeout=300,
+        env={**env, "NBXCERT_CACHE_DIR": str(locked / "locked")},
+    )
+    check(r, 0, must=["1 keys, 1 served", "serving from memory"])
+    r = subprocess.run(
+        [*base, "doctor"],
+        capture_output=True,
+        text=True,
+        cwd=locked,
+        timeout=300,
+        env={**env, "NBXCERT_CERTIFIED_DIR": "locked/x", "NBXCERT_CACHE_DIR": str(locked / "cache")},
+    )
+    check(r, 0, must=["certificate directory locked/x cannot be reached (Permission denied)"])
+    # the default cache under XDG_CACHE_HOME: `index check` raised PermissionError opening an index under it
+    env = {k: v for k, v in env.items() if k != "NBXCERT_CACHE_DIR"}
+    r = subprocess.run(
+        [*base, "index", "check"],
+        capture_output=True,
+        text=True,
+        cwd=locked,
+        timeout=300,
+        env={**env, "XDG_CACHE_HOME": str(locked / "locked")},
+    )
+    refused(r, "the index cache (XDG_CACHE_HOME, else ~/.cache)", "cannot be reached (Permission denied)")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device whose writes fail: ENOSPC)")
+def test_an_error_of_the_os_while_working_is_one_line():
+    # bug: an OSError no check can foresee (here a write to a full disk) ended in a traceback
+    r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", SHIPPED, "--junit-xml", "/dev/full")
+    refused(r, "nbxcert: system error: No space left on device: /dev/full", "NBXCERT_DEBUG=1")
+
+
+# --- every refusal names the next step --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        # a directory was said not to exist, with no next step
+        (["keys", "--profile", "interpreter", "--workload", "{tmp}"], "workload file {tmp} is not a regular file"),
+        (["keys", "--profile", "interpreter", "--workload", "{tmp}/w.yml"], "a workload is a mapping, got str"),
+        # a file was said not to exist
+        (["index", "build", "{tmp}/w.yml"], "certificate directory {tmp}/w.yml is not a directory"),
+        (["index", "check", "{tmp}"], "holds no certificates: no index to check"),
+        # ten digits were said not to be i/n
+        (["verify", "--profile", "interpreter", "--key", RMSNORM, "--shard", "1/10000000000"], "at most 999999999"),
+        (["verify", "--profile", "interpreter", "--key", RMSNORM, "--shard", "2/2"], "need 0 <= i < n"),
+        (["certify", "--profile", "interpreter", "--key", RMSNORM, "--out", "{tmp}", "--timeout", "nan"], "--timeout"),
+        (["merge", "{tmp}/out", str(SHIPPED), "--prefer", "NEWEST"], "--prefer 'NEWEST' is not a rule"),
+        (["export", "--format", "csv", "--profile", "hopper", "--out", "{tmp}/e"], "--format 'csv'"),
+        (["keys", "--profile", "interpreter"], "no keys asked for"),
+    ],
+)
+def test_every_refusal_names_the_next_step(args, says, tmp_path):
+    # bug: these lines said what failed but not what to do next (`nbxcert: invalid workload: w.yml: a workload is a
+    # mapping, got str`); some named the wrong fault (a directory "does not exist", `--shard 1/10000000000` "is not
+    # i/n")
+    (tmp_path / "w.yml").write_text("just text\n")
+    line = refused(nbx(*[a.format(tmp=tmp_path) for a in args]), says.format(tmp=tmp_path))
+    assert " -> " in line and len(line.split(" -> ")[1]) > 10, line
+
+
+def test_an_unknown_uncertified_mode_names_the_next_step():
+    r = nbx("verify", "--profile", "interpreter", "--key", RMSNORM, env={"NBXCERT_UNCERTIFIED": "bogus"})
+    refused(r, "NBXCERT_UNCERTIFIED=bogus is not a mode -> set it to one of sweep, default")
+
+
+# --- gates never pass on nothing --------------------------------------------------------------------------------------
+def test_validate_stale_and_merge_refuse_a_directory_with_no_certificates(tmp_path):
+    # bug: `validate EMPTY` printed "0 files, 0 entries, 0 problems" and exited 0 (the CI gate passed on a wrong
+    # path), `stale EMPTY` "0 of 0 certified winners ..." exit 0, `merge OUT EMPTY` merged 0 keys, exit 0
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("no certificate here\n")
+    refused(nbx("validate", tmp_path / "empty"), "holds no certificate files: nothing to validate", "--out")
+    refused(nbx("stale", tmp_path / "empty"), "holds no certified entries: nothing to judge")
+    refused(nbx("stale", SHIPPED, "--profile", "volta"), "holds no certified entries for nvidia/volta")
+    refused(nbx("merge", tmp_path / "out", tmp_path / "empty"), "hold no certificate files", "nothing to merge")
+    assert not (tmp_path / "out").exists()
+
+
+# --- progress of the commands that read certificate directories -------------------------------------------------------
+@pytest.mark.parametrize(
+    "args, engine, says",
+    [
+        (["validate", str(SHIPPED)], "nbxcert.validate.validate", "[nbxcert] validate "),
+        (["merge", "OUT", str(SHIPPED)], "nbxcert.merge.merge", "[nbxcert] merge into "),
+        (["stale", str(SHIPPED)], "nbxcert.stale.find_stale", "[nbxcert] stale "),
+        (["diff", str(SHIPPED), str(SHIPPED)], "nbxcert.diff.diff", "[nbxcert] diff "),
+        (["coverage", "--profile", "interpreter", "--workload", "demo"], "nbxcert.verify.coverage", "coverage cpu/"),
+        (["index", "build", str(SHIPPED), "--cache", "OUT"], "nbxcert.cli._index_targets", "[nbxcert] index build "),
+        (["doctor"], "nbxcert.doctor.run_doctor", "[nbxcert] doctor: "),
+    ],
+)
+def test_the_commands_reading_certificate_directories_say_what_they_do_when_piped(
+    args, engine, says, monkeypatch, tmp_path
+):
+    # bug: piped, `merge` of three copies of the shipped certificates printed nothing for 15 s on a 2-core machine
+    # (only certify, verify, warm and census said what they were doing)
+    import time
+
+    from nbxcert.errors import UsageError
+
+    def slow(*a, **k):
+        time.sleep(0.5)
+        raise UsageError("stopped here by the test", hint="none needed")
+
+    monkeypatch.setattr(cli, "PROGRESS_S", 0.1)
+    monkeypatch.setattr(engine, slow)
+    r = nbx(*[str(tmp_path / "out") if a == "OUT" else a for a in args])
+    refused(r, "stopped here by the test")
+    beats = [x for x in r.stderr.splitlines() if x.startswith("[nbxcert] ") and says in x and x.endswith(" s)")]
+    assert len(beats) >= 2, r.stderr
+
+
+# --- a key of no registered kernel, a certificate of one's own kernel -------------------------------------------------
+def test_show_of_a_key_of_no_registered_kernel_says_so(probe_dir):
+    # bug: `show 'rmsnrom[...]'` said the key was not certified and to certify it (which cannot be done)
+    r = nbx("show", RMSNORM.replace("rmsnorm", "rmsnrom"))
+    line = refused(r, "key not certified", "no kernel named 'rmsnrom' is registered", "did you mean rmsnorm?")
+    assert "--spec MODULE" in line and "certify it" not in line
+
+
+def test_validate_of_a_certificate_of_ones_own_kernel_gives_the_spec_hint(probe_dir):
+    # bug: without --spec, validate said "unknown kernel 'fault_probe' (registered: ...)" and no next step
+    r = nbx_piped("validate", probe_dir)  # a process of its own: this one has fault_probe registered
+    check(r, 1, must=["unknown kernel 'fault_probe'", "a kernel of your own: give --spec MODULE"])
+
+
+def test_coverage_min_minus_zero_is_zero():
+    # bug: `--min -0` printed "minimum -0.0%"
+    r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", SHIPPED, "--min", "-0")
+    check(r, 0, must=["minimum 0.0%"], must_not=["-0.0%"])
+
+
+def test_doctor_prints_its_problems_and_next_steps_verbatim(monkeypatch):
+    # bug: doctor's problem and next-step rows were read as Rich markup: a certificate directory
+    # `locked/[bold]x[/bold]` that cannot be reached printed as `locked/x`
+    from nbxcert import doctor
+
+    real = doctor.run_doctor
+
+    def with_markup():
+        report = real()
+        report.problems.append("certificate directory locked/[bold]x[/bold] cannot be reached (Permission denied)")
+        report.advice.append("look at [red]this[/red]")
+        return report
+
+    monkeypatch.setattr(doctor, "run_doctor", with_markup)
+    check(nbx("doctor"), 0, must=["locked/[bold]x[/bold] cannot be reached", "look at [red]this[/red]"])
+
+
+def test_index_build_that_cannot_write_its_index_fails(monkeypatch, tmp_path):
+    # bug: when the index could not be written (a full disk, a cache directory root can list but not write), `index
+    # build` printed "N keys -> PATH" for a PATH that was not there and exited 0
+    import errno
+
+    from nbxcert import index
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(index, "atomic_write", full_disk)
+    r = nbx("index", "build", SHIPPED, "--cache", tmp_path)
+    refused(r, "was not written: cannot write the index cache", "No space left on device", must_not=["keys ->"])
+
+
+@pytest.mark.parametrize("width", [0, 1, 5, 12])
+def test_a_terminal_too_narrow_for_a_table_gets_one_row_a_line(monkeypatch, width):
+    # bug: on a terminal of 5 columns (`COLUMNS=5`, or 0) Rich drew every cell empty: the keys were lost
+    from rich.console import Console
+    from rich.table import Table
+
+    key = "decode_attention[batch=2,head_dim=64,heads=1,kv_heads=1,kv_len=32;float16]@v1"
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "out", Console(file=buf, force_terminal=True, width=width, color_system=None))
+    t = Table("kernel", "key")
+    t.add_row(cli._cell("decode_attention"), cli._cell(key))
+    cli._show(t)
+    assert any(key in line for line in buf.getvalue().splitlines()), buf.getvalue()
+
+
+@pytest.mark.parametrize("name, value", [("COLUMNS", "99999999999"), ("TERMINAL_WIDTH", "abc"), ("COLUMNS", "0")])
+def test_a_width_no_text_can_be_drawn_in_is_ignored(name, value):
+    # bug: `COLUMNS=99999999999 nbxcert --help` ended in MemoryError and `TERMINAL_WIDTH=abc nbxcert --help` in
+    # ValueError (tracebacks); `COLUMNS=0` printed an empty help
+    r = nbx_piped("--help", env={name: value})
+    check(r, 0, must=["Usage: ", "certify", "Certify Triton kernel launch configurations"])
+
+
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ("rmsnorm[n_rows=8,n_cols=64;float16,float16]@v1", "write the fields sorted by name: n_cols=64,n_rows=8"),
+        ("rmsnorm[n_cols=-64,n_rows=8;float16,float16]@v1", "n_cols='-64' must be a lower-case word"),
+        ("rmsnorm[n_cols=64,n_rows=8;Float16,float16]@v1", "dtype 'Float16'"),
+    ],
+)
+def test_a_bad_key_among_several_is_named(bad, says):
+    # bug: "key fields ['n_rows', 'n_cols'] must be unique and sorted" named no key: given several --key, which one?
+    refused(nbx("keys", "--profile", "interpreter", "--key", RMSNORM, "--key", bad), f"key '{bad}': ", says)

@@ -144,7 +144,7 @@ def test_index_build_and_check_then_a_corrupt_index_is_refused_and_rebuilt(demo,
         (["verify", "--profile", "hopper", "--workload", "demo"], "wrong profile for this device"),
         (["coverage", "--profile", "interpreter", "--workload", "demo", "--min", "2"], "--min 2.0 is not a fraction"),
         (["coverage", "--profile", "interpreter", "--keys", "/nonexistent.jsonl"], "does not exist"),
-        (["index", "build", "/nonexistent-dir"], "does not exist"),
+        (["index", "build", "/nonexistent-dir"], "/nonexistent-dir: no such directory"),
     ],
 )
 def test_error_paths_are_one_line_with_exit_code_1(args, message):

@@ -582,13 +582,13 @@ test_device_file, test_device_file_fuzz = fuzz_pair("device_file", device_cases,
 # --- the command line -------------------------------------------------------------------------------------------------
 # Every command run in this process (Typer's CliRunner) over argument lists drawn from valid, boundary and garbage
 # values, with the NBXCERT_* variables that name paths drawn too. The property: exit code 0, 1 or 2; no uncaught
-# exception (a traceback in a real run); at most one `nbxcert:` error line; and no file written anywhere but where
-# the case named (an argument or a variable) or the case's own HOME (an audit hook sees every open-for-write, mkdir,
-# rename and removal). A case runs in a fresh directory of fixtures. What would take seconds is replaced at the point
-# where the work starts, and each replacement asserts that what reached it was checked (the property "every input is
-# checked before any work starts"): certify's sweep of one key (`certify.sweep_key`), the census's compiles
-# (`census.run_census`) and verify's checked launch (`kernels.check.run_checked`). Arguments never hold a NUL byte
-# (no argv or environment can).
+# exception (a traceback in a real run); at most one `nbxcert:` error line, with its next step (` -> `); and no file
+# written anywhere but where the case named (an argument or a variable) or the case's own HOME (an audit hook sees
+# every open-for-write, mkdir, rename and removal). A case runs in a fresh directory of fixtures. What would take
+# seconds is replaced at the point where the work starts, and each replacement asserts that what reached it was
+# checked (the property "every input is checked before any work starts"): certify's sweep of one key
+# (`certify.sweep_key`), the census's compiles (`census.run_census`) and verify's checked launch
+# (`kernels.check.run_checked`). Arguments never hold a NUL byte (no argv or environment can).
 from typer.testing import CliRunner  # noqa: E402
 
 from nbxcert import cli as nbxcert_cli  # noqa: E402
@@ -1006,6 +1006,8 @@ def check_cli(case) -> None:
     assert len(errors_) <= 1, (args, env, errors_)
     if r.exit_code == 1 and errors_:
         assert len(errors_[0]) > 20 and "\n" not in errors_[0]
+        # and the next step: "what failed, which value, what to do next" (lines with no next step were found by this)
+        assert " -> " in errors_[0], (args, env, errors_[0])
     # a directory made on the way to a named path (`--out a/b/c` makes a and a/b) is where the case asked for
     outside = [
         (e, p)
@@ -1018,7 +1020,10 @@ def check_cli(case) -> None:
 
 CLI_BUGS: dict[str, tuple] = {
     # each failed before its fix (the issue's list, and what this test found)
-    "keys": (("keys", ["keys", "--profile", "interpreter", "--key", "rmsnorm[n_cols=64;float16,float16]@v1"], {}),),
+    "keys": (
+        ("keys", ["keys", "--profile", "interpreter", "--key", "rmsnorm[n_cols=64;float16,float16]@v1"], {}),
+        ("keys", ["keys", "--profile", "interpreter", "--workload", "emptydir"], {}),  # no next step
+    ),
     "certify": (
         (
             "certify",
@@ -1045,13 +1050,33 @@ CLI_BUGS: dict[str, tuple] = {
             {},
         ),
         ("certify", ["certify", "--profile", "interpreter", "--workload", "demo"], {}),  # wrote ./certificates
+        (
+            "certify",
+            ["certify", "--profile", "interpreter", "--workload", "demo", "--out", "o", "--timeout", "nan"],
+            {},
+        ),
     ),
     "verify": (
         ("verify", ["verify", "--profile", "interpreter", "--key", "rmsnorm[n_cols=64;float16,float16]@v1"], {}),
+        ("verify", ["verify", "--profile", "interpreter", "--workload", "demo", "--shard", "2/2"], {}),  # no next step
+        # every key of tinyllama-1.1b without a certificate had its largest inputs made, under
+        # NBXCERT_UNCERTIFIED=default where nothing is swept: 455 s for this case
+        (
+            "verify",
+            ["verify", "--profile", "interpreter", "--workload", "tinyllama-1.1b"],
+            {"NBXCERT_CERTIFIED_DIR": ""},
+        ),
     ),
     "census": (("census", ["census", "--profile", "hopper", "--key", "rmsnorm[n_cols=64;float16,float16]@v1"], {}),),
     "kernels": (("kernels", ["kernels", "--spec", ""], {}), ("kernels", ["kernels", "--spec", "..x"], {})),
-    "merge": (("merge", ["merge", "file.txt/sub", "certs"], {}),),  # NotADirectoryError from the lock's mkdir
+    "merge": (
+        ("merge", ["merge", "file.txt/sub", "certs"], {}),  # NotADirectoryError from the lock's mkdir
+        ("merge", ["merge", "out", "certs", "--prefer", "NEWEST"], {}),  # an error line with no next step
+    ),
+    # error lines with no next step (`-> ...`): a workload directory "does not exist", a file given as a certificate
+    # directory "does not exist", `--shard 2/2`, `--timeout nan`
+    "index check": (("index check", ["index", "check", "file.txt"], {}),),
+    "export": (("export", ["export", "--format", "csv", "--profile", "hopper", "--out", "out"], {}),),
     # the harness's: a cache directory with a colon in its name was split as a search path is (index build wrote
     # where the case said, and the check said elsewhere)
     "index build": (

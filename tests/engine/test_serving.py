@@ -118,7 +118,7 @@ def test_unknown_uncertified_mode_is_refused_by_name(user_kernel, serving, monke
     from nbxcert.errors import UsageError
 
     monkeypatch.setenv("NBXCERT_UNCERTIFIED", "guess")
-    with pytest.raises(UsageError, match="NBXCERT_UNCERTIFIED=guess is not one of sweep, default"):
+    with pytest.raises(UsageError, match="NBXCERT_UNCERTIFIED=guess is not a mode"):
         _launch(user_kernel, 10)
 
 
@@ -217,3 +217,33 @@ def test_verify_and_warm_leave_the_serving_settings_as_they_found_them(serving, 
     warm("interpreter", keys, [mine])
     assert serving.search_path() == [certs]
     serving.configure()
+
+
+@pytest.mark.parametrize("mode, made, served", [("default", 0, "default"), ("sweep", 1, "sweep")])
+def test_verify_makes_a_sweeps_inputs_only_for_a_sweep(user_kernel, serving, monkeypatch, tmp_path, mode, made, served):
+    """Bug: verify made the inputs of a run-time sweep (at the bucket's largest member) for every key with no
+    certificate, also under NBXCERT_UNCERTIFIED=default, where nothing is swept: minutes under the interpreter for
+    tinyllama-1.1b's largest problems, for nothing. And such a key was reported as swept (`served: sweep`, counted
+    in `swept`) though it ran the kernel's untuned default."""
+    from nbxcert.kernels import check
+    from nbxcert.keys import parse_key
+    from nbxcert.verify import verify
+
+    monkeypatch.setenv("NBXCERT_UNCERTIFIED", mode)
+    serving.reset()
+    real, made_inputs = user_kernel.randn, []
+
+    def counting_randn(*args, **kwargs):
+        made_inputs.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(user_kernel, "randn", counting_randn)
+    monkeypatch.setattr(check, "run_checked", lambda *args, **kwargs: {})  # the checks make inputs of their own
+    empty = tmp_path / "none"
+    empty.mkdir()
+    key = parse_key("user_scale[n=1000;float32,float32]@v1")
+    report = verify("interpreter", [key], [empty], certified_only=False, modules=["user_kernel"])
+    assert report.ok and len(made_inputs) == made
+    assert [r.served for r in report.results] == [served]
+    assert (report.swept, report.defaulted) == ((0, 1) if mode == "default" else (1, 0))
+    assert ("1 on the kernel's default" in report.line()) is (mode == "default")

@@ -100,7 +100,8 @@ def test_stale_of_a_directory_whose_winners_stand_exits_0(tmp_path):
     r = nbx("stale", tmp_path, "--out", keys)
     check(r, 0, must=[f"0 of 1 certified winners in {tmp_path} are not the one the winner rule chooses"])
     assert keys.read_text() == ""
-    check(nbx("stale", tmp_path, "--profile", "ampere"), 0, must=["0 of 0 certified winners"])
+    # nothing to judge is not a pass (it printed "0 of 0 certified winners ..." and exited 0)
+    check(nbx("stale", tmp_path, "--profile", "ampere"), 1, must=["holds no certified entries for nvidia/ampere"])
 
 
 def test_a_keys_file_of_two_profiles_is_refused_in_one_line(tmp_path):
