@@ -52,7 +52,7 @@ def resolved(spec, problem, dtypes):
 def compile_items(items):
     """(In the cross-compiling subprocess.) Each item's launches: what names each and its compiled binary."""
     from nbxcert.kernels import recording
-    from nbxcert.kernels.backends import binaries, cross
+    from nbxcert.kernels.backends import cross
     from nbxcert.kernels.spec import get_spec
 
     for name, kwargs, problem, dtypes in items:
@@ -61,16 +61,7 @@ def compile_items(items):
         inputs = spec.make_inputs(problem, dtypes, 0, "cpu")
         with recording.recording() as rec, cross.recording() as launched:
             spec.launch(choose(spec, kwargs), inputs)
-        assert len(rec.launches) == len(launched)
-        for kl, made in zip(rec.launches, launched, strict=True):
-            identity, source_key = binaries.identity_of(kl.kernel)
-            yield {
-                "identity": identity,
-                "source_key": source_key,
-                "specialization": binaries.specialization_of(kl.kernel, kl.args, kl.kwargs),
-                "record": binaries.describe(made.compiled),
-                "image": base64.b64encode(made.compiled.asm["cubin"]).decode(),
-            }
+        yield from named(rec.launches, launched)
     # the served entry points' own launches (their default configs) at the shapes the GPU process calls them with
     import numpy as np
 
@@ -84,7 +75,15 @@ def compile_items(items):
     with recording.recording() as rec, cross.recording() as launched:
         rows.rmsnorm(x, w, config=get_spec("rmsnorm").default)
         matmul.matmul(a, b, config=get_spec("matmul").default)
-    for kl, made in zip(rec.launches, launched, strict=True):
+    yield from named(rec.launches, launched)
+
+
+def named(launches, compiled):
+    """(In the cross-compiling subprocess.) Each recorded launch paired with the kernel the cross driver compiled for
+    it: what names it (as a bundle does) and its binary."""
+    from nbxcert.kernels.backends import binaries
+
+    for kl, made in zip(launches, compiled, strict=True):
         identity, source_key = binaries.identity_of(kl.kernel)
         yield {
             "identity": identity,
