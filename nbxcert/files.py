@@ -41,9 +41,14 @@ def atomic_write(path: Path | str, data: str | bytes, make_parents: bool = False
 
 
 def write_text(path: Path | str, text: str) -> None:
-    """`Path.write_text` whose OSError names the file: a write that fails (a full disk) raised one with no path."""
+    """`Path.write_text` whose OSError names the file (a write that fails, on a full disk, raised one with no path),
+    opened without waiting: a named pipe that nothing reads (`coverage --junit-xml fifo`) made it wait for ever, and
+    is now an OSError (ENXIO); one with a reader (`--junit-xml /dev/stdout | tool`) is written as before."""
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o666)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
     except OSError as e:
         raise _naming(e, path) from None
 

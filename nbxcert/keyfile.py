@@ -66,7 +66,10 @@ def read_keys(path: str | Path) -> list[LaunchKey]:
 
 def append_record(path: str | Path, record: dict) -> None:
     line = json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    # opened without waiting: a named pipe that nothing reads made a serving launch (and `verify`) wait for ever;
+    # now that is an OSError (ENXIO) like any other failed write of the record
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644)
+    os.set_blocking(fd, True)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.write(fd, line.encode("utf-8"))

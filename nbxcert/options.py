@@ -8,8 +8,10 @@ names live with the keys (`nbxcert.keys.check_key`, `nbxcert.keyfile.gather_keys
 
 from __future__ import annotations
 
+import errno
 import math
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -76,8 +78,10 @@ def writable_dir(path: Path, option: str, write: bool = True) -> Path:
     return path
 
 
-def writable_file(path: Path, option: str) -> Path:
-    """`path` when a file can be written there: not a directory, in a directory that exists and can be written."""
+def writable_file(path: Path, option: str, pipe_read: bool = False) -> Path:
+    """`path` when a file can be written there: not a directory, in a directory that exists and can be written.
+    `pipe_read`: a named pipe is accepted only while something reads it (`_reader_waiting`; asking closes the
+    reader's stream once, as every write of a key record does)."""
     path = reachable(Path(path), option)
     if str(path) in ("", "."):  # Typer reads `--out ''` as Path(''), which is '.'
         raise UsageError(f"{option} {shown(path)} cannot name a file", hint="give the path of a file to write")
@@ -91,7 +95,31 @@ def writable_file(path: Path, option: str) -> Path:
             f"{option} {shown(path)} cannot be written (permission denied)",
             hint="give a file in a directory you can write",
         )
+    if pipe_read:
+        _reader_waiting(path, option)
     return path
+
+
+def _reader_waiting(path: Path, option: str) -> None:
+    """A named pipe is a place to write only while something reads it: opening one with no reader for writing waits
+    for ever (`NBXCERT_KEY_RECORD=fifo verify` hung). Asked without waiting."""
+    try:
+        is_fifo = stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return
+    if not is_fifo:
+        return
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError as e:
+        if e.errno != errno.ENXIO:
+            raise UsageError(
+                f"{option} {shown(path)} cannot be opened ({e.strerror})", hint="give a regular file"
+            ) from None
+        raise UsageError(
+            f"{option} {shown(path)} is a named pipe that nothing reads: writing to it would wait for ever",
+            hint="give a regular file, or start the reader first",
+        ) from None
 
 
 def jobs(n: int | None, option: str = "--jobs") -> int | None:
@@ -140,4 +168,4 @@ def check_environment(search_path: bool = True) -> None:
         writable_dir(Path(cache), "NBXCERT_CACHE_DIR", write=False)  # a read-only cache is served from memory
     record = os.environ.get("NBXCERT_KEY_RECORD")
     if record:
-        writable_file(Path(record), "NBXCERT_KEY_RECORD")
+        writable_file(Path(record), "NBXCERT_KEY_RECORD", pipe_read=True)

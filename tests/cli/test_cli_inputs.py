@@ -698,3 +698,22 @@ def test_a_width_no_text_can_be_drawn_in_is_ignored(name, value):
 def test_a_bad_key_among_several_is_named(bad, says):
     # bug: "key fields ['n_rows', 'n_cols'] must be unique and sorted" named no key: given several --key, which one?
     refused(nbx("keys", "--profile", "interpreter", "--key", RMSNORM, "--key", bad), f"key '{bad}': ", says)
+
+
+def test_a_named_pipe_that_nothing_reads_is_refused_not_waited_on(tmp_path):
+    # bug: NBXCERT_KEY_RECORD naming a named pipe that nothing reads made verify wait for ever recording its first
+    # key, and `coverage --junit-xml PIPE` waited for ever to write the report (found by the fuzz: a shard that never
+    # finished)
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NBXCERT_")}
+    env.update(NBXCERT_BACKEND="interpreter", NBXCERT_CACHE_DIR=str(tmp_path / "cache"))
+    base = [sys.executable, "-m", "nbxcert"]
+    verify = [*base, "verify", "--profile", "interpreter", "--key", RMSNORM, "--dir", str(SHIPPED)]
+    r = subprocess.run(
+        verify, capture_output=True, text=True, timeout=120, env={**env, "NBXCERT_KEY_RECORD": str(pipe)}
+    )
+    refused(r, f"NBXCERT_KEY_RECORD {pipe} is a named pipe that nothing reads")
+    coverage = [*base, "coverage", "--profile", "interpreter", "--key", RMSNORM, "--dir", str(SHIPPED)]
+    r = subprocess.run([*coverage, "--junit-xml", str(pipe)], capture_output=True, text=True, timeout=120, env=env)
+    refused(r, "nbxcert: system error: No such device or address", str(pipe))
