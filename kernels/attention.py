@@ -251,60 +251,39 @@ def _flash_fwd_kernel(
         full_end = kv_len
         end = kv_len
     full_end = (full_end // BLOCK_N) * BLOCK_N
-    for start_n in range(0, full_end, BLOCK_N):
-        acc, l_i, m_i = _attend_tile(
-            acc,
-            l_i,
-            m_i,
-            q,
-            k_ptrs,
-            v_ptrs,
-            start_n,
-            offs_m,
-            offs_n,
-            offs_d,
-            kv_len,
-            diag,
-            qk_scale,
-            stride_kn,
-            stride_vn,
-            b32,
-            kvh32,
-            HEAD_DIM,
-            BLOCK_D,
-            BLOCK_N,
-            False,
-            False,
-            TMA,
-            UPCAST,
-        )
-    for start_n in range(full_end, end, BLOCK_N):
-        acc, l_i, m_i = _attend_tile(
-            acc,
-            l_i,
-            m_i,
-            q,
-            k_ptrs,
-            v_ptrs,
-            start_n,
-            offs_m,
-            offs_n,
-            offs_d,
-            kv_len,
-            diag,
-            qk_scale,
-            stride_kn,
-            stride_vn,
-            b32,
-            kvh32,
-            HEAD_DIM,
-            BLOCK_D,
-            BLOCK_N,
-            True,
-            CAUSAL,
-            TMA,
-            UPCAST,
-        )
+    # two passes over the keys: the tiles that need no mask [0, full_end), then the masked ones [full_end, end)
+    for masked in tl.static_range(2):
+        if masked:
+            lo, hi = full_end, end
+        else:
+            lo, hi = 0, full_end
+        for start_n in range(lo, hi, BLOCK_N):
+            acc, l_i, m_i = _attend_tile(
+                acc,
+                l_i,
+                m_i,
+                q,
+                k_ptrs,
+                v_ptrs,
+                start_n,
+                offs_m,
+                offs_n,
+                offs_d,
+                kv_len,
+                diag,
+                qk_scale,
+                stride_kn,
+                stride_vn,
+                b32,
+                kvh32,
+                HEAD_DIM,
+                BLOCK_D,
+                BLOCK_N,
+                masked == 1,
+                CAUSAL and masked == 1,
+                TMA,
+                UPCAST,
+            )
 
     # l_i == 0 only for a row that saw no key, whose acc is 0: it is written as 0 (the defined fully-masked row)
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
@@ -888,11 +867,10 @@ def _decode_shapes(q: Tensor, k: Tensor, v: Tensor, out: Tensor | None, kv_heads
         raise ShapeMismatch(f"decode attention: out has shape {out.shape}, q has {q.shape}")
 
 
-def _serve_decode(spec, tensors: tuple, problem_of, out, scale, config, workspace, max_len) -> Tensor:
-    """A decode call, contiguous or paged (`tensors`: q, k, v, lengths and the block table or None): validated
-    (`problem_of()`, which reads the lengths to the host without `max_len`: such a call gets no launch plan), its
-    config chosen (the caller's, else the served one) and launched."""
-    problem = problem_of()
+def _serve_decode(spec, problem: dict, tensors: tuple, out, scale, config, workspace, max_len) -> Tensor:
+    """A decode call, contiguous or paged (`tensors`: q, k, v, lengths and the block table or None), its `problem`
+    validated (by the spec's problem_of, which reads the lengths to the host without `max_len`: such a call gets no
+    launch plan): its config chosen (the caller's, else the served one) and launched."""
     q, k, v, lengths, block_table = tensors
     out = empty(q.shape, q.dtype, q.device) if out is None else out
     _check_workspace(workspace, q)
@@ -942,15 +920,7 @@ def _longest(lengths: Tensor, batch: int, capacity: int | None, max_len: int | N
     return max_len
 
 
-def decode_problem(
-    q: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    lengths: Tensor,
-    out: Tensor | None = None,
-    max_len: int | None = None,
-    **_,
-) -> dict:
+def decode_problem(q, k_cache, v_cache, lengths, out=None, max_len=None, **_) -> dict:
     """The decode problem of a launch: validates shapes and dtypes; its kv_len is `max_len` when given, else the
     longest length (read to the host, each checked)."""
     _decode_shapes(q, k_cache, v_cache, out, k_cache.shape[1])
@@ -989,15 +959,9 @@ def decode_attention(
     `workspace`: contiguous float32 of at least `decode_workspace_elements(batch, heads, dim)` elements, enough for
     every candidate (`decode_workspace` makes one; allocated per call when None). Returns `out` [batch, heads, dim].
     The config is the caller's, else the one serving chooses (`choose_config`)."""
+    problem = decode_problem(q, k_cache, v_cache, lengths, out, max_len)
     return _serve_decode(
-        DECODE_ATTENTION,
-        (q, k_cache, v_cache, lengths, None),
-        lambda: decode_problem(q, k_cache, v_cache, lengths, out, max_len),
-        out,
-        scale,
-        config,
-        workspace,
-        max_len,
+        DECODE_ATTENTION, problem, (q, k_cache, v_cache, lengths, None), out, scale, config, workspace, max_len
     )
 
 
@@ -1032,16 +996,7 @@ def check_block_table(block_table: Tensor, lengths: np.ndarray, block_size: int,
             )
 
 
-def paged_decode_problem(
-    q: Tensor,
-    k_pool: Tensor,
-    v_pool: Tensor,
-    block_table: Tensor,
-    lengths: Tensor,
-    out: Tensor | None = None,
-    max_len: int | None = None,
-    **_,
-) -> dict:
+def paged_decode_problem(q, k_pool, v_pool, block_table, lengths, out=None, max_len=None, **_) -> dict:
     """The paged decode problem of a launch: validates shapes and dtypes; its kv_len is `max_len` when given (the
     kernel checks the lengths and block ids), else the longest length, the lengths and the block table read to the
     host and checked there (device-to-host copies on a GPU)."""
@@ -1086,10 +1041,11 @@ def paged_decode_attention(
     (the table and lengths read to the host), at the first synchronisation after it with `max_len` (the kernel
     checks; nothing is read to the host). `workspace`, `max_len` and the config as in `decode_attention`. Returns
     `out` [batch, heads, dim]."""
+    problem = paged_decode_problem(q, k_pool, v_pool, block_table, lengths, out, max_len)
     return _serve_decode(
         PAGED_DECODE_ATTENTION,
+        problem,
         (q, k_pool, v_pool, lengths, block_table),
-        lambda: paged_decode_problem(q, k_pool, v_pool, block_table, lengths, out, max_len),
         out,
         scale,
         config,

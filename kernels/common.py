@@ -3,6 +3,7 @@ prune facts more than one family counts with. A family imports these from here, 
 family module holds its own kernels and nothing another one needs.
 
     narrow, both, tile_coords     @triton.jit helpers: a rounding store conversion, a mask select, grouped tile order
+    k_step_tiles, gemv_offsets    @triton.jit helpers: one K step's tiles of a tiled product, a SIMT GEMV's offsets
     upcast, compute_type          a launch's UPCAST (interpreter) and CDT (compute type) constexprs
     as_rows                       a tensor as a [n_rows, n_cols] view over its last dimension
     MAX_TILE, SCALAR_REGS,        Triton's limit on a tile, the scalar registers a reduction kernel holds besides its
@@ -60,6 +61,38 @@ def tile_coords(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
     rows = tl.minimum(tiles_m - first_m, GROUP_M)
     in_group = tile % per_group
     return first_m + in_group % rows, in_group // rows
+
+
+@jit
+def k_step_tiles(a_ptrs, b_ptrs, offs_k, k_left, EVEN_K: tl.constexpr, UPCAST: tl.constexpr):
+    """The (A, B) tiles of one K step of a tiled product: [BM, BK] at a_ptrs and [BK, BN] at b_ptrs.
+
+    offs_k: the step's K offsets (tl.arange(0, BLOCK_K)); k_left: how many of them are inside K (read only without
+    EVEN_K: the rest load as zeros). UPCAST: both tiles converted to float32, for tl.dot under the interpreter (its
+    tl.dot reads bfloat16 storage as raw integers)."""
+    if EVEN_K:
+        a = tl.load(a_ptrs)
+        b = tl.load(b_ptrs)
+    else:
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+    if UPCAST:
+        a = a.to(tl.float32)
+        b = b.to(tl.float32)
+    return a, b
+
+
+@jit
+def gemv_offsets(M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """A SIMT GEMV program's offsets: (rows 0 .. BLOCK_M - 1, its BLOCK_N columns, the K chunk's BLOCK_K offsets, which
+    rows are < M, which columns are < N). Program i of the grid's first axis owns columns i·BLOCK_N onwards."""
+    pid = tl.program_id(0)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_ok = offs_m < M
+    n_ok = offs_n < N
+    return offs_m, offs_n, offs_k, m_ok, n_ok
 
 
 # --- host helpers -----------------------------------------------------------------------------------------------------

@@ -275,6 +275,16 @@ def _cast_kernel(
 
 
 @jit
+def _token_index(idx_ptr, tok, tok_ok, bound, fault_ptr, SITE: tl.constexpr):
+    """(idx[tok] as int64, whether it is outside [0, bound)) for a token of the program (`tok_ok`: it exists); a bad
+    index is recorded at fault_ptr as fault SITE (`nbxcert.kernels.faults`)."""
+    idx = tl.load(idx_ptr + tok, mask=tok_ok, other=0).to(tl.int64)
+    bad = tok_ok & ((idx < 0) | (idx >= bound))
+    record_fault(fault_ptr, SITE, tok, idx, bound, bad)
+    return idx, bad
+
+
+@jit
 def _rope_kernel(
     x_ptr,
     pos_ptr,
@@ -316,9 +326,7 @@ def _rope_kernel(
     for t in range(TOKENS):
         tok = pid_t * TOKENS + t
         tok_ok = tok < n_tokens
-        pos = tl.load(pos_ptr + tok, mask=tok_ok, other=0).to(tl.int64)
-        bad = tok_ok & ((pos < 0) | (pos >= max_position))
-        record_fault(fault_ptr, 2, tok, pos, max_position, bad)
+        pos, bad = _token_index(pos_ptr, tok, tok_ok, max_position, fault_ptr, 2)
         tok_ok = tok_ok & (bad == 0)
         cs = cache_ptr + pos * cache_stride
         cos = tl.load(cs + i, mask=both(i_ok, tok_ok), other=0.0).to(CDT)[None, :]
@@ -358,9 +366,7 @@ def _embedding_kernel(
     for t in range(TOKENS):
         tok = pid_t * TOKENS + t
         tok_ok = tok < n_tokens
-        idx = tl.load(ids_ptr + tok, mask=tok_ok, other=0).to(tl.int64)
-        bad = tok_ok & ((idx < 0) | (idx >= vocab))
-        record_fault(fault_ptr, 1, tok, idx, vocab, bad)
+        idx, bad = _token_index(ids_ptr, tok, tok_ok, vocab, fault_ptr, 1)
         v = tl.load(table_ptr + idx * table_stride + cols, mask=both(c_ok, tok_ok & (bad == 0)), other=0)
         tl.store(out_ptr + tok * out_stride + cols, v, mask=both(c_ok, tok_ok))
 

@@ -76,7 +76,7 @@ import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import family_spec, tile_coords
+from nbxcert.kernels.common import family_spec, gemv_offsets, k_step_tiles, tile_coords
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _workspace
@@ -125,7 +125,7 @@ def _activate(z, ACTIVATION: tl.constexpr):
 
 
 @jit
-def _epilogue_values(
+def _epilogue(
     acc,
     bias_ptr,
     offs_m,
@@ -139,96 +139,14 @@ def _epilogue_values(
     HAS_BIAS: tl.constexpr,
     ACTIVATION: tl.constexpr,
 ):
-    """acc (float32 [BM, BN]) -> act(beta·bias + alpha·acc) in float32 (bias_ptr already at this batch)."""
+    """acc (float32 [BM, BN]) -> act(beta·bias + alpha·acc) in float32 (bias_ptr already at this batch), which the
+    caller rounds once to C's dtype and stores."""
     z = acc * alpha
     if HAS_BIAS:
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
         bias = tl.load(bias_ptr + offs_m[:, None] * stride_biasm + offs_n[None, :] * stride_biasn, mask=mask, other=0.0)
         z = z + beta * bias.to(tl.float32)
     return _activate(z, ACTIVATION)
-
-
-@jit
-def _epilogue_store(
-    acc,
-    c_ptr,
-    bias_ptr,
-    offs_m,
-    offs_n,
-    M,
-    N,
-    stride_cm,
-    stride_cn,
-    stride_biasm,
-    stride_biasn,
-    alpha,
-    beta,
-    HAS_BIAS: tl.constexpr,
-    ACTIVATION: tl.constexpr,
-):
-    """acc (float32 [BM, BN]) -> act(beta·bias + alpha·acc), stored into C (pointers already at this batch)."""
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    z = _epilogue_values(
-        acc, bias_ptr, offs_m, offs_n, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION
-    )
-    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, z.to(c_ptr.dtype.element_ty), mask=mask)
-
-
-@jit
-def _store_part(
-    part,
-    WIDTH: tl.constexpr,
-    col0,
-    c_desc,
-    c_ptr,
-    bias_ptr,
-    batch,
-    off_m,
-    offs_m,
-    M,
-    N,
-    stride_cm,
-    stride_cn,
-    stride_biasm,
-    stride_biasn,
-    alpha,
-    beta,
-    HAS_BIAS: tl.constexpr,
-    ACTIVATION: tl.constexpr,
-    C_TMA: tl.constexpr,
-    BATCHED: tl.constexpr,
-):
-    """One column slice of a persistent tile (`part`, float32 [BM, WIDTH], columns col0 .. col0 + WIDTH - 1) through
-    the epilogue into C: by the TMA store of `c_desc` (C_TMA: C's descriptor, [M, N] or, BATCHED, [batch, M, N];
-    rows and columns past C's edge are clipped by the copy) or by masked pointer stores (c_ptr, bias_ptr already at
-    this batch). Both write the same values: act(beta·bias + alpha·acc) rounded once to C's dtype."""
-    offs_n = col0 + tl.arange(0, WIDTH)
-    if C_TMA:
-        z = _epilogue_values(
-            part, bias_ptr, offs_m, offs_n, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION
-        ).to(c_desc.dtype)
-        if BATCHED:
-            c_desc.store([batch, off_m, col0], z.reshape(1, part.shape[0], WIDTH))
-        else:
-            c_desc.store([off_m, col0], z)
-    else:
-        _epilogue_store(
-            part,
-            c_ptr,
-            bias_ptr,
-            offs_m,
-            offs_n,
-            M,
-            N,
-            stride_cm,
-            stride_cn,
-            stride_biasm,
-            stride_biasn,
-            alpha,
-            beta,
-            HAS_BIAS,
-            ACTIVATION,
-        )
 
 
 @jit
@@ -286,38 +204,17 @@ def _mm_tiled_kernel(
     b_ptrs = b_ptr + batch * stride_bb + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for ki in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            k_left = K - ki * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        if UPCAST:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
+        a, b = k_step_tiles(a_ptrs, b_ptrs, offs_k, K - ki * BLOCK_K, EVEN_K, UPCAST)
         acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    _epilogue_store(
-        acc,
-        c_ptr + batch * stride_cb,
-        bias_ptr + batch * stride_biasb,
-        offs_m,
-        offs_n,
-        M,
-        N,
-        stride_cm,
-        stride_cn,
-        stride_biasm,
-        stride_biasn,
-        alpha,
-        beta,
-        HAS_BIAS,
-        ACTIVATION,
-    )
+    c_b = c_ptr + batch * stride_cb
+    bias_b = bias_ptr + batch * stride_biasb
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    z = _epilogue(acc, bias_b, offs_m, offs_n, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION)
+    tl.store(c_b + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, z.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @jit
@@ -366,16 +263,7 @@ def _mm_split_k_kernel(
     b_ptrs = b_ptr + batch * stride_bb + (k_start + offs_k)[:, None] * stride_bk + offs_bn[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k in range(k_start, k_end, BLOCK_K):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(b_ptrs)
-        else:
-            k_mask = offs_k < k_end - k
-            a = tl.load(a_ptrs, mask=k_mask[None, :], other=0.0)
-            b = tl.load(b_ptrs, mask=k_mask[:, None], other=0.0)
-        if UPCAST:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
+        a, b = k_step_tiles(a_ptrs, b_ptrs, offs_k, k_end - k, EVEN_K, UPCAST)
         acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
@@ -521,175 +409,39 @@ def _mm_tma_persistent_kernel(
         c_b = c_ptr + batch.to(tl.int64) * stride_cb
         bias_b = bias_ptr + batch.to(tl.int64) * stride_biasb
         if EPILOGUE_PARTS == 1:
-            _store_part(
-                acc,
-                BLOCK_N,
-                off_n,
-                c_desc,
-                c_b,
-                bias_b,
-                batch,
-                off_m,
-                offs_m,
-                M,
-                N,
-                stride_cm,
-                stride_cn,
-                stride_biasm,
-                stride_biasn,
-                alpha,
-                beta,
-                HAS_BIAS,
-                ACTIVATION,
-                C_TMA,
-                BATCHED,
-            )
+            parts = (acc,)
         elif EPILOGUE_PARTS == 2:
             acc_lo, acc_hi = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
-            _store_part(
-                acc_lo,
-                BLOCK_N // 2,
-                off_n,
-                c_desc,
-                c_b,
-                bias_b,
-                batch,
-                off_m,
-                offs_m,
-                M,
-                N,
-                stride_cm,
-                stride_cn,
-                stride_biasm,
-                stride_biasn,
-                alpha,
-                beta,
-                HAS_BIAS,
-                ACTIVATION,
-                C_TMA,
-                BATCHED,
-            )
-            _store_part(
-                acc_hi,
-                BLOCK_N // 2,
-                off_n + BLOCK_N // 2,
-                c_desc,
-                c_b,
-                bias_b,
-                batch,
-                off_m,
-                offs_m,
-                M,
-                N,
-                stride_cm,
-                stride_cn,
-                stride_biasm,
-                stride_biasn,
-                alpha,
-                beta,
-                HAS_BIAS,
-                ACTIVATION,
-                C_TMA,
-                BATCHED,
-            )
+            parts = (acc_lo, acc_hi)
         else:
             # column a * BLOCK_N / 2 + b * BLOCK_N / 4 + c is element (a, b, c) of [2, 2, BLOCK_N / 4]; split b, then a
             b0, b1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_M, 2, 2, BLOCK_N // 4)), (0, 3, 1, 2)))
             q00, q10 = tl.split(b0)
             q01, q11 = tl.split(b1)
-            Q: tl.constexpr = BLOCK_N // 4
-            _store_part(
-                q00,
-                Q,
-                off_n,
-                c_desc,
-                c_b,
-                bias_b,
-                batch,
-                off_m,
-                offs_m,
-                M,
-                N,
-                stride_cm,
-                stride_cn,
-                stride_biasm,
-                stride_biasn,
-                alpha,
-                beta,
-                HAS_BIAS,
-                ACTIVATION,
-                C_TMA,
-                BATCHED,
-            )
-            _store_part(
-                q01,
-                Q,
-                off_n + Q,
-                c_desc,
-                c_b,
-                bias_b,
-                batch,
-                off_m,
-                offs_m,
-                M,
-                N,
-                stride_cm,
-                stride_cn,
-                stride_biasm,
-                stride_biasn,
-                alpha,
-                beta,
-                HAS_BIAS,
-                ACTIVATION,
-                C_TMA,
-                BATCHED,
-            )
-            _store_part(
-                q10,
-                Q,
-                off_n + 2 * Q,
-                c_desc,
-                c_b,
-                bias_b,
-                batch,
-                off_m,
-                offs_m,
-                M,
-                N,
-                stride_cm,
-                stride_cn,
-                stride_biasm,
-                stride_biasn,
-                alpha,
-                beta,
-                HAS_BIAS,
-                ACTIVATION,
-                C_TMA,
-                BATCHED,
-            )
-            _store_part(
-                q11,
-                Q,
-                off_n + 3 * Q,
-                c_desc,
-                c_b,
-                bias_b,
-                batch,
-                off_m,
-                offs_m,
-                M,
-                N,
-                stride_cm,
-                stride_cn,
-                stride_biasm,
-                stride_biasn,
-                alpha,
-                beta,
-                HAS_BIAS,
-                ACTIVATION,
-                C_TMA,
-                BATCHED,
-            )
+            parts = (q00, q01, q10, q11)
+        # Part i (float32 [BLOCK_M, WIDTH]) holds columns col0 .. col0 + WIDTH - 1. Stored by the TMA store of c_desc
+        # (rows and columns past C's edge are clipped by the copy) or by masked pointer stores: the same values,
+        # act(beta·bias + alpha·acc) rounded once to C's dtype.
+        WIDTH: tl.constexpr = BLOCK_N // EPILOGUE_PARTS
+        for i in tl.static_range(EPILOGUE_PARTS):
+            col0 = off_n + i * WIDTH
+            offs_n = col0 + tl.arange(0, WIDTH)
+            part = parts[i]
+            if C_TMA:
+                z = _epilogue(
+                    part, bias_b, offs_m, offs_n, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION
+                ).to(c_desc.dtype)
+                if BATCHED:
+                    c_desc.store([batch, off_m, col0], z.reshape(1, BLOCK_M, WIDTH))
+                else:
+                    c_desc.store([off_m, col0], z)
+            else:
+                mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+                z = _epilogue(
+                    part, bias_b, offs_m, offs_n, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION
+                )
+                c_ptrs = c_b + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+                tl.store(c_ptrs, z.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @jit
@@ -731,12 +483,7 @@ def _gemv_kernel(
     Products are float32 FMAs into a [BLOCK_M, BLOCK_K, BLOCK_N] partial sum, chunk after chunk in increasing k;
     one reduction over the chunk axis at the end. The order is fixed by the config alone.
     """
-    pid = tl.program_id(0)
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    m_ok = offs_m < M
-    n_ok = offs_n < N
+    offs_m, offs_n, offs_k, m_ok, n_ok = gemv_offsets(M, N, BLOCK_M, BLOCK_N, BLOCK_K)
     x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk
     w_ptrs = w_ptr + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn
     part = tl.zeros((BLOCK_M, BLOCK_K, BLOCK_N), dtype=tl.float32)
@@ -753,23 +500,9 @@ def _gemv_kernel(
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
     acc = tl.sum(part, axis=1)
-    _epilogue_store(
-        acc,
-        c_ptr,
-        bias_ptr,
-        offs_m,
-        offs_n,
-        M,
-        N,
-        stride_cm,
-        stride_cn,
-        stride_biasm,
-        stride_biasn,
-        alpha,
-        beta,
-        HAS_BIAS,
-        ACTIVATION,
-    )
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    z = _epilogue(acc, bias_ptr, offs_m, offs_n, M, N, stride_biasm, stride_biasn, alpha, beta, HAS_BIAS, ACTIVATION)
+    tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn, z.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 # ======================================================================================================================
@@ -1179,61 +912,45 @@ def _plan(config: Config, itemsize: int) -> tuple:
 
 
 def _launch_mm(
-    config: Config,
-    batch: int,
-    m: int,
-    n: int,
-    k: int,
-    a: Tensor,
-    a_st: tuple[int, int, int],
-    b: Tensor,
-    b_st: tuple[int, int, int],
-    out: Tensor,
-    c_st: tuple[int, int, int],
-    bias: Tensor | None,
-    bias_st: tuple[int, int, int],
-    alpha: float,
-    beta: float,
-    activation: str,
+    config: Config, batch: int, a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, alpha, beta, activation: str
 ) -> list[KernelLaunch] | None:
-    """Launch `config` on A [batch, M, K] @ B [batch, K, N] -> out [batch, M, N]; each operand is a tensor and its
-    element strides as that 3-d operand (`_strides3`; batch stride 0 broadcasts). Returns the launch made where a
-    later call may replay it (`LaunchPlan`: the tiled kind), else None (split-K's shared workspace, taken under its
-    lock; TMA descriptors, made from this call's addresses)."""
+    """Launch `config` on A [batch, M, K] @ B [batch, K, N] -> out [batch, M, N], act(beta·bias + alpha·A@B) with a
+    bias broadcastable to out (batch stride 0 broadcasts an operand). Returns the launch made where a later call may
+    replay it (`LaunchPlan`: the tiled kind), else None (split-K's shared workspace, taken under its lock; TMA
+    descriptors, made from this call's addresses)."""
+    ops = _operands(a, b, out, bias, batch)
+    m, n, k, a_st, b_st, c_st, bias_st = ops
     if m == 0 or n == 0 or batch == 0:
         return None
-    _check_offsets("A", a_st, m, k)
-    _check_offsets("B", b_st, k, n)
-    _check_offsets("out", c_st, m, n)
+    _check_operands(("A", "B"), ops, bias is not None)
     if batch > 65535:
         raise LaunchError(f"batch {batch} exceeds the grid's 65535 programs along the batch axis")
     kind, bm, bn, block_k, group_m, split_k, parts, c_tma = _plan(config, a.itemsize)
     upcast = a.dtype.name == "bfloat16" and _interpreting()
     has_bias = bias is not None
-    if has_bias:
-        _check_offsets("bias", bias_st, m, n)
-    else:
-        bias, bias_st = out, (0, 0, 0)  # never read when HAS_BIAS is False
+    if not has_bias:
+        bias = out  # never read when HAS_BIAS is False (its strides are 0)
     tiles = cdiv(m, bm) * cdiv(n, bn)
     warps, stages = config.num_warps, config.num_stages
+    if kind != "tma_persistent":
+        # what the tiled and the split-K kernels take alike
+        tile = dict(
+            DOT_PRECISION="ieee",
+            UPCAST=upcast,
+            EVEN_K=(k % block_k == 0),
+            BLOCK_M=bm,
+            BLOCK_N=bn,
+            BLOCK_K=block_k,
+            GROUP_M=group_m,
+            num_warps=warps,
+            num_stages=stages,
+        )
     if kind == "tiled":
         launch = KernelLaunch(
             _mm_tiled_kernel,
             (tiles, batch),
             (a, b, out, bias, m, n, k, *a_st, *b_st, *c_st, *bias_st, alpha, beta),
-            dict(
-                HAS_BIAS=has_bias,
-                ACTIVATION=activation,
-                DOT_PRECISION="ieee",
-                UPCAST=upcast,
-                EVEN_K=(k % block_k == 0),
-                BLOCK_M=bm,
-                BLOCK_N=bn,
-                BLOCK_K=block_k,
-                GROUP_M=group_m,
-                num_warps=warps,
-                num_stages=stages,
-            ),
+            dict(HAS_BIAS=has_bias, ACTIVATION=activation, **tile),
         )
         launch()
         return [launch]
@@ -1255,15 +972,7 @@ def _launch_mm(
                 *b_st,
                 batch * m * n,
                 m * n,
-                DOT_PRECISION="ieee",
-                UPCAST=upcast,
-                EVEN_K=(k % block_k == 0),
-                BLOCK_M=bm,
-                BLOCK_N=bn,
-                BLOCK_K=block_k,
-                GROUP_M=group_m,
-                num_warps=warps,
-                num_stages=stages,
+                **tile,
             )
             launch_kernel(
                 _split_k_reduce_kernel,
@@ -1376,35 +1085,19 @@ def _descriptor(t: Tensor, what: str, st: tuple[int, int, int], batch: int, rows
 
 
 def _launch_gemv(
-    config: Config,
-    m: int,
-    n: int,
-    k: int,
-    x: Tensor,
-    x_st: tuple[int, int, int],
-    w: Tensor,
-    w_st: tuple[int, int, int],
-    out: Tensor,
-    c_st: tuple[int, int, int],
-    bias: Tensor | None,
-    bias_st: tuple[int, int, int],
-    alpha: float,
-    beta: float,
-    activation: str,
+    config: Config, x: Tensor, w: Tensor, out: Tensor, bias: Tensor | None, alpha, beta, activation: str
 ) -> None:
     """Launch `config` on X [M, K] @ W [K, N] -> out [M, N] (operands as in `_launch_mm`, batch 1)."""
+    ops = _operands(x, w, out, bias, 1)
+    m, n, k, x_st, w_st, c_st, bias_st = ops
     if m == 0 or n == 0:
         return
     if m > GEMV_MAX_M:
         raise LaunchError(f"gemv serves M <= {GEMV_MAX_M} (decode); M = {m}: use matmul")
-    _check_offsets("X", x_st, m, k)
-    _check_offsets("W", w_st, k, n)
-    _check_offsets("out", c_st, m, n)
+    _check_operands(("X", "W"), ops, bias is not None)
     has_bias = bias is not None
-    if has_bias:
-        _check_offsets("bias", bias_st, m, n)
-    else:
-        bias, bias_st = out, (0, 0, 0)
+    if not has_bias:
+        bias = out
     if config.get("KIND") != "gemv":
         raise LaunchError(f"config {config.label()} has KIND={config.get('KIND')!r}, not a gemv kernel")
     bn, bk = config["BLOCK_N"], config["BLOCK_K"]
@@ -1441,7 +1134,8 @@ def _launch_gemv(
 
 
 def _operands(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, batch: int):
-    """(batch, m, n, k, (a, strides), (b, strides), (out, strides), (bias, strides)) of a product's tensors."""
+    """(m, n, k, a's strides, b's, out's, bias's) of a product's tensors, each as a [batch, rows, cols] operand
+    (`_strides3`; a missing bias has strides (0, 0, 0))."""
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     bias_st = _strides3(bias, "bias", batch, m, n) if bias is not None else (0, 0, 0)
     return (
@@ -1455,23 +1149,25 @@ def _operands(a: Tensor, b: Tensor, out: Tensor, bias: Tensor | None, batch: int
     )
 
 
+def _check_operands(names: tuple[str, str], ops: tuple, has_bias: bool) -> None:
+    """`_check_offsets` for each matrix of `ops` (as `_operands` gives them); `names`: how errors name A and B."""
+    m, n, k, a_st, b_st, c_st, bias_st = ops
+    _check_offsets(names[0], a_st, m, k)
+    _check_offsets(names[1], b_st, k, n)
+    _check_offsets("out", c_st, m, n)
+    if has_bias:
+        _check_offsets("bias", bias_st, m, n)
+
+
 def _launch_inputs(config: Config, inputs: Inputs) -> None:
     """The spec's launch: one config on made inputs (any of the six specs)."""
     t, s = inputs.tensors, inputs.scalars
-    bias = t.get("bias")
+    bias, out = t.get("bias"), t["out"]
     if "x" in t:
-        x, w, out = t["x"], t["w"], t["out"]
-        m, n, k, x_st, w_st, c_st, bias_st = _operands(x, w, out, bias, 1)
-        _launch_gemv(
-            config, m, n, k, x, x_st, w, w_st, out, c_st, bias, bias_st, s["alpha"], s["beta"], s["activation"]
-        )
+        _launch_gemv(config, t["x"], t["w"], out, bias, s["alpha"], s["beta"], s["activation"])
         return
-    a, b, out = t["a"], t["b"], t["out"]
-    batch = a.shape[0] if a.ndim == 3 else 1
-    m, n, k, a_st, b_st, c_st, bias_st = _operands(a, b, out, bias, batch)
-    _launch_mm(
-        config, batch, m, n, k, a, a_st, b, b_st, out, c_st, bias, bias_st, s["alpha"], s["beta"], s["activation"]
-    )
+    a = t["a"]
+    _launch_mm(config, a.shape[0] if a.ndim == 3 else 1, a, t["b"], out, bias, s["alpha"], s["beta"], s["activation"])
 
 
 # ======================================================================================================================
@@ -1553,98 +1249,69 @@ _MM_CANDIDATES = tuple(mm_configs())
 _GEMV_CANDIDATES = tuple(gemv_configs())
 
 
-def _mm_spec(name, description, problem_args, key, dtypes, examples, problem_of) -> KernelSpec:
+# each product's problem args, key fields and examples (the fused specs add the activation to them)
+_PRODUCTS = {
+    "mm": (_MM_PROBLEM, _MM_KEY, _MM_EXAMPLES),
+    "bmm": (_BMM_PROBLEM, _BMM_KEY, _BMM_EXAMPLES),
+    "gemv": (_GEMV_PROBLEM, _GEMV_KEY, _GEMV_EXAMPLES),
+}
+
+
+def _spec(name: str, product: str, problem_of, description: str, activations=()) -> KernelSpec:
+    """One spec of the family, of `product` ("mm", "bmm": the tensor-core kernels; "gemv": the SIMT one). With
+    `activations` (addmm, baddbmm, addmv) it takes a bias of the operands' dtype and the activation as an exact key
+    field, its examples cycling through these activations."""
+    problem_args, key, examples = _PRODUCTS[product]
+    if activations:
+        problem_args += ("activation",)
+        key += (KeyField("activation"),)
+        examples = _with_activation(examples, activations)
+    if product == "gemv":
+        kernels, operands = (_gemv_kernel,), ("x", "w", "bias")
+        tuning, make_inputs, no_bit_fields = (_GEMV_CANDIDATES, DEFAULT_GEMV, _prune_gemv), _make_gemv_inputs, ()
+    else:
+        kernels = (_mm_tiled_kernel, _mm_split_k_kernel, _split_k_reduce_kernel, _mm_tma_persistent_kernel)
+        operands, tuning, make_inputs = ("a", "b", "bias"), (_MM_CANDIDATES, DEFAULT_MM, _prune_mm), _make_mm_inputs
+        no_bit_fields = ("GROUP_M", "C_TMA")
+    dtypes = DTYPES_3 if activations else DTYPES_2
     return family_spec(
         "matmul",
         name,
         description,
-        (_mm_tiled_kernel, _mm_split_k_kernel, _split_k_reduce_kernel, _mm_tma_persistent_kernel),
+        kernels,
         problem_args=problem_args,
         key_fields=key,
-        dtype_args=("a", "b", "bias")[: len(dtypes[0])],
+        dtype_args=operands[: len(dtypes[0])],
         dtypes=dtypes,
         output_dtypes=_same,
-        tuning=(_MM_CANDIDATES, DEFAULT_MM, _prune_mm),
-        parts=(_make_mm_inputs, _launch_inputs, _oracle_mm, problem_of),
-        no_bit_fields=("GROUP_M", "C_TMA"),
+        tuning=tuning,
+        parts=(make_inputs, _launch_inputs, _oracle_mm, problem_of),
+        no_bit_fields=no_bit_fields,
         examples=examples,
         oracle_name="oracles.matmul.addmm",
     )
 
 
-MATMUL = _mm_spec(
+MATMUL = _spec(
     "matmul",
-    "C = A @ B (A, B row- or column-major), float32 accumulation, IEEE float32 products",
-    _MM_PROBLEM,
-    _MM_KEY,
-    DTYPES_2,
-    _MM_EXAMPLES,
+    "mm",
     _problem_matmul,
+    "C = A @ B (A, B row- or column-major), float32 accumulation, IEEE float32 products",
 )
-ADDMM = _mm_spec(
-    "addmm",
-    "C = act(beta*bias + alpha*(A @ B)), act in none/relu/gelu_tanh/silu",
-    _MM_PROBLEM + ("activation",),
-    _MM_KEY + (KeyField("activation"),),
-    DTYPES_3,
-    _with_activation(_MM_EXAMPLES),
-    _problem_addmm,
+ADDMM = _spec(
+    "addmm", "mm", _problem_addmm, "C = act(beta*bias + alpha*(A @ B)), act in none/relu/gelu_tanh/silu", ACTIVATIONS
 )
-BMM = _mm_spec(
-    "bmm",
-    "C[i] = A[i] @ B[i], batch strides (0 broadcasts an operand)",
-    _BMM_PROBLEM,
-    _BMM_KEY,
-    DTYPES_2,
-    _BMM_EXAMPLES,
-    _problem_bmm,
+BMM = _spec("bmm", "bmm", _problem_bmm, "C[i] = A[i] @ B[i], batch strides (0 broadcasts an operand)")
+BADDBMM = _spec(
+    "baddbmm", "bmm", _problem_baddbmm, "C[i] = act(beta*bias[i] + alpha*(A[i] @ B[i]))", ("gelu_tanh", "silu", "relu")
 )
-BADDBMM = _mm_spec(
-    "baddbmm",
-    "C[i] = act(beta*bias[i] + alpha*(A[i] @ B[i]))",
-    _BMM_PROBLEM + ("activation",),
-    _BMM_KEY + (KeyField("activation"),),
-    DTYPES_3,
-    _with_activation(_BMM_EXAMPLES, ("gelu_tanh", "silu", "relu")),
-    _problem_baddbmm,
-)
-
-
-def _gemv_spec(name, description, problem_args, key, dtypes, examples, problem_of) -> KernelSpec:
-    return family_spec(
-        "matmul",
-        name,
-        description,
-        (_gemv_kernel,),
-        problem_args=problem_args,
-        key_fields=key,
-        dtype_args=("x", "w", "bias")[: len(dtypes[0])],
-        dtypes=dtypes,
-        output_dtypes=_same,
-        tuning=(_GEMV_CANDIDATES, DEFAULT_GEMV, _prune_gemv),
-        parts=(_make_gemv_inputs, _launch_inputs, _oracle_mm, problem_of),
-        examples=examples,
-        oracle_name="oracles.matmul.addmm",
-    )
-
-
-GEMV = _gemv_spec(
-    "gemv",
-    "C = X @ W for decode (M <= 4), SIMT (no tl.dot), fixed K-chunk order",
-    _GEMV_PROBLEM,
-    _GEMV_KEY,
-    DTYPES_2,
-    _GEMV_EXAMPLES,
-    _problem_gemv_user,
-)
-ADDMV = _gemv_spec(
+GEMV = _spec("gemv", "gemv", _problem_gemv_user, "C = X @ W for decode (M <= 4), SIMT (no tl.dot), fixed K-chunk order")
+ADDMV = _spec(
     "addmv",
-    "C = act(beta*bias + alpha*(X @ W)) for decode (M <= 4)",
-    _GEMV_PROBLEM + ("activation",),
-    _GEMV_KEY + (KeyField("activation"),),
-    DTYPES_3,
-    _with_activation(_GEMV_EXAMPLES, ("silu", "gelu_tanh", "relu")),
+    "gemv",
     _problem_addmv,
+    "C = act(beta*bias + alpha*(X @ W)) for decode (M <= 4)",
+    ("silu", "gelu_tanh", "relu"),
 )
 
 SPECS = (MATMUL, ADDMM, BMM, BADDBMM, GEMV, ADDMV)
@@ -1663,20 +1330,11 @@ def _out(out: Tensor | None, shape: tuple[int, ...], like: Tensor) -> Tensor:
     return out
 
 
-def _run_mm(cfg, a, b, out, bias, batch, alpha, beta, activation) -> list[KernelLaunch] | None:
-    """The product into `out`; returns what `_launch_mm` does (the launch a plan may replay, or None)."""
-    m, n, k, a_st, b_st, c_st, bias_st = _operands(a, b, out, bias, batch)
-    return _launch_mm(
-        cfg, batch, m, n, k, a, a_st, b, b_st, out, c_st, bias, bias_st, float(alpha), float(beta), activation
-    )
-
-
 def _run_gemv(cfg, x, w, out, bias, alpha, beta, activation) -> Tensor:
     """x (M, K) or (K,), out (M, N) or (N,) alike: a vector is one row."""
     x2 = x.unsqueeze(0) if x.ndim == 1 else x
     out2 = out.unsqueeze(0) if out.ndim == 1 else out
-    m, n, k, x_st, w_st, c_st, bias_st = _operands(x2, w, out2, bias, 1)
-    _launch_gemv(cfg, m, n, k, x2, x_st, w, w_st, out2, c_st, bias, bias_st, float(alpha), float(beta), activation)
+    _launch_gemv(cfg, x2, w, out2, bias, float(alpha), float(beta), activation)
     return out
 
 
@@ -1697,7 +1355,7 @@ def _product(spec, problem, x, w, bias, out, config, alpha=1.0, beta=1.0, activa
         shape = rows_cols if batch is None else (batch, *rows_cols)
 
         def run(c, out):
-            return _run_mm(c, x, w, out, bias, 1 if batch is None else batch, alpha, beta, activation)
+            return _launch_mm(c, 1 if batch is None else batch, x, w, out, bias, float(alpha), float(beta), activation)
 
     out = _out(out, shape, x)
     cfg = choose_config(

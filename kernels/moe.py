@@ -61,7 +61,7 @@ import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import family_spec
+from nbxcert.kernels.common import family_spec, k_step_tiles
 from nbxcert.kernels.dtypes import finfo
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import cdiv, launch_kernel, served
@@ -267,16 +267,7 @@ def _fused_moe_kernel(
     w_ptrs = w_ptr + expert * stride_we + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for ki in range(0, tl.cdiv(K, BLOCK_K)):
-        if EVEN_K:
-            a = tl.load(a_ptrs)
-            b = tl.load(w_ptrs)
-        else:
-            k_left = K - ki * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(w_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        if UPCAST:
-            a = a.to(tl.float32)
-            b = b.to(tl.float32)
+        a, b = k_step_tiles(a_ptrs, w_ptrs, offs_k, K - ki * BLOCK_K, EVEN_K, UPCAST)
         acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K * stride_ak
         w_ptrs += BLOCK_K * stride_wk
@@ -762,16 +753,7 @@ def _oracle_moe(inputs: Inputs) -> dict[str, Reference]:
     return {"out": Reference(value, scale)}
 
 
-def _problem_moe(
-    a: Tensor,
-    w: Tensor,
-    topk_weights: Tensor,
-    topk_ids: Tensor,
-    *,
-    mul_weight: bool = True,
-    out: Tensor | None = None,
-    config: Config | None = None,
-) -> dict[str, Any]:
+def _problem_moe(a, w, topk_weights, topk_ids, *, mul_weight=True, out=None, config=None) -> dict[str, Any]:
     m, top_k = _check_routing(topk_ids, "fused_moe")
     if w.ndim != 3 or a.ndim != 2 or a.shape[1] != w.shape[2]:
         raise ShapeMismatch(f"fused_moe takes a [M or M*top_k, K] and w [E, N, K], got {a.shape} and {w.shape}")

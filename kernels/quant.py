@@ -38,7 +38,7 @@ import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import family_spec, narrow, upcast
+from nbxcert.kernels.common import family_spec, gemv_offsets, narrow, upcast
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _split_workspace
@@ -129,12 +129,7 @@ def _dequant_gemv_kernel(
     into the float32 workspace ws_ptr [SPLIT_K, M, N] (contiguous), and `_gemv_split_reduce_kernel` adds the slices.
     Products are float32 FMAs into a [BLOCK_M, BLOCK_K, BLOCK_N] partial sum, chunk after chunk in increasing k, reduced
     once at the end: the order is fixed by the config alone."""
-    pid = tl.program_id(0)
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    m_ok = offs_m < M
-    n_ok = offs_n < N
+    offs_m, offs_n, offs_k, m_ok, n_ok = gemv_offsets(M, N, BLOCK_M, BLOCK_N, BLOCK_K)
     k_start = tl.program_id(1) * k_per_split
     k_end = tl.minimum(K, k_start + k_per_split)
     part = tl.zeros((BLOCK_M, BLOCK_K, BLOCK_N), dtype=tl.float32)

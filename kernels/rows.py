@@ -278,27 +278,11 @@ def _softmax_split_out_kernel(
 
 # --- normalisation kernel ---------------------------------------------------------------------------------------------
 @jit
-def _load_row(
-    x_ptr,
-    res_ptr,
-    sum_ptr,
-    row,
-    c,
-    ok,
-    x_row_stride,
-    res_row_stride,
-    sum_row_stride,
-    RESIDUAL: tl.constexpr,
-    STORE_SUM: tl.constexpr,
-    CDT: tl.constexpr,
-    UPCAST: tl.constexpr,
-):
-    """x[row, c] (+ res[row, c]) in the compute type; with STORE_SUM also writes the sum to sum_ptr."""
+def _load_row(x_ptr, res_ptr, row, c, ok, x_row_stride, res_row_stride, RESIDUAL: tl.constexpr, CDT: tl.constexpr):
+    """x[row, c] (+ res[row, c]) in the compute type (res read only with RESIDUAL)."""
     x = tl.load(x_ptr + row * x_row_stride + c, mask=ok, other=0.0).to(CDT)
     if RESIDUAL:
         x += tl.load(res_ptr + row * res_row_stride + c, mask=ok, other=0.0).to(CDT)
-        if STORE_SUM:
-            tl.store(sum_ptr + row * sum_row_stride + c, narrow(x, sum_ptr.dtype.element_ty, UPCAST), mask=ok)
     return x
 
 
@@ -345,21 +329,9 @@ def _norm_kernel(
         for r in range(ROWS):
             row = pid * ROWS + r
             ok = both(c_ok, row < n_rows)
-            x = _load_row(
-                x_ptr,
-                res_ptr,
-                sum_ptr,
-                row,
-                cols,
-                ok,
-                x_row_stride,
-                res_row_stride,
-                sum_row_stride,
-                RESIDUAL,
-                True,
-                CDT,
-                UPCAST,
-            )
+            x = _load_row(x_ptr, res_ptr, row, cols, ok, x_row_stride, res_row_stride, RESIDUAL, CDT)
+            if RESIDUAL:  # the sum, written once (the first pass)
+                tl.store(sum_ptr + row * sum_row_stride + cols, narrow(x, sum_ptr.dtype.element_ty, UPCAST), mask=ok)
             if RMS:
                 rstd = tl.math.rsqrt(tl.sum(x * x, axis=0) / n_cols + eps)
                 y = x * rstd * w
@@ -377,21 +349,9 @@ def _norm_kernel(
             for start in range(0, n_cols, BLOCK_N):
                 c = start + cols
                 ok = both(c < n_cols, row_ok)
-                x = _load_row(
-                    x_ptr,
-                    res_ptr,
-                    sum_ptr,
-                    row,
-                    c,
-                    ok,
-                    x_row_stride,
-                    res_row_stride,
-                    sum_row_stride,
-                    RESIDUAL,
-                    True,
-                    CDT,
-                    UPCAST,
-                )
+                x = _load_row(x_ptr, res_ptr, row, c, ok, x_row_stride, res_row_stride, RESIDUAL, CDT)
+                if RESIDUAL:  # the sum, written once (the first pass)
+                    tl.store(sum_ptr + row * sum_row_stride + c, narrow(x, sum_ptr.dtype.element_ty, UPCAST), mask=ok)
                 if RMS:
                     acc += x * x
                 else:
@@ -405,21 +365,7 @@ def _norm_kernel(
                 for start in range(0, n_cols, BLOCK_N):
                     c = start + cols
                     ok = both(c < n_cols, row_ok)
-                    x = _load_row(
-                        x_ptr,
-                        res_ptr,
-                        sum_ptr,
-                        row,
-                        c,
-                        ok,
-                        x_row_stride,
-                        res_row_stride,
-                        sum_row_stride,
-                        RESIDUAL,
-                        False,
-                        CDT,
-                        UPCAST,
-                    )
+                    x = _load_row(x_ptr, res_ptr, row, c, ok, x_row_stride, res_row_stride, RESIDUAL, CDT)
                     d = tl.where(ok, x - mean, 0.0)
                     acc2 += d * d
                 rstd = tl.math.rsqrt(tl.sum(acc2, axis=0) / n_cols + eps)
@@ -427,21 +373,7 @@ def _norm_kernel(
                 c = start + cols
                 c_ok = c < n_cols
                 ok = both(c_ok, row_ok)
-                x = _load_row(
-                    x_ptr,
-                    res_ptr,
-                    sum_ptr,
-                    row,
-                    c,
-                    ok,
-                    x_row_stride,
-                    res_row_stride,
-                    sum_row_stride,
-                    RESIDUAL,
-                    False,
-                    CDT,
-                    UPCAST,
-                )
+                x = _load_row(x_ptr, res_ptr, row, c, ok, x_row_stride, res_row_stride, RESIDUAL, CDT)
                 w = tl.load(w_ptr + c, mask=c_ok, other=0.0).to(CDT)
                 if RMS:
                     y = x * rstd * w

@@ -207,32 +207,11 @@ def _group_offsets(e, HW, C_G, stride_c, stride_p, CHANNELS_LAST: tl.constexpr):
 
 @jit
 def _gn_write(
-    x_ptr,
-    y_ptr,
-    w_ptr,
-    b_ptr,
-    e,
-    ok,
-    g,
-    mean,
-    rstd,
-    HW,
-    C_G,
-    stride_xc,
-    stride_xp,
-    stride_yc,
-    stride_yp,
-    SILU: tl.constexpr,
-    CHANNELS_LAST: tl.constexpr,
-    CDT: tl.constexpr,
-    UPCAST: tl.constexpr,
+    x, y_ptr, y_off, w_ptr, b_ptr, ch, ok, mean, rstd, SILU: tl.constexpr, CDT: tl.constexpr, UPCAST: tl.constexpr
 ):
-    """Normalise the group elements e (valid where ok) of x (pointers already at the sample and group), scale and
-    shift by the channel's weight and bias, apply SiLU when SILU, and store into y."""
-    x_off, c = _group_offsets(e, HW, C_G, stride_xc, stride_xp, CHANNELS_LAST)
-    y_off, _ = _group_offsets(e, HW, C_G, stride_yc, stride_yp, CHANNELS_LAST)
-    x = tl.load(x_ptr + x_off, mask=ok, other=0.0).to(CDT)
-    ch = g * C_G + c
+    """Normalise the loaded group elements x (CDT, valid where ok), scale and shift them by their channels' (ch)
+    weight and bias, apply SiLU when SILU, and store them at y_ptr + y_off (y_ptr at the sample and group, y_off as
+    `_group_offsets` gives them)."""
     wt = tl.load(w_ptr + ch, mask=ok, other=0.0).to(CDT)
     bs = tl.load(b_ptr + ch, mask=ok, other=0.0).to(CDT)
     y = (x - mean) * rstd * wt + bs
@@ -296,27 +275,11 @@ def _group_norm_loop_kernel(
     rstd = tl.math.rsqrt(tl.sum(acc2, axis=0) / size + eps)
     for start in range(0, size, BLOCK):
         e = start + lanes
-        _gn_write(
-            x_base,
-            y_base,
-            w_ptr,
-            b_ptr,
-            e,
-            e < size,
-            g,
-            mean,
-            rstd,
-            HW,
-            C_G,
-            stride_xc,
-            stride_xp,
-            stride_yc,
-            stride_yp,
-            SILU,
-            CHANNELS_LAST,
-            CDT,
-            UPCAST,
-        )
+        ok = e < size
+        x_off, c = _group_offsets(e, HW, C_G, stride_xc, stride_xp, CHANNELS_LAST)
+        y_off, _ = _group_offsets(e, HW, C_G, stride_yc, stride_yp, CHANNELS_LAST)
+        x = tl.load(x_base + x_off, mask=ok, other=0.0).to(CDT)
+        _gn_write(x, y_base, y_off, w_ptr, b_ptr, g * C_G + c, ok, mean, rstd, SILU, CDT, UPCAST)
 
 
 @jit
@@ -403,27 +366,11 @@ def _group_norm_apply_kernel(
     x_base = x_ptr + n.to(tl.int64) * stride_xn + (g * C_G).to(tl.int64) * stride_xc
     y_base = y_ptr + n.to(tl.int64) * stride_yn + (g * C_G).to(tl.int64) * stride_yc
     e = chunk * BLOCK + tl.arange(0, BLOCK)
-    _gn_write(
-        x_base,
-        y_base,
-        w_ptr,
-        b_ptr,
-        e,
-        e < size,
-        g,
-        mean,
-        rstd,
-        HW,
-        C_G,
-        stride_xc,
-        stride_xp,
-        stride_yc,
-        stride_yp,
-        SILU,
-        CHANNELS_LAST,
-        CDT,
-        UPCAST,
-    )
+    ok = e < size
+    x_off, c = _group_offsets(e, HW, C_G, stride_xc, stride_xp, CHANNELS_LAST)
+    y_off, _ = _group_offsets(e, HW, C_G, stride_yc, stride_yp, CHANNELS_LAST)
+    x = tl.load(x_base + x_off, mask=ok, other=0.0).to(CDT)
+    _gn_write(x, y_base, y_off, w_ptr, b_ptr, g * C_G + c, ok, mean, rstd, SILU, CDT, UPCAST)
 
 
 @jit

@@ -32,7 +32,7 @@ import re
 import sys
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -544,6 +544,22 @@ _last_device = 0  # the device made current last, by any thread
 _tls = threading.local()  # .device: the device whose context this thread made current through nbxcert
 
 
+def made_once(table: dict, lock: threading.Lock, key: Any, make: Callable[[Any], Any]) -> Any:
+    """table[key], made by `make(key)` and kept there unless another thread made it first: the slow path of a value
+    made once per process, after the caller's look without the lock has found none."""
+    with lock:
+        value = table.get(key)
+        if value is None:
+            value = table[key] = make(key)
+    return value
+
+
+def _retain_primary(index: int) -> int:
+    handle = _CUcontext()
+    _call("cuDevicePrimaryCtxRetain", ctypes.byref(handle), _device(index), what=f"device {index}")
+    return handle.value or 0
+
+
 def _primary_context(index: int) -> int:
     """The device's primary context, retained on first use (once per process) and kept for the process's life.
 
@@ -553,15 +569,7 @@ def _primary_context(index: int) -> int:
     ctx = _contexts.get(index)
     if ctx is not None:
         return ctx
-    with _context_lock:
-        ctx = _contexts.get(index)
-        if ctx is None:
-            device = _device(index)
-            handle = _CUcontext()
-            _call("cuDevicePrimaryCtxRetain", ctypes.byref(handle), device, what=f"device {index}")
-            ctx = handle.value or 0
-            _contexts[index] = ctx
-    return ctx
+    return made_once(_contexts, _context_lock, index, _retain_primary)
 
 
 def use_device(index: int) -> int:
@@ -987,22 +995,24 @@ def memset_d32(ptr: int, value: int, count: int) -> None:
         _fenced("a memset", "cuMemsetD32", (ptr, value, count), f"{count} words at 0x{ptr:x}")
 
 
-def memset_d8_async(ptr: int, value: int, nbytes: int, stream: Stream | int = 0) -> None:
-    """Queue a byte memset on `stream` (ordered with the kernels on it; the host does not wait)."""
-    ptr, value, nbytes = _pointer(ptr), _memset_value(value, 8), _size(nbytes, "memset_d8_async")
-    if nbytes:
+def _memset_async(bits: int, ptr: int, value: int, count: int, stream: Stream | int, name: str) -> None:
+    """Queue a memset of `count` `bits`-bit units on `stream`; `name`: the public function, as its errors say."""
+    ptr, value, count = _pointer(ptr), _memset_value(value, bits), _size(count, name)
+    if count:
         _check_capture_stream(stream, "a memset")
         _ensure_context()
-        _call("cuMemsetD8Async", ptr, value, nbytes, _stream_handle(stream), what=f"{nbytes} bytes at 0x{ptr:x}")
+        what = f"{count} {'bytes' if bits == 8 else 'words'} at 0x{ptr:x}"
+        _call(f"cuMemsetD{bits}Async", ptr, value, count, _stream_handle(stream), what=what)
+
+
+def memset_d8_async(ptr: int, value: int, nbytes: int, stream: Stream | int = 0) -> None:
+    """Queue a byte memset on `stream` (ordered with the kernels on it; the host does not wait)."""
+    _memset_async(8, ptr, value, nbytes, stream, "memset_d8_async")
 
 
 def memset_d32_async(ptr: int, value: int, count: int, stream: Stream | int = 0) -> None:
     """Queue a 32-bit memset on `stream` (ordered with the kernels on it; the host does not wait). Used to flush L2."""
-    ptr, value, count = _pointer(ptr), _memset_value(value, 32), _size(count, "memset_d32_async")
-    if count:
-        _check_capture_stream(stream, "a memset")
-        _ensure_context()
-        _call("cuMemsetD32Async", ptr, value, count, _stream_handle(stream), what=f"{count} words at 0x{ptr:x}")
+    _memset_async(32, ptr, value, count, stream, "memset_d32_async")
 
 
 def memcpy_dtod_async(dst_ptr: int, src_ptr: int, nbytes: int, stream: Stream | int = 0) -> None:
@@ -1063,26 +1073,34 @@ def stream_wait_event(stream: Stream | int, event: Event) -> None:
         _call("cuStreamWaitEvent", _stream_handle(stream), event.handle, 0, what=f"device {event.device}")
 
 
-def _destroy_stream(handle: int, device: int, pid: int) -> None:
+def _destroy_handle(api: str, handle: int, device: int, pid: int) -> None:
     if _owned_here(pid):
         with _in_context(device):
-            _call("cuStreamDestroy", handle, what=f"device {device}")
+            _call(api, handle, what=f"device {device}")
 
 
-class Stream:
+class _DeviceHandle:
+    """A driver object of one device (a stream, an event): made by `create` with `flags` in the device's context, and
+    destroyed by `destroy` in it when collected (by the process that made it only)."""
+
+    def __init__(self, device: int | None, handle_type, create: str, flags: int, destroy: str):
+        self.device = current_device() if device is None else device
+        handle = handle_type()
+        with _in_context(self.device):
+            _call(create, ctypes.byref(handle), flags, what=f"device {self.device}")
+        self.handle: int = handle.value or 0
+        self._finalizer = weakref.finalize(self, _destroy_handle, destroy, self.handle, self.device, _pid)
+        self._finalizer.atexit = False
+
+
+class Stream(_DeviceHandle):
     """A non-blocking CUDA stream (CU_STREAM_NON_BLOCKING: no implicit ordering with the legacy default stream).
 
     Destroyed by `destroy()` or when collected; work already queued on it still completes.
     """
 
     def __init__(self, device: int | None = None):
-        self.device = current_device() if device is None else device
-        handle = _CUstream()
-        with _in_context(self.device):
-            _call("cuStreamCreate", ctypes.byref(handle), CU_STREAM_NON_BLOCKING, what=f"device {self.device}")
-        self.handle: int = handle.value or 0
-        self._finalizer = weakref.finalize(self, _destroy_stream, self.handle, self.device, _pid)
-        self._finalizer.atexit = False
+        super().__init__(device, _CUstream, "cuStreamCreate", CU_STREAM_NON_BLOCKING, "cuStreamDestroy")
 
     def synchronize(self) -> None:
         stream_synchronize(self.handle)
@@ -1097,23 +1115,11 @@ class Stream:
         return f"Stream(handle=0x{self.handle:x}, device={self.device})"
 
 
-def _destroy_event(handle: int, device: int, pid: int) -> None:
-    if _owned_here(pid):
-        with _in_context(device):
-            _call("cuEventDestroy", handle, what=f"device {device}")
-
-
-class Event:
+class Event(_DeviceHandle):
     """A CUDA event with timing enabled, for measuring kernels on the device's own clock."""
 
     def __init__(self, device: int | None = None):
-        self.device = current_device() if device is None else device
-        handle = _CUevent()
-        with _in_context(self.device):
-            _call("cuEventCreate", ctypes.byref(handle), CU_EVENT_DEFAULT, what=f"device {self.device}")
-        self.handle: int = handle.value or 0
-        self._finalizer = weakref.finalize(self, _destroy_event, self.handle, self.device, _pid)
-        self._finalizer.atexit = False
+        super().__init__(device, _CUevent, "cuEventCreate", CU_EVENT_DEFAULT, "cuEventDestroy")
 
     def record(self, stream: Stream | int = 0) -> None:
         """Record the event on `stream` (0 = the legacy default stream of the event's device)."""

@@ -110,35 +110,34 @@ def _pool(device: int) -> int:
     pool = _pools.get(device)
     if pool is not None:
         return pool
-    with _pool_lock:
-        pool = _pools.get(device)
-        if pool is None:
-            if not cuda.device_attribute(device, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED):
-                raise BackendUnavailable(
-                    f"CUDA device {device} does not support stream-ordered memory pools "
-                    "(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0)",
-                    hint="nbxcert needs a driver and device with cuMemAllocAsync (CUDA 11.2+, not every vGPU mode)",
-                )
-            props = _MemPoolProps()
-            props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED
-            props.location.type = CU_MEM_LOCATION_TYPE_DEVICE
-            props.location.id = device
-            made = ctypes.c_void_p()
-            with cuda.in_context(device):
-                cuda.call("cuMemPoolCreate", ctypes.byref(made), ctypes.byref(props), what=f"device {device}")
-                threshold = ctypes.c_uint64(release_threshold())
-                cuda.call(
-                    "cuMemPoolSetAttribute",
-                    made,
-                    CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                    ctypes.byref(threshold),
-                    what=f"release threshold, device {device}",
-                )
-            pool = made.value or 0
-            _bind_driver()
-            _stats.setdefault(device, _PoolStats())
-            _pools[device] = pool
-    return pool
+    return cuda.made_once(_pools, _pool_lock, device, _new_pool)
+
+
+def _new_pool(device: int) -> int:
+    if not cuda.device_attribute(device, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED):
+        raise BackendUnavailable(
+            f"CUDA device {device} does not support stream-ordered memory pools "
+            "(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED is 0)",
+            hint="nbxcert needs a driver and device with cuMemAllocAsync (CUDA 11.2+, not every vGPU mode)",
+        )
+    props = _MemPoolProps()
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE
+    props.location.id = device
+    made = ctypes.c_void_p()
+    with cuda.in_context(device):
+        cuda.call("cuMemPoolCreate", ctypes.byref(made), ctypes.byref(props), what=f"device {device}")
+        threshold = ctypes.c_uint64(release_threshold())
+        cuda.call(
+            "cuMemPoolSetAttribute",
+            made,
+            CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            ctypes.byref(threshold),
+            what=f"release threshold, device {device}",
+        )
+    _bind_driver()
+    _stats.setdefault(device, _PoolStats())
+    return made.value or 0
 
 
 def _pool_attribute(device: int, attribute: int) -> int:
