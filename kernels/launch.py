@@ -181,19 +181,22 @@ ENTRY_CODES: dict = {}
 
 def served(fn: Callable) -> Callable:
     """Serve a user-facing entry point through launch plans (see the module docstring). A call given `config=` (an
-    explicit config, not the served one) always runs in full."""
+    explicit config, not the served one) always runs in full.
+
+    Each call goes to `route[0](args, kwargs)`: `in_python` below until a plan with a fast form is made (on a GPU,
+    where nbxcert's launcher is built), then nbxcert's launcher (`Served` in launcher.c), which replays such plans in
+    C and hands every other call back to `in_python`."""
     memo: dict = {}
     _memos.append(memo)
     params = list(inspect.signature(fn).parameters)
     config_at = params.index("config") if "config" in params else None
 
-    @functools.wraps(fn)
-    def entry(*args, **kwargs):
+    def in_python(args: tuple, kwargs: dict):
         if kwargs.get("config") is not None or (
             config_at is not None and len(args) > config_at and args[config_at] is not None
         ):
             return _in_full(fn, fn, args, kwargs)
-        if getattr(_recording.state, "rec", None) is not None:  # called by another served call: part of its record
+        if _recording.state.rec is not None:  # called by another served call: part of its record
             return fn(*args, **kwargs)
         found = call_signature(args, kwargs)
         if found is None:  # something a signature cannot hold: another library's tensors, a list, ...
@@ -217,16 +220,64 @@ def served(fn: Callable) -> Callable:
         if len(memo) >= MAX_PLANS:
             memo.clear()
         memo[sig] = made if made is not None else (plan or 0) + 1
+        if made is not None and made.fast is not None and route[0] is in_python and REPLAY_IN_C:
+            route[0] = _served_in_c(in_python, memo, config_at)
         return result
+
+    route = [in_python]
+
+    @functools.wraps(fn)
+    def entry(*args, **kwargs):
+        return route[0](args, kwargs)
 
     # a profile of a served call names the op, not this wrapper: the wrapper's code object takes the op's name
     names = {"co_name": fn.__name__}
     if hasattr(entry.__code__, "co_qualname"):  # Python 3.11+
         names["co_qualname"] = fn.__qualname__
     entry.__code__ = entry.__code__.replace(**names)
+    in_python.__code__ = in_python.__code__.replace(co_name=fn.__name__)
     ENTRY_CODES[entry.__code__] = fn.__name__
+    ENTRY_CODES[in_python.__code__] = fn.__name__
     entry.plans = memo  # type: ignore[attr-defined]
+    entry.route = route  # type: ignore[attr-defined]
     return entry
+
+
+_c_ready = [False]
+
+
+def _served_in_c(in_python: Callable, memo: dict, config_at: int | None):
+    """nbxcert's launcher's `Served` for one entry point (its module is loaded: a plan with a fast form was made)."""
+    module = _binaries.launcher_module()
+    if not _c_ready[0]:
+        from nbxcert.kernels.backends import cuda
+
+        module.setup(
+            Tensor,
+            DType,
+            _recording.state,
+            cuda._tls,
+            tensor_key,
+            cuda.current_stream,
+            cuda.make_current,
+            cuda._torch_query,
+            Storage.fresh,
+        )
+        from nbxcert.kernels.backends import memory
+
+        module.setup_memory(
+            memory,
+            cuda,
+            Storage,
+            memory.pool_block,
+            memory.pool_free,
+            memory._give_back,
+            memory.PoolBlock,
+            memory._PoolStats,
+            memory._pool_lock,
+        )
+        _c_ready[0] = True
+    return module.Served(in_python, memo, -1 if config_at is None else config_at)
 
 
 def _in_full(fn: Callable, again: Callable, args: tuple, kwargs: dict):
@@ -308,7 +359,7 @@ class CallPlan:
     """A recorded served call, to replay with another call's tensors: the storages to make, the steps (zero-fills and
     launches), and how the result is put together."""
 
-    __slots__ = ("n_call", "made", "steps", "result", "locks", "packed")
+    __slots__ = ("n_call", "made", "steps", "result", "locks", "packed", "fast")
 
     def __init__(self, n_call, made, steps, result, locks, packed=None):
         self.n_call = n_call
@@ -317,6 +368,8 @@ class CallPlan:
         self.result = result
         self.locks = locks
         self.packed = packed  # `_Packed`: every step queued by nbxcert's launcher in one call; None: step by step
+        # the plan as nbxcert's launcher replays it in C (`Served` in launcher.c), or None where it cannot
+        self.fast = _fast_form(self) if packed is not None and not locks else None
 
     @staticmethod
     def of(rec: _recording.Recording, tensors: Sequence[Tensor], result: Any) -> CallPlan | None:
@@ -428,16 +481,20 @@ class _Packed:
             ):
                 return _NOT_NOW
         status, at = self.launch_plan(self.steps, addresses, 0)
-        if status == _binaries.CUDA_ERROR_INVALID_CONTEXT:  # a thread that has made no context current yet
-            from nbxcert.kernels.backends import cuda
+        if status:
+            self.recover(status, at, addresses)
+        return None
 
+    def recover(self, status: int, at: int, addresses: list) -> None:
+        """Step `at` failed with `status`: on a thread with no context current yet, make the device's current and
+        queue the rest; else raise `CudaError` naming the kernel."""
+        from nbxcert.kernels.backends import cuda
+
+        if status == _binaries.CUDA_ERROR_INVALID_CONTEXT:
             cuda.make_current(self.device)
             status, at = self.launch_plan(self.steps, addresses, at)
         if status:
-            from nbxcert.kernels.backends import cuda
-
             cuda.check(status, f"cuLaunchKernelEx ({self.names[at]})")
-        return None
 
 
 def _step_name(step) -> str:
@@ -508,6 +565,36 @@ def _build_result(spec, tensors, storages, addresses, n_call):
     if kind == "tuple":
         return tuple(_build_result(s, tensors, storages, addresses, n_call) for s in spec[1])
     return spec[1]
+
+
+def _fast_form(plan: CallPlan) -> tuple | None:
+    """`plan` as `Served` in launcher.c replays it: (number of call tensors, ((nbytes, device), ...) to make, the
+    packed steps, the device index, the result's form, the launch hooks to honour, the failure handler); None where
+    the result is not made of the call's tensors and the plan's own memory only, or memory is made off the GPU."""
+    packed = plan.packed
+    if any(device.type != "cuda" for _, device in plan.made):
+        return None
+    result = _fast_result(plan.result, plan.n_call, plan.made)
+    if result is None:
+        return None
+    made = tuple((nbytes, device, device.index) for nbytes, device in plan.made)
+    return (plan.n_call, made, packed.steps, packed.device, result, packed.hooks or None, packed.recover)
+
+
+def _fast_result(spec, n_call: int, made: tuple):
+    kind = spec[0]
+    if kind == "call":
+        return (0, spec[1])
+    if kind == "view":
+        _, source, offset, shape, strides, dtype = spec
+        if source < n_call or offset % dtype.itemsize:
+            return None
+        device = made[source - n_call][1]
+        return (1, source, offset, shape, strides, dtype, offset // dtype.itemsize, device.type, device.index)
+    if kind == "tuple":
+        items = tuple(_fast_result(s, n_call, made) for s in spec[1])
+        return None if any(i is None for i in items) else (2, items)
+    return (3, spec[1])
 
 
 def _is_descriptor(value: Any) -> bool:

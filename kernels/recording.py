@@ -18,8 +18,12 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-# this thread's recording (`state.rec`, None when none is on): public so that the served path reads it with no call
-state = threading.local()
+class _State(threading.local):
+    rec: Recording | None = None  # this thread's recording, None when none is on (a class default: read with no call)
+
+
+# public so that the served path (in Python and in C, launcher.c) reads it with no call
+state = _State()
 
 
 class Recording:

@@ -541,7 +541,16 @@ def compute_capability(index: int) -> tuple[int, int]:
 _context_lock = threading.Lock()
 _contexts: dict[int, int] = {}  # ordinal -> retained primary CUcontext
 _last_device = 0  # the device made current last, by any thread
-_tls = threading.local()  # .device: the device whose context this thread made current through nbxcert
+class _ThreadState(threading.local):
+    """This thread's CUDA state. `device`: the device whose context this thread made current through nbxcert;
+    `streams`: device -> the stream set on this thread (`set_stream`). Class defaults, so that a served call's replay
+    in C (launcher.c) reads them without an AttributeError on a thread that set none."""
+
+    device: int | None = None
+    streams: dict | None = None
+
+
+_tls = _ThreadState()
 
 
 def made_once(table: dict, lock: threading.Lock, key: Any, make: Callable[[Any], Any]) -> Any:

@@ -18,9 +18,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cuda.h"
+#include "structmember.h"
 
 typedef CUresult (*launch_ex_t)(const CUlaunchConfig *config, CUfunction f, void **params, void **extra);
 
@@ -329,6 +332,73 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
   return PyLong_FromLong((long)queue(function, gx, gy, gz, threads, num_ctas, shared, stream, flags, params));
 }
 
+/* Queue the steps of a plan from `start` on (see launch_plan). Returns 0 with *status (the first failing status, or 0)
+ * and *at (the step it came from, or the number of steps), or -1 with an exception set. */
+static int run_plan(PyObject *steps, PyObject *addresses, Py_ssize_t start, CUresult *status_out, Py_ssize_t *at) {
+  Py_ssize_t n_steps = PyTuple_GET_SIZE(steps), n_addresses = PyList_GET_SIZE(addresses);
+  uint64_t slots[MAX_PARAMS];
+  void *params[MAX_PARAMS];
+  static _Thread_local CUtensorMap maps[MAX_MAPS];
+  Py_ssize_t patched[MAX_PARAMS];
+  uint64_t patch_values[MAX_PARAMS];
+  for (Py_ssize_t s = start; s < n_steps; s++) {
+    PyObject *step = PyTuple_GET_ITEM(steps, s);
+    if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 12) {
+      PyErr_Format(PyExc_TypeError, "launch_plan: step %zd is not a 12-tuple", s);
+      return -1;
+    }
+    PyObject **f = &PyTuple_GET_ITEM(step, 0);
+    unsigned long long function = PyLong_AsUnsignedLongLong(f[0]);
+    long gx = PyLong_AsLong(f[1]), gy = PyLong_AsLong(f[2]), gz = PyLong_AsLong(f[3]);
+    long threads = PyLong_AsLong(f[4]), num_ctas = PyLong_AsLong(f[5]), shared = PyLong_AsLong(f[6]);
+    unsigned long long stream = PyLong_AsUnsignedLongLong(f[7]);
+    long flags = PyLong_AsLong(f[8]);
+    if (PyErr_Occurred())
+      return -1;
+    if (!PyBytes_Check(f[9]) || !PyList_Check(f[10]) || !PyTuple_Check(f[11])) {
+      PyErr_Format(PyExc_TypeError, "launch_plan: step %zd needs codes (bytes), a template (list), patches (tuple)",
+                   s);
+      return -1;
+    }
+    Py_ssize_t n = PyBytes_GET_SIZE(f[9]), n_patches = PyTuple_GET_SIZE(f[11]);
+    if (PyList_GET_SIZE(f[10]) != n || n > MAX_PARAMS || n_patches > n) {
+      PyErr_Format(PyExc_ValueError, "launch_plan: step %zd has %zd codes for %zd values", s, n,
+                   PyList_GET_SIZE(f[10]));
+      return -1;
+    }
+    for (Py_ssize_t p = 0; p < n_patches; p++) {
+      PyObject *patch = PyTuple_GET_ITEM(f[11], p);
+      Py_ssize_t position = PyLong_AsSsize_t(PyTuple_GET_ITEM(patch, 0));
+      Py_ssize_t source = PyLong_AsSsize_t(PyTuple_GET_ITEM(patch, 1));
+      unsigned long long offset = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(patch, 2));
+      if (PyErr_Occurred())
+        return -1;
+      if (source < 0 || source >= n_addresses || position < 0 || position >= n ||
+          (p > 0 && position <= patched[p - 1])) {
+        PyErr_Format(PyExc_ValueError, "launch_plan: step %zd has a bad patch %zd", s, p);
+        return -1;
+      }
+      unsigned long long base = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(addresses, source));
+      if (PyErr_Occurred())
+        return -1;
+      patched[p] = position;
+      patch_values[p] = base + offset;
+    }
+    if (pack(PyBytes_AS_STRING(f[9]), n, PySequence_Fast_ITEMS(f[10]), patched, patch_values, n_patches, slots,
+             params, maps) < 0)
+      return -1;
+    CUresult status = queue(function, gx, gy, gz, threads, num_ctas, shared, stream, flags, params);
+    if (status != CUDA_SUCCESS) {
+      *status_out = status;
+      *at = s;
+      return 0;
+    }
+  }
+  *status_out = CUDA_SUCCESS;
+  *at = n_steps;
+  return 0;
+}
+
 /* launch_plan(steps, addresses, start) -> (CUresult, index of the step it came from)
  * Each step: (function, grid_x, grid_y, grid_z, threads, num_ctas, shared, stream, flags, codes, template, patches),
  * patches a tuple of (position, source, offset) sorted by position: the value at `position` is addresses[source] +
@@ -343,65 +413,937 @@ static PyObject *launch_plan(PyObject *self, PyObject *const *args, Py_ssize_t n
   Py_ssize_t start = PyLong_AsSsize_t(args[2]);
   if (start < 0 && PyErr_Occurred())
     return NULL;
-  PyObject *steps = args[0], *addresses = args[1];
-  Py_ssize_t n_steps = PyTuple_GET_SIZE(steps), n_addresses = PyList_GET_SIZE(addresses);
-  uint64_t slots[MAX_PARAMS];
-  void *params[MAX_PARAMS];
-  static _Thread_local CUtensorMap maps[MAX_MAPS];
-  Py_ssize_t patched[MAX_PARAMS];
-  uint64_t patch_values[MAX_PARAMS];
-  for (Py_ssize_t s = start; s < n_steps; s++) {
-    PyObject *step = PyTuple_GET_ITEM(steps, s);
-    if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 12) {
-      PyErr_Format(PyExc_TypeError, "launch_plan: step %zd is not a 12-tuple", s);
-      return NULL;
-    }
-    PyObject **f = &PyTuple_GET_ITEM(step, 0);
-    unsigned long long function = PyLong_AsUnsignedLongLong(f[0]);
-    long gx = PyLong_AsLong(f[1]), gy = PyLong_AsLong(f[2]), gz = PyLong_AsLong(f[3]);
-    long threads = PyLong_AsLong(f[4]), num_ctas = PyLong_AsLong(f[5]), shared = PyLong_AsLong(f[6]);
-    unsigned long long stream = PyLong_AsUnsignedLongLong(f[7]);
-    long flags = PyLong_AsLong(f[8]);
-    if (PyErr_Occurred())
-      return NULL;
-    if (!PyBytes_Check(f[9]) || !PyList_Check(f[10]) || !PyTuple_Check(f[11])) {
-      PyErr_Format(PyExc_TypeError, "launch_plan: step %zd needs codes (bytes), a template (list), patches (tuple)",
-                   s);
-      return NULL;
-    }
-    Py_ssize_t n = PyBytes_GET_SIZE(f[9]), n_patches = PyTuple_GET_SIZE(f[11]);
-    if (PyList_GET_SIZE(f[10]) != n || n > MAX_PARAMS || n_patches > n) {
-      PyErr_Format(PyExc_ValueError, "launch_plan: step %zd has %zd codes for %zd values", s, n,
-                   PyList_GET_SIZE(f[10]));
-      return NULL;
-    }
-    for (Py_ssize_t p = 0; p < n_patches; p++) {
-      PyObject *patch = PyTuple_GET_ITEM(f[11], p);
-      Py_ssize_t position = PyLong_AsSsize_t(PyTuple_GET_ITEM(patch, 0));
-      Py_ssize_t source = PyLong_AsSsize_t(PyTuple_GET_ITEM(patch, 1));
-      unsigned long long offset = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(patch, 2));
-      if (PyErr_Occurred())
+  CUresult status;
+  Py_ssize_t at;
+  if (run_plan(args[0], args[1], start, &status, &at) < 0)
+    return NULL;
+  return Py_BuildValue("(in)", (int)status, at);
+}
+
+/* ------------------------------------------------------------------------------------------------------------------
+ * A served call replayed in C (`launch.served`). The Python entry point hands each call here as (args, kwargs); this
+ * forms the call's signature exactly as `launch.call_signature` does, finds the entry point's plan, and where the plan
+ * has a fast form (`CallPlan.fast`: every launch packed, no lock, a result of the call's tensors or of memory the plan
+ * makes), makes the plan's memory, queues its launches and builds the result, with no Python frame on the way.
+ * Anything else (a recording, `config=`, an argument a signature cannot hold, aliased tensors, no plan yet, a plan
+ * without a fast form, a profiler's launch hooks) goes to the Python path (`slow(args, kwargs)`), which decides as it
+ * always has. `setup` gives the Python objects this reads (the tensor type, the thread states, the fallbacks).
+ */
+static PyObject *S_tensor_type, *S_dtype_type, *S_rec_state, *S_cuda_tls, *S_tensor_key, *S_current_stream,
+    *S_make_current, *S_torch_query, *S_fresh, *S_modules;
+static PyObject *str_rec, *str_key, *str_ptr, *str_data_ptr, *str_device, *str_streams, *str_fast, *str_config,
+    *str_cuda, *str_alloc, *str_storage, *str_offset, *str_shape, *str_strides, *str_dtype, *str_torch, *str_enter,
+    *str_exit, *str_calls, *str_block_ptr;
+static int served_ready = 0;
+
+#define MAX_TENSORS 64
+#define MAX_PARTS 256
+
+static PyObject *setup(PyObject *self, PyObject *args) {
+  PyObject *o[9];
+  if (!PyArg_ParseTuple(args, "OOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8]))
+    return NULL;
+  if (!PyList_Check(o[7]) || PyList_GET_SIZE(o[7]) != 1) {
+    PyErr_SetString(PyExc_TypeError, "setup: the torch stream query must be a list of one item");
+    return NULL;
+  }
+  PyObject **slots[9] = {&S_tensor_type, &S_dtype_type, &S_rec_state, &S_cuda_tls, &S_tensor_key,
+                         &S_current_stream, &S_make_current, &S_torch_query, &S_fresh};
+  for (int i = 0; i < 9; i++) {
+    Py_INCREF(o[i]);
+    Py_XSETREF(*slots[i], o[i]);
+  }
+  S_modules = PyImport_GetModuleDict();
+  if (str_rec == NULL) {
+    const char *names[] = {"rec", "_key", "_ptr", "data_ptr", "device", "streams", "fast", "config", "cuda",
+                           "_alloc", "_storage", "_offset", "shape", "_strides", "dtype", "torch",
+                           "launch_enter_hook", "launch_exit_hook", "calls", "ptr"};
+    PyObject **strs[] = {&str_rec, &str_key, &str_ptr, &str_data_ptr, &str_device, &str_streams, &str_fast,
+                         &str_config, &str_cuda, &str_alloc, &str_storage, &str_offset, &str_shape, &str_strides,
+                         &str_dtype, &str_torch, &str_enter, &str_exit, &str_calls, &str_block_ptr};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+      *strs[i] = PyUnicode_InternFromString(names[i]);
+      if (*strs[i] == NULL)
         return NULL;
-      if (source < 0 || source >= n_addresses || position < 0 || position >= n ||
-          (p > 0 && position <= patched[p - 1])) {
-        PyErr_Format(PyExc_ValueError, "launch_plan: step %zd has a bad patch %zd", s, p);
+    }
+  }
+  served_ready = 1;
+  Py_RETURN_NONE;
+}
+
+typedef struct {
+  PyObject_HEAD PyObject *slow; /* slow(args, kwargs): the Python path */
+  PyObject *memo;               /* signature -> CallPlan (or a count of calls tied to their data) */
+  Py_ssize_t config_at;         /* the position of `config`, or -1 */
+} Served;
+
+static int is_scalar(PyObject *v) {
+  PyTypeObject *t = Py_TYPE(v);
+  return t == &PyLong_Type || t == &PyFloat_Type || t == &PyBool_Type || t == &PyUnicode_Type || v == Py_None ||
+         (PyObject *)t == S_dtype_type;
+}
+
+/* the stream of `device` this thread launches on, as `cuda.current_stream` gives it (new reference) */
+static PyObject *current_stream(long device) {
+  PyObject *streams = PyObject_GetAttr(S_cuda_tls, str_streams);
+  if (streams == NULL)
+    return NULL;
+  int set = streams != Py_None && (!PyDict_Check(streams) || PyDict_GET_SIZE(streams) > 0);
+  Py_DECREF(streams);
+  if (!set && PyList_GET_ITEM(S_torch_query, 0) == Py_None && PyDict_GetItem(S_modules, str_torch) == NULL)
+    return PyLong_FromLong(0);
+  PyObject *index = PyLong_FromLong(device);
+  if (index == NULL)
+    return NULL;
+  PyObject *stream = PyObject_CallOneArg(S_current_stream, index);
+  Py_DECREF(index);
+  return stream;
+}
+
+/* 1: a launch hook that wants Triton's metadata is set (the Python path gives it); 0: none; -1: error */
+static int hooked(PyObject *hooks) {
+  if (hooks == Py_None)
+    return 0;
+  PyObject *knobs = PyTuple_GET_ITEM(hooks, 0), *chain = PyTuple_GET_ITEM(hooks, 1);
+  PyObject *names[2] = {str_enter, str_exit};
+  for (int i = 0; i < 2; i++) {
+    PyObject *hook = PyObject_GetAttr(knobs, names[i]);
+    if (hook == NULL)
+      return -1;
+    int wants = 0;
+    if (hook != Py_None) {
+      if ((PyObject *)Py_TYPE(hook) != chain) {
+        wants = 1;
+      } else {
+        PyObject *calls = PyObject_GetAttr(hook, str_calls);
+        wants = calls == NULL ? -1 : PyObject_IsTrue(calls);
+        Py_XDECREF(calls);
+      }
+    }
+    Py_DECREF(hook);
+    if (wants)
+      return wants;
+  }
+  return 0;
+}
+
+static int set_attr(PyObject *o, PyObject *name, PyObject *value) {
+  int failed = PyObject_SetAttr(o, name, value);
+  Py_DECREF(value);
+  return failed;
+}
+
+/* the result of a replay from its fast form: (0, i) the call's tensor i; (1, source, offset, shape, strides, dtype,
+ * element offset, device type, device index) a tensor over storage `source` the replay made; (2, (forms...)) a
+ * tuple; (3, value) a value */
+static PyObject *build_result(PyObject *form, PyObject **tensors, Py_ssize_t n_call, PyObject **storages,
+                              PyObject *addresses) {
+  long kind = PyLong_AsLong(PyTuple_GET_ITEM(form, 0));
+  if (kind == 0) {
+    PyObject *t = tensors[PyLong_AsSsize_t(PyTuple_GET_ITEM(form, 1))];
+    Py_INCREF(t);
+    return t;
+  }
+  if (kind == 2) {
+    PyObject *forms = PyTuple_GET_ITEM(form, 1);
+    Py_ssize_t n = PyTuple_GET_SIZE(forms);
+    PyObject *made = PyTuple_New(n);
+    if (made == NULL)
+      return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+      PyObject *item = build_result(PyTuple_GET_ITEM(forms, i), tensors, n_call, storages, addresses);
+      if (item == NULL) {
+        Py_DECREF(made);
         return NULL;
       }
-      unsigned long long base = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(addresses, source));
-      if (PyErr_Occurred())
-        return NULL;
-      patched[p] = position;
-      patch_values[p] = base + offset;
+      PyTuple_SET_ITEM(made, i, item);
     }
-    if (pack(PyBytes_AS_STRING(f[9]), n, PySequence_Fast_ITEMS(f[10]), patched, patch_values, n_patches, slots,
-             params, maps) < 0)
-      return NULL;
-    CUresult status = queue(function, gx, gy, gz, threads, num_ctas, shared, stream, flags, params);
-    if (status != CUDA_SUCCESS)
-      return Py_BuildValue("(in)", (int)status, s);
+    return made;
   }
-  return Py_BuildValue("(in)", 0, n_steps);
+  if (kind == 3) {
+    PyObject *v = PyTuple_GET_ITEM(form, 1);
+    Py_INCREF(v);
+    return v;
+  }
+  PyObject **f = &PyTuple_GET_ITEM(form, 0);
+  Py_ssize_t source = PyLong_AsSsize_t(f[1]);
+  unsigned long long ptr = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(addresses, source)) + PyLong_AsUnsignedLongLong(f[2]);
+  if (PyErr_Occurred())
+    return NULL;
+  PyTypeObject *type = (PyTypeObject *)S_tensor_type;
+  PyObject *t = type->tp_alloc(type, 0);
+  if (t == NULL)
+    return NULL;
+  PyObject *key = Py_BuildValue("(OOOKOO)", f[3], f[4], f[5], ptr % 16, f[7], f[8]);
+  Py_INCREF(storages[source - n_call]);
+  Py_INCREF(f[3]);
+  Py_INCREF(f[4]);
+  Py_INCREF(f[5]);
+  Py_INCREF(f[6]);
+  if (key == NULL || set_attr(t, str_storage, storages[source - n_call]) || set_attr(t, str_ptr, PyLong_FromUnsignedLongLong(ptr)) ||
+      set_attr(t, str_key, key) || set_attr(t, str_offset, f[6]) || set_attr(t, str_shape, f[3]) ||
+      set_attr(t, str_strides, f[4]) || set_attr(t, str_dtype, f[5])) {
+    Py_DECREF(t);
+    return NULL;
+  }
+  return t;
 }
+
+/* ------------------------------------------------------------------------------------------------------------------
+ * Device memory on a served call's replay (`memory.py` is the allocator; this is its fast path). A `Block` is a block
+ * of nbxcert's pool as `memory.PoolBlock` is one, made by a replay. When it is dropped or freed, it is kept here for
+ * its stream's next allocation of the same size (`KEPT_PER_SIZE` of them, the least recently used size given back to
+ * the pool through `memory._give_back` when `KEPT_SIZES_IN_C` sizes are kept), or handed to `memory.pool_free`. A
+ * replay takes a kept block of its size and stream first, else asks `memory.pool_block` (its own kept blocks, the
+ * pool, out-of-memory handling) and holds what that gives as a `Block`. The allocator's figures (`memory._stats`) are
+ * updated under its lock, as memory.py does; `drain` gives memory.py the kept blocks back (`release_kept`). During a
+ * graph capture (`memory.capturing`), memory.py does everything.
+ */
+static PyObject *S_memory, *S_cuda, *S_storage_type, *S_pool_block, *S_pool_free, *S_give_back, *S_poolblock_type,
+    *S_stats_type;
+static PyObject *str_capturing, *str_kept_per_size, *str_stats, *str_pid, *str_poisoned, *str_keep, *str_stream,
+    *str_host, *str_nbytes, *str_block_pid;
+static int memory_ready = 0;
+
+#define KEPT_SIZES_IN_C 32
+#define KEPT_MAX 8
+
+typedef struct {
+  int used, device, n;
+  unsigned long long stream, last;
+  Py_ssize_t size;
+  unsigned long long ptr[KEPT_MAX];
+  PyObject *keep[KEPT_MAX];
+} KeptSlot;
+
+static KeptSlot kept_slots[KEPT_SIZES_IN_C];
+static unsigned long long kept_clock = 0;
+
+typedef struct {
+  PyObject_HEAD unsigned long long ptr; /* 0 once freed */
+  Py_ssize_t nbytes;
+  int device;
+  unsigned long long stream;
+  PyObject *keep; /* the stream's `Stream` object (so the stream outlives its memory), or NULL */
+  long pid;
+} Block;
+
+static PyTypeObject BlockType;
+
+static int find_figures(PyObject *stats_type, PyObject *lock);
+
+static PyObject *setup_memory(PyObject *self, PyObject *args) {
+  PyObject *o[8], *lock;
+  if (!PyArg_ParseTuple(args, "OOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &lock))
+    return NULL;
+  PyObject **slots[8] = {&S_memory, &S_cuda, &S_storage_type, &S_pool_block, &S_pool_free, &S_give_back,
+                         &S_poolblock_type, &S_stats_type};
+  for (int i = 0; i < 8; i++) {
+    Py_INCREF(o[i]);
+    Py_XSETREF(*slots[i], o[i]);
+  }
+  if (find_figures(S_stats_type, lock) < 0)
+    return NULL;
+  if (str_capturing == NULL) {
+    const char *names[] = {"capturing", "KEPT_PER_SIZE", "_stats", "_pid", "_poisoned", "keep", "stream", "_host",
+                           "nbytes", "pid"};
+    PyObject **strs[] = {&str_capturing, &str_kept_per_size, &str_stats, &str_pid, &str_poisoned, &str_keep,
+                         &str_stream, &str_host, &str_nbytes, &str_block_pid};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+      *strs[i] = PyUnicode_InternFromString(names[i]);
+      if (*strs[i] == NULL)
+        return NULL;
+    }
+  }
+  memory_ready = 1;
+  Py_RETURN_NONE;
+}
+
+/* memory.<name> as a C long (-1 with an exception on failure) */
+static long module_long(PyObject *module, PyObject *name) {
+  PyObject *v = PyObject_GetAttr(module, name);
+  if (v == NULL)
+    return -1;
+  long x = PyLong_AsLong(v);
+  Py_DECREF(v);
+  return x;
+}
+
+/* 1: memory.capturing is set (memory.py does everything); 0: not; -1: error */
+static int capturing(void) {
+  PyObject *c = PyObject_GetAttr(S_memory, str_capturing);
+  if (c == NULL)
+    return -1;
+  int on = c != Py_None;
+  Py_DECREF(c);
+  return on;
+}
+
+/* whether memory made by process `pid` may be released from here (cuda.owned_here): -1 on error */
+static int owned_here(long pid) {
+  long here = module_long(S_cuda, str_pid);
+  if (here == -1 && PyErr_Occurred())
+    return -1;
+  PyObject *poisoned = PyObject_GetAttr(S_cuda, str_poisoned);
+  if (poisoned == NULL)
+    return -1;
+  int clean = poisoned == Py_None;
+  Py_DECREF(poisoned);
+  return pid == here && clean;
+}
+
+/* the figures of memory._PoolStats, read and written at their slots' offsets (found at setup_memory) */
+enum { ALLOCATED, PEAK, COUNT, ALLOCATIONS, FREES, N_FIGURES };
+static Py_ssize_t figure_offset[N_FIGURES];
+static PyObject *lock_acquire, *lock_release; /* memory._pool_lock's bound methods */
+
+static int find_figures(PyObject *stats_type, PyObject *lock) {
+  const char *names[N_FIGURES] = {"allocated", "peak", "count", "allocations", "frees"};
+  for (int i = 0; i < N_FIGURES; i++) {
+    PyObject *d = PyObject_GetAttrString(stats_type, names[i]);
+    if (d == NULL)
+      return -1;
+    int member = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+    if (member)
+      figure_offset[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    if (!member) {
+      PyErr_Format(PyExc_TypeError, "memory._PoolStats.%s is not a slot", names[i]);
+      return -1;
+    }
+  }
+  Py_XSETREF(lock_acquire, PyObject_GetAttrString(lock, "acquire"));
+  Py_XSETREF(lock_release, PyObject_GetAttrString(lock, "release"));
+  return lock_acquire && lock_release ? 0 : -1;
+}
+
+static int add_figure(PyObject *stats, int figure, long long delta) {
+  PyObject **slot = (PyObject **)((char *)stats + figure_offset[figure]);
+  long long x = *slot == NULL ? 0 : PyLong_AsLongLong(*slot);
+  if (x == -1 && PyErr_Occurred())
+    return -1;
+  PyObject *now = PyLong_FromLongLong(x + delta);
+  if (now == NULL)
+    return -1;
+  Py_XSETREF(*slot, now);
+  return 0;
+}
+
+/* memory._stats[device] updated under memory._pool_lock, as memory.py updates it: one block of `size` taken (taken
+ * = 1) or kept here after its free (taken = 0) */
+static int count_block(int device, Py_ssize_t size, int taken) {
+  PyObject *all = PyObject_GetAttr(S_memory, str_stats);
+  if (all == NULL)
+    return -1;
+  PyObject *key = PyLong_FromLong(device);
+  PyObject *stats = key == NULL ? NULL : PyDict_GetItemWithError(all, key);
+  Py_XDECREF(key);
+  Py_XINCREF(stats);
+  Py_DECREF(all);
+  if (stats == NULL || !PyObject_TypeCheck(stats, (PyTypeObject *)S_stats_type)) {
+    if (!PyErr_Occurred())
+      PyErr_Format(PyExc_RuntimeError, "nbxcert's memory has no figures for device %d", device);
+    Py_XDECREF(stats);
+    return -1;
+  }
+  PyObject *got = PyObject_CallNoArgs(lock_acquire);
+  if (got == NULL) {
+    Py_DECREF(stats);
+    return -1;
+  }
+  Py_DECREF(got);
+  int failed;
+  if (taken) {
+    failed = add_figure(stats, ALLOCATED, size) || add_figure(stats, COUNT, 1) || add_figure(stats, ALLOCATIONS, 1);
+    if (!failed) {
+      PyObject **allocated = (PyObject **)((char *)stats + figure_offset[ALLOCATED]);
+      PyObject **peak = (PyObject **)((char *)stats + figure_offset[PEAK]);
+      int above = *peak == NULL ? 1 : PyObject_RichCompareBool(*allocated, *peak, Py_GT);
+      failed = above < 0;
+      if (above == 1) {
+        Py_INCREF(*allocated);
+        Py_XSETREF(*peak, *allocated);
+      }
+    }
+  } else {
+    failed = add_figure(stats, ALLOCATED, -size) || add_figure(stats, COUNT, -1) || add_figure(stats, FREES, 1);
+  }
+  PyObject *type, *value, *trace;
+  PyErr_Fetch(&type, &value, &trace);
+  PyObject *released = PyObject_CallNoArgs(lock_release);
+  Py_XDECREF(released);
+  if (type != NULL)
+    PyErr_Restore(type, value, trace);
+  Py_DECREF(stats);
+  return failed || released == NULL ? -1 : 0;
+}
+
+static KeptSlot *find_slot(int device, unsigned long long stream, Py_ssize_t size) {
+  for (int i = 0; i < KEPT_SIZES_IN_C; i++) {
+    KeptSlot *k = &kept_slots[i];
+    if (k->used && k->device == device && k->stream == stream && k->size == size)
+      return k;
+  }
+  return NULL;
+}
+
+/* give a kept block back to the pool on its stream (memory._give_back); its keep is dropped after */
+static int give_back(unsigned long long ptr, int device, unsigned long long stream, Py_ssize_t size, PyObject *keep) {
+  PyObject *done = PyObject_CallFunction(S_give_back, "KiKn", ptr, device, stream, size);
+  Py_XDECREF(keep);
+  if (done == NULL)
+    return -1;
+  Py_DECREF(done);
+  return 0;
+}
+
+/* a slot for (device, stream, size), the least recently used one emptied (its blocks given back) when all are used */
+static KeptSlot *new_slot(int device, unsigned long long stream, Py_ssize_t size) {
+  KeptSlot *oldest = NULL;
+  for (int i = 0; i < KEPT_SIZES_IN_C; i++) {
+    KeptSlot *k = &kept_slots[i];
+    if (!k->used) {
+      oldest = k;
+      break;
+    }
+    if (oldest == NULL || k->last < oldest->last)
+      oldest = k;
+  }
+  if (oldest->used) {
+    KeptSlot gone = *oldest;
+    oldest->used = 0;
+    oldest->n = 0;
+    for (int j = 0; j < gone.n; j++)
+      if (give_back(gone.ptr[j], gone.device, gone.stream, gone.size, gone.keep[j]) < 0)
+        return NULL;
+  }
+  oldest->used = 1;
+  oldest->device = device;
+  oldest->stream = stream;
+  oldest->size = size;
+  oldest->n = 0;
+  return oldest;
+}
+
+/* the block's memory, freed: kept here for its stream's next allocation of its size, or handed to memory.pool_free */
+static int release_block(Block *b) {
+  unsigned long long ptr = b->ptr;
+  if (!ptr)
+    return 0;
+  PyObject *keep = b->keep;
+  b->ptr = 0;
+  b->keep = NULL;
+  int owned = owned_here(b->pid);
+  if (owned <= 0) { /* a forked child's copy, or a poisoned context: left to process exit */
+    Py_XDECREF(keep);
+    return owned;
+  }
+  int held = capturing();
+  long per_size = held ? 0 : module_long(S_memory, str_kept_per_size);
+  if (held < 0 || (per_size == -1 && PyErr_Occurred())) {
+    Py_XDECREF(keep);
+    return -1;
+  }
+  if (per_size > KEPT_MAX)
+    per_size = KEPT_MAX;
+  if (per_size > 0) {
+    KeptSlot *k = find_slot(b->device, b->stream, b->nbytes);
+    if (k == NULL)
+      k = new_slot(b->device, b->stream, b->nbytes);
+    if (k == NULL) {
+      Py_XDECREF(keep);
+      return -1;
+    }
+    if (k->n < per_size) {
+      k->ptr[k->n] = ptr;
+      k->keep[k->n++] = keep;
+      k->last = ++kept_clock;
+      return count_block(b->device, b->nbytes, 0);
+    }
+  }
+  PyObject *done = PyObject_CallFunction(S_pool_free, "KinlKO", ptr, b->device, b->nbytes, b->pid, b->stream,
+                                         keep ? keep : Py_None);
+  Py_XDECREF(keep);
+  if (done == NULL)
+    return -1;
+  Py_DECREF(done);
+  return 0;
+}
+
+static PyObject *Block_free(Block *self, PyObject *unused) {
+  if (release_block(self) < 0)
+    return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *Block_data_ptr(Block *self, PyObject *unused) { return PyLong_FromUnsignedLongLong(self->ptr); }
+
+static PyObject *Block_int(Block *self) { return PyLong_FromUnsignedLongLong(self->ptr); }
+
+static PyObject *Block_freed(Block *self, void *unused) { return PyBool_FromLong(self->ptr == 0); }
+
+static PyObject *Block_keep(Block *self, void *unused) {
+  PyObject *keep = self->keep ? self->keep : Py_None;
+  Py_INCREF(keep);
+  return keep;
+}
+
+static PyObject *Block_repr(Block *self) {
+  if (!self->ptr)
+    return PyUnicode_FromFormat("Block(freed, nbytes=%zd, device=%d, stream=%llu)", self->nbytes, self->device,
+                                self->stream);
+  char text[160];
+  snprintf(text, sizeof text, "Block(ptr=0x%llx, nbytes=%zd, device=%d, stream=0x%llx)", self->ptr, self->nbytes,
+           self->device, self->stream);
+  return PyUnicode_FromString(text);
+}
+
+static void Block_dealloc(Block *self) {
+  if (self->ptr) {
+    PyObject *type, *value, *trace;
+    PyErr_Fetch(&type, &value, &trace);
+    if (release_block(self) < 0)
+      PyErr_WriteUnraisable((PyObject *)self);
+    PyErr_Restore(type, value, trace);
+  }
+  Py_CLEAR(self->keep);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef Block_members[] = {
+    {"ptr", T_ULONGLONG, offsetof(Block, ptr), READONLY, "the address; 0 once freed"},
+    {"nbytes", T_PYSSIZET, offsetof(Block, nbytes), READONLY, NULL},
+    {"device", T_INT, offsetof(Block, device), READONLY, NULL},
+    {"stream", T_ULONGLONG, offsetof(Block, stream), READONLY, NULL},
+    {"pid", T_LONG, offsetof(Block, pid), READONLY, NULL},
+    {NULL},
+};
+
+static PyGetSetDef Block_getset[] = {
+    {"freed", (getter)Block_freed, NULL, "whether the block was freed", NULL},
+    {"keep", (getter)Block_keep, NULL, "the Stream object its stream is kept alive by, or None", NULL},
+    {NULL},
+};
+
+static PyMethodDef Block_methods[] = {
+    {"free", (PyCFunction)Block_free, METH_NOARGS, "give the memory back (idempotent)"},
+    {"data_ptr", (PyCFunction)Block_data_ptr, METH_NOARGS, "the address"},
+    {NULL},
+};
+
+static PyNumberMethods Block_number = {.nb_int = (unaryfunc)Block_int, .nb_index = (unaryfunc)Block_int};
+
+static PyTypeObject BlockType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_nbxcert_launcher.Block",
+    .tp_basicsize = sizeof(Block),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "a block of nbxcert's pool made by a served call's replay (see memory.PoolBlock)",
+    .tp_dealloc = (destructor)Block_dealloc,
+    .tp_repr = (reprfunc)Block_repr,
+    .tp_members = Block_members,
+    .tp_getset = Block_getset,
+    .tp_methods = Block_methods,
+    .tp_as_number = &Block_number,
+};
+
+static PyObject *new_block(unsigned long long ptr, Py_ssize_t size, int device, unsigned long long stream,
+                           PyObject *keep, long pid) {
+  Block *b = PyObject_New(Block, &BlockType);
+  if (b == NULL) {
+    Py_XDECREF(keep);
+    return NULL;
+  }
+  b->ptr = ptr;
+  b->nbytes = size;
+  b->device = device;
+  b->stream = stream;
+  b->keep = keep == Py_None ? NULL : keep;
+  if (keep == Py_None)
+    Py_DECREF(keep);
+  b->pid = pid;
+  return (PyObject *)b;
+}
+
+/* a storage of `nbytes` on device `device` (`device_obj`, a tensor.Device) for a replay on `stream` (that device's
+ * current stream), as tensor.Storage.fresh makes one; `fresh` is Storage.fresh, used during a graph capture */
+static PyObject *make_storage(PyObject *nbytes_obj, PyObject *device_obj, long device, PyObject *stream_obj,
+                              PyObject *fresh) {
+  int held = memory_ready ? capturing() : 1;
+  if (held < 0)
+    return NULL;
+  if (held || stream_obj == NULL)
+    return PyObject_CallFunctionObjArgs(fresh, nbytes_obj, device_obj, NULL);
+  Py_ssize_t nbytes = PyLong_AsSsize_t(nbytes_obj);
+  unsigned long long stream = PyLong_AsUnsignedLongLong(stream_obj);
+  if (PyErr_Occurred())
+    return NULL;
+  Py_ssize_t size = nbytes ? nbytes : 1;
+  PyObject *block = NULL;
+  KeptSlot *k = find_slot((int)device, stream, size);
+  if (k != NULL && k->n > 0) {
+    long pid = module_long(S_cuda, str_pid);
+    if (pid == -1 && PyErr_Occurred())
+      return NULL;
+    k->n--;
+    k->last = ++kept_clock;
+    unsigned long long ptr = k->ptr[k->n];
+    PyObject *keep = k->keep[k->n];
+    if (count_block((int)device, size, 1) < 0) {
+      k->ptr[k->n] = ptr; /* not taken after all */
+      k->n++;
+      return NULL;
+    }
+    block = new_block(ptr, size, (int)device, stream, keep ? keep : (Py_INCREF(Py_None), Py_None), pid);
+  } else {
+    PyObject *made = PyObject_CallFunction(S_pool_block, "nl", size, device);
+    if (made == NULL)
+      return NULL;
+    if ((PyObject *)Py_TYPE(made) != S_poolblock_type) {
+      block = made; /* another kind of block (a graph's): held as it is */
+    } else { /* the pool's block, held from now on as a Block (kept here when freed) */
+      PyObject *ptr = PyObject_GetAttr(made, str_block_ptr), *keep = PyObject_GetAttr(made, str_keep);
+      PyObject *pid = PyObject_GetAttr(made, str_block_pid), *on = PyObject_GetAttr(made, str_stream);
+      int failed = ptr == NULL || keep == NULL || pid == NULL || on == NULL;
+      unsigned long long address = failed ? 0 : PyLong_AsUnsignedLongLong(ptr);
+      unsigned long long made_on = failed ? 0 : PyLong_AsUnsignedLongLong(on);
+      long made_by = failed ? 0 : PyLong_AsLong(pid);
+      if (!failed && !PyErr_Occurred()) {
+        PyObject *zero = PyLong_FromLong(0);
+        failed = zero == NULL || PyObject_SetAttr(made, str_block_ptr, zero) < 0 ||
+                 PyObject_SetAttr(made, str_keep, Py_None) < 0;
+        Py_XDECREF(zero);
+      }
+      Py_XDECREF(ptr);
+      Py_XDECREF(pid);
+      Py_XDECREF(on);
+      Py_DECREF(made);
+      if (failed || PyErr_Occurred()) {
+        Py_XDECREF(keep);
+        return NULL;
+      }
+      block = new_block(address, size, (int)device, made_on, keep, made_by);
+    }
+  }
+  if (block == NULL)
+    return NULL;
+  PyTypeObject *type = (PyTypeObject *)S_storage_type;
+  PyObject *storage = type->tp_alloc(type, 0);
+  if (storage == NULL) {
+    Py_DECREF(block);
+    return NULL;
+  }
+  Py_INCREF(device_obj);
+  Py_INCREF(nbytes_obj);
+  Py_INCREF(Py_None);
+  if (set_attr(storage, str_device, device_obj) || set_attr(storage, str_nbytes, nbytes_obj) ||
+      set_attr(storage, str_host, Py_None) || set_attr(storage, str_alloc, block)) {
+    Py_DECREF(storage);
+    return NULL;
+  }
+  return storage;
+}
+
+/* drain(device): the blocks kept here for `device` (-1: every device), taken out: [(ptr, device, stream, size,
+ * keep), ...] for memory.release_kept to give back */
+static PyObject *drain(PyObject *self, PyObject *args) {
+  int device;
+  if (!PyArg_ParseTuple(args, "i", &device))
+    return NULL;
+  PyObject *out = PyList_New(0);
+  if (out == NULL)
+    return NULL;
+  for (int i = 0; i < KEPT_SIZES_IN_C; i++) {
+    KeptSlot *k = &kept_slots[i];
+    if (!k->used || (device >= 0 && k->device != device))
+      continue;
+    while (k->n > 0) {
+      k->n--;
+      PyObject *keep = k->keep[k->n] ? k->keep[k->n] : (Py_INCREF(Py_None), Py_None);
+      PyObject *item = Py_BuildValue("(KiKnN)", k->ptr[k->n], k->device, k->stream, k->size, keep);
+      if (item == NULL || PyList_Append(out, item) < 0) {
+        Py_XDECREF(item);
+        Py_DECREF(out);
+        return NULL;
+      }
+      Py_DECREF(item);
+    }
+    k->used = 0;
+  }
+  return out;
+}
+
+/* the fast form (n_call, made, steps, device, result, hooks, recover) replayed on the call's tensors; NULL with no
+ * exception: the Python path is to run */
+static PyObject *replay(PyObject *fast, PyObject **tensors, Py_ssize_t n_tensors, PyObject *stream) {
+  PyObject **f = &PyTuple_GET_ITEM(fast, 0);
+  Py_ssize_t n_call = PyLong_AsSsize_t(f[0]);
+  PyObject *made = f[1], *steps = f[2], *device = f[3], *result = f[4], *hooks = f[5], *recover = f[6];
+  if (n_call != n_tensors)
+    return NULL;
+  int wants = hooked(hooks);
+  if (wants)
+    return NULL; /* -1 leaves its exception set */
+  PyObject *current = PyObject_GetAttr(S_cuda_tls, str_device);
+  if (current == NULL)
+    return NULL;
+  int here = current != Py_None && PyObject_RichCompareBool(current, device, Py_EQ) == 1;
+  Py_DECREF(current);
+  if (!here) {
+    PyObject *done = PyObject_CallOneArg(S_make_current, device);
+    if (done == NULL)
+      return NULL;
+    Py_DECREF(done);
+  }
+  Py_ssize_t n_made = PyTuple_GET_SIZE(made);
+  PyObject *storages[MAX_TENSORS];
+  if (n_made > MAX_TENSORS)
+    return NULL;
+  PyObject *addresses = PyList_New(n_call + n_made);
+  if (addresses == NULL)
+    return NULL;
+  Py_ssize_t made_so_far = 0;
+  PyObject *out = NULL;
+  for (Py_ssize_t i = 0; i < n_call; i++) {
+    PyObject *ptr = PyObject_GetAttr(tensors[i], str_ptr);
+    if (ptr == Py_None) {
+      Py_DECREF(ptr);
+      ptr = PyObject_CallMethodNoArgs(tensors[i], str_data_ptr);
+    }
+    if (ptr == NULL)
+      goto done;
+    PyList_SET_ITEM(addresses, i, ptr);
+  }
+  long on_device = PyLong_AsLong(device);
+  for (; made_so_far < n_made; made_so_far++) {
+    PyObject *m = PyTuple_GET_ITEM(made, made_so_far);
+    /* (nbytes, Device, index): a storage on the plan's device is made on this call's stream */
+    PyObject *storage = make_storage(PyTuple_GET_ITEM(m, 0), PyTuple_GET_ITEM(m, 1),
+                                     PyLong_AsLong(PyTuple_GET_ITEM(m, 2)),
+                                     PyLong_AsLong(PyTuple_GET_ITEM(m, 2)) == on_device ? stream : NULL, S_fresh);
+    if (storage == NULL)
+      goto done;
+    storages[made_so_far] = storage;
+    PyObject *alloc = PyObject_GetAttr(storage, str_alloc);
+    if (alloc == NULL) {
+      made_so_far++;
+      goto done;
+    }
+    PyObject *ptr = PyObject_GetAttr(alloc, str_block_ptr);
+    Py_DECREF(alloc);
+    if (ptr == NULL) {
+      made_so_far++;
+      goto done;
+    }
+    PyList_SET_ITEM(addresses, n_call + made_so_far, ptr);
+  }
+  if (check_bound())
+    goto done;
+  CUresult status;
+  Py_ssize_t at;
+  if (run_plan(steps, addresses, 0, &status, &at) < 0)
+    goto done;
+  if (status != CUDA_SUCCESS) {
+    PyObject *again = PyObject_CallFunction(recover, "inO", (int)status, at, addresses);
+    if (again == NULL)
+      goto done;
+    Py_DECREF(again);
+  }
+  out = build_result(result, tensors, n_call, storages, addresses);
+done:
+  for (Py_ssize_t i = 0; i < made_so_far; i++)
+    Py_DECREF(storages[i]);
+  Py_DECREF(addresses);
+  if (out == NULL && !PyErr_Occurred())
+    PyErr_SetString(PyExc_RuntimeError, "a served call's replay failed with no error set");
+  return out;
+}
+
+/* 0: `v` added to the signature's parts; 1: the call is for the Python path; -1: error */
+static int add_part(PyObject *v, PyObject **parts, Py_ssize_t *n_parts, PyObject **tensors, Py_ssize_t *n_tensors,
+                    long *stream_device) {
+  if (*n_parts + 2 > MAX_PARTS)
+    return 1;
+  if ((PyObject *)Py_TYPE(v) == S_tensor_type) {
+    if (*n_tensors == MAX_TENSORS)
+      return 1;
+    PyObject *key = PyObject_GetAttr(v, str_key);
+    if (key == Py_None) {
+      Py_DECREF(key);
+      key = PyObject_CallOneArg(S_tensor_key, v);
+    }
+    if (key == NULL)
+      return -1;
+    if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 6) {
+      Py_DECREF(key);
+      return 1;
+    }
+    parts[(*n_parts)++] = key;
+    tensors[(*n_tensors)++] = v;
+    PyObject *type = PyTuple_GET_ITEM(key, 4);
+    if (*stream_device < 0 && PyUnicode_Check(type) && PyUnicode_Compare(type, str_cuda) == 0) {
+      *stream_device = PyLong_AsLong(PyTuple_GET_ITEM(key, 5));
+      if (*stream_device < 0)
+        return PyErr_Occurred() ? -1 : 1;
+    }
+    return 0;
+  }
+  int scalar = is_scalar(v);
+  if (!scalar && PyTuple_CheckExact(v)) {
+    scalar = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v) && scalar; i++)
+      scalar = is_scalar(PyTuple_GET_ITEM(v, i));
+  }
+  if (!scalar)
+    return 1;
+  Py_INCREF(Py_TYPE(v));
+  Py_INCREF(v);
+  parts[(*n_parts)++] = (PyObject *)Py_TYPE(v);
+  parts[(*n_parts)++] = v;
+  return 0;
+}
+
+static PyObject *Served_call(Served *self, PyObject *call, PyObject *unused) {
+  if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 2) {
+    PyErr_SetString(PyExc_TypeError, "a served entry point takes (args, kwargs)");
+    return NULL;
+  }
+  PyObject *args = PyTuple_GET_ITEM(call, 0), *kwargs = PyTuple_GET_ITEM(call, 1);
+  if (!served_ready || !PyTuple_Check(args) || !PyDict_Check(kwargs))
+    goto slow;
+  PyObject *rec = PyObject_GetAttr(S_rec_state, str_rec);
+  if (rec == NULL)
+    return NULL;
+  int recording = rec != Py_None;
+  Py_DECREF(rec);
+  if (recording)
+    goto slow;
+  Py_ssize_t nargs = PyTuple_GET_SIZE(args), nkw = PyDict_GET_SIZE(kwargs);
+  if (nkw) {
+    PyObject *config = PyDict_GetItemWithError(kwargs, str_config);
+    if (config == NULL && PyErr_Occurred())
+      return NULL;
+    if (config != NULL && config != Py_None)
+      goto slow;
+  }
+  if (self->config_at >= 0 && nargs > self->config_at && PyTuple_GET_ITEM(args, self->config_at) != Py_None)
+    goto slow;
+  PyObject *parts[MAX_PARTS], *tensors[MAX_TENSORS];
+  Py_ssize_t n_parts = 0, n_tensors = 0;
+  long stream_device = -1;
+  int verdict = 0;
+  for (Py_ssize_t i = 0; i < nargs && verdict == 0; i++)
+    verdict = add_part(PyTuple_GET_ITEM(args, i), parts, &n_parts, tensors, &n_tensors, &stream_device);
+  Py_ssize_t pos = 0;
+  PyObject *name, *value;
+  while (verdict == 0 && nkw && PyDict_Next(kwargs, &pos, &name, &value))
+    verdict = add_part(value, parts, &n_parts, tensors, &n_tensors, &stream_device);
+  if (verdict == 0 && nkw) {
+    PyObject *keys = PyDict_Keys(kwargs);
+    PyObject *names = keys == NULL ? NULL : PyList_AsTuple(keys);
+    Py_XDECREF(keys);
+    if (names == NULL)
+      verdict = -1;
+    else
+      parts[n_parts++] = names;
+  }
+  PyObject *stream = NULL; /* borrowed from the signature */
+  if (verdict == 0 && stream_device >= 0) {
+    stream = current_stream(stream_device);
+    if (stream == NULL)
+      verdict = -1;
+    else
+      parts[n_parts++] = stream;
+  }
+  for (Py_ssize_t i = 0; i < n_tensors && verdict == 0; i++)
+    for (Py_ssize_t j = i + 1; j < n_tensors; j++)
+      if (tensors[i] == tensors[j])
+        verdict = 1; /* one tensor in two places: the Python path decides */
+  if (verdict != 0) {
+    for (Py_ssize_t i = 0; i < n_parts; i++)
+      Py_DECREF(parts[i]);
+    if (verdict < 0)
+      return NULL;
+    goto slow;
+  }
+  PyObject *signature = PyTuple_New(n_parts);
+  if (signature == NULL) {
+    for (Py_ssize_t i = 0; i < n_parts; i++)
+      Py_DECREF(parts[i]);
+    return NULL;
+  }
+  for (Py_ssize_t i = 0; i < n_parts; i++)
+    PyTuple_SET_ITEM(signature, i, parts[i]);
+  PyObject *plan = PyDict_GetItemWithError(self->memo, signature);
+  if (plan == NULL || PyLong_Check(plan)) {
+    Py_DECREF(signature);
+    if (PyErr_Occurred())
+      return NULL;
+    goto slow;
+  }
+  Py_INCREF(plan);
+  PyObject *fast = PyObject_GetAttr(plan, str_fast);
+  Py_DECREF(plan);
+  if (fast == NULL || fast == Py_None) {
+    Py_DECREF(signature);
+    if (fast == NULL)
+      return NULL;
+    Py_DECREF(fast);
+    goto slow;
+  }
+  PyObject *out = replay(fast, tensors, n_tensors, stream);
+  Py_DECREF(fast);
+  Py_DECREF(signature);
+  if (out != NULL || PyErr_Occurred())
+    return out;
+slow:
+  return PyObject_CallFunctionObjArgs(self->slow, args, kwargs, NULL);
+}
+
+static PyObject *Served_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+  PyObject *slow, *memo;
+  Py_ssize_t config_at;
+  if (!PyArg_ParseTuple(args, "OO!n", &slow, &PyDict_Type, &memo, &config_at))
+    return NULL;
+  Served *self = (Served *)type->tp_alloc(type, 0);
+  if (self == NULL)
+    return NULL;
+  Py_INCREF(slow);
+  Py_INCREF(memo);
+  self->config_at = config_at;
+  self->slow = slow;
+  self->memo = memo;
+  return (PyObject *)self;
+}
+
+static int Served_traverse(Served *self, visitproc visit, void *arg) {
+  Py_VISIT(self->slow);
+  Py_VISIT(self->memo);
+  return 0;
+}
+
+static int Served_clear(Served *self) {
+  Py_CLEAR(self->slow);
+  Py_CLEAR(self->memo);
+  return 0;
+}
+
+static void Served_dealloc(Served *self) {
+  PyObject_GC_UnTrack(self);
+  Served_clear(self);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject ServedType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_nbxcert_launcher.Served",
+    .tp_basicsize = sizeof(Served),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Served(slow, memo, config_at): a served entry point's replay in C; called with (args, kwargs)",
+    .tp_new = Served_new,
+    .tp_call = (ternaryfunc)Served_call,
+    .tp_traverse = (traverseproc)Served_traverse,
+    .tp_clear = (inquiry)Served_clear,
+    .tp_dealloc = (destructor)Served_dealloc,
+};
 
 static PyMethodDef methods[] = {
     {"bind", bind, METH_VARARGS, "bind(cuLaunchKernelEx address, tensor map type or None)"},
@@ -409,9 +1351,31 @@ static PyMethodDef methods[] = {
      "launch(function, gx, gy, gz, threads, num_ctas, shared, stream, flags, codes, values) -> CUresult"},
     {"launch_plan", (PyCFunction)(void (*)(void))launch_plan, METH_FASTCALL,
      "launch_plan(steps, addresses, start) -> (CUresult, step index)"},
+    {"setup", setup, METH_VARARGS, "setup(the objects a served call's replay reads: see launch.py)"},
+    {"setup_memory", setup_memory, METH_VARARGS, "setup_memory(the objects a replay's memory reads: see memory.py)"},
+    {"drain", drain, METH_VARARGS, "drain(device or -1) -> [(ptr, device, stream, size, keep), ...] kept here"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_nbxcert_launcher", NULL, -1, methods};
 
-PyMODINIT_FUNC PyInit__nbxcert_launcher(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__nbxcert_launcher(void) {
+  if (PyType_Ready(&ServedType) < 0 || PyType_Ready(&BlockType) < 0)
+    return NULL;
+  PyObject *m = PyModule_Create(&module);
+  if (m == NULL)
+    return NULL;
+  Py_INCREF(&ServedType);
+  if (PyModule_AddObject(m, "Served", (PyObject *)&ServedType) < 0) {
+    Py_DECREF(&ServedType);
+    Py_DECREF(m);
+    return NULL;
+  }
+  Py_INCREF(&BlockType);
+  if (PyModule_AddObject(m, "Block", (PyObject *)&BlockType) < 0) {
+    Py_DECREF(&BlockType);
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

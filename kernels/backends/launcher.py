@@ -123,6 +123,11 @@ def load(path: Path) -> Any:
     return made
 
 
+def loaded() -> Any:
+    """The launcher if this process has loaded it, else None (nothing is built or loaded here)."""
+    return _module
+
+
 def module(launch_ex_address: int, tensor_map_type: Any = None) -> Any:
     """The launcher, built if need be, loaded once per process and bound to the driver function at
     `launch_ex_address` (cuLaunchKernelEx) and Triton's tensor map type (None where there is none)."""

@@ -29,7 +29,7 @@ import threading
 from typing import Any
 
 from nbxcert.errors import BackendUnavailable
-from nbxcert.kernels.backends import cuda
+from nbxcert.kernels.backends import cuda, launcher
 
 CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115
 CU_MEM_ALLOCATION_TYPE_PINNED = 1  # CUmemAllocationType: device memory that is not migratable
@@ -385,6 +385,10 @@ def release_kept(device: int | None = None) -> int:
         keys = [k for k in _kept if device is None or k[0] == device]
         taken = [(k, _kept.pop(k)) for k in keys]
         _last_kept[0] = None
+    in_c = launcher.loaded()  # the blocks a served call's replay keeps in nbxcert's launcher (launcher.c)
+    if in_c is not None:
+        for ptr, dev, stream, size, keep in in_c.drain(-1 if device is None else device):
+            taken.append(((dev, stream, size), [(ptr, keep)]))
     n = 0
     for (dev, stream, size), blocks in taken:
         for ptr, _ in blocks:
