@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+
 class _State(threading.local):
     rec: Recording | None = None  # this thread's recording, None when none is on (a class default: read with no call)
 

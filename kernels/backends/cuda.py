@@ -541,6 +541,8 @@ def compute_capability(index: int) -> tuple[int, int]:
 _context_lock = threading.Lock()
 _contexts: dict[int, int] = {}  # ordinal -> retained primary CUcontext
 _last_device = 0  # the device made current last, by any thread
+
+
 class _ThreadState(threading.local):
     """This thread's CUDA state. `device`: the device whose context this thread made current through nbxcert;
     `streams`: device -> the stream set on this thread (`set_stream`). Class defaults, so that a served call's replay
