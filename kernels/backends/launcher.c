@@ -1215,8 +1215,11 @@ static PyObject *Served_call(Served *self, PyObject *call, PyObject *unused) {
     return NULL;
   int recording = rec != Py_None;
   Py_DECREF(rec);
-  if (recording)
+  if (recording || !memory_ready)
     goto slow;
+  int held = capturing(); /* a graph capture in progress: the Python path names the op in any refusal */
+  if (held)
+    return held < 0 ? NULL : PyObject_CallFunctionObjArgs(self->slow, args, kwargs, NULL);
   Py_ssize_t nargs = PyTuple_GET_SIZE(args), nkw = PyDict_GET_SIZE(kwargs);
   if (nkw) {
     PyObject *config = PyDict_GetItemWithError(kwargs, str_config);

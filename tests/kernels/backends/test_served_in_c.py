@@ -1,0 +1,247 @@
+"""A served call replayed in C (`Served` and `Block` in launcher.c), with no GPU: the launcher and nbxcert's memory
+are bound to stand-ins for the driver (cuLaunchKernelEx, cuMemAllocFromPoolAsync, cuMemFreeAsync) compiled here
+against Triton's `cuda.h`, which count what they are asked and keep the parameters of the last launch. A plan is put
+in an entry point's memo as the Python path would make it on a GPU (a packed launch, an output made per call), so
+what is checked is the C path against the Python path on the same plan: the signature found, the launch's addresses,
+the result, the memory reused and counted, and every call the C path must hand back to Python.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import gc
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from nbxcert.kernels import launch as L
+from nbxcert.kernels import recording
+from nbxcert.kernels import tensor as T
+from nbxcert.kernels.backends import binaries, cuda, launcher, memory
+from nbxcert.kernels.dtypes import get_dtype
+
+STAND_IN_C = r"""
+#include <stdint.h>
+#include <string.h>
+#include "cuda.h"
+static uint64_t next_ptr = 0x100000, seen[8];
+static int launches, allocs, frees, fail_at = -1;
+CUresult stand_launch(const CUlaunchConfig *c, CUfunction f, void **params, void **extra) {
+  for (int i = 0; i < 3; i++) memcpy(&seen[i], params[i], 8);
+  return launches++ == fail_at ? 700 : 0;
+}
+int stand_alloc(uint64_t *out, size_t size, void *pool, void *stream) {
+  *out = next_ptr; next_ptr += (size + 255) & ~(uint64_t)255; allocs++; return 0;
+}
+int stand_free(uint64_t ptr, void *stream) { frees++; return 0; }
+int stand_count(int what) { return what == 0 ? launches : what == 1 ? allocs : frees; }
+uint64_t stand_param(int i) { return seen[i]; }
+void stand_fail_at(int n) { fail_at = n; }
+"""
+
+F16 = get_dtype("float16")
+DEV = T.Device("cuda", 0)
+ROWS, COLS = 16, 4096
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler")
+    folder = tmp_path_factory.mktemp("served_in_c")
+    (folder / "stand.c").write_text(STAND_IN_C)
+    so = folder / "stand.so"
+    include = launcher.cuda_include()
+    subprocess.run([compiler, "-O1", "-shared", "-fPIC", f"-I{include}", str(folder / "stand.c"), "-o", str(so)])
+    lib = ctypes.CDLL(str(so))
+    lib.stand_param.restype = ctypes.c_uint64
+    # a build of its own: the module's static state (its kept blocks, what setup gave it) is this file's alone
+    module = launcher.load(launcher.build(folder / "_nbxcert_launcher.so"))
+    module.bind(ctypes.cast(lib.stand_launch, ctypes.c_void_p).value, None)
+    return lib, module
+
+
+class _Driver:
+    def __init__(self, lib):
+        self.cuMemAllocFromPoolAsync, self.cuMemFreeAsync = lib.stand_alloc, lib.stand_free
+
+
+@pytest.fixture
+def gpu(built, monkeypatch):
+    """A stand-in device 0: nbxcert's memory and launcher over the stand-ins, this thread's context current."""
+    lib, module = built
+    monkeypatch.setattr(binaries, "launcher_module", lambda: module)
+    monkeypatch.setattr(launcher, "_module", module)
+    monkeypatch.setattr(memory, "_driver", _Driver(lib))
+    monkeypatch.setattr(memory, "_driver_pid", cuda.process_id())
+    monkeypatch.setattr(memory, "_pools", {0: 1})
+    monkeypatch.setattr(memory, "_stats", {0: memory._PoolStats()})
+    monkeypatch.setattr(memory, "_kept", collections.OrderedDict())
+    monkeypatch.setattr(memory, "_last_kept", [None])
+    monkeypatch.setattr(T, "_CUDA_MODULE", cuda)
+    monkeypatch.setattr(T, "_MEMORY_MODULE", memory)
+    monkeypatch.setattr(L, "_current_stream", cuda.current_stream)
+    monkeypatch.setattr(L, "_c_ready", [False])
+    monkeypatch.setattr(cuda._tls, "device", 0, raising=False)
+    monkeypatch.setattr(cuda, "_torch_query", [None])
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    yield lib, module
+    gc.collect()  # the test's tensors are freed into the stand-in pool, not the real driver
+    module.drain(-1)  # nothing kept in C outlives the test's stand-in pool
+
+
+def tensor(shape) -> T.Tensor:
+    n = int(np.prod(shape))
+    strides = tuple(int(s) for s in np.cumprod((1, *reversed(shape[1:])))[::-1])
+    return T.Tensor.trusted(T.Storage.fresh(2 * n, DEV), tuple(shape), strides, F16, 0)
+
+
+def make_entry(calls: list):
+    """A served entry point `norm(x, w, eps, out=None, config=None)` whose full path notes its call (a plan is put in
+    its memo by `plan_for`)."""
+
+    def norm(x, w, eps=1e-6, out=None, config=None):
+        calls.append((x, w, eps))
+        return "full path"
+
+    return L.served(norm)
+
+
+def plan_for(entry, x, w, eps=1e-6, **kwargs) -> L.CallPlan:
+    """The plan a GPU's first call would record: one packed launch (x, w and a made output by address), an output of
+    x's shape made per call."""
+    sig, _ = L.call_signature((x, w, eps), kwargs)
+    step = (0x1234, ROWS, 1, 1, 128, 1, 0, 0, 0, b"PPPfi", [0, 0, 0, eps, COLS], ((0, 0, 0), (1, 1, 0), (2, 2, 0)))
+    packed = L._Packed.__new__(L._Packed)
+    packed.steps, packed.launch_plan, packed.device = (step,), binaries.launcher_module().launch_plan, 0
+    packed.names, packed.hooks = ("norm_kernel",), None
+    result = ("view", 2, 0, x.shape, x._strides, F16)
+    plan = L.CallPlan(2, ((2 * ROWS * COLS, DEV),), (), result, (), packed)
+    entry.plans[sig] = plan
+    entry.route[0] = L._served_in_c(entry.route[0], entry.plans, 4)
+    return plan
+
+
+def test_a_plan_replayed_in_c_gives_what_the_python_path_gives(gpu):
+    lib, module = gpu
+    calls = []
+    norm = make_entry(calls)
+    x, w = tensor((ROWS, COLS)), tensor((COLS,))
+    plan = plan_for(norm, x, w)
+    assert isinstance(norm.route[0], module.Served)
+    in_python = plan.replay((x, w))
+    launches = lib.stand_count(0)
+    in_c = norm(x, w, 1e-6)
+    assert calls == [] and lib.stand_count(0) == launches + 1
+    assert type(in_c._storage._alloc) is module.Block
+    for name in ("shape", "_strides", "dtype", "_offset"):
+        assert getattr(in_c, name) == getattr(in_python, name)
+    assert in_c._key == L.tensor_key(in_python)[:3] + (in_c.data_ptr() % 16, "cuda", 0)
+    assert in_c._ptr == in_c._storage.data_ptr() == in_c._storage._alloc.ptr
+    assert [lib.stand_param(i) for i in range(3)] == [x.data_ptr(), w.data_ptr(), in_c.data_ptr()]
+    # the result is an input of the next call as it is: its signature is found without asking Python
+    again = norm(in_c, w, 1e-6)
+    assert calls == [] and again.shape == x.shape and lib.stand_param(0) == in_c.data_ptr()
+
+
+def test_an_output_made_per_call_reuses_its_block_with_no_driver_allocation(gpu):
+    lib, module = gpu
+    norm = make_entry([])
+    x, w = tensor((ROWS, COLS)), tensor((COLS,))
+    plan_for(norm, x, w)
+    norm(x, w, 1e-6)
+    allocs, frees = lib.stand_count(1), lib.stand_count(2)
+    stats = memory._stats[0]
+    before = (stats.allocated, stats.count)
+    addresses = set()
+    for _ in range(1000):
+        out = norm(x, w, 1e-6)
+        addresses.add(out.data_ptr())
+        del out
+    assert lib.stand_count(1) == allocs and lib.stand_count(2) == frees  # no driver allocation, no driver free
+    assert len(addresses) == 1
+    assert (stats.allocated, stats.count) == before
+    held = [norm(x, w, 1e-6) for _ in range(3)]  # three live outputs: two kept blocks, then the pool
+    assert len({h.data_ptr() for h in held}) == 3
+    assert stats.allocated == before[0] + 3 * 2 * ROWS * COLS and stats.peak >= stats.allocated
+    del held
+    assert stats.allocated == before[0]
+    frees = lib.stand_count(2)
+    assert memory.release_kept() >= 2 and lib.stand_count(2) >= frees + 2  # the blocks kept in C go back too
+
+
+def test_with_no_blocks_kept_a_freed_output_goes_back_to_the_pool(gpu, monkeypatch):
+    lib, _ = gpu
+    monkeypatch.setattr(memory, "KEPT_PER_SIZE", 0)
+    norm = make_entry([])
+    x, w = tensor((ROWS, COLS)), tensor((COLS,))
+    plan_for(norm, x, w)
+    norm(x, w, 1e-6)
+    allocs, frees = lib.stand_count(1), lib.stand_count(2)
+    for _ in range(5):
+        norm(x, w, 1e-6)
+    assert lib.stand_count(1) == allocs + 5 and lib.stand_count(2) == frees + 5
+
+
+def test_calls_the_c_path_cannot_replay_go_to_the_python_path(gpu, monkeypatch):
+    lib, _ = gpu
+    calls = []
+    norm = make_entry(calls)
+    x, w = tensor((ROWS, COLS)), tensor((COLS,))
+    plan_for(norm, x, w)
+    launches = lib.stand_count(0)
+    assert norm(x, w, 1e-6, config="c") == "full path"  # an explicit config
+    assert norm(x, w, 1e-6, None, "c") == "full path"  # the same, by position
+    assert norm(x, x, 1e-6) == "full path"  # aliased tensors: no plan either way
+    assert norm(x, w, 1e-5) == "full path"  # another signature: recorded by Python (no launch here: none is made)
+    assert norm(x, [1], 1e-6) == "full path"  # an argument a signature cannot hold
+    with recording.recording():
+        assert norm(x, w, 1e-6) == "full path"  # inside another served call's record
+    assert len(calls) == 6 and lib.stand_count(0) == launches
+
+
+def test_a_profilers_launch_hook_sends_the_call_to_the_full_path(gpu):
+    _, _ = gpu
+    calls = []
+    norm = make_entry(calls)
+    x, w = tensor((ROWS, COLS)), tensor((COLS,))
+    plan = plan_for(norm, x, w)
+
+    class Knobs:
+        launch_enter_hook = staticmethod(lambda *a: None)
+        launch_exit_hook = None
+
+    plan.packed.hooks = (Knobs, type(None))  # a hook that is not Triton's empty chain: it wants Triton's metadata
+    plan.fast = L._fast_form(plan)
+    assert norm(x, w, 1e-6) == "full path" and len(calls) == 1
+
+
+def test_another_stream_is_another_signature(gpu):
+    lib, _ = gpu
+    calls = []
+    norm = make_entry(calls)
+    x, w = tensor((ROWS, COLS)), tensor((COLS,))
+    plan_for(norm, x, w)
+    with cuda.using_stream(0x5000, 0):
+        assert norm(x, w, 1e-6) == "full path"  # the signature holds the stream: not the plan made on stream 0
+    launches = lib.stand_count(0)
+    norm(x, w, 1e-6)
+    assert len(calls) == 1 and lib.stand_count(0) == launches + 1
+
+
+def test_a_failed_launch_is_one_error_naming_the_kernel(gpu):
+    lib, _ = gpu
+    norm = make_entry([])
+    x, w = tensor((ROWS, COLS)), tensor((COLS,))
+    plan_for(norm, x, w)
+    lib.stand_fail_at(lib.stand_count(0))
+    try:
+        with pytest.raises(Exception, match="norm_kernel"):
+            norm(x, w, 1e-6)
+    finally:
+        lib.stand_fail_at(-1)
