@@ -369,7 +369,7 @@ class CallPlan:
         self.locks = locks
         self.packed = packed  # `_Packed`: every step queued by nbxcert's launcher in one call; None: step by step
         # the plan as nbxcert's launcher replays it in C (`Served` in launcher.c), or None where it cannot
-        self.fast = _fast_form(self) if packed is not None and not locks else None
+        self.fast = _fast_form(self) if packed is not None else None
 
     @staticmethod
     def of(rec: _recording.Recording, tensors: Sequence[Tensor], result: Any) -> CallPlan | None:
@@ -445,7 +445,7 @@ class CallPlan:
 
 
 class _Packed:
-    """A plan whose every step is a launch with its stream fixed, no scratch memory and no per-address descriptor:
+    """A plan whose every step is a launch with its stream fixed and no scratch memory (TMA descriptors by address):
     queued by nbxcert's launcher in one call (`launch_plan`: the addresses patched in and each kernel queued in C),
     instead of a Python call into Triton's launcher per step."""
 
@@ -568,8 +568,9 @@ def _build_result(spec, tensors, storages, addresses, n_call):
 
 
 def _fast_form(plan: CallPlan) -> tuple | None:
-    """`plan` as `Served` in launcher.c replays it: (number of call tensors, ((nbytes, device), ...) to make, the
-    packed steps, the device index, the result's form, the launch hooks to honour, the failure handler); None where
+    """`plan` as `Served` in launcher.c replays it: (number of call tensors, ((nbytes, device, index), ...) to make,
+    the packed steps, the device index, the result's form, the launch hooks to honour, the failure handler, the
+    locks held while its launches are queued (the split workspace's)); None where
     the result is not made of the call's tensors and the plan's own memory only, or memory is made off the GPU."""
     packed = plan.packed
     if any(device.type != "cuda" for _, device in plan.made):
@@ -578,7 +579,8 @@ def _fast_form(plan: CallPlan) -> tuple | None:
     if result is None:
         return None
     made = tuple((nbytes, device, device.index) for nbytes, device in plan.made)
-    return (plan.n_call, made, packed.steps, packed.device, result, packed.hooks or None, packed.recover)
+    locks = tuple((lock.acquire, lock.release) for lock in plan.locks)
+    return (plan.n_call, made, packed.steps, packed.device, result, packed.hooks or None, packed.recover, locks)
 
 
 def _fast_result(spec, n_call: int, made: tuple):
@@ -828,12 +830,14 @@ class _Direct:
 
     def packed_step(self) -> tuple | None:
         """This launch as a step of `launch_plan` (nbxcert's launcher queues a plan's launches in one call), or None
-        where it cannot be one (no fixed stream, scratch memory, a TMA descriptor encoded per address)."""
-        if self.fixed is None or self.descriptors or self.figures is None:
+        where it cannot be one (no fixed stream, scratch memory). A TMA descriptor's arguments are found by address
+        in the same kept encodings `general` fills (encoded there the first time an address is seen)."""
+        if self.fixed is None or self.figures is None:
             return None
         function, gx, gy, gz, threads, num_ctas, shared, flags, codes = self.figures
         template = [*self.template, None, None]  # the global and profile scratch pointers: none
-        return (function, gx, gy, gz, threads, num_ctas, shared, self.fixed, flags, codes, template, self.pointers)
+        step = (function, gx, gy, gz, threads, num_ctas, shared, self.fixed, flags, codes, template, self.pointers)
+        return (*step, _packed_descriptors(self.descriptors)) if self.descriptors else step
 
     def general(self, addresses, tensors, storages):
         knobs = self.knobs
@@ -917,10 +921,11 @@ class _Bundled:
     def packed_step(self) -> tuple | None:
         """This launch as a step of `launch_plan` (see `_Direct.packed_step`), or None."""
         loaded = self.loaded
-        if self.stream is None or self.descriptors or loaded.scratch is not None:
+        if self.stream is None or loaded.scratch is not None:
             return None
         figures = (loaded.function, *self.grid, loaded.threads, loaded.num_ctas, loaded.shared, self.stream)
-        return (*figures, loaded.flags, loaded.codes, list(self.template), self.pointers)
+        step = (*figures, loaded.flags, loaded.codes, list(self.template), self.pointers)
+        return (*step, _packed_descriptors(self.descriptors)) if self.descriptors else step
 
     def run(self, addresses, tensors, storages):
         args = self.template.copy()
@@ -934,6 +939,15 @@ class _Bundled:
         if scratch is not None:
             args[-2] = scratch.data_ptr()
         self.loaded.launch(self.grid, stream, args)
+
+
+def _packed_descriptors(descriptors: tuple) -> tuple:
+    """A launch's TMA descriptors as `launch_plan` takes them: (position, width, source, offset, the encodings kept
+    by address, the function that encodes and keeps one)."""
+    return tuple(
+        (position, width, source, offset, kept, functools.partial(_fill, kept, dtype, form, meta))
+        for position, width, source, offset, dtype, form, meta, kept in descriptors
+    )
 
 
 def cuda_device_of(launch: KernelLaunch) -> int:

@@ -332,6 +332,62 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
   return PyLong_FromLong((long)queue(function, gx, gy, gz, threads, num_ctas, shared, stream, flags, params));
 }
 
+/* A copy of `template` with each TMA descriptor's launcher arguments in place: `descriptors` holds (position, width,
+ * source, offset, kept, fill) each; the descriptor is over addresses[source] + offset, and its arguments are
+ * kept[address], or fill(address) (which encodes and keeps them) the first time. */
+static PyObject *with_descriptors(PyObject *template, PyObject *descriptors, PyObject *addresses, Py_ssize_t s) {
+  PyObject *values = PyList_GetSlice(template, 0, PyList_GET_SIZE(template));
+  if (values == NULL)
+    return NULL;
+  for (Py_ssize_t d = 0; d < PyTuple_GET_SIZE(descriptors); d++) {
+    PyObject *desc = PyTuple_GET_ITEM(descriptors, d);
+    if (!PyTuple_Check(desc) || PyTuple_GET_SIZE(desc) != 6 || !PyDict_Check(PyTuple_GET_ITEM(desc, 4))) {
+      PyErr_Format(PyExc_TypeError, "launch_plan: step %zd has a bad descriptor %zd", s, d);
+      goto failed;
+    }
+    Py_ssize_t position = PyLong_AsSsize_t(PyTuple_GET_ITEM(desc, 0));
+    Py_ssize_t width = PyLong_AsSsize_t(PyTuple_GET_ITEM(desc, 1));
+    Py_ssize_t source = PyLong_AsSsize_t(PyTuple_GET_ITEM(desc, 2));
+    unsigned long long offset = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(desc, 3));
+    if (PyErr_Occurred())
+      goto failed;
+    if (source < 0 || source >= PyList_GET_SIZE(addresses) || position < 0 || width < 0 ||
+        position + width > PyList_GET_SIZE(values)) {
+      PyErr_Format(PyExc_ValueError, "launch_plan: step %zd has a bad descriptor %zd", s, d);
+      goto failed;
+    }
+    unsigned long long base = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(addresses, source));
+    if (PyErr_Occurred())
+      goto failed;
+    PyObject *address = PyLong_FromUnsignedLongLong(base + offset);
+    if (address == NULL)
+      goto failed;
+    PyObject *expanded = PyDict_GetItemWithError(PyTuple_GET_ITEM(desc, 4), address);
+    if (expanded != NULL)
+      Py_INCREF(expanded);
+    else if (!PyErr_Occurred())
+      expanded = PyObject_CallOneArg(PyTuple_GET_ITEM(desc, 5), address);
+    Py_DECREF(address);
+    if (expanded == NULL)
+      goto failed;
+    if (!PyList_Check(expanded) || PyList_GET_SIZE(expanded) != width) {
+      Py_DECREF(expanded);
+      PyErr_Format(PyExc_ValueError, "launch_plan: step %zd's descriptor %zd is not %zd arguments", s, d, width);
+      goto failed;
+    }
+    for (Py_ssize_t i = 0; i < width; i++) {
+      PyObject *item = PyList_GET_ITEM(expanded, i);
+      Py_INCREF(item);
+      PyList_SetItem(values, position + i, item);
+    }
+    Py_DECREF(expanded);
+  }
+  return values;
+failed:
+  Py_DECREF(values);
+  return NULL;
+}
+
 /* Queue the steps of a plan from `start` on (see launch_plan). Returns 0 with *status (the first failing status, or 0)
  * and *at (the step it came from, or the number of steps), or -1 with an exception set. */
 static int run_plan(PyObject *steps, PyObject *addresses, Py_ssize_t start, CUresult *status_out, Py_ssize_t *at) {
@@ -343,8 +399,8 @@ static int run_plan(PyObject *steps, PyObject *addresses, Py_ssize_t start, CUre
   uint64_t patch_values[MAX_PARAMS];
   for (Py_ssize_t s = start; s < n_steps; s++) {
     PyObject *step = PyTuple_GET_ITEM(steps, s);
-    if (!PyTuple_Check(step) || PyTuple_GET_SIZE(step) != 12) {
-      PyErr_Format(PyExc_TypeError, "launch_plan: step %zd is not a 12-tuple", s);
+    if (!PyTuple_Check(step) || (PyTuple_GET_SIZE(step) != 12 && PyTuple_GET_SIZE(step) != 13)) {
+      PyErr_Format(PyExc_TypeError, "launch_plan: step %zd is not a 12- or 13-tuple", s);
       return -1;
     }
     PyObject **f = &PyTuple_GET_ITEM(step, 0);
@@ -384,8 +440,16 @@ static int run_plan(PyObject *steps, PyObject *addresses, Py_ssize_t start, CUre
       patched[p] = position;
       patch_values[p] = base + offset;
     }
-    if (pack(PyBytes_AS_STRING(f[9]), n, PySequence_Fast_ITEMS(f[10]), patched, patch_values, n_patches, slots,
-             params, maps) < 0)
+    PyObject *values = NULL; /* the template with this call's descriptors in place, where the step has any */
+    if (PyTuple_GET_SIZE(step) == 13 && PyTuple_Check(f[12]) && PyTuple_GET_SIZE(f[12]) > 0) {
+      values = with_descriptors(f[10], f[12], addresses, s);
+      if (values == NULL)
+        return -1;
+    }
+    int packed = pack(PyBytes_AS_STRING(f[9]), n, PySequence_Fast_ITEMS(values ? values : f[10]), patched,
+                      patch_values, n_patches, slots, params, maps);
+    Py_XDECREF(values);
+    if (packed < 0)
       return -1;
     CUresult status = queue(function, gx, gy, gz, threads, num_ctas, shared, stream, flags, params);
     if (status != CUDA_SUCCESS) {
@@ -400,9 +464,10 @@ static int run_plan(PyObject *steps, PyObject *addresses, Py_ssize_t start, CUre
 }
 
 /* launch_plan(steps, addresses, start) -> (CUresult, index of the step it came from)
- * Each step: (function, grid_x, grid_y, grid_z, threads, num_ctas, shared, stream, flags, codes, template, patches),
- * patches a tuple of (position, source, offset) sorted by position: the value at `position` is addresses[source] +
- * offset. The steps from `start` on are queued in order; the first failing status stops them. */
+ * Each step: (function, grid_x, grid_y, grid_z, threads, num_ctas, shared, stream, flags, codes, template, patches
+ * [, descriptors]), patches a tuple of (position, source, offset) sorted by position: the value at `position` is
+ * addresses[source] + offset; descriptors as `with_descriptors` reads them. The steps from `start` on are queued in
+ * order; the first failing status stops them. */
 static PyObject *launch_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   if (nargs != 3 || !PyTuple_Check(args[0]) || !PyList_Check(args[1])) {
     PyErr_SetString(PyExc_TypeError, "launch_plan(steps: tuple, addresses: list, start: int)");
@@ -1072,12 +1137,13 @@ static PyObject *drain(PyObject *self, PyObject *args) {
   return out;
 }
 
-/* the fast form (n_call, made, steps, device, result, hooks, recover) replayed on the call's tensors; NULL with no
+/* the fast form (n_call, made, steps, device, result, hooks, recover, locks) replayed on the call's tensors; NULL with no
  * exception: the Python path is to run */
 static PyObject *replay(PyObject *fast, PyObject **tensors, Py_ssize_t n_tensors, PyObject *stream) {
   PyObject **f = &PyTuple_GET_ITEM(fast, 0);
   Py_ssize_t n_call = PyLong_AsSsize_t(f[0]);
   PyObject *made = f[1], *steps = f[2], *device = f[3], *result = f[4], *hooks = f[5], *recover = f[6];
+  PyObject *locks = f[7]; /* ((acquire, release), ...) of the persistent buffers' locks the launches share */
   if (n_call != n_tensors)
     return NULL;
   int wants = hooked(hooks);
@@ -1101,8 +1167,14 @@ static PyObject *replay(PyObject *fast, PyObject **tensors, Py_ssize_t n_tensors
   PyObject *addresses = PyList_New(n_call + n_made);
   if (addresses == NULL)
     return NULL;
-  Py_ssize_t made_so_far = 0;
+  Py_ssize_t made_so_far = 0, n_locks = PyTuple_GET_SIZE(locks), held = 0;
   PyObject *out = NULL;
+  for (; held < n_locks; held++) {
+    PyObject *got = PyObject_CallNoArgs(PyTuple_GET_ITEM(PyTuple_GET_ITEM(locks, held), 0));
+    if (got == NULL)
+      goto done;
+    Py_DECREF(got);
+  }
   for (Py_ssize_t i = 0; i < n_call; i++) {
     PyObject *ptr = PyObject_GetAttr(tensors[i], str_ptr);
     if (ptr == Py_None) {
@@ -1150,6 +1222,21 @@ static PyObject *replay(PyObject *fast, PyObject **tensors, Py_ssize_t n_tensors
   }
   out = build_result(result, tensors, n_call, storages, addresses);
 done:
+  while (held > 0) {
+    PyObject *type, *value, *trace;
+    PyErr_Fetch(&type, &value, &trace);
+    held--;
+    PyObject *let_go = PyObject_CallNoArgs(PyTuple_GET_ITEM(PyTuple_GET_ITEM(locks, held), 1));
+    if (let_go == NULL) {
+      Py_CLEAR(out);
+      Py_XDECREF(type);
+      Py_XDECREF(value);
+      Py_XDECREF(trace);
+    } else {
+      Py_DECREF(let_go);
+      PyErr_Restore(type, value, trace);
+    }
+  }
   for (Py_ssize_t i = 0; i < made_so_far; i++)
     Py_DECREF(storages[i]);
   Py_DECREF(addresses);

@@ -245,3 +245,45 @@ def test_a_failed_launch_is_one_error_naming_the_kernel(gpu):
             norm(x, w, 1e-6)
     finally:
         lib.stand_fail_at(-1)
+
+
+def test_the_split_workspaces_lock_is_held_while_the_launches_are_queued(gpu):
+    lib, _ = gpu
+    norm = make_entry([])
+    x, w = tensor((ROWS, COLS)), tensor((COLS,))
+    plan = plan_for(norm, x, w)
+    seen = []
+
+    class Lock:
+        def acquire(self):
+            seen.append(("acquire", lib.stand_count(0)))
+
+        def release(self):
+            seen.append(("release", lib.stand_count(0)))
+
+    plan.locks = (Lock(),)
+    plan.fast = L._fast_form(plan)
+    launches = lib.stand_count(0)
+    norm(x, w, 1e-6)
+    assert seen == [("acquire", launches), ("release", launches + 1)]
+
+
+def test_a_tma_descriptor_is_encoded_once_per_address_and_passed_as_kept(gpu):
+    lib, module = gpu
+    maps = {}  # address -> a 128-byte CUtensorMap stand-in whose first 8 bytes name it
+    encoded = []
+
+    def fill(kept, address):
+        encoded.append(address)
+        buffer = maps[address] = (ctypes.c_uint64 * 16)(address ^ 0xABC)
+        kept[address] = [ctypes.addressof(buffer), COLS, 2 * COLS]
+        return kept[address]
+
+    kept: dict = {}
+    descriptors = ((1, 3, 1, 0, kept, lambda address: fill(kept, address)),)
+    step = (0x1234, 1, 1, 1, 128, 1, 0, 0, 0, b"PTil", [0, None, None, None], ((0, 0, 0),), descriptors)
+    for round_ in range(3):
+        status, at = module.launch_plan((step,), [0x7000, 0x9000 + 0x100 * (round_ % 2)], 0)
+        assert (status, at) == (0, 1)
+        assert lib.stand_param(0) == 0x7000 and lib.stand_param(1) == (0x9000 + 0x100 * (round_ % 2)) ^ 0xABC
+    assert encoded == [0x9000, 0x9100]  # each address once; the third launch found its encoding kept
