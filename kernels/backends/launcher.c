@@ -874,19 +874,25 @@ static KeptSlot *new_slot(int device, unsigned long long stream, Py_ssize_t size
     if (oldest == NULL || k->last < oldest->last)
       oldest = k;
   }
-  if (oldest->used) {
-    KeptSlot gone = *oldest;
-    oldest->used = 0;
-    oldest->n = 0;
-    for (int j = 0; j < gone.n; j++)
-      if (give_back(gone.ptr[j], gone.device, gone.stream, gone.size, gone.keep[j]) < 0)
-        return NULL;
-  }
+  KeptSlot gone = *oldest;
+  /* the slot is claimed before its old blocks are given back: giving back runs Python, and another thread may then
+   * free or take blocks here */
   oldest->used = 1;
   oldest->device = device;
   oldest->stream = stream;
   oldest->size = size;
   oldest->n = 0;
+  oldest->last = ++kept_clock;
+  PyObject *type = NULL, *value = NULL, *trace = NULL;
+  for (int j = 0; gone.used && j < gone.n; j++)
+    if (give_back(gone.ptr[j], gone.device, gone.stream, gone.size, gone.keep[j]) < 0 && type == NULL)
+      PyErr_Fetch(&type, &value, &trace); /* the first error is raised; the rest are still given back */
+    else
+      PyErr_Clear();
+  if (type != NULL) {
+    PyErr_Restore(type, value, trace);
+    return NULL;
+  }
   return oldest;
 }
 

@@ -287,3 +287,17 @@ def test_a_tma_descriptor_is_encoded_once_per_address_and_passed_as_kept(gpu):
         assert (status, at) == (0, 1)
         assert lib.stand_param(0) == 0x7000 and lib.stand_param(1) == (0x9000 + 0x100 * (round_ % 2)) ^ 0xABC
     assert encoded == [0x9000, 0x9100]  # each address once; the third launch found its encoding kept
+
+
+def test_past_the_sizes_kept_in_c_the_least_recently_used_goes_back_to_the_pool(gpu):
+    lib, module = gpu
+    norm = make_entry([])
+    x, w = tensor((ROWS, COLS)), tensor((COLS,))
+    plan = plan_for(norm, x, w)
+    frees = lib.stand_count(2)
+    for i in range(33):  # one size more than launcher.c keeps (KEPT_SIZES_IN_C)
+        plan.made = ((2 * ROWS * COLS + 256 * i, DEV),)
+        plan.fast = L._fast_form(plan)
+        norm(x, w, 1e-6)  # made and dropped: kept in C for its size
+    assert lib.stand_count(2) == frees + 1  # the first size's block given back on its stream, nothing else
+    assert len(module.drain(-1)) == 32
