@@ -15,6 +15,12 @@ kernel's launcher (`_Direct`): pointers passed as integers, TMA descriptors enco
 Triton's dispatch. A call that read device data to the host, copied or synchronised is tied to its data and gets no
 plan (decode attention without `max_len`, a run-time sweep); nor does one whose tensors alias each other, or one that
 launched with an argument the record cannot place (a tensor view it cannot trace to the call or its allocations).
+
+On a GPU, once an entry point has a plan whose launches nbxcert's launcher can queue (`_Packed`), its calls go to
+the launcher's `Served` (launcher.c): the signature, the plan, the output memory, the launches and the result are
+made in C, with no Python frame; any call it cannot replay (a recording, `config=`, another library's tensors,
+aliasing, no plan yet, a profiler's launch hooks, a graph capture) it hands to the Python path here, which decides as
+before.
 """
 
 from __future__ import annotations
@@ -250,32 +256,10 @@ def _served_in_c(in_python: Callable, memo: dict, config_at: int | None):
     """nbxcert's launcher's `Served` for one entry point (its module is loaded: a plan with a fast form was made)."""
     module = _binaries.launcher_module()
     if not _c_ready[0]:
-        from nbxcert.kernels.backends import cuda
+        from nbxcert.kernels.backends import cuda, memory
 
-        module.setup(
-            Tensor,
-            DType,
-            _recording.state,
-            cuda._tls,
-            tensor_key,
-            cuda.current_stream,
-            cuda.make_current,
-            cuda._torch_query,
-            Storage.fresh,
-        )
-        from nbxcert.kernels.backends import memory
-
-        module.setup_memory(
-            memory,
-            cuda,
-            Storage,
-            memory.pool_block,
-            memory.pool_free,
-            memory._give_back,
-            memory.PoolBlock,
-            memory._PoolStats,
-            memory._pool_lock,
-        )
+        module.setup(Tensor, DType, _recording.state, *cuda.launcher_state(), tensor_key, Storage.fresh)
+        memory.bind_launcher(module, Storage)
         _c_ready[0] = True
     return module.Served(in_python, memo, -1 if config_at is None else config_at)
 
@@ -686,6 +670,35 @@ class _Dispatched:
 DESCRIPTORS_KEPT = 64  # encoded TMA descriptors one launch keeps by address (weights, the pool's reused outputs)
 
 
+def _launcher_arguments(signature, names, bound, placed, metas: dict, width_of) -> tuple[list, tuple, tuple]:
+    """A recorded launch's launcher arguments, built once: (template, pointers, descriptors). `signature` names the
+    compiled kernel's parameters in order, `names` the JIT function's (which `placed`, the record's placed arguments,
+    follow); `metas` maps each TMA descriptor parameter's index to Triton's metadata for it, and `width_of(value,
+    where, meta)` says how many launcher arguments it expands to. A pointer is filled per call at its position
+    (pointers: (position, source, offset)), a descriptor's arguments per address (descriptors: (position, width,
+    source, offset, dtype, form, meta, the encodings kept by address)); everything else is as recorded.
+    `_Unplaceable` where a descriptor is not placed where the kernel takes one, or placed where it takes none."""
+    placed_by_name = dict(zip(names, placed, strict=False))
+    template, pointers, descriptors = [], [], []
+    for index, name in enumerate(signature):
+        value = bound.arguments[name]
+        where = placed_by_name.get(name) if index < len(placed) else None
+        if index in metas:
+            if where is None or where[0] != "desc":
+                raise _Unplaceable("a descriptor argument the record cannot place")
+            meta, width = metas[index], width_of(value, where, metas[index])
+            descriptors.append((len(template), width, where[1], where[2], where[3].dtype, where[4], meta, {}))
+            template.extend([None] * width)
+        elif where is not None and where[0] == "tensor":
+            pointers.append((len(template), where[1], where[2]))
+            template.append(0)
+        elif where is not None and where[0] == "desc":
+            raise _Unplaceable("a descriptor where the kernel takes none")
+        else:
+            template.append(value.data_ptr() if type(value) is Tensor else value)
+    return template, tuple(pointers), tuple(descriptors)
+
+
 class _Direct:
     """A launch replayed straight into the compiled kernel's launcher (Triton 3.6's `CudaLauncher`): the launcher's
     whole argument list is built once, pointers are filled in as integers (the launcher then asks the driver nothing
@@ -747,26 +760,15 @@ class _Direct:
         by_keyword = {k: v for k, v in launch.kwargs.items() if k in names}
         bound = kernel.signature.bind(*launch.args, **by_keyword)
         bound.apply_defaults()
-        placed_by_name = dict(zip(names, placed, strict=False))
-        template, pointers, descriptors = [], [], []
-        for index, name in enumerate(names):
-            value = bound.arguments[name]
-            where = placed_by_name.get(name) if index < len(placed) else None
-            if index in desc_indices:
-                meta = desc_meta[desc_indices.index(index)]
-                if where is None or where[0] != "desc":
-                    return None
-                form = where[4]
-                width = len(_expand(form, value.base.data_ptr(), where[3].dtype, meta, nvidia_driver))
-                descriptors.append((len(template), width, where[1], where[2], where[3].dtype, form, meta, {}))
-                template.extend([None] * width)
-            elif where is not None and where[0] == "tensor":
-                pointers.append((len(template), where[1], where[2]))
-                template.append(0)
-            elif where is not None and where[0] == "desc":
-                return None  # a descriptor where the launcher takes none: not this form
-            else:
-                template.append(value.data_ptr() if type(value) is Tensor else value)
+        metas = {index: desc_meta[k] for k, index in enumerate(desc_indices)}
+
+        def width_of(value, where, meta):
+            return len(_expand(where[4], value.base.data_ptr(), where[3].dtype, meta, nvidia_driver))
+
+        try:
+            template, pointers, descriptors = _launcher_arguments(names, names, bound, placed, metas, width_of)
+        except _Unplaceable:
+            return None  # a descriptor where the launcher takes none, or none where it takes one: not this form
         made = _Direct.__new__(_Direct)
         made.keep = tuple(p[1] for p in placed if p[0] == "const" and type(p[1]) is Tensor)  # persistent buffers
         grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
@@ -775,7 +777,7 @@ class _Direct:
         made.packed = compiled.packed_metadata
         size = launcher.global_scratch_size
         made.scratch = (grid[0] * grid[1] * grid[2] * size, launcher.global_scratch_align) if size else None
-        made.template, made.pointers, made.descriptors = template, tuple(pointers), tuple(descriptors)
+        made.template, made.pointers, made.descriptors = template, pointers, descriptors
         made.device = cuda_device_of(launch)
         made.knobs = knobs.runtime
         made.chain = getattr(knobs, "HookChain", None)  # Triton 3.6's hook type: one holding no call does nothing
@@ -885,32 +887,20 @@ class _Bundled:
         names = [p.name for p in kernel.params]
         bound = kernel.signature.bind(*launch.args, **{k: v for k, v in launch.kwargs.items() if k in names})
         bound.apply_defaults()
-        placed_by_name = dict(zip(names, placed, strict=False))
-        metas = list(record["tensordesc_meta"] or ())
-        template, pointers, descriptors = [], [], []
-        for index, (name, ty) in enumerate(record["signature"]):
-            value = bound.arguments[name]
-            where = placed_by_name.get(name) if index < len(placed) else None
-            if ty.startswith("tensordesc"):
-                meta = metas[len(descriptors)] if metas else None
-                if where is None or where[0] != "desc":
-                    raise _Unplaceable("a bundled kernel's descriptor the record cannot place")
-                width = len(_binaries.expand_descriptor(value, meta))
-                form = where[4]
-                descriptors.append((len(template), width, where[1], where[2], where[3].dtype, form, meta, {}))
-                template.extend([None] * width)
-            elif where is not None and where[0] == "tensor":
-                pointers.append((len(template), where[1], where[2]))
-                template.append(0)
-            elif where is not None and where[0] == "desc":
-                raise _Unplaceable("a descriptor where the bundled kernel takes none")
-            else:
-                template.append(value.data_ptr() if type(value) is Tensor else value)
+        signature = [name for name, _ in record["signature"]]
+        at = [index for index, (_, ty) in enumerate(record["signature"]) if ty.startswith("tensordesc")]
+        given = list(record["tensordesc_meta"] or ())
+        metas = {index: given[k] if given else None for k, index in enumerate(at)}
+
+        def width_of(value, where, meta):
+            return len(_binaries.expand_descriptor(value, meta))
+
+        template, pointers, descriptors = _launcher_arguments(signature, names, bound, placed, metas, width_of)
         template += [None, None]  # the global and profile scratch pointers
         made = _Bundled.__new__(_Bundled)
         made.loaded, made.device = loaded, loaded.device
         made.grid = tuple(launch.grid) + (1,) * (3 - len(launch.grid))
-        made.template, made.pointers, made.descriptors = template, tuple(pointers), tuple(descriptors)
+        made.template, made.pointers, made.descriptors = template, pointers, descriptors
         made.stream = None
         return made
 

@@ -885,6 +885,14 @@ def current_stream(device: int | None = None) -> int:
     return 0
 
 
+def launcher_state() -> tuple:
+    """What nbxcert's launcher reads to replay a served call in C (`Served` in launcher.c): this thread's state
+    (`device`, `streams`), `current_stream` and `make_current` (called where the state says a stream is set or another
+    device is current), and the cell holding torch's stream query. launcher.c also reads this module's `_pid` and
+    `_poisoned`, as `owned_here` does."""
+    return (_tls, current_stream, make_current, _torch_query)
+
+
 def set_stream(stream: Stream | int, device: int | None = None) -> None:
     """Launch and allocate on `stream` (a `Stream`, kept alive while set, or a raw handle) for `device` on this
     thread. A raw handle (another library's stream) must outlive the tensors allocated on it."""

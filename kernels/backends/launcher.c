@@ -508,12 +508,12 @@ static PyObject *setup(PyObject *self, PyObject *args) {
   PyObject *o[9];
   if (!PyArg_ParseTuple(args, "OOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8]))
     return NULL;
-  if (!PyList_Check(o[7]) || PyList_GET_SIZE(o[7]) != 1) {
+  if (!PyList_Check(o[6]) || PyList_GET_SIZE(o[6]) != 1) {
     PyErr_SetString(PyExc_TypeError, "setup: the torch stream query must be a list of one item");
     return NULL;
   }
-  PyObject **slots[9] = {&S_tensor_type, &S_dtype_type, &S_rec_state, &S_cuda_tls, &S_tensor_key,
-                         &S_current_stream, &S_make_current, &S_torch_query, &S_fresh};
+  PyObject **slots[9] = {&S_tensor_type, &S_dtype_type, &S_rec_state, &S_cuda_tls, &S_current_stream,
+                         &S_make_current, &S_torch_query, &S_tensor_key, &S_fresh};
   for (int i = 0; i < 9; i++) {
     Py_INCREF(o[i]);
     Py_XSETREF(*slots[i], o[i]);

@@ -15,6 +15,11 @@ stream before its next one), because a served call allocates its outputs on ever
 calls cost several microseconds of host time each: benchmarks/bench_alloc.py measures both paths (benchmarks/README.md).
 At most `KEPT_SIZES` sizes are kept, the least recently used given back to the pool.
 
+A served call replayed in C (nbxcert's launcher, `Served` and `Block` in launcher.c) takes and keeps its outputs'
+blocks the same way in C, with no Python call: the launcher keeps up to `KEPT_PER_SIZE` blocks per (device, stream,
+size) for 32 sizes, asks `pool_block` when it has none, hands a free to `pool_free` when it keeps no more, counts
+each block in `_stats` under `_pool_lock`, and gives its blocks back through `release_kept` (`bind_launcher`).
+
 Out of memory: the kept blocks are given back, the pool's memory released (after the device has finished the frees
 queued so far) and the allocation tried once more; a second failure is `DeviceOutOfMemory`, naming the bytes asked
 for, held and free. `memory_stats` gives allocated, reserved and peak bytes under torch.cuda.memory_stats' names.
@@ -25,6 +30,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import os
+import sys
 import threading
 from typing import Any
 
@@ -377,6 +383,16 @@ def reset_peak_memory_stats(device: int | None = None) -> None:
         with cuda.in_context(device):
             for attribute in (CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, CU_MEMPOOL_ATTR_USED_MEM_HIGH):
                 cuda.call("cuMemPoolSetAttribute", pool, attribute, ctypes.byref(zero), what=f"device {device}")
+
+
+def bind_launcher(module: Any, storage_type: type) -> None:
+    """Give nbxcert's launcher (`module`, launcher.c) what a served call's replay in C needs to make its memory as this
+    module does: this module (it reads `capturing`, `KEPT_PER_SIZE` and `_stats`), the CUDA bindings, the storage type
+    to make, the slow paths (`pool_block`, `pool_free`, `_give_back`), the block and figures types and the lock the
+    figures are counted under."""
+    module.setup_memory(
+        sys.modules[__name__], cuda, storage_type, pool_block, pool_free, _give_back, PoolBlock, _PoolStats, _pool_lock
+    )
 
 
 def release_kept(device: int | None = None) -> int:
