@@ -42,7 +42,10 @@ Measured per case (nbxcert), as an application writes the call (its outputs allo
   to back and waits for no host work), CUDA events (`cuda.Event` on the current stream) around them, divided by
   their number. Fewer than --calls: torch's composite ops make ~10 launches a call, and a stream holds about a
   thousand pending launches before the host waits.
-Host time above GPU time: the host bounds the call (`bound` in the JSON); below: the GPU does. Whether the call
+Host time above GPU time: the host bounds the call (`bound` in the JSON); below: the GPU does. A diagnosis beside it:
+the host time of the plan's launches alone (`launches_only_host_us`: the same launches queued by nbxcert's launcher
+with the call's addresses, no signature, memory or result), the driver's share of the call; and whether the call was
+replayed in C (`replayed_in_c`). Whether the call
 replayed a launch plan (the entry point's `.plans` holds a `CallPlan` for its signature after the warm-up) is
 reported beside. --calls stays small (default 200) so the GPU's launch queue does not fill during a host run.
 
@@ -560,6 +563,25 @@ def build_call(case: Case, device: str, held: Held):
     raise UnknownOp(f"no nbxcert call for op {op!r}")
 
 
+def launches_only(plan, signature, args, clock) -> dict:
+    """A diagnosis beside the served call's host time: the host time of the plan's launches alone, queued by
+    nbxcert's launcher (`launch_plan`) with the call's addresses and memory made once (no signature, no memory, no
+    result): the driver's share of a served call."""
+    from nbxcert.kernels.tensor import Storage
+
+    storages = [Storage.fresh(nbytes, device) for nbytes, device in plan.made]
+    addresses = [t.data_ptr() for t in signature[1]] + [s.data_ptr() for s in storages]
+    packed = plan.packed
+
+    def queue() -> None:
+        status, at = packed.launch_plan(packed.steps, addresses, 0)
+        if status:
+            packed.recover(status, at, addresses)
+
+    timing = time_calls(queue, args.warmup, args.calls, args.repeats, clock, min(args.calls, args.gpu_calls))
+    return {"launches": len(packed.steps), "launches_only_host_us": timing["host_us"]}
+
+
 def measure_nbx(case: Case, device: str, held: Held, clock, args) -> dict:
     """One case on nbxcert's side: served as, plan replayed, host and GPU times."""
     from nbxcert import serving
@@ -590,14 +612,20 @@ def measure_nbx(case: Case, device: str, held: Held, clock, args) -> dict:
         timing = time_calls(call, args.warmup, args.calls, args.repeats, clock, min(args.calls, args.gpu_calls))
         signature = call_signature(call_args, call_kwargs)
         plan = entry.plans.get(signature[0]) if signature is not None else None
+        launches = launches_only(plan, signature, args, clock) if getattr(plan, "packed", None) is not None else {}
     finally:
         server.set_server(previous)
     served_as, served = served_status(recorder.asked, chosen)
     return {
+        **launches,
         "served_as": served_as,
         "served": served,
         "plan_replayed": type(plan) is CallPlan,
         "plan_in_one_call": type(plan) is CallPlan and plan.packed is not None,
+        # the whole call replayed in C: the entry point routes to nbxcert's launcher and the plan has a fast form
+        "replayed_in_c": type(plan) is CallPlan
+        and plan.fast is not None
+        and type(getattr(entry, "route", [None])[0]).__name__ == "Served",
         "first_call_s": first_s,
         **timing,
     }
@@ -636,7 +664,9 @@ def run_cases(cases: list[Case], device: str, args, peer: Peer | None, log) -> t
         took = time.perf_counter() - t0
         log(
             f"  {case.id:32s} host {record['host_us']:7.2f} us{torch_line}  gpu {gpu} us  "
-            f"plan {record['plan_replayed']!s:5}  {record['served_as']}  ({took:.1f} s)"
+            f"plan {record['plan_replayed']!s:5}  in C {record.get('replayed_in_c')!s:5}  launches "
+            f"{record.get('launches', '-')} alone {_us(record.get('launches_only_host_us'))} us  "
+            f"{record['served_as']}  ({took:.1f} s)"
         )
     held.enter("")  # the last group's tensors dropped
     return records, theirs
@@ -905,17 +935,19 @@ def _us(v) -> str:
 def table(records: list[dict]) -> list[str]:
     """The markdown table, one line per case."""
     lines = [
-        "| op | phase | shape | served as | plan | host us | torch host us | GPU us | torch GPU us | met |",
-        "|---|---|---|---|---|---:|---:|---:|---:|---|",
+        "| op | phase | shape | served as | plan | host us | launches | of it, launches alone us | torch host us "
+        "| GPU us | torch GPU us | met |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in records:
         if "error" in r:
-            lines.append(f"| {r['op']} | {r['phase']} | {r['shape']} | failed: {r['error']} | | | | | | no |")
+            lines.append(f"| {r['op']} | {r['phase']} | {r['shape']} | failed: {r['error']} | | | | | | | | no |")
             continue
         met = {True: "yes", False: "no", None: "-"}[r["met"]]
+        plan = ("replayed in C" if r.get("replayed_in_c") else "replayed") if r["plan_replayed"] else "none"
         lines.append(
-            f"| {r['op']} | {r['phase']} | {r['shape']} | {r['served_as']} | "
-            f"{'replayed' if r['plan_replayed'] else 'none'} | {_us(r['host_us'])} | {_us(r['torch_host_us'])} | "
+            f"| {r['op']} | {r['phase']} | {r['shape']} | {r['served_as']} | {plan} | {_us(r['host_us'])} | "
+            f"{r.get('launches', '-')} | {_us(r.get('launches_only_host_us'))} | {_us(r['torch_host_us'])} | "
             f"{_us(r['gpu_us'])} | {_us(r['torch_gpu_us'])} | {met} |"
         )
     return lines
