@@ -83,6 +83,9 @@ def _check_cuda_device(device: Device) -> None:
 class Storage:
     """An untyped, contiguous block of bytes on one device."""
 
+    # slots: a served call makes one per output, and a replay in C (launcher.c) sets them without a dict
+    __slots__ = ("device", "nbytes", "_host", "_host_ptr", "_alloc", "__weakref__")
+
     def __init__(self, nbytes: int, device: str | Device):
         self.device = as_device(device)
         self.nbytes = int(nbytes)

@@ -660,14 +660,13 @@ static PyObject *build_result(PyObject *form, PyObject **tensors, Py_ssize_t n_c
  * its stream's next allocation of the same size (`KEPT_PER_SIZE` of them, the least recently used size given back to
  * the pool through `memory._give_back` when `KEPT_SIZES_IN_C` sizes are kept), or handed to `memory.pool_free`. A
  * replay takes a kept block of its size and stream first, else asks `memory.pool_block` (its own kept blocks, the
- * pool, out-of-memory handling) and holds what that gives as a `Block`. The allocator's figures (`memory._stats`) are
- * updated under its lock, as memory.py does; `drain` gives memory.py the kept blocks back (`release_kept`). During a
- * graph capture (`memory.capturing`), memory.py does everything.
+ * pool, out-of-memory handling) and holds what that gives as a `Block`. The allocator's figures are counted here
+ * (`count`, `figures`); `drain` gives memory.py the kept blocks back (`release_kept`). During a graph capture
+ * (`memory.capturing`), memory.py does everything.
  */
-static PyObject *S_memory, *S_cuda, *S_storage_type, *S_pool_block, *S_pool_free, *S_give_back, *S_poolblock_type,
-    *S_stats_type;
-static PyObject *str_capturing, *str_kept_per_size, *str_stats, *str_pid, *str_poisoned, *str_keep, *str_stream,
-    *str_host, *str_nbytes, *str_block_pid;
+static PyObject *S_memory, *S_cuda, *S_storage_type, *S_pool_block, *S_pool_free, *S_give_back, *S_poolblock_type;
+static PyObject *str_capturing, *str_kept_per_size, *str_pid, *str_poisoned, *str_keep, *str_stream, *str_host,
+    *str_nbytes, *str_block_pid;
 static int memory_ready = 0;
 
 #define KEPT_SIZES_IN_C 32
@@ -695,25 +694,21 @@ typedef struct {
 
 static PyTypeObject BlockType;
 
-static int find_figures(PyObject *stats_type, PyObject *lock);
-
 static PyObject *setup_memory(PyObject *self, PyObject *args) {
-  PyObject *o[8], *lock;
-  if (!PyArg_ParseTuple(args, "OOOOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &lock))
+  PyObject *o[7];
+  if (!PyArg_ParseTuple(args, "OOOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6]))
     return NULL;
-  PyObject **slots[8] = {&S_memory, &S_cuda, &S_storage_type, &S_pool_block, &S_pool_free, &S_give_back,
-                         &S_poolblock_type, &S_stats_type};
-  for (int i = 0; i < 8; i++) {
+  PyObject **slots[7] = {&S_memory, &S_cuda, &S_storage_type, &S_pool_block, &S_pool_free, &S_give_back,
+                         &S_poolblock_type};
+  for (int i = 0; i < 7; i++) {
     Py_INCREF(o[i]);
     Py_XSETREF(*slots[i], o[i]);
   }
-  if (find_figures(S_stats_type, lock) < 0)
-    return NULL;
   if (str_capturing == NULL) {
-    const char *names[] = {"capturing", "KEPT_PER_SIZE", "_stats", "_pid", "_poisoned", "keep", "stream", "_host",
-                           "nbytes", "pid"};
-    PyObject **strs[] = {&str_capturing, &str_kept_per_size, &str_stats, &str_pid, &str_poisoned, &str_keep,
-                         &str_stream, &str_host, &str_nbytes, &str_block_pid};
+    const char *names[] = {"capturing", "KEPT_PER_SIZE", "_pid", "_poisoned", "keep", "stream", "_host", "nbytes",
+                           "pid"};
+    PyObject **strs[] = {&str_capturing, &str_kept_per_size, &str_pid, &str_poisoned, &str_keep, &str_stream,
+                         &str_host, &str_nbytes, &str_block_pid};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
       *strs[i] = PyUnicode_InternFromString(names[i]);
       if (*strs[i] == NULL)
@@ -757,90 +752,85 @@ static int owned_here(long pid) {
   return pid == here && clean;
 }
 
-/* the figures of memory._PoolStats, read and written at their slots' offsets (found at setup_memory) */
-enum { ALLOCATED, PEAK, COUNT, ALLOCATIONS, FREES, N_FIGURES };
-static Py_ssize_t figure_offset[N_FIGURES];
-static PyObject *lock_acquire, *lock_release; /* memory._pool_lock's bound methods */
+/* The figures of nbxcert's blocks per device (memory.figures), counted here once memory.bind_launcher has handed
+ * them over: every block taken or freed, by a replay here or by memory.py (`count`), is counted under the GIL with no
+ * lock and no Python call. */
+#define MAX_DEVICES 64
+typedef struct {
+  long long allocated, peak, count, allocations, frees;
+} Figures;
+static Figures device_figures[MAX_DEVICES];
 
-static int find_figures(PyObject *stats_type, PyObject *lock) {
-  const char *names[N_FIGURES] = {"allocated", "peak", "count", "allocations", "frees"};
-  for (int i = 0; i < N_FIGURES; i++) {
-    PyObject *d = PyObject_GetAttrString(stats_type, names[i]);
-    if (d == NULL)
-      return -1;
-    int member = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-    if (member)
-      figure_offset[i] = ((PyMemberDescrObject *)d)->d_member->offset;
-    Py_DECREF(d);
-    if (!member) {
-      PyErr_Format(PyExc_TypeError, "memory._PoolStats.%s is not a slot", names[i]);
-      return -1;
-    }
+static int count_block(int device, Py_ssize_t size, int taken) {
+  if (device < 0 || device >= MAX_DEVICES) {
+    PyErr_Format(PyExc_ValueError, "nbxcert's launcher counts memory of devices 0 to %d, not %d", MAX_DEVICES - 1,
+                 device);
+    return -1;
   }
-  Py_XSETREF(lock_acquire, PyObject_GetAttrString(lock, "acquire"));
-  Py_XSETREF(lock_release, PyObject_GetAttrString(lock, "release"));
-  return lock_acquire && lock_release ? 0 : -1;
-}
-
-static int add_figure(PyObject *stats, int figure, long long delta) {
-  PyObject **slot = (PyObject **)((char *)stats + figure_offset[figure]);
-  long long x = *slot == NULL ? 0 : PyLong_AsLongLong(*slot);
-  if (x == -1 && PyErr_Occurred())
-    return -1;
-  PyObject *now = PyLong_FromLongLong(x + delta);
-  if (now == NULL)
-    return -1;
-  Py_XSETREF(*slot, now);
+  Figures *f = &device_figures[device];
+  if (taken) {
+    f->allocated += size;
+    f->count++;
+    f->allocations++;
+    if (f->allocated > f->peak)
+      f->peak = f->allocated;
+  } else {
+    f->allocated -= size;
+    f->count--;
+    f->frees++;
+  }
   return 0;
 }
 
-/* memory._stats[device] updated under memory._pool_lock, as memory.py updates it: one block of `size` taken (taken
- * = 1) or kept here after its free (taken = 0) */
-static int count_block(int device, Py_ssize_t size, int taken) {
-  PyObject *all = PyObject_GetAttr(S_memory, str_stats);
-  if (all == NULL)
+/* count(device, size, taken): one block counted (memory._count) */
+static PyObject *count(PyObject *self, PyObject *args) {
+  int device, taken;
+  Py_ssize_t size;
+  if (!PyArg_ParseTuple(args, "inp", &device, &size, &taken) || count_block(device, size, taken) < 0)
+    return NULL;
+  Py_RETURN_NONE;
+}
+
+static int device_index(PyObject *args, int *device) {
+  if (!PyArg_ParseTuple(args, "i", device))
     return -1;
-  PyObject *key = PyLong_FromLong(device);
-  PyObject *stats = key == NULL ? NULL : PyDict_GetItemWithError(all, key);
-  Py_XDECREF(key);
-  Py_XINCREF(stats);
-  Py_DECREF(all);
-  if (stats == NULL || !PyObject_TypeCheck(stats, (PyTypeObject *)S_stats_type)) {
-    if (!PyErr_Occurred())
-      PyErr_Format(PyExc_RuntimeError, "nbxcert's memory has no figures for device %d", device);
-    Py_XDECREF(stats);
-    return -1;
-  }
-  PyObject *got = PyObject_CallNoArgs(lock_acquire);
-  if (got == NULL) {
-    Py_DECREF(stats);
+  if (*device < 0 || *device >= MAX_DEVICES) {
+    PyErr_Format(PyExc_ValueError, "no figures for device %d", *device);
     return -1;
   }
-  Py_DECREF(got);
-  int failed;
-  if (taken) {
-    failed = add_figure(stats, ALLOCATED, size) || add_figure(stats, COUNT, 1) || add_figure(stats, ALLOCATIONS, 1);
-    if (!failed) {
-      PyObject **allocated = (PyObject **)((char *)stats + figure_offset[ALLOCATED]);
-      PyObject **peak = (PyObject **)((char *)stats + figure_offset[PEAK]);
-      int above = *peak == NULL ? 1 : PyObject_RichCompareBool(*allocated, *peak, Py_GT);
-      failed = above < 0;
-      if (above == 1) {
-        Py_INCREF(*allocated);
-        Py_XSETREF(*peak, *allocated);
-      }
-    }
-  } else {
-    failed = add_figure(stats, ALLOCATED, -size) || add_figure(stats, COUNT, -1) || add_figure(stats, FREES, 1);
+  return 0;
+}
+
+/* figures(device) -> (allocated, peak, count, allocations, frees) */
+static PyObject *figures(PyObject *self, PyObject *args) {
+  int device;
+  if (device_index(args, &device) < 0)
+    return NULL;
+  Figures *f = &device_figures[device];
+  return Py_BuildValue("(LLLLL)", f->allocated, f->peak, f->count, f->allocations, f->frees);
+}
+
+/* set_figures(device, allocated, peak, count, allocations, frees): the figures counted before the launcher was bound */
+static PyObject *set_figures(PyObject *self, PyObject *args) {
+  int device;
+  Figures f;
+  if (!PyArg_ParseTuple(args, "iLLLLL", &device, &f.allocated, &f.peak, &f.count, &f.allocations, &f.frees))
+    return NULL;
+  if (device < 0 || device >= MAX_DEVICES) {
+    PyErr_Format(PyExc_ValueError, "no figures for device %d", device);
+    return NULL;
   }
-  PyObject *type, *value, *trace;
-  PyErr_Fetch(&type, &value, &trace);
-  PyObject *released = PyObject_CallNoArgs(lock_release);
-  Py_XDECREF(released);
-  if (type != NULL)
-    PyErr_Restore(type, value, trace);
-  Py_DECREF(stats);
-  return failed || released == NULL ? -1 : 0;
+  device_figures[device] = f;
+  Py_RETURN_NONE;
+}
+
+/* reset_peak(device): the peak starts afresh from what is held now */
+static PyObject *reset_peak(PyObject *self, PyObject *args) {
+  int device;
+  if (device_index(args, &device) < 0)
+    return NULL;
+  device_figures[device].peak = device_figures[device].allocated;
+  Py_RETURN_NONE;
 }
 
 static KeptSlot *find_slot(int device, unsigned long long stream, Py_ssize_t size) {
@@ -1450,6 +1440,10 @@ static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(the objects a served call's replay reads: see launch.py)"},
     {"setup_memory", setup_memory, METH_VARARGS, "setup_memory(the objects a replay's memory reads: see memory.py)"},
     {"drain", drain, METH_VARARGS, "drain(device or -1) -> [(ptr, device, stream, size, keep), ...] kept here"},
+    {"count", count, METH_VARARGS, "count(device, size, taken): one block taken or freed, counted"},
+    {"figures", figures, METH_VARARGS, "figures(device) -> (allocated, peak, count, allocations, frees)"},
+    {"set_figures", set_figures, METH_VARARGS, "set_figures(device, allocated, peak, count, allocations, frees)"},
+    {"reset_peak", reset_peak, METH_VARARGS, "reset_peak(device): the peak starts afresh from what is held"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -17,8 +17,9 @@ At most `KEPT_SIZES` sizes are kept, the least recently used given back to the p
 
 A served call replayed in C (nbxcert's launcher, `Served` and `Block` in launcher.c) takes and keeps its outputs'
 blocks the same way in C, with no Python call: the launcher keeps up to `KEPT_PER_SIZE` blocks per (device, stream,
-size) for 32 sizes, asks `pool_block` when it has none, hands a free to `pool_free` when it keeps no more, counts
-each block in `_stats` under `_pool_lock`, and gives its blocks back through `release_kept` (`bind_launcher`).
+size) for 32 sizes, asks `pool_block` when it has none, hands a free to `pool_free` when it keeps no more, and gives
+its blocks back through `release_kept`; once bound (`bind_launcher`) it counts every block's figures, this module's
+included (`figures`).
 
 Out of memory: the kept blocks are given back, the pool's memory released (after the device has finished the frees
 queued so far) and the allocation tried once more; a second failure is `DeviceOutOfMemory`, naming the bytes asked
@@ -92,6 +93,10 @@ class _PoolStats:
 _pool_lock = threading.Lock()
 _pools: dict[int, int] = {}  # device -> CUmemoryPool
 _stats: dict[int, _PoolStats] = {}
+# nbxcert's launcher's `count(device, size, taken)` once `bind_launcher` ran: from then on the launcher holds the
+# figures of blocks taken and freed (allocated, peak, count, allocations, frees), counted in C, where a served call's
+# replay counts its own blocks with no Python call; until then they are `_stats`' under `_pool_lock`
+_counted: Any = None
 _driver: Any = None  # the loaded driver (`cuda.driver()`), bound when the first pool is made
 _driver_pid = -1  # the process that bound it
 
@@ -216,9 +221,7 @@ def pool_free(ptr: int, device: int, nbytes: int, pid: int, stream: int, keep: A
     evicted = None
     key = (device, stream, nbytes)
     with _pool_lock:
-        stats.allocated -= nbytes
-        stats.count -= 1
-        stats.frees += 1
+        _count(stats, device, nbytes, False)
         if KEPT_PER_SIZE:
             kept = _kept.get(key)
             if kept is None:
@@ -271,12 +274,7 @@ def pool_block(size: int, device: int) -> PoolBlock:
         with _pool_lock:
             if kept:
                 ptr, keep = kept.pop()
-                stats = _stats[device]
-                stats.allocated += size
-                stats.count += 1
-                stats.allocations += 1
-                if stats.allocated > stats.peak:
-                    stats.peak = stats.allocated
+                _count(_stats[device], device, size, True)
                 return PoolBlock(ptr, size, device, stream, keep)
     if _driver_pid != cuda.process_id():
         cuda.driver()  # refuses a forked child by name
@@ -286,14 +284,45 @@ def pool_block(size: int, device: int) -> PoolBlock:
         if status != cuda.CUDA_ERROR_OUT_OF_MEMORY:
             cuda.raise_failed("cuMemAllocFromPoolAsync", status, f"{size} bytes on device {device}")
         _out_of_memory_retry(out, size, pool, stream, device)
-    stats = _stats[device]
     with _pool_lock:
+        _count(_stats[device], device, size, True)
+    return PoolBlock(out.value, size, device, stream, keep)
+
+
+def _count(stats: _PoolStats, device: int, size: int, taken: bool) -> None:
+    """One block of `size` taken (`taken`) or freed on `device`, counted; call it holding `_pool_lock`."""
+    if _counted is not None:
+        _counted(device, size, taken)
+    elif taken:
         stats.allocated += size
         stats.count += 1
         stats.allocations += 1
         if stats.allocated > stats.peak:
             stats.peak = stats.allocated
-    return PoolBlock(out.value, size, device, stream, keep)
+    else:
+        stats.allocated -= size
+        stats.count -= 1
+        stats.frees += 1
+
+
+def figures(device: int) -> dict[str, int]:
+    """The counted figures of `device`'s blocks: allocated bytes now and at peak, live blocks, blocks taken and freed,
+    out-of-memory retries and failures (`memory_stats` adds what the pool reserves)."""
+    stats = _stats.get(device) or _PoolStats()
+    with _pool_lock:
+        held = (stats.allocated, stats.peak, stats.count, stats.allocations, stats.frees)
+        if _counted is not None:
+            held = launcher.loaded().figures(device)
+        allocated, peak, count, allocations, frees = held
+        return {
+            "allocated": allocated,
+            "peak": peak,
+            "count": count,
+            "allocations": allocations,
+            "frees": frees,
+            "retries": stats.retries,
+            "ooms": stats.ooms,
+        }
 
 
 def _out_of_memory_retry(ptr, size: int, pool: int, stream: int, device: int) -> None:
@@ -312,8 +341,9 @@ def _out_of_memory_retry(ptr, size: int, pool: int, stream: int, device: int) ->
         stats.ooms += 1
     free, total = cuda.mem_get_info(device)
     reserved = _pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+    held = figures(device)["allocated"]
     raise DeviceOutOfMemory(
-        f"out of memory on cuda:{device}: asked for {size} bytes; nbxcert's tensors hold {stats.allocated} bytes "
+        f"out of memory on cuda:{device}: asked for {size} bytes; nbxcert's tensors hold {held} bytes "
         f"and its pool reserves {reserved}; the device has {free} of {total} bytes free "
         f"(cuMemAllocFromPoolAsync: {cuda.error_name(status)} ({status}))"
     )
@@ -340,20 +370,19 @@ def memory_stats(device: int | None = None) -> dict[str, int]:
     device, in use or kept) now and at peak, live and total allocation counts, frees, out-of-memory retries and
     failures."""
     device = cuda.current_device() if device is None else device
-    stats = _stats.get(device) or _PoolStats()
-    with _pool_lock:
-        figures = {
-            "allocated_bytes.all.current": stats.allocated,
-            "allocated_bytes.all.peak": stats.peak,
-            "allocation.all.current": stats.count,
-            "allocation.all.allocated": stats.allocations,
-            "allocation.all.freed": stats.frees,
-            "num_alloc_retries": stats.retries,
-            "num_ooms": stats.ooms,
-        }
-    figures["reserved_bytes.all.current"] = _pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
-    figures["reserved_bytes.all.peak"] = _pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
-    return dict(sorted(figures.items()))
+    counted = figures(device)
+    figures_ = {
+        "allocated_bytes.all.current": counted["allocated"],
+        "allocated_bytes.all.peak": counted["peak"],
+        "allocation.all.current": counted["count"],
+        "allocation.all.allocated": counted["allocations"],
+        "allocation.all.freed": counted["frees"],
+        "num_alloc_retries": counted["retries"],
+        "num_ooms": counted["ooms"],
+    }
+    figures_["reserved_bytes.all.current"] = _pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)
+    figures_["reserved_bytes.all.peak"] = _pool_attribute(device, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH)
+    return dict(sorted(figures_.items()))
 
 
 def memory_allocated(device: int | None = None) -> int:
@@ -377,6 +406,8 @@ def reset_peak_memory_stats(device: int | None = None) -> None:
     if stats is not None:
         with _pool_lock:
             stats.peak = stats.allocated
+            if _counted is not None:
+                launcher.loaded().reset_peak(device)
     pool = _pools.get(device)
     if pool is not None:
         zero = ctypes.c_uint64(0)
@@ -387,12 +418,16 @@ def reset_peak_memory_stats(device: int | None = None) -> None:
 
 def bind_launcher(module: Any, storage_type: type) -> None:
     """Give nbxcert's launcher (`module`, launcher.c) what a served call's replay in C needs to make its memory as this
-    module does: this module (it reads `capturing`, `KEPT_PER_SIZE` and `_stats`), the CUDA bindings, the storage type
-    to make, the slow paths (`pool_block`, `pool_free`, `_give_back`), the block and figures types and the lock the
-    figures are counted under."""
-    module.setup_memory(
-        sys.modules[__name__], cuda, storage_type, pool_block, pool_free, _give_back, PoolBlock, _PoolStats, _pool_lock
-    )
+    module does: this module (it reads `capturing` and `KEPT_PER_SIZE`), the CUDA bindings, the storage type to make,
+    the slow paths (`pool_block`, `pool_free`, `_give_back`) and the block type; and the figures counted so far, which
+    the launcher counts from then on (`_counted`)."""
+    global _counted
+    module.setup_memory(sys.modules[__name__], cuda, storage_type, pool_block, pool_free, _give_back, PoolBlock)
+    with _pool_lock:  # the figures counted so far move to the launcher, which counts them from now on
+        if _counted is None:
+            for device, stats in _stats.items():
+                module.set_figures(device, stats.allocated, stats.peak, stats.count, stats.allocations, stats.frees)
+            _counted = module.count
 
 
 def release_kept(device: int | None = None) -> int:
