@@ -959,8 +959,14 @@ static PyObject *Block_repr(Block *self) {
   return PyUnicode_FromString(text);
 }
 
+#if PY_VERSION_HEX >= 0x030D0000
+#define FINALIZING() Py_IsFinalizing()
+#else
+#define FINALIZING() _Py_IsFinalizing()
+#endif
+
 static void Block_dealloc(Block *self) {
-  if (self->ptr) {
+  if (self->ptr && !FINALIZING()) { /* at exit the driver frees every block, as memory.PoolBlock leaves it */
     PyObject *type, *value, *trace;
     PyErr_Fetch(&type, &value, &trace);
     if (release_block(self) < 0)
