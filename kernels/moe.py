@@ -61,7 +61,7 @@ import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import family_spec, k_step_tiles
+from nbxcert.kernels.common import family_spec, k_step_tiles, tile_coords
 from nbxcert.kernels.dtypes import finfo
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import cdiv, launch_kernel, served
@@ -244,13 +244,7 @@ def _fused_moe_kernel(
     K is a multiple of BLOCK_K. BLOCK_M, BLOCK_N, BLOCK_K: the tile. GROUP_M: block rows per launch-order group
     (changes no output bit).
     """
-    pid = tl.program_id(0)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = pid // per_group * GROUP_M
-    rows_in_group = tl.minimum(blocks_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows_in_group
-    pid_n = (pid % per_group) // rows_in_group
+    pid_m, pid_n = tile_coords(tl.program_id(0), blocks_m, tl.cdiv(N, BLOCK_N), GROUP_M)
     if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
         return
     pairs = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
