@@ -61,7 +61,7 @@ import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import family_spec, k_step_tiles, tile_coords
+from nbxcert.kernels.common import dot_over_k, family_spec, tile_coords
 from nbxcert.kernels.dtypes import finfo
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import cdiv, launch_kernel, served
@@ -259,12 +259,7 @@ def _fused_moe_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
     w_ptrs = w_ptr + expert * stride_we + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for ki in range(0, tl.cdiv(K, BLOCK_K)):
-        a, b = k_step_tiles(a_ptrs, w_ptrs, offs_k, K - ki * BLOCK_K, EVEN_K, UPCAST)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K * stride_ak
-        w_ptrs += BLOCK_K * stride_wk
+    acc = dot_over_k(a_ptrs, w_ptrs, offs_k, K, stride_ak, stride_wk, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, UPCAST, None)
     if MUL_WEIGHT:
         acc = acc * tl.load(weights_ptr + pairs, mask=valid, other=0.0)[:, None]
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
