@@ -3,7 +3,8 @@ prune facts more than one family counts with. A family imports these from here, 
 family module holds its own kernels and nothing another one needs.
 
     narrow, both, tile_coords     @triton.jit helpers: a rounding store conversion, a mask select, grouped tile order
-    k_step_tiles, gemv_offsets    @triton.jit helpers: one K step's tiles of a tiled product, a SIMT GEMV's offsets
+    k_step_tiles, dot_over_k,     @triton.jit helpers: one K step's tiles of a tiled product, its sum over all of K,
+    gemv_offsets                  a SIMT GEMV's offsets
     upcast, compute_type          a launch's UPCAST (interpreter) and CDT (compute type) constexprs
     as_rows                       a tensor as a [n_rows, n_cols] view over its last dimension
     MAX_TILE, SCALAR_REGS,        Triton's limit on a tile, the scalar registers a reduction kernel holds besides its
@@ -80,6 +81,33 @@ def k_step_tiles(a_ptrs, b_ptrs, offs_k, k_left, EVEN_K: tl.constexpr, UPCAST: t
         a = a.to(tl.float32)
         b = b.to(tl.float32)
     return a, b
+
+
+@jit
+def dot_over_k(
+    a_ptrs,
+    b_ptrs,
+    offs_k,
+    K,
+    stride_ak,
+    stride_bk,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """The float32 [BLOCK_M, BLOCK_N] sum over all of K of a tiled product: a_ptrs and b_ptrs at the first K step's
+    tiles ([BM, BK] and [BK, BN], `k_step_tiles`), moved on by BLOCK_K·stride_ak and BLOCK_K·stride_bk a step, one
+    tl.dot a step in increasing K. DOT_PRECISION: tl.dot's input_precision (None: Triton's default)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for ki in range(0, tl.cdiv(K, BLOCK_K)):
+        a, b = k_step_tiles(a_ptrs, b_ptrs, offs_k, K - ki * BLOCK_K, EVEN_K, UPCAST)
+        acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc
 
 
 @jit

@@ -61,7 +61,7 @@ import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import family_spec, k_step_tiles
+from nbxcert.kernels.common import dot_over_k, family_spec, tile_coords
 from nbxcert.kernels.dtypes import finfo
 from nbxcert.kernels.jit import jit
 from nbxcert.kernels.launch import cdiv, launch_kernel, served
@@ -244,13 +244,7 @@ def _fused_moe_kernel(
     K is a multiple of BLOCK_K. BLOCK_M, BLOCK_N, BLOCK_K: the tile. GROUP_M: block rows per launch-order group
     (changes no output bit).
     """
-    pid = tl.program_id(0)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = pid // per_group * GROUP_M
-    rows_in_group = tl.minimum(blocks_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows_in_group
-    pid_n = (pid % per_group) // rows_in_group
+    pid_m, pid_n = tile_coords(tl.program_id(0), blocks_m, tl.cdiv(N, BLOCK_N), GROUP_M)
     if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
         return
     pairs = tl.load(sorted_ptr + pid_m * BLOCK_M + tl.arange(0, BLOCK_M))
@@ -265,12 +259,7 @@ def _fused_moe_kernel(
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
     w_ptrs = w_ptr + expert * stride_we + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for ki in range(0, tl.cdiv(K, BLOCK_K)):
-        a, b = k_step_tiles(a_ptrs, w_ptrs, offs_k, K - ki * BLOCK_K, EVEN_K, UPCAST)
-        acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K * stride_ak
-        w_ptrs += BLOCK_K * stride_wk
+    acc = dot_over_k(a_ptrs, w_ptrs, offs_k, K, stride_ak, stride_wk, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, UPCAST, None)
     if MUL_WEIGHT:
         acc = acc * tl.load(weights_ptr + pairs, mask=valid, other=0.0)[:, None]
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

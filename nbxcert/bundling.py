@@ -41,7 +41,7 @@ from nbxcert.kernels.backends import cross
 from nbxcert.kernels.backends.cross import Target
 from nbxcert.serving.bundles import SCHEMA_VERSION, Bundle, canonical, entry_digest, record_digest, serialize
 from nbxcert.text import printable
-from nbxcert.worker import SPAWN, Worker, one_line
+from nbxcert.worker import Worker, one_line, serve_cross_compiling
 
 TIMEOUT_PER_PROBLEM_S = 300.0  # one problem's compiles on a busy CPU (ptxas on a large tile takes a minute or more)
 # Requests a worker answers before it is replaced: Triton keeps every kernel it compiled in memory (all its stages'
@@ -69,14 +69,9 @@ def certified_entries(dirs: Sequence[Path], profile_key: str) -> dict[str, Certi
     from nbxcert import certificates
 
     chosen: dict[str, Certified] = {}
-    for d in dirs:
-        for path in certificates.iter_files(Path(d), profile_key):
-            cert = certificates.load_file(path)
-            if cert.profile != profile_key:
-                reason = f"'{cert.profile}' is not its directory's profile '{profile_key}'"
-                raise certificates.invalid(path, None, "profile", reason)
-            for text, entry in cert.entries.items():
-                chosen.setdefault(text, Certified(text, cert.kernel, cert.dtype, entry, path))
+    for path, cert in certificates.profile_certificates(dirs, profile_key):
+        for text, entry in cert.entries.items():
+            chosen.setdefault(text, Certified(text, cert.kernel, cert.dtype, entry, path))
     return chosen
 
 
@@ -410,53 +405,27 @@ def _write(out: Path, data: bytes) -> None:
 
 
 # --- the worker side --------------------------------------------------------------------------------------------------
-class BundleWorker(Worker):
-    """A worker process that cross-compiles a key's winner at its problems (`_serve_bundle`); crash and timeout
-    handling are `Worker`'s."""
-
-    def _start(self) -> None:
-        parent, child = SPAWN.Pipe()
-        self.process = SPAWN.Process(target=_serve_bundle, args=(child, self.env, self.modules), daemon=True)
-        previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # as `Worker._start`: Ctrl-C is the
-        try:  # parent's to handle; the child ignores it from birth
-            self.process.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-        child.close()
-        self.conn = parent
-
-
 def _serve_bundle(conn, env: dict[str, str], modules: list[str]) -> None:
     """The worker's loop: cross-compile for the target its environment names, load the kernels, then answer
     `bundle` requests until the pipe closes (or, after RECYCLE_AFTER, hand over to a fresh worker)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.environ.update(env)
-    target = Target(**json.loads(os.environ[_ENV_TARGET]))
-    cross.activate(target)
-    import importlib
+    serve_cross_compiling(conn, env, modules, _ENV_TARGET, _answer_quietly, RECYCLE_AFTER)
 
-    from nbxcert.kernels.spec import load_all
+
+def _answer_quietly(request: Mapping[str, Any], _target: Target) -> dict[str, Any]:
+    """`answer`, with what the compile prints kept off the terminal: ptxas failing prints the whole PTX, and the
+    reply's reason says what failed."""
     from nbxcert.worker import captured_output
 
-    for m in modules:
-        importlib.import_module(m)
-    load_all()
-    for answered in range(1, 1 << 62):
-        try:
-            request = conn.recv()
-        except EOFError:
-            return
-        try:
-            with captured_output():  # ptxas failing prints the whole PTX; the reply's reason says what failed
-                reply = answer(request)
-        except BaseException as exc:  # noqa: BLE001 - every failure is reported, the worker goes on
-            reply = {"status": "crash", "reason": one_line(exc)}
-        if answered >= RECYCLE_AFTER:
-            reply["worker_exits"] = True
-        conn.send(reply)
-        if reply.get("worker_exits"):
-            conn.close()
-            os._exit(0)
+    with captured_output():
+        return answer(request)
+
+
+class BundleWorker(Worker):
+    """A worker process that cross-compiles a key's winner at its problems (`_serve_bundle`); its start, crash and
+    timeout handling are `Worker`'s."""
+
+    serve = staticmethod(_serve_bundle)
 
 
 def answer(request: Mapping[str, Any]) -> dict[str, Any]:

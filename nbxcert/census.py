@@ -47,7 +47,7 @@ from typing import Any
 from nbxcert.errors import BackendUnavailable, KernelNotFound, UsageError
 from nbxcert.kernels.backends import cross
 from nbxcert.kernels.backends.cross import TRITON_BACKEND, Target
-from nbxcert.worker import SPAWN, Worker, WorkerGone, one_line
+from nbxcert.worker import SPAWN, Worker, WorkerGone, one_line, serve_cross_compiling
 
 SCHEMA_VERSION = 1
 SEED = 0  # inputs' values never reach the compiler; their layout (strides, alignment) does
@@ -543,31 +543,7 @@ class CensusWorker(Worker):
 def _serve_census(conn, env: dict[str, str], modules: list[str]) -> None:
     """The census worker's loop: cross-compile in this process for the target its environment names, load the
     kernels, then answer `census` requests until the pipe closes."""
-    os.environ.update(env)
-    target = Target(**json.loads(os.environ[_ENV_TARGET]))
-    cross.activate(target)
-    import importlib
-
-    from nbxcert.kernels.spec import load_all
-
-    for m in modules:
-        importlib.import_module(m)
-    load_all()
-    for answered in range(1, 1 << 62):
-        try:
-            request = conn.recv()
-        except EOFError:
-            return
-        try:
-            reply = _answer(request, target)
-        except BaseException as exc:  # noqa: BLE001 - every failure is reported, the worker goes on
-            reply = {"status": "crash", "reason": one_line(exc)}
-        if answered >= RECYCLE_AFTER:
-            reply["worker_exits"] = True  # the parent reaps this process and starts a fresh one for the next request
-        conn.send(reply)
-        if reply.get("worker_exits"):
-            conn.close()
-            os._exit(0)
+    serve_cross_compiling(conn, env, modules, _ENV_TARGET, _answer, RECYCLE_AFTER)
 
 
 def _answer(req: dict[str, Any], target: Target) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -318,6 +318,18 @@ def iter_files(root: Path, profile_key: str | None = None) -> Iterator[Path]:
             # the whole index build (found by tests/engine/test_hostile_certificates.py)
             continue
         yield path
+
+
+def profile_certificates(dirs: Sequence[Path], profile_key: str) -> Iterator[tuple[Path, CertFile]]:
+    """Each certificate file of `profile_key` in `dirs` with its contents, in search order (directory, then path),
+    each file validated whole; a file whose profile is not its directory's raises `CertificateInvalid`."""
+    for d in dirs:
+        for path in iter_files(Path(d), profile_key):
+            cert = load_file(path)
+            if cert.profile != profile_key:
+                reason = f"'{cert.profile}' is not its directory's profile '{profile_key}'"
+                raise invalid(path, None, "profile", reason)  # file, key, field, reason, as validate_doc
+            yield path, cert
 
 
 # --- writing ----------------------------------------------------------------------------------------------------------

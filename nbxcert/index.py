@@ -206,17 +206,12 @@ def _collect(dirs: list[Path], profile_key: str, memory_class: str) -> dict[str,
     """Every certification of the memory class as canonical JSON bytes; the first directory (then the first file in
     path order) wins a key. Every file is validated whole, other memory classes included, or nothing is returned."""
     chosen: dict[str, bytes] = {}
-    for d in dirs:
-        for path in certificates.iter_files(Path(d), profile_key):
-            cert = certificates.load_file(path)
-            if cert.profile != profile_key:
-                reason = f"'{cert.profile}' is not its directory's profile '{profile_key}'"
-                raise certificates.invalid(path, None, "profile", reason)  # file, key, field, reason, as validate_doc
-            for key_text, entry in cert.entries.items():
-                if entry["memory_class"] == memory_class and key_text not in chosen:
-                    served = {k: v for k, v in entry.items() if k not in AUDIT_ONLY}
-                    text = json.dumps(served, sort_keys=True, separators=(",", ":"), allow_nan=False)
-                    chosen[key_text] = text.encode()
+    for _path, cert in certificates.profile_certificates(dirs, profile_key):
+        for key_text, entry in cert.entries.items():
+            if entry["memory_class"] == memory_class and key_text not in chosen:
+                served = {k: v for k, v in entry.items() if k not in AUDIT_ONLY}
+                text = json.dumps(served, sort_keys=True, separators=(",", ":"), allow_nan=False)
+                chosen[key_text] = text.encode()
     return chosen
 
 

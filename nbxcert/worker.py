@@ -171,6 +171,44 @@ def _serve(conn, env: dict[str, str], modules: list[str]) -> None:
         conn.send(reply)
 
 
+def serve_cross_compiling(
+    conn, env: dict[str, str], modules: list[str], target_variable: str, answer, recycle_after: int
+) -> None:
+    """A cross-compiling worker's loop (the census's, the bundle builder's): activate the cross backend for the target
+    that the environment variable `target_variable` names (JSON), import `modules` and load the kernels, then send
+    `answer(request, target)` for each request until the pipe closes; a request that raises is answered `crash` with
+    its one line. After `recycle_after` requests the reply says `worker_exits` and the process exits: Triton keeps
+    every kernel it compiled in memory, and the fresh worker the parent starts for the next request reads its disk
+    cache."""
+    os.environ.update(env)
+    import importlib
+    import json
+
+    from nbxcert.kernels.backends import cross
+    from nbxcert.kernels.spec import load_all
+
+    target = cross.Target(**json.loads(os.environ[target_variable]))
+    cross.activate(target)
+    for m in modules:
+        importlib.import_module(m)
+    load_all()
+    for answered in range(1, 1 << 62):
+        try:
+            request = conn.recv()
+        except EOFError:
+            return
+        try:
+            reply = answer(request, target)
+        except BaseException as exc:  # noqa: BLE001 - every failure is reported, the worker goes on
+            reply = {"status": "crash", "reason": one_line(exc)}
+        if answered >= recycle_after:
+            reply["worker_exits"] = True
+        conn.send(reply)
+        if reply.get("worker_exits"):
+            conn.close()
+            os._exit(0)
+
+
 def _debug_trace(message: dict[str, Any], reply: dict[str, Any]) -> None:
     """With NBXCERT_DEBUG=1, a failed request's traceback (and its captured output) on stderr; the reply's reason is
     its one line either way."""
@@ -189,9 +227,11 @@ class Worker:
         self.conn = None
         self.restarts = 0
 
+    serve = staticmethod(_serve)  # what the child process runs: serve(conn, env, modules)
+
     def _start(self) -> None:
         parent, child = SPAWN.Pipe()
-        self.process = SPAWN.Process(target=_serve, args=(child, self.env, self.modules), daemon=True)
+        self.process = SPAWN.Process(target=self.serve, args=(child, self.env, self.modules), daemon=True)
         # SIGINT blocked while the child is spawned: the child inherits the mask (it ignores Ctrl-C from birth, before
         # `_serve` says so), and a Ctrl-C meant for the parent waits until the handshake is over instead of cutting it
         # (the child then died on a half-read pipe, with a traceback)

@@ -14,8 +14,7 @@ from reliabilitytools import (
 IMPORT_ALLOWED = {
     ("nbxcert/dirscan.py", "load_specs"),  # `--spec MODULE` of certify/validate/merge
     ("nbxcert/worker.py", "_serve"),  # the modules certify passes to its workers (its own `--spec`)
-    ("nbxcert/census.py", "_serve_census"),  # the modules `nbxcert census --spec` passes to its workers
-    ("nbxcert/bundling.py", "_serve_bundle"),  # the modules `nbxcert bundle --spec` passes to its workers
+    ("nbxcert/worker.py", "serve_cross_compiling"),  # the modules `nbxcert census/bundle --spec` pass to their workers
     ("kernels/spec.py", "load_all"),  # f"nbxcert.kernels.{module}" over the constant FAMILY_MODULES
 }
 BANNED_MODULES = {"pickle", "_pickle", "cPickle", "marshal", "shelve", "dill", "cloudpickle", "jsonpickle", "runpy"}
