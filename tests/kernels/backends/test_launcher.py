@@ -6,13 +6,12 @@ against the `cuda.h` Triton ships, which keeps the launch configuration and the 
 from __future__ import annotations
 
 import ctypes
-import shutil
 import struct
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from standins import compile_stand_in
 
 from nbxcert.kernels.backends import binaries, launcher
 
@@ -47,16 +46,7 @@ const unsigned char *stand_param(int i) { return seen[i]; }
 
 @pytest.fixture(scope="module")
 def stand_in(tmp_path_factory):
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler")
-    folder = tmp_path_factory.mktemp("launcher")
-    (folder / "stand.c").write_text(STAND_IN_C)
-    so = folder / "stand.so"
-    include = launcher.cuda_include()
-    command = [compiler, "-O1", "-shared", "-fPIC", f"-I{include}", str(folder / "stand.c"), "-o", str(so)]
-    subprocess.run(command, check=True)
-    lib = ctypes.CDLL(str(so))
+    lib = compile_stand_in(STAND_IN_C, tmp_path_factory.mktemp("launcher"))
     lib.stand_param.restype = ctypes.POINTER(ctypes.c_ubyte * 128)
     lib.stand_function.restype = ctypes.c_void_p
     lib.stand_stream.restype = ctypes.c_void_p

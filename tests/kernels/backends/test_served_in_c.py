@@ -11,12 +11,11 @@ from __future__ import annotations
 import collections
 import ctypes
 import gc
-import shutil
-import subprocess
 import sys
 
 import numpy as np
 import pytest
+from standins import compile_stand_in
 
 from nbxcert.kernels import launch as L
 from nbxcert.kernels import recording
@@ -50,15 +49,8 @@ ROWS, COLS = 16, 4096
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    compiler = shutil.which("cc") or shutil.which("gcc")
-    if compiler is None:
-        pytest.skip("no C compiler")
     folder = tmp_path_factory.mktemp("served_in_c")
-    (folder / "stand.c").write_text(STAND_IN_C)
-    so = folder / "stand.so"
-    include = launcher.cuda_include()
-    subprocess.run([compiler, "-O1", "-shared", "-fPIC", f"-I{include}", str(folder / "stand.c"), "-o", str(so)])
-    lib = ctypes.CDLL(str(so))
+    lib = compile_stand_in(STAND_IN_C, folder)
     lib.stand_param.restype = ctypes.c_uint64
     # a build of its own: the module's static state (its kept blocks, what setup gave it) is this file's alone
     module = launcher.load(launcher.build(folder / "_nbxcert_launcher.so"))
@@ -128,12 +120,17 @@ def plan_for(entry, x, w, eps=1e-6, **kwargs) -> L.CallPlan:
     return plan
 
 
-def test_a_plan_replayed_in_c_gives_what_the_python_path_gives(gpu):
-    lib, module = gpu
-    calls = []
+def served_norm():
+    """(entry point, its full path's calls, x, w, the plan put in its memo for (x, w, 1e-6))."""
+    calls: list = []
     norm = make_entry(calls)
     x, w = tensor((ROWS, COLS)), tensor((COLS,))
-    plan = plan_for(norm, x, w)
+    return norm, calls, x, w, plan_for(norm, x, w)
+
+
+def test_a_plan_replayed_in_c_gives_what_the_python_path_gives(gpu):
+    lib, module = gpu
+    norm, calls, x, w, plan = served_norm()
     assert isinstance(norm.route[0], module.Served)
     in_python = plan.replay((x, w))
     launches = lib.stand_count(0)
@@ -152,9 +149,7 @@ def test_a_plan_replayed_in_c_gives_what_the_python_path_gives(gpu):
 
 def test_an_output_made_per_call_reuses_its_block_with_no_driver_allocation(gpu):
     lib, module = gpu
-    norm = make_entry([])
-    x, w = tensor((ROWS, COLS)), tensor((COLS,))
-    plan_for(norm, x, w)
+    norm, _, x, w, _ = served_norm()
     norm(x, w, 1e-6)
     allocs, frees = lib.stand_count(1), lib.stand_count(2)
     before = memory.figures(0)
@@ -181,9 +176,7 @@ def test_an_output_made_per_call_reuses_its_block_with_no_driver_allocation(gpu)
 def test_with_no_blocks_kept_a_freed_output_goes_back_to_the_pool(gpu, monkeypatch):
     lib, _ = gpu
     monkeypatch.setattr(memory, "KEPT_PER_SIZE", 0)
-    norm = make_entry([])
-    x, w = tensor((ROWS, COLS)), tensor((COLS,))
-    plan_for(norm, x, w)
+    norm, _, x, w, _ = served_norm()
     norm(x, w, 1e-6)
     allocs, frees = lib.stand_count(1), lib.stand_count(2)
     for _ in range(5):
@@ -193,10 +186,7 @@ def test_with_no_blocks_kept_a_freed_output_goes_back_to_the_pool(gpu, monkeypat
 
 def test_calls_the_c_path_cannot_replay_go_to_the_python_path(gpu, monkeypatch):
     lib, _ = gpu
-    calls = []
-    norm = make_entry(calls)
-    x, w = tensor((ROWS, COLS)), tensor((COLS,))
-    plan_for(norm, x, w)
+    norm, calls, x, w, _ = served_norm()
     launches = lib.stand_count(0)
     assert norm(x, w, 1e-6, config="c") == "full path"  # an explicit config
     assert norm(x, w, 1e-6, None, "c") == "full path"  # the same, by position
@@ -209,11 +199,8 @@ def test_calls_the_c_path_cannot_replay_go_to_the_python_path(gpu, monkeypatch):
 
 
 def test_a_profilers_launch_hook_sends_the_call_to_the_full_path(gpu):
-    _, _ = gpu
-    calls = []
-    norm = make_entry(calls)
-    x, w = tensor((ROWS, COLS)), tensor((COLS,))
-    plan = plan_for(norm, x, w)
+    assert gpu
+    norm, calls, x, w, plan = served_norm()
 
     class Knobs:
         launch_enter_hook = staticmethod(lambda *a: None)
@@ -226,10 +213,7 @@ def test_a_profilers_launch_hook_sends_the_call_to_the_full_path(gpu):
 
 def test_another_stream_is_another_signature(gpu):
     lib, _ = gpu
-    calls = []
-    norm = make_entry(calls)
-    x, w = tensor((ROWS, COLS)), tensor((COLS,))
-    plan_for(norm, x, w)
+    norm, calls, x, w, _ = served_norm()
     with cuda.using_stream(0x5000, 0):
         assert norm(x, w, 1e-6) == "full path"  # the signature holds the stream: not the plan made on stream 0
     launches = lib.stand_count(0)
@@ -239,9 +223,7 @@ def test_another_stream_is_another_signature(gpu):
 
 def test_a_failed_launch_is_one_error_naming_the_kernel(gpu):
     lib, _ = gpu
-    norm = make_entry([])
-    x, w = tensor((ROWS, COLS)), tensor((COLS,))
-    plan_for(norm, x, w)
+    norm, _, x, w, _ = served_norm()
     lib.stand_fail_at(lib.stand_count(0))
     try:
         with pytest.raises(Exception, match="norm_kernel"):
@@ -252,9 +234,7 @@ def test_a_failed_launch_is_one_error_naming_the_kernel(gpu):
 
 def test_the_split_workspaces_lock_is_held_while_the_launches_are_queued(gpu):
     lib, _ = gpu
-    norm = make_entry([])
-    x, w = tensor((ROWS, COLS)), tensor((COLS,))
-    plan = plan_for(norm, x, w)
+    norm, _, x, w, plan = served_norm()
     seen = []
 
     class Lock:
@@ -294,9 +274,7 @@ def test_a_tma_descriptor_is_encoded_once_per_address_and_passed_as_kept(gpu):
 
 def test_past_the_sizes_kept_in_c_the_least_recently_used_goes_back_to_the_pool(gpu):
     lib, module = gpu
-    norm = make_entry([])
-    x, w = tensor((ROWS, COLS)), tensor((COLS,))
-    plan = plan_for(norm, x, w)
+    norm, _, x, w, plan = served_norm()
     frees = lib.stand_count(2)
     for i in range(33):  # one size more than launcher.c keeps (KEPT_SIZES_IN_C)
         plan.made = ((2 * ROWS * COLS + 256 * i, DEV),)
