@@ -411,33 +411,20 @@ def finish(path: str, results: dict, all_met: bool) -> int:
 
 
 def capture_launches(fn) -> list:
-    """Call fn once and return every kernel launch it made, as `KernelLaunch`es that replay them with
-    `kernel[grid](*args, **kwargs)`: the same kernels, grids and arguments (tensors included), so the replay is a
-    direct launch of the same config with the host work before it left out. Records at Triton's `run`, which every
-    `kernel[grid]` launcher calls (a served call's cached launchers too); compiled and interpreted kernels alike."""
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    from nbxcert.kernels.launch import KernelLaunch
+    """Call fn once and return every kernel launch it made through Triton's dispatch, as `KernelLaunch`es that replay
+    them with `kernel[grid](*args, **kwargs)`: the same kernels, grids and arguments (tensors included), so the replay
+    is a direct launch of the same config with the host work before it left out. Seen through nbxcert's own
+    `launch.observing`: a call's launches in full, and plans replayed through Triton's dispatch (`launch.DIRECT`
+    false); compiled and interpreted kernels alike."""
+    from nbxcert.kernels import launch
 
     seen: list = []
-    originals = {cls: cls.__dict__["run"] for cls in (JITFunction, InterpretedFunction)}
 
-    def recording(original):
-        def run(self, *args, grid, warmup, **kwargs):
-            if not warmup:
-                seen.append(KernelLaunch(self, grid, args, kwargs))
-            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+    def note(kernel, grid, args, kwargs) -> None:
+        seen.append(launch.KernelLaunch(kernel, grid, args, kwargs))
 
-        return run
-
-    for cls, original in originals.items():
-        cls.run = recording(original)
-    try:
+    with launch.observing(note):
         fn()
-    finally:
-        for cls, original in originals.items():
-            cls.run = original
     if not seen:  # e.g. a served call replaying a plan through compiled runners: nothing passes Triton's `run`
         raise RuntimeError("captured no launch: the call made none through kernel[grid] (a launch plan replayed it?)")
     return seen

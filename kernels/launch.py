@@ -25,10 +25,11 @@ before.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from nbxcert.kernels import recording as _recording
@@ -53,6 +54,8 @@ class KernelLaunch:
         self.served_by = None  # the bundle's compiled kernel (`binaries.Loaded`) that ran it, if one did
 
     def __call__(self) -> None:
+        if _observers:
+            _observe(self.kernel, self.grid, self.args, self.kwargs)
         rec = _recording.active()
         if rec is None:
             self._launch()
@@ -72,6 +75,27 @@ class KernelLaunch:
     def __repr__(self) -> str:
         name = getattr(self.kernel, "__name__", None) or type(self.kernel).__name__
         return f"KernelLaunch({name}, grid={self.grid}, {len(self.args)} args, kwargs={self.kwargs})"
+
+
+_observers: list[Callable[[Any, tuple, tuple, dict], None]] = []  # `observing`'s; empty: one truth test a launch
+
+
+def _observe(kernel: Any, grid: tuple, args: tuple, kwargs: dict) -> None:
+    for observer in tuple(_observers):
+        observer(kernel, grid, args, kwargs)
+
+
+@contextlib.contextmanager
+def observing(observer: Callable[[Any, tuple, tuple, dict], None]) -> Iterator[None]:
+    """Call `observer(kernel, grid, args, kwargs)` before every launch nbxcert makes through Triton's dispatch while the
+    block runs: a call's launches in full, and plans replayed through `kernel[grid](...)` (`DIRECT` false). Launches
+    queued by a compiled launcher (`_Direct`, nbxcert's launcher in C) are not seen: set `DIRECT` false to see a plan's.
+    For tests and benchmarks that compare or replay what a call launched."""
+    _observers.append(observer)
+    try:
+        yield
+    finally:
+        _observers.remove(observer)
 
 
 def launch_kernel(kernel: Any, grid: tuple[int, ...], *args: Any, **kwargs: Any) -> KernelLaunch:
@@ -115,8 +139,8 @@ MAX_PLANS = 4096  # signatures one entry point keeps; a process serving more dis
 TIED_TRIES = 2  # a signature whose calls were tied to their data this often is served in full from then on
 _memos: list[dict] = []
 # Plans replay a compiled kernel through its launcher (`_Direct`). False: through `kernel[grid](...)`, Triton's whole
-# dispatch, which is where `capture_launches` (benchmarks/common.py) sees launches, for tests that compare a plan's
-# launches with the full path's.
+# dispatch, which is where `observing` (and `capture_launches`, benchmarks/common.py) sees launches, for tests that
+# compare a plan's launches with the full path's.
 DIRECT = True
 # A plan whose launches all allow it is queued by nbxcert's launcher in one call (`_Packed`). False: step by step
 # through Triton's launcher, as before it (benchmarks/bench_dispatch.py --replay steps compares the two).
@@ -664,6 +688,8 @@ class _Dispatched:
 
     def run(self, addresses, tensors, storages):
         args = [_rebuild(p, addresses, tensors, storages) for p in self.placed]
+        if _observers:
+            _observe(self.kernel, self.grid, tuple(args), self.kwargs)
         self.kernel[self.grid](*args, **self.kwargs)
 
 

@@ -27,6 +27,17 @@ def _gpu_available() -> bool:
 GPU = _gpu_available()
 
 
+def _choose_backend() -> None:
+    """Fix the backend now, before any test module imports Triton: Triton decorates its own helpers interpreted or
+    compiled when it is first imported, and the interpreter backend refuses a process that imported it first."""
+    from nbxcert.kernels.backends import select
+
+    select()
+
+
+_choose_backend()
+
+
 def pytest_collection_modifyitems(config, items):
     if GPU:
         return

@@ -99,6 +99,20 @@ def fix(choice: BackendChoice, keep_chosen: bool = False) -> BackendChoice:
         return _choice
 
 
+def triton_language_mode() -> str | None:
+    """How Triton decorated its own language helpers (tl.zeros, tl.sum, tl.cdiv, ...) in this process: "interpreted" or
+    "compiled", as `TRITON_INTERPRET` said when `triton.language` was first imported; None when it is not imported yet.
+    A backend whose kernels need the other kind refuses the process (Triton offers no way to decorate them again)."""
+    import sys
+
+    if "triton.language" not in sys.modules:
+        return None
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return "interpreted" if isinstance(tl.standard.zeros_like, InterpretedFunction) else "compiled"
+
+
 def device_info(index: int = 0):
     """What the device kernels launch on says of itself (`cuda.DeviceInfo`): the driver's answer, or the stand-in of a
     backend with no such device (persistent kernels size their grid by its `multiprocessor_count`)."""

@@ -23,15 +23,19 @@ What the driver answers Triton:
 and `backends.device_info()` answers with a stand-in device of the target's SM count (`Target.sm_count`), by which
 persistent kernels size their grid (the grid is no part of what is compiled).
 
-Two adjustments, each where Triton allows one:
+One adjustment, where Triton allows it:
 
 - NVIDIA targets: configs that lower alike share the work. Each step after the TTGIR (LLVM IR, PTX, cubin) is kept in
   Triton's on-disk cache under the hash of its input and options, num_stages aside, so before sm_80 (where num_stages
   changes nothing) the five num_stages of a tile cost one LLVM and one ptxas run, not five. Installed through Triton's
   stages hook (`knobs.runtime.add_stages_inspection_hook`); a Triton without the hook, or one where another hook is
   set, lowers every config on its own (slower; the same binaries).
-- HIP targets: the one replacement of a third-party function, `HIPBackend.is_within_2gb`, for which Triton has no
-  hook (`_hip_pointer_ranges_without_torch`; `deactivate()` puts Triton's own back).
+- HIP targets: nothing is changed in Triton. Triton decides for every tensor argument of a HIP kernel whether it lies
+  within 2 GiB (`HIPBackend.is_within_2gb`); Triton 3.9 answers that without torch when torch is not importable (an
+  nbxcert tensor has no `ptr_range`, so: no pointer-range specialization; where torch is installed, Triton 3.9 loads
+  it into the compiling process there), but Triton 3.6 imports torch there
+  unconditionally, and gives no hook to answer otherwise. Under such a Triton HIP targets are refused with one line
+  (`hip_needs_torch_free_triton`), never patched.
 
 The backend is the process's: activate it before any kernel module is imported (Triton decides at decoration time
 whether a kernel is interpreted), as `select()` would be called.
@@ -51,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nbxcert.errors import BackendUnavailable
-from nbxcert.kernels.backends import BackendChoice, fix
+from nbxcert.kernels.backends import BackendChoice, fix, triton_language_mode
 
 # Triton's own names for its backends (`triton.backends.backends`) per target backend.
 TRITON_BACKEND = {"cuda": "nvidia", "hip": "amd"}
@@ -289,7 +293,16 @@ def activate(target: Target) -> CrossDriver:
                     f"this process cross-compiles for {_driver.target.text()} already, not {target.text()}"
                 )
             return _driver
-        os.environ.pop("TRITON_INTERPRET", None)
+        if triton_language_mode() == "interpreted":
+            raise BackendUnavailable(
+                "Triton was imported with TRITON_INTERPRET=1 in this process, so its own helpers are interpreted and "
+                f"cannot be compiled for {target.text()}",
+                hint="unset TRITON_INTERPRET and NBXCERT_BACKEND before the process starts",
+            )
+        os.environ.pop("TRITON_INTERPRET", None)  # before anything imports Triton: its helpers are then compiled
+        refusal = hip_needs_torch_free_triton() if target.backend == "hip" else None
+        if refusal:
+            raise BackendUnavailable(refusal, hint="pip install 'triton>=3.9' to cross-compile for AMD GPUs")
         os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 1 is its (and 3.6's)
         choose(target)
         from triton.runtime import driver as triton_driver
@@ -297,17 +310,15 @@ def activate(target: Target) -> CrossDriver:
         made = CrossDriver(target)
         triton_driver.set_active(made)
         _undo.append(lambda: triton_driver.set_active(None))  # none: Triton picks its default on next use, as before
-        if target.backend == "hip":
-            _hip_pointer_ranges_without_torch()
-        else:
+        if target.backend != "hip":
             _share_identical_lowering()
         _driver = made
         return made
 
 
 def deactivate() -> None:
-    """Give Triton back what `activate` changed in it, last first: HIP's `is_within_2gb` or the stages hook, and the
-    active driver (none is then active: Triton picks its default on next use). The process's nbxcert backend stays
+    """Give Triton back what `activate` changed in it, last first: the stages hook (NVIDIA targets) and the active
+    driver (none is then active: Triton picks its default on next use). The process's nbxcert backend stays
     this one (it is fixed once per process), and kernels compiled meanwhile stay compiled for the target."""
     global _driver
     with _lock:
@@ -419,21 +430,20 @@ def _memoized(step: Callable, stage: str, ext: str, context: Callable[[], tuple]
     return run
 
 
-# --- HIP: the one replacement of a third-party function ---------------------------------------------------------------
-def _hip_pointer_ranges_without_torch() -> None:
-    """Replace `HIPBackend.is_within_2gb` until `deactivate()`; the only place this backend replaces another module's
-    function, because Triton gives no hook for it.
+# --- HIP: refused under a Triton that imports torch for every tensor argument ----------------------------------------
+def hip_needs_torch_free_triton() -> str | None:
+    """Why the installed Triton cannot cross-compile HIP kernels without torch, or None.
 
-    Triton 3.6's HIP backend imports torch to decide whether a tensor argument lies within 2 GiB (the "S" pointer
-    range specialization that enables buffer loads); Triton 3.9 answers False when torch is not importable. nbxcert
-    never imports torch, so the cross backend answers as Triton 3.9 does without it, in both: a `ptr_range()` when the
-    argument has one, else no pointer-range specialization."""
+    `HIPBackend.is_within_2gb`, which Triton calls for every tensor argument of a HIP kernel, imports torch
+    unconditionally in Triton 3.6 (an ImportError where torch is absent, torch loaded where it is present); Triton 3.9
+    first asks whether torch is importable (`HIPBackend._torch_available`) and answers without it when it is not."""
+    import importlib.metadata
+
     from triton.backends.amd.compiler import HIPBackend
 
-    original = HIPBackend.__dict__["is_within_2gb"]
-
-    def is_within_2gb(arg) -> bool:
-        return hasattr(arg, "ptr_range") and arg.ptr_range() <= 2**31 - 1
-
-    HIPBackend.is_within_2gb = staticmethod(is_within_2gb)
-    _undo.append(lambda: setattr(HIPBackend, "is_within_2gb", original))
+    if hasattr(HIPBackend, "_torch_available"):
+        return None
+    return (
+        f"Triton {importlib.metadata.version('triton')}'s HIP backend imports torch for every tensor argument "
+        "(HIPBackend.is_within_2gb), and nbxcert never loads torch: HIP targets cannot be cross-compiled with it"
+    )

@@ -30,34 +30,31 @@ def numpy_problem() -> str | None:
 
 
 def activate() -> None:
-    """Make `@triton.jit` functions interpreted in this process. Must run before kernel modules are imported."""
+    """Make `@triton.jit` functions interpreted in this process. Must run before kernel modules are imported, and before
+    `triton.language` is: Triton decorates its own helpers (tl.zeros, tl.sum, tl.cdiv, ...) when that module is first
+    imported, interpreted or compiled as `TRITON_INTERPRET` then says, and a compiled-mode helper called inside an
+    interpreted kernel fails ("Cannot call @triton.jit'd outside of the scope of a kernel"). A process that imported
+    Triton before choosing this backend is refused with one line (`language_decorated_compiled`); nothing of Triton's
+    is re-made."""
     os.environ["TRITON_INTERPRET"] = "1"
-    problem = numpy_problem()
+    problem = numpy_problem() or language_decorated_compiled()
     if problem:
-        raise BackendUnavailable(problem, hint="pip install 'numpy<2.3' (or a newer triton), then run again")
-    _interpret_language_helpers()
+        hint = (
+            "pip install 'numpy<2.3' (or a newer triton), then run again"
+            if "numpy" in problem
+            else "set NBXCERT_BACKEND=interpreter and TRITON_INTERPRET=1 in the environment before the process starts"
+        )
+        raise BackendUnavailable(problem, hint=hint)
 
 
-def _interpret_language_helpers() -> None:
-    """Re-make triton.language's own @jit helpers (tl.zeros, tl.sum, tl.cdiv, ...) as interpreted functions.
+def language_decorated_compiled() -> str | None:
+    """Why Triton's language helpers cannot run under the interpreter in this process, or None: `triton.language` was
+    imported while `TRITON_INTERPRET` was unset, so its helpers are compiled-mode `JITFunction`s."""
+    from nbxcert.kernels.backends import triton_language_mode
 
-    Triton decides when a function is decorated whether it is interpreted, and triton.language decorates its helpers
-    when it is first imported, which in nbxcert happens before the backend is chosen. Left alone they stay compiled-mode
-    JITFunctions, whose call inside an interpreted kernel raises "Cannot call @triton.jit'd outside of the scope of a
-    kernel". Each is wrapped once, and replaced wherever triton.language exposes it (the module namespaces and the
-    tensor class's member functions)."""
-    import sys
-
-    if "triton.language" not in sys.modules:
-        return  # imported later, triton.language decorates its helpers as interpreted functions itself
-    import triton.language as tl
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    wrapped: dict[int, InterpretedFunction] = {}
-    for owner in (tl, tl.standard, tl.math, tl.core, tl.tensor):
-        for name, value in list(vars(owner).items()):
-            if isinstance(value, JITFunction):
-                if id(value) not in wrapped:
-                    wrapped[id(value)] = InterpretedFunction(value.fn)
-                setattr(owner, name, wrapped[id(value)])
+    if triton_language_mode() != "compiled":
+        return None
+    return (
+        "Triton was imported before nbxcert chose its interpreter backend, so Triton's own helpers are compiled, not "
+        "interpreted"
+    )

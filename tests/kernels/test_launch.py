@@ -59,3 +59,26 @@ def test_no_kernels_sweep_launch_reads_the_device_back(monkeypatch):
             with contextlib.suppress(_HostRead):
                 spec.launch(spec.default, inputs)
     assert read == []
+
+
+def test_observing_sees_a_calls_launches_in_full_and_replayed_and_stops_after():
+    """`launch.observing` is nbxcert's own seam for seeing launches (no function of Triton's is replaced): it sees a
+    served call's launch in full and again when the call's plan replays it through Triton's dispatch, with the same
+    kernel and grid, and nothing once the block ends."""
+    import numpy as np
+
+    from nbxcert.kernels import launch, rows
+    from nbxcert.kernels.tensor import from_numpy
+
+    gen = np.random.default_rng(5)
+    x = from_numpy(gen.standard_normal((3, 64)).astype(np.float32), "float32", "cpu")
+    w = from_numpy(gen.standard_normal(64).astype(np.float32), "float32", "cpu")
+    rows.rmsnorm.plans.clear()
+    seen = []
+    with launch.observing(lambda kernel, grid, args, kwargs: seen.append((kernel, grid))):
+        rows.rmsnorm(x, w)  # in full: the plan is made
+        assert rows.rmsnorm.plans, "the first call left no plan"
+        rows.rmsnorm(x, w)  # replayed from the plan
+    assert len(seen) == 2 and seen[0] == seen[1]
+    rows.rmsnorm(x, w)
+    assert len(seen) == 2

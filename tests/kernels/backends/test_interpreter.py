@@ -75,3 +75,65 @@ def _env(**extra):
     env = dict(os.environ)
     env.update(extra)
     return env
+
+
+def _without(*names):
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in names}
+
+
+def _refusal(call: str, env: dict) -> str:
+    """What `call` (run after `import triton`, in a fresh process) says when it raises `BackendUnavailable`."""
+    code = (
+        "import triton\n"
+        "from nbxcert.errors import BackendUnavailable\n"
+        "from nbxcert.kernels.backends import cross, select\n"
+        f"try:\n    {call}\nexcept BackendUnavailable as e:\n    print(e); print(e.hint)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_a_process_that_imported_triton_first_is_refused_in_one_line_not_patched():
+    """Triton decorates its own helpers when it is first imported; nbxcert re-makes none of them. A process that
+    imported Triton before choosing the interpreter is refused, naming why and what to do."""
+    said = _refusal("select()", dict(_without("TRITON_INTERPRET"), NBXCERT_BACKEND="interpreter"))
+    assert "Triton was imported before nbxcert chose its interpreter backend" in said and "TRITON_INTERPRET=1" in said
+
+
+def test_triton_imported_first_under_triton_interpret_runs_interpreted():
+    code = (
+        "import triton, numpy as np\n"
+        "from nbxcert.kernels import rows\n"
+        "from nbxcert.kernels.tensor import from_numpy\n"
+        "x = from_numpy(np.ones((2, 8), np.float32), 'float32', 'cpu'); w = from_numpy(np.ones(8, np.float32), "
+        "'float32', 'cpu')\n"
+        "print(rows.rmsnorm(x, w, config=rows.RMSNORM.default).numpy()[0, 0])\n"
+    )
+    env = dict(_without(), NBXCERT_BACKEND="interpreter", TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    assert abs(float(r.stdout.split()[-1]) - 1.0) < 1e-5
+
+
+def test_cross_compiling_refuses_a_process_whose_triton_is_interpreted():
+    said = _refusal(
+        "cross.activate(cross.Target('cuda', 90, 32, 'nvidia/hopper', 132))",
+        dict(_without("NBXCERT_BACKEND"), TRITON_INTERPRET="1"),
+    )
+    assert "imported with TRITON_INTERPRET=1" in said and "cuda sm_90" in said
+
+
+def test_hip_cross_compiling_is_refused_under_a_triton_that_imports_torch_for_it(monkeypatch):
+    """Triton 3.6's `HIPBackend.is_within_2gb` imports torch unconditionally; nbxcert does not replace it, it refuses
+    HIP targets under such a Triton (told apart by Triton 3.9's `_torch_available`)."""
+    amd = pytest.importorskip("triton.backends.amd.compiler")
+    from nbxcert.kernels.backends import cross
+
+    if hasattr(amd.HIPBackend, "_torch_available"):
+        assert cross.hip_needs_torch_free_triton() is None
+        monkeypatch.delattr(amd.HIPBackend, "_torch_available")
+    why = cross.hip_needs_torch_free_triton()
+    assert why is not None and "imports torch for every tensor argument" in why and "\n" not in why
