@@ -285,11 +285,13 @@ def _token_index(idx_ptr, tok, tok_ok, bound, fault_ptr, SITE: tl.constexpr):
 
 
 @jit
-def _rope_kernel(
+def _rotate_heads(
     x_ptr,
     pos_ptr,
     cache_ptr,
     fault_ptr,
+    pid_t,
+    pid_h,
     n_tokens,
     n_heads,
     tok_stride,
@@ -304,17 +306,10 @@ def _rope_kernel(
     CDT: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
-    """Rotate x [n_tokens, n_heads, head_dim] in place: for token t at position p = pos[t] and frequency i < HALF,
-    the pair (x1, x2) becomes (x1 cos - x2 sin, x2 cos + x1 sin) with cos = cache[p, i], sin = cache[p, HALF + i].
-
-    x_ptr: tokens `tok_stride` and heads `head_stride` elements apart, head dims contiguous. pos_ptr: [n_tokens]
-    integer positions. cache_ptr: [max_position, 2 HALF] float32, rows `cache_stride` apart. A position outside
-    [0, max_position) is recorded at fault_ptr (`nbxcert.kernels.faults`) and its token left as it was. NEOX: pairs
-    (i, i + HALF) (GPT-NeoX, Llama); else pairs (2i, 2i + 1) (GPT-J). Head dims past 2 HALF are neither read nor
-    written. Grid (cdiv(n_tokens, TOKENS), cdiv(n_heads, BLOCK_H)). BLOCK_HALF: a power of two >= HALF. CDT: compute
-    type. UPCAST: interpreter backend."""
-    pid_t = tl.program_id(0).to(tl.int64)
-    heads = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    """Rotate, in place, heads [pid_h BLOCK_H, (pid_h + 1) BLOCK_H) of tokens [pid_t TOKENS, (pid_t + 1) TOKENS) of x
+    [n_tokens, n_heads, head_dim] (tokens `tok_stride` and heads `head_stride` elements apart, head dims contiguous):
+    see `_rope_kernel`."""
+    heads = pid_h * BLOCK_H + tl.arange(0, BLOCK_H)
     i = tl.arange(0, BLOCK_HALF)
     i_ok = i < HALF
     if NEOX:
@@ -339,6 +334,90 @@ def _rope_kernel(
         y2 = x2 * cos + x1 * sin
         tl.store(base + d1[None, :], narrow(y1, x_ptr.dtype.element_ty, UPCAST), mask=ok)
         tl.store(base + d2[None, :], narrow(y2, x_ptr.dtype.element_ty, UPCAST), mask=ok)
+
+
+@jit
+def _rope_kernel(
+    q_ptr,
+    k_ptr,
+    pos_ptr,
+    cache_ptr,
+    fault_ptr,
+    n_tokens,
+    n_heads,
+    n_kv_heads,
+    q_tok_stride,
+    q_head_stride,
+    k_tok_stride,
+    k_head_stride,
+    cache_stride,
+    max_position,
+    HALF: tl.constexpr,
+    BLOCK_HALF: tl.constexpr,
+    NEOX: tl.constexpr,
+    TOKENS: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    """Rotate q [n_tokens, n_heads, head_dim] and k [n_tokens, n_kv_heads, head_dim] in place, in one launch: for
+    token t at position p = pos[t] and frequency i < HALF, the pair (x1, x2) becomes (x1 cos - x2 sin, x2 cos + x1 sin)
+    with cos = cache[p, i], sin = cache[p, HALF + i].
+
+    q_ptr, k_ptr: tokens `*_tok_stride` and heads `*_head_stride` elements apart, head dims contiguous. pos_ptr:
+    [n_tokens] integer positions. cache_ptr: [max_position, 2 HALF] float32, rows `cache_stride` apart. A position
+    outside [0, max_position) is recorded at fault_ptr (`nbxcert.kernels.faults`) and its token left as it was. NEOX:
+    pairs (i, i + HALF) (GPT-NeoX, Llama); else pairs (2i, 2i + 1) (GPT-J). Head dims past 2 HALF are neither read nor
+    written. Grid (cdiv(n_tokens, TOKENS), cdiv(n_heads, BLOCK_H) + cdiv(n_kv_heads, BLOCK_H)): the first head blocks
+    are q's, the rest k's (one launch: a served call's host time is the driver's per launch). BLOCK_HALF: a power of
+    two >= HALF. CDT: compute type. UPCAST: interpreter backend."""
+    pid_t = tl.program_id(0).to(tl.int64)
+    pid_h = tl.program_id(1)
+    q_blocks = tl.cdiv(n_heads, BLOCK_H)
+    if pid_h < q_blocks:
+        _rotate_heads(
+            q_ptr,
+            pos_ptr,
+            cache_ptr,
+            fault_ptr,
+            pid_t,
+            pid_h,
+            n_tokens,
+            n_heads,
+            q_tok_stride,
+            q_head_stride,
+            cache_stride,
+            max_position,
+            HALF,
+            BLOCK_HALF,
+            NEOX,
+            TOKENS,
+            BLOCK_H,
+            CDT,
+            UPCAST,
+        )
+    else:
+        _rotate_heads(
+            k_ptr,
+            pos_ptr,
+            cache_ptr,
+            fault_ptr,
+            pid_t,
+            pid_h - q_blocks,
+            n_tokens,
+            n_kv_heads,
+            k_tok_stride,
+            k_head_stride,
+            cache_stride,
+            max_position,
+            HALF,
+            BLOCK_HALF,
+            NEOX,
+            TOKENS,
+            BLOCK_H,
+            CDT,
+            UPCAST,
+        )
 
 
 @jit
@@ -566,22 +645,19 @@ def cast_launches(config: Config, x: Tensor, y: Tensor) -> list[KernelLaunch]:
 def rope_launches(
     config: Config, q: Tensor, k: Tensor, positions: Tensor, cache: Tensor, rot_dim: int, style: str
 ) -> list[KernelLaunch]:
-    """q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim] (head dims contiguous), rotated in place."""
-    launches = []
+    """q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim] (head dims contiguous), rotated in place by one
+    launch."""
     tokens, block_h = config["TOKENS"], config["BLOCK_H"]
     half = rot_dim // 2
-    fault = faults.word(q.device)
-    for x in (q, k):
-        n_tokens, n_heads = x.shape[0], x.shape[1]
-        if n_tokens == 0 or n_heads == 0 or half == 0:
-            continue
-        args = (x, positions, cache, fault, n_tokens, n_heads, x.stride(0), x.stride(1), cache.stride(0))
-        args += (cache.shape[0],)
-        kwargs = dict(HALF=half, BLOCK_HALF=rope_block_half(rot_dim), NEOX=style == "neox", TOKENS=tokens)
-        kwargs.update(BLOCK_H=block_h, CDT=compute_type(x.dtype.name), UPCAST=upcast(), **_warps(config))
-        grid = (cdiv(n_tokens, tokens), cdiv(n_heads, block_h))
-        launches.append(KernelLaunch(_rope_kernel, grid, args, kwargs))
-    return launches
+    n_tokens, n_heads, n_kv_heads = q.shape[0], q.shape[1], k.shape[1]
+    if n_tokens == 0 or n_heads + n_kv_heads == 0 or half == 0:
+        return []
+    args = (q, k, positions, cache, faults.word(q.device), n_tokens, n_heads, n_kv_heads, q.stride(0), q.stride(1))
+    args += (k.stride(0), k.stride(1), cache.stride(0), cache.shape[0])
+    kwargs = dict(HALF=half, BLOCK_HALF=rope_block_half(rot_dim), NEOX=style == "neox", TOKENS=tokens)
+    kwargs.update(BLOCK_H=block_h, CDT=compute_type(q.dtype.name), UPCAST=upcast(), **_warps(config))
+    grid = (cdiv(n_tokens, tokens), cdiv(n_heads, block_h) + cdiv(n_kv_heads, block_h))
+    return [KernelLaunch(_rope_kernel, grid, args, kwargs)]
 
 
 def embedding_launches(config: Config, table: Tensor, ids: Tensor, out: Tensor) -> list[KernelLaunch]:

@@ -20,6 +20,7 @@ from nbxcert.kernels import dtypes as D
 from nbxcert.kernels import elementwise as ew
 from nbxcert.kernels.check import all_ok, first_report, run_checked
 from nbxcert.kernels.compare import compare, poison
+from nbxcert.kernels.spec import Config
 from nbxcert.kernels.tensor import from_numpy
 from nbxcert.oracles import elementwise as oracle
 from nbxcert.warm import check_configs
@@ -135,6 +136,27 @@ def test_rope_in_place_leaves_the_unrotated_dims_bit_identical(style, profile, b
             after = inputs.tensors[n].numpy()
             assert np.array_equal(after[..., 48:].view(np.uint8), before[n][..., 48:].view(np.uint8))
             assert not np.array_equal(after[..., :48], before[n][..., :48])
+
+
+@pytest.mark.parametrize("n_heads,n_kv_heads,block_h", [(5, 1, 4), (2, 7, 2), (3, 3, 1)])
+def test_rope_rotates_q_and_k_in_one_launch(n_heads, n_kv_heads, block_h, backend):
+    """One launch for q and k (a served call pays the driver per launch): q's head blocks first, then k's, each
+    rotated as the float64 oracle says, whichever has more heads or blocks."""
+    gen = np.random.default_rng(11)
+    dev = backend.device
+    q = from_numpy(gen.standard_normal((3, n_heads, 32)).astype(np.float32), "float32", dev)
+    k = from_numpy(gen.standard_normal((3, n_kv_heads, 32)).astype(np.float32), "float32", dev)
+    pos = from_numpy(np.array([0, 5, 9]), "int64", dev)
+    cache = from_numpy(ew.rope_cache(32, 16), "float32", dev)
+    want_q = oracle.rope(q.float64(), pos.numpy(), cache.float64(), 32, "neox")[0]
+    want_k = oracle.rope(k.float64(), pos.numpy(), cache.float64(), 32, "neox")[0]
+    config = Config.make(num_warps=1, TOKENS=2, BLOCK_H=block_h)
+    launches = ew.rope_launches(config, q, k, pos, cache, 32, "neox")
+    assert len(launches) == 1
+    assert launches[0].grid == (2, -(-n_heads // block_h) - (-n_kv_heads // block_h))
+    ew.rope(q, k, pos, cache, config=config)
+    np.testing.assert_allclose(q.float64(), want_q, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(k.float64(), want_k, rtol=1e-6, atol=1e-6)
 
 
 def test_rope_user_facing_refuses_bad_positions_and_shapes(backend):
