@@ -32,6 +32,7 @@ not, and its tests prove a launch with torch made unimportable.
 
 from __future__ import annotations
 
+import atexit
 import math
 import statistics
 import sys
@@ -380,6 +381,11 @@ class NbxcertCudaDriver(CudaDriver):
         self._utils_failed: BaseException | None = None
         self._utils_built = threading.Event()
         threading.Thread(target=self._build_utils, name="nbxcert-triton-utils", daemon=True).start()
+        # A process that ends while the build runs (a short command on a GPU machine: `nbxcert keys`) would remove the
+        # build's temporary directory under the compiler, which then fails with linker errors on stderr, and the next
+        # process would build again: the exit waits for the build instead (once per Triton cache; later processes load
+        # the built module).
+        atexit.register(self._utils_built.wait)
 
     def _build_utils(self) -> None:
         try:
