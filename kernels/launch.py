@@ -725,6 +725,12 @@ def _launcher_arguments(signature, names, bound, placed, metas: dict, width_of) 
     return template, tuple(pointers), tuple(descriptors)
 
 
+def _cuda_launcher() -> type:
+    from triton.backends.nvidia.driver import CudaLauncher
+
+    return CudaLauncher
+
+
 class _Direct:
     """A launch replayed straight into the compiled kernel's launcher (Triton 3.6's `CudaLauncher`): the launcher's
     whole argument list is built once, pointers are filled in as integers (the launcher then asks the driver nothing
@@ -769,7 +775,7 @@ class _Direct:
             return None
         compiled = kernel.run(*launch.args, grid=launch.grid, warmup=True, **launch.kwargs)  # from Triton's cache
         launcher = getattr(compiled, "run", None)
-        if compiled is None or not hasattr(compiled, "packed_metadata") or type(launcher).__name__ != "CudaLauncher":
+        if compiled is None or not hasattr(compiled, "packed_metadata") or not isinstance(launcher, _cuda_launcher()):
             return None
         if getattr(launcher, "profile_scratch_size", 0) or getattr(launcher, "num_ctas", 1) != 1:
             return None

@@ -8,7 +8,6 @@ Requests are plain dicts (picklable, no code): `{"op": ..., "spec": name, "confi
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import statistics
@@ -21,21 +20,12 @@ from nbxcert.kernels.spec import Config, get_spec
 from nbxcert.profiles import get_profile
 
 
-@contextlib.contextmanager
 def compile_only():
-    """Make every `kernel[grid](...)` compile (filling Triton's cache) without launching."""
-    from triton.runtime.jit import JITFunction
+    """Make every `kernel[grid](...)` on this thread compile (filling Triton's cache, loading the kernel) without
+    launching: the CUDA driver's own launcher queues nothing meanwhile (`triton_cuda.compiling_only`)."""
+    from nbxcert.kernels.backends import triton_cuda
 
-    original = JITFunction.run
-
-    def run(self, *args, grid, warmup, **kwargs):
-        return original(self, *args, grid=grid, warmup=True, **kwargs)
-
-    JITFunction.run = run
-    try:
-        yield
-    finally:
-        JITFunction.run = original
+    return triton_cuda.compiling_only()
 
 
 def _device() -> str:

@@ -9,6 +9,8 @@ and the device properties, the `CudaLauncher`, the target and type mapping) and 
     benchmarker, L2 flush buffer            `do_bench_events` on cuda.Event; a cuda allocation zeroed by a memset
     global scratch (TMA descriptors, ...)   `ScratchAllocator`, installed with `triton.set_allocator`
     torch device / device interface         refused with `TorchDeviceUnavailable`: nbxcert has no torch device
+    launcher_cls                            `Launcher`: Triton's `CudaLauncher`, which queues nothing on a thread inside
+                                            `compiling_only()` (a certification's compile workers fill Triton's cache)
 
 Beside torch, it is Triton's driver for the whole process, so it answers torch's code as Triton's stock driver would
 whenever the process has imported torch (read from `sys.modules`, never imported here): the device interface is
@@ -33,11 +35,12 @@ not, and its tests prove a launch with torch made unimportable.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import math
 import statistics
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import triton
@@ -366,13 +369,44 @@ def _thread_ready() -> int:
     return cuda.current_device()
 
 
+class _CompilingOnly(threading.local):
+    on = False  # a class default: read with no call
+
+
+_compiling_only = _CompilingOnly()
+
+
+@contextlib.contextmanager
+def compiling_only() -> Iterator[None]:
+    """While the block runs on this thread, `kernel[grid](...)` compiles (and loads) its kernel and queues nothing,
+    whoever's launch code makes the call (a kernel family's, or a user's certified spec's). Compile workers use it to
+    fill Triton's cache ahead of the checks; the driver's own launcher class honours it, so nothing of Triton's is
+    replaced."""
+    before = _compiling_only.on
+    _compiling_only.on = True
+    try:
+        yield
+    finally:
+        _compiling_only.on = before
+
+
+class Launcher(CudaLauncher):
+    """Triton's `CudaLauncher`, the launcher Triton makes for each kernel this driver loads; it launches nothing inside
+    `compiling_only()`."""
+
+    def __call__(self, *args, **kwargs):
+        if _compiling_only.on:
+            return None
+        return super().__call__(*args, **kwargs)
+
+
 class NbxcertCudaDriver(CudaDriver):
     """Triton's CUDA driver with every torch dependency answered by nbxcert's `cuda` module (see the module doc)."""
 
     def __init__(self) -> None:
         # Deliberately not CudaDriver.__init__: through GPUDriver.__init__ it imports torch (Triton 3.6 always, 3.9
         # when torch is loaded) and binds torch's device/stream/capability queries over the methods below.
-        self.launcher_cls = CudaLauncher
+        self.launcher_cls = Launcher
         self.profile_scratch_allocator = ScratchAllocator(zero=True)
         # Triton's CudaUtils is a C module Triton compiles on its first use in a Triton cache (a C compiler run, about
         # a second): built in the background from here, so a process serving kernels from a bundle (which needs it

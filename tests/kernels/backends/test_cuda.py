@@ -1595,3 +1595,20 @@ print("BENCH_OK", median, scale_kernel.best_config)
 """,
     )
     assert "BENCH_OK" in out
+
+
+def test_the_cuda_drivers_launcher_queues_nothing_while_compiling_only():
+    """Compile workers fill Triton's cache by launching inside `compiling_only()`: the CUDA driver's own launcher
+    class returns before Triton's launch there (no function of Triton's is replaced), and runs Triton's launch
+    elsewhere (here on an uninitialised launcher with no GPU driver, where Triton's code then fails)."""
+    from nbxcert.kernels.backends import triton_cuda
+
+    launcher = triton_cuda.Launcher.__new__(triton_cuda.Launcher)
+    args = (1, 1, 1, 0, 0, None, None, None, None)
+    with triton_cuda.compiling_only():
+        assert launcher(*args) is None
+        with triton_cuda.compiling_only():
+            pass
+        assert launcher(*args) is None  # a nested block leaves the outer one on
+    with pytest.raises((AttributeError, RuntimeError)):  # Triton's launch ran
+        launcher(*args)
