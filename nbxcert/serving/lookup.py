@@ -70,15 +70,25 @@ _fast: dict[tuple, Any] = {}  # (kernel, problem items, dtypes) -> Config: the w
 _override: dict[str, Any] = {}
 
 
-def configure(dirs: Sequence[Path] | None = None, certified_only: bool | None = None) -> None:
-    """Serve from exactly `dirs` (instead of the search path) and/or force certified-only mode; resets the state.
-    Used by `nbxcert verify --dir ... --certified-only`."""
+def configure(
+    dirs: Sequence[Path] | None = None,
+    certified_only: bool | None = None,
+    device: tuple[str, str] | None = None,
+) -> None:
+    """Serve from exactly `dirs` (instead of the search path) and/or force certified-only mode, and/or serve the
+    certificates of `device`, a (profile, memory class) pair such as ("hopper", "141GB"), instead of those of the
+    device kernels launch on (a process that cross-compiles for a GPU it does not have: `benchmarks/bench_host.py`);
+    resets the state. Used by `nbxcert verify --dir ... --certified-only`."""
     reset()
     _override.clear()
     if dirs is not None:
         _override["dirs"] = [Path(d) for d in dirs]
     if certified_only is not None:
         _override["certified_only"] = certified_only
+    if device is not None:
+        from nbxcert.profiles import get_profile
+
+        _override["device"] = (get_profile(device[0]), str(device[1]))
 
 
 @contextlib.contextmanager
@@ -108,7 +118,10 @@ def search_path() -> list[Path]:
 
 
 def profile_in_force():
-    """(profile, memory class) of the device kernels launch on in this process."""
+    """(profile, memory class) of the device kernels launch on in this process, or the one `configure(device=...)`
+    named."""
+    if "device" in _override:
+        return _override["device"]
     from nbxcert.kernels.backends import select
     from nbxcert.profiles import get_profile, match_nvidia
 

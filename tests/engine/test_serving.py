@@ -247,3 +247,19 @@ def test_verify_makes_a_sweeps_inputs_only_for_a_sweep(user_kernel, serving, mon
     assert [r.served for r in report.results] == [served]
     assert (report.swept, report.defaulted) == ((0, 1) if mode == "default" else (1, 0))
     assert ("1 on the kernel's default" in report.line()) is (mode == "default")
+
+
+def test_configure_device_names_the_certificates_served_instead_of_the_launch_devices():
+    """A process that cross-compiles for a GPU it does not have (bench_host.py) names the device whose certificates
+    it serves; `configure()` with no device gives the launch device's back."""
+    from nbxcert import serving
+    from nbxcert.serving import lookup
+
+    try:
+        serving.configure(device=("hopper", "141GB"))
+        profile, memory_class = lookup.profile_in_force()
+        assert (profile.key, memory_class) == ("nvidia/hopper", "141GB")
+    finally:
+        serving.configure()
+        serving.reset()
+    assert lookup.profile_in_force()[0].key != "nvidia/hopper" or lookup.profile_in_force()[1] != "141GB"
