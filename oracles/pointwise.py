@@ -101,7 +101,7 @@ def kind_of(op: str, dtype: str) -> str:
         return "int"
     if dtype == "bool":
         return "bool"
-    raise ValueError(f"{op}: unknown dtype {dtype!r}; the pointwise ops take {', '.join(ALL_NAMES)}")
+    raise ValueError(f"{op}: dtype {dtype!r} is not one the pointwise ops take ({', '.join(ALL_NAMES)})")
 
 
 def int_range(dtype: str) -> tuple[int, int]:
