@@ -86,6 +86,8 @@ ERROR_TABLE: dict[type[errors.NbxcertError], str] = {
     errors.ViewError: "bad view",
     errors.ShapeMismatch: "shape mismatch",
     errors.DeviceNotFound: "no such device",
+    errors.DTypeNotSupported: "dtype not supported",
+    errors.CastRefused: "cast refused",
     errors.BackendUnavailable: "backend unavailable",
     errors.DeviceOutOfMemory: "out of device memory",
     errors.CudaError: "CUDA error",

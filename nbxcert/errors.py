@@ -49,6 +49,20 @@ class DeviceNotFound(NbxcertError):
     default_hint = "run `nbxcert doctor` to list the devices this machine has"
 
 
+class DTypeNotSupported(NbxcertError):
+    """An op given a dtype it does not take (a bitwise op on floats, a transcendental function on integers, `-` on
+    bools, ...), or a type promotion torch does not define (float8 types). Names the op and the dtype."""
+
+    default_hint = "cast the operand first (`nbxcert.ops.cast`) to a dtype the op takes, as the message lists"
+
+
+class CastRefused(NbxcertError):
+    """An op's result dtype cannot be cast to the in-place or `out=` tensor's dtype under torch's casting rule (a
+    float result into an integer or bool tensor, an integer result into a bool tensor). Names the op and both dtypes."""
+
+    default_hint = "give an output tensor of the result dtype (or a wider one of its kind), or cast the result"
+
+
 # --- backends ---------------------------------------------------------------------------------------------------------
 class BackendUnavailable(NbxcertError):
     """The backend asked for (NBXCERT_BACKEND or a device string) cannot be used on this machine."""
