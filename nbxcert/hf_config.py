@@ -12,11 +12,11 @@ Fields read (transformers' configuration classes name them; the defaults are the
 
     hidden_size, intermediate_size, vocab_size,
     num_hidden_layers, num_attention_heads     -> hidden, intermediate, vocab, layers, heads
-    num_key_value_heads                        -> kv_heads; absent: num_attention_heads (every one of these config
-                                                  classes: "If it is not specified, will default to
+    num_key_value_heads                        -> kv_heads; absent or null: num_attention_heads (every one of these
+                                                  config classes: "If it is not specified, will default to
                                                   num_attention_heads")
-    head_dim                                   -> head_dim; absent: hidden_size / num_attention_heads, refused when
-                                                  that does not divide (the classes' `hidden_size //
+    head_dim                                   -> head_dim; absent or null: hidden_size / num_attention_heads,
+                                                  refused when that does not divide (the classes' `hidden_size //
                                                   num_attention_heads`)
     hidden_act                                 -> activation: `silu` (SwiGLU) is the only gated MLP nbxcert has a
                                                   kernel for (silu_and_mul); any other value is refused naming it
@@ -190,10 +190,11 @@ def workload_of(config: Any, path: str) -> Workload:
             raise get.fail(field, f"not a field nbxcert maps for model_type {model_type}")
 
     hidden, heads = get.size("hidden_size"), get.size("num_attention_heads")
-    kv_heads = get.size("num_key_value_heads") if "num_key_value_heads" in config else heads
+    # absent or null: the config classes' rule (module doc)
+    kv_heads = heads if config.get("num_key_value_heads") is None else get.size("num_key_value_heads")
     if heads % kv_heads:
         raise get.fail("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads={heads}")
-    if "head_dim" in config:
+    if config.get("head_dim") is not None:
         head_dim = get.size("head_dim")
     elif hidden % heads:
         raise get.fail(
