@@ -12,9 +12,11 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from nbxcert.errors import HfConfigInvalid, NbxcertError
-from nbxcert.hf_config import load_hf_config
+from nbxcert.hf_config import load_hf_config, workload_of
 from nbxcert.profiles import get_profile
 from nbxcert.workload import launches, load_workload, workload_keys
 
@@ -192,3 +194,39 @@ def test_a_path_with_no_config_is_refused(tmp_path):
         load_hf_config(tmp_path)  # a directory with no config.json
     with pytest.raises(NbxcertError, match="does not exist"):
         load_hf_config(tmp_path / "nothing.json")
+
+
+# --- any edit of a published config: a workload or one refusal, never another exception -------------------------------
+_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True),
+    st.text(max_size=12),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    name=st.sampled_from(sorted(p.name for p in CONFIGS.iterdir() if p.is_dir())),
+    edits=st.dictionaries(
+        st.one_of(
+            st.sampled_from(sorted({f for p in CONFIGS.glob("*/config.json") for f in published(p.parent.name)})),
+            st.text(max_size=8),
+        ),
+        _values,
+        max_size=3,
+    ),
+    dropped=st.integers(min_value=0, max_value=40),
+)
+def test_any_edit_of_a_config_is_a_workload_or_one_refusal(tmp_path, name, edits, dropped):
+    config = {**published(name), **edits}
+    config.pop(sorted(config)[dropped % len(config)], None)
+    try:
+        w = workload_of(config, str(tmp_path / name / "config.json"))
+    except HfConfigInvalid as e:
+        assert "\n" not in str(e) and "field '" in str(e), str(e)
+        return
+    assert w.dtypes and w.model["heads"] % w.model["kv_heads"] == 0
