@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nbxcert.errors import BackendUnavailable, KeyNotCertified, UsageError
 from nbxcert.kernels.backends import cross
@@ -42,6 +42,9 @@ from nbxcert.kernels.backends.cross import Target
 from nbxcert.serving.bundles import SCHEMA_VERSION, Bundle, canonical, entry_digest, record_digest, serialize
 from nbxcert.text import printable
 from nbxcert.worker import Worker, one_line, serve_cross_compiling
+
+if TYPE_CHECKING:
+    from nbxcert.workload import Workload
 
 TIMEOUT_PER_PROBLEM_S = 300.0  # one problem's compiles on a busy CPU (ptxas on a large tile takes a minute or more)
 # Requests a worker answers before it is replaced: Triton keeps every kernel it compiled in memory (all its stages'
@@ -170,7 +173,7 @@ def plan(
     profile,
     keys: Sequence[Any] | None,
     dirs: Sequence[Path],
-    workload: str | None = None,
+    workload: str | Workload | None = None,
     kernels: Sequence[str] | None = None,
 ) -> tuple[list[Item], list[str], list[tuple[str, str]]]:
     """(the keys to compile, the keys skipped for want of a certificate, the keys refused with the reason). `keys`
@@ -208,9 +211,9 @@ def plan(
                 problems.append(dict(cp[role]))
         items[text] = Item(found, spec.name, dict(winner), parse_key(text).dtypes, problems)
     if workload is not None and items:
-        from nbxcert.workload import launches, load_workload
+        from nbxcert.workload import launches, resolve
 
-        for launch in launches(load_workload(workload), profile):
+        for launch in launches(resolve(workload), profile):
             text = make_key(get_spec(launch.kernel), launch.problem, launch.dtypes, profile).text()
             item = items.get(text)
             if item is not None and launch.problem not in item.problems:
@@ -243,7 +246,7 @@ def build(
     keys: Sequence[Any] | None,
     dirs: Sequence[Path] | None,
     out: Path,
-    workload: str | None = None,
+    workload: str | Workload | None = None,
     kernels: Sequence[str] | None = None,
     jobs: int | None = None,
     modules: Sequence[str] = (),

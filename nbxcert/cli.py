@@ -56,6 +56,13 @@ err = Console(stderr=True)
 
 # The options several commands take, declared once (Typer reads an `Annotated` alias as it reads the annotation).
 WorkloadOption = Annotated[str | None, typer.Option(help="A shipped workload name or a workload YAML file.")]
+HfConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--hf-config",
+        help="A Hugging Face model config.json (or its directory): the workload of the model as published.",
+    ),
+]
 KeysFileOption = Annotated[Path | None, typer.Option("--keys", help="A keys file (JSON lines).")]
 KeyOption = Annotated[list[str] | None, typer.Option(help="A launch key text (repeatable).")]
 KernelsOption = Annotated[str | None, typer.Option(help="Only these kernels (comma-separated).")]
@@ -104,6 +111,7 @@ ERROR_TABLE: dict[type[errors.NbxcertError], str] = {
     errors.KeyParseError: "bad launch key",
     errors.KeyNotCertified: "key not certified",
     errors.WorkloadInvalid: "invalid workload",
+    errors.HfConfigInvalid: "invalid Hugging Face config",
     errors.CertificateInvalid: "invalid certificate",
     errors.IndexCorrupt: "corrupt index",
     errors.BundleCorrupt: "corrupt bundle",
@@ -423,11 +431,24 @@ def _backend_line() -> None:
     print(select().line(), file=sys.stderr)
 
 
-def _asked_keys(profile, key, keys_file, workload, kernels, spec):
+def _workload(workload, hf_config, keys_file, key):
+    """The workload asked for: `--workload`'s name or path, or the one `--hf-config`'s config forms (alone: with another
+    source of keys, which one was meant is not known)."""
+    from nbxcert.options import hf_config_alone
+
+    if hf_config_alone(hf_config, workload=workload, keys=keys_file, key=key) is None:
+        return workload
+    from nbxcert.hf_config import load_hf_config
+
+    return load_hf_config(hf_config)
+
+
+def _asked_keys(profile, key, keys_file, workload, kernels, spec, hf_config=None):
     """(the user's spec modules, the kernels filter, the keys asked for), each checked (`keyfile.gather_keys`)."""
     from nbxcert.dirscan import load_specs
     from nbxcert.keyfile import gather_keys, parse_kernels
 
+    workload = _workload(workload, hf_config, keys_file, key)
     modules = [m.split(":")[0] for m in spec or ()]
     load_specs(modules)  # before the keys: a key of the user's own kernel is checked against its spec
     wanted = parse_kernels(kernels)
@@ -439,6 +460,7 @@ def _asked_keys(profile, key, keys_file, workload, kernels, spec):
 def keys(
     profile: Annotated[str, typer.Option(help="Device profile whose ladders bucket the sizes (e.g. hopper).")],
     workload: WorkloadOption = None,
+    hf_config: HfConfigOption = None,
     keys_file: KeysFileOption = None,
     key: KeyOption = None,
     kernels: KernelsOption = None,
@@ -449,7 +471,7 @@ def keys(
     from nbxcert.profiles import get_profile
 
     prof = get_profile(profile)
-    _modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec)
+    _modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec, hf_config)
     if json_out:
         for k in found:
             print(json.dumps({"key": k.text()}))
@@ -467,6 +489,7 @@ def keys(
 def certify(
     profile: Annotated[str, typer.Option(help="The profile to certify for; must match the device in force.")],
     workload: WorkloadOption = None,
+    hf_config: HfConfigOption = None,
     keys_file: KeysFileOption = None,
     key: KeyOption = None,
     kernels: KernelsOption = None,
@@ -492,7 +515,7 @@ def certify(
     _backend_line()
     share, jobs, timeout = parse_shard(shard), check_jobs(jobs), seconds(timeout)
     prof, how = resolve_profile(profile)
-    modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec)
+    modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec, hf_config)
     check_out_dir(out_dir)
     if how != "exact":
         print(f"[nbxcert] notice: this device runs on the {prof.key} profile by a {how} match", file=sys.stderr)
@@ -558,7 +581,7 @@ def certify(
     raise typer.Exit(0 if report.ok else 1)
 
 
-def _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec):
+def _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec, hf_config=None):
     """(profile, certificate directories, the user's spec modules, keys) of a command serving keys from `dirs` (default:
     the search path) on this device, each checked in this order: directories, environment, profile, keys."""
     from nbxcert.certify import resolve_profile
@@ -567,7 +590,7 @@ def _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec):
     dirs = existing_dirs(dirs)
     check_environment(search_path=dirs is None)
     prof, _how = resolve_profile(profile)
-    modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec)
+    modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec, hf_config)
     return prof, dirs, modules, found
 
 
@@ -592,6 +615,7 @@ def _verdicts(results) -> list[dict]:
 def verify(
     profile: Annotated[str, typer.Option(help="The profile to verify; must match the device in force.")],
     workload: WorkloadOption = None,
+    hf_config: HfConfigOption = None,
     keys_file: KeysFileOption = None,
     key: KeyOption = None,
     kernels: KernelsOption = None,
@@ -613,7 +637,7 @@ def verify(
 
     _backend_line()
     share, jobs = parse_shard(shard), check_jobs(jobs)
-    prof, dirs, modules, found = _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec)
+    prof, dirs, modules, found = _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec, hf_config)
     found = shard_keys(found, share)
 
     with _Heartbeat(f"verify {prof.key}", "compiling the certified winners ahead") as beat:
@@ -665,6 +689,7 @@ def verify(
 def warm(
     profile: Annotated[str, typer.Option(help="The profile whose certificates to compile; must match the device.")],
     workload: WorkloadOption = None,
+    hf_config: HfConfigOption = None,
     keys_file: KeysFileOption = None,
     key: KeyOption = None,
     kernels: KernelsOption = None,
@@ -679,7 +704,7 @@ def warm(
 
     _backend_line()
     jobs = check_jobs(jobs)
-    prof, dirs, modules, found = _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec)
+    prof, dirs, modules, found = _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec, hf_config)
     with _Heartbeat(f"warm {prof.key}", f"compiling the certified winners of {len(found)} keys"):
         report = run_warm(prof.key, found, dirs, jobs, modules)
     if json_out:
@@ -694,6 +719,7 @@ def warm(
 def coverage(
     profile: Annotated[str, typer.Option(help="The profile whose certificates are counted.")],
     workload: WorkloadOption = None,
+    hf_config: HfConfigOption = None,
     keys_file: KeysFileOption = None,
     key: KeyOption = None,
     kernels: KernelsOption = None,
@@ -716,7 +742,7 @@ def coverage(
     if junit_xml is not None:
         writable_file(junit_xml, "--junit-xml")
     prof = get_profile(profile)
-    _modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec)
+    _modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec, hf_config)
     with _Heartbeat(f"coverage {prof.key}", f"reading the certificates of {len(found)} keys"):
         report = run_coverage(prof.key, found, dirs)
     if junit_xml:
@@ -1245,6 +1271,7 @@ def bundle(
         str | None, typer.Option(help="The GPU profile to compile for (e.g. hopper); no GPU needed.")
     ] = None,
     workload: WorkloadOption = None,
+    hf_config: HfConfigOption = None,
     keys_file: KeysFileOption = None,
     key: KeyOption = None,
     kernels: KernelsOption = None,
@@ -1258,7 +1285,8 @@ def bundle(
     json_out: JsonReportOption = False,
 ):
     """Compile the certified winners of PROFILE for its GPU (cross-compiling, no GPU needed) into one bundle file that
-    serving loads instead of compiling: the keys of --workload, --keys or --key, or every key certified in --dir.
+    serving loads instead of compiling: the keys of --workload, --hf-config, --keys or --key, or every key certified in
+    --dir.
     With --check FILE: exit 1 naming each key whose certificate in --dir changed, is gone, or is not bundled."""
     from nbxcert import bundling
     from nbxcert.census import load_census_specs
@@ -1268,7 +1296,7 @@ def bundle(
     from nbxcert.profiles import get_profile
 
     jobs, dirs = check_jobs(jobs), existing_dirs(dirs)
-    asked_keys = bool(key or keys_file or workload)
+    asked_keys = bool(key or keys_file or workload or hf_config)
     if check_file is not None:
         if out_file is not None or jobs is not None:
             raise errors.UsageError(
@@ -1286,11 +1314,13 @@ def bundle(
             raise errors.UsageError("no bundle file to write: give --out FILE (e.g. hopper.nbxbundle)")
         if not asked_keys and dirs is None:
             raise errors.UsageError(
-                "no keys asked for: give --workload NAME|FILE, --keys FILE or --key TEXT, or --dir DIR for every key "
-                "certified there"
+                "no keys asked for: give --workload NAME|FILE, --hf-config CONFIG.json, --keys FILE or --key TEXT, or "
+                "--dir DIR for every key certified there"
             )
         writable_file(out_file, "--out")
     check_environment(search_path=dirs is None)
+    if asked_keys:
+        workload = _workload(workload, hf_config, keys_file, key)
     prof = get_profile(profile) if profile is not None else None
     modules = [m.split(":")[0] for m in spec or ()]
     wanted = parse_kernels(kernels)
@@ -1298,7 +1328,7 @@ def bundle(
     if check_file is not None:
         if asked_keys:
             if prof is None:
-                raise errors.UsageError("--workload, --keys and --key need --profile to form their keys")
+                raise errors.UsageError("--workload, --hf-config, --keys and --key need --profile to form their keys")
             load_census_specs(prof, modules)
             found = gather_keys(prof, key or (), keys_file, workload, wanted)
         report = bundling.check(check_file, dirs, found, profile, wanted, modules)

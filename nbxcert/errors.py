@@ -181,6 +181,16 @@ class WorkloadInvalid(NbxcertError):
     )
 
 
+class HfConfigInvalid(NbxcertError):
+    """A Hugging Face model config (`--hf-config`) that does not map to a workload: not a JSON object, an unknown
+    `model_type`, a field missing, of an unknown value, or one nbxcert has no launch for. Names file and field."""
+
+    default_hint = (
+        "write a workload file for this model instead (`nbxcert/workloads/llama-3-8b.yml` shows every field) and give "
+        "it with --workload FILE"
+    )
+
+
 class CertificateInvalid(NbxcertError):
     """A certificate file that breaks its schema. Names file, key, field and reason."""
 

@@ -107,17 +107,20 @@ def parse_kernels(text: str | None) -> list[str] | None:
 
 
 def gather_keys(profile, key_texts=(), keys_file=None, workload=None, kernels=None) -> list[LaunchKey]:
-    """The keys a command was asked for: `--key` texts, a `--keys` file and/or a `--workload`, in that order, only
+    """The keys a command was asked for: `--key` texts, a `--keys` file and/or a workload (a name or path for
+    `load_workload`, or a `Workload` already formed, as `--hf-config`'s), in that order, only
     those of `kernels` when given (`parse_kernels`), duplicates removed. Every key is checked against its kernel's
     spec and `profile`'s ladders (`keys.check_key`) before any work starts, and nothing to do is refused, never a
     pass: no key asked for, a keys file with no key, or no key left of the kernels asked for (an empty keys file
     made `coverage` print 100% and exit 0, so a smoke test that recorded nothing passed the CI gate)."""
     from nbxcert.kernels.spec import get_spec
     from nbxcert.text import printable
-    from nbxcert.workload import load_workload, workload_keys
+    from nbxcert.workload import resolve, workload_keys
 
     if not key_texts and not keys_file and not workload:
-        raise UsageError("no keys asked for", hint="give --workload NAME|FILE, --keys FILE or --key TEXT")
+        raise UsageError(
+            "no keys asked for", hint="give --workload NAME|FILE, --hf-config CONFIG.json, --keys FILE or --key TEXT"
+        )
 
     def checked(k: LaunchKey) -> LaunchKey:  # a key from the user's text: its fields, then its sizes for the prune
         spec = get_spec(k.kernel)
@@ -137,7 +140,7 @@ def gather_keys(profile, key_texts=(), keys_file=None, workload=None, kernels=No
             except (KeyParseError, KernelNotFound) as e:
                 raise type(e)(f"keys file {printable(keys_file)}: {e.message}", hint=e.hint) from None
     if workload:
-        keys += workload_keys(load_workload(workload), profile)  # all of them: the filter below says how many
+        keys += workload_keys(resolve(workload), profile)  # all of them: the filter below says how many
     if kernels:
         asked = len(keys)
         keys = [k for k in keys if k.kernel in set(kernels)]

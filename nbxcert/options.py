@@ -122,6 +122,21 @@ def _reader_waiting(path: Path, option: str) -> None:
         ) from None
 
 
+def hf_config_alone(hf_config: Path | None, **others) -> Path | None:
+    """`--hf-config`'s path when no other source of keys is given with it (`others`: each option's name, `_` for `-`,
+    and its value). The config forms one workload; with --workload, --keys or --key as well, which keys were meant is
+    not known, so the pair is refused rather than merged."""
+    if hf_config is None:
+        return None
+    given = [f"--{name.replace('_', '-')}" for name, value in others.items() if value]
+    if given:
+        raise UsageError(
+            f"--hf-config cannot be combined with {' or '.join(given)}: it forms the workload's keys itself",
+            hint="give --hf-config alone, or leave it out",
+        )
+    return Path(hf_config)
+
+
 def jobs(n: int | None, option: str = "--jobs") -> int | None:
     """A worker count: None (the default) or 1..MAX_JOBS. Before this, `--jobs 0` silently meant the CPU count and
     `--jobs -1` left certify with no runner at all."""

@@ -117,6 +117,12 @@ def parse_workload(text: str, path: str) -> Workload:
         raise WorkloadInvalid(f"{path}: not valid YAML: nested too deeply") from None
     except ValueError as e:  # an integer of more than 4300 digits (same bug hunt): int() refuses it inside PyYAML
         raise WorkloadInvalid(f"{path}: not valid YAML: {str(e)[:200]}") from None
+    return workload_from_doc(doc, path)
+
+
+def workload_from_doc(doc: Any, path: str) -> Workload:
+    """The workload a parsed document states, every field checked and refused by name: the one path a workload file
+    and a Hugging Face config (`nbxcert.hf_config`, which forms the same document from the config's fields) take."""
     if not isinstance(doc, dict):
         raise WorkloadInvalid(f"{path}: a workload is a mapping, got {type(doc).__name__}")
     if "kind" in doc:
@@ -218,6 +224,11 @@ def _check_sizes(path: str, field: str, v: Any) -> None:
                 raise _fail(path, f"{field}.{bound}", f"must be a positive integer, got {b!r}")
         return
     raise _fail(path, field, "must be a list of sizes or {ladder: NAME, max: N}")
+
+
+def resolve(workload: str | Workload) -> Workload:
+    """A workload already formed (`nbxcert.hf_config.load_hf_config`) as it is, else `load_workload` of the name."""
+    return workload if isinstance(workload, Workload) else load_workload(workload)
 
 
 def sizes(w: Workload, phase: str, profile) -> list[int]:

@@ -1,0 +1,337 @@
+"""Hugging Face model configs: a `config.json` as published -> the workload a workload file would state.
+
+`load_hf_config(path)` reads the config of a decoder-only model (`model_type` llama, mistral, qwen2, qwen3, mixtral,
+qwen3_moe, phi3), forms the document a workload file holds (`nbxcert/workloads/llama-3-8b.yml`) and hands it to
+`workload.workload_from_doc`, the path every workload file takes: the launches and keys are then exactly those of a
+workload file with the same dimensions. Correct or refuse: every field of the config is either read (below), known
+to leave the launches unchanged (`_NO_LAUNCH`, each with the reason), or refused by name (`HfConfigInvalid`: the file,
+the field, what to do). A value that is neither in the config nor derived by one of the rules below is an error,
+never a guess.
+
+Fields read (transformers' configuration classes name them; the defaults are theirs, cited where one applies):
+
+    hidden_size, intermediate_size, vocab_size,
+    num_hidden_layers, num_attention_heads     -> hidden, intermediate, vocab, layers, heads
+    num_key_value_heads                        -> kv_heads; absent or null: num_attention_heads (every one of these
+                                                  config classes: "If it is not specified, will default to
+                                                  num_attention_heads")
+    head_dim                                   -> head_dim; absent or null: hidden_size / num_attention_heads,
+                                                  refused when that does not divide (the classes' `hidden_size //
+                                                  num_attention_heads`)
+    hidden_act                                 -> activation: `silu` (SwiGLU) is the only gated MLP nbxcert has a
+                                                  kernel for (silu_and_mul); any other value is refused naming it
+    attention_bias, mlp_bias                   -> must be false where given: in llama, qwen3 and qwen3_moe they add a
+                                                  bias to the output projection (and the MLP), which no workload
+                                                  launch has
+    torch_dtype (transformers >= 4.56: dtype)  -> dtypes: [that dtype] (float16, bfloat16 or float32)
+    max_position_embeddings                    -> caps the phases' sizes (below)
+    num_local_experts (mixtral), num_experts (qwen3_moe), num_experts_per_tok, moe_intermediate_size (qwen3_moe;
+    mixtral's experts are `intermediate_size` wide: MixtralBlockSparseTop2MLP) -> experts, top_k, moe_intermediate
+
+Rules of the model type (what transformers' modeling code does with no field to say so):
+
+    norm: rmsnorm, rope: neox for all of them (their RMSNorm and their `rotate_half` rotary embedding);
+    qwen2: qkv_bias true (Qwen2Attention: q/k/v projections with bias, the output projection without);
+    qwen3, qwen3_moe: qk_norm true (their attention's q_norm and k_norm);
+    qwen3_moe: every layer sparse only when decoder_sparse_step is 1 and mlp_only_layers is empty, else refused (a
+    workload's MoE fields make every layer sparse);
+    phi3: qkv_proj and gate_up_proj are single fused weights, and nbxcert's workload launches those two projections
+    fused already (one matmul of N = (heads + 2 kv_heads) head_dim, one of N = 2 intermediate): the same launches.
+
+Phases: those of every shipped decoder workload but `demo` (nbxcert/workloads/{tinyllama-1.1b, llama-3-8b,
+mistral-7b, qwen2.5-7b, mixtral-8x7b, qwen3-30b-a3b}.yml): prefill tokens on the `tokens` ladder up to 4096, decode
+batches on the `batch` ladder up to 64, KV lengths on the `kv_len` ladder from 128 to 8192; a model whose
+max_position_embeddings is smaller has its prefill and KV maxima capped to it (no launch past the positions it has).
+
+Not modelled, as the shipped workloads do not model them: `sliding_window` (a mask over KV positions, not a shape:
+the attention keys have no window field, and the shipped mistral-7b workload of Mistral-7B-v0.1, whose window is
+4096, launches full attention at every KV length up to 8192; a windowed model's keys above its window are those of
+full attention at that length).
+
+Refused by model type: gemma's MLP is GeGLU (its hidden_act `gelu`, or `hidden_activation` `gelu_pytorch_tanh`),
+which needs a gelu_and_mul kernel nbxcert does not have: refused naming the field. gemma2, gemma3 and gemma3_text
+(soft-capped attention logits, alternating sliding and global layers, norms after attention and MLP) have launches
+the workload format cannot state: refused naming `model_type`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from nbxcert.errors import HfConfigInvalid, WorkloadInvalid
+from nbxcert.workload import SCHEMA_VERSION, Workload, workload_from_doc
+
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "gemma", "phi3")
+MOE_TYPES = ("mixtral", "qwen3_moe")
+REFUSED_TYPES = {
+    t: "soft-capped attention logits, alternating sliding-window and global layers and norms after attention and MLP "
+    "have no launch in the workload format"
+    for t in ("gemma2", "gemma3", "gemma3_text")
+}
+DTYPES = ("float16", "bfloat16", "float32")
+ACTIVATIONS = {"silu": "silu"}  # a published hidden_act -> the workload's activation (nbxcert.workload.ACTIVATIONS)
+
+# The shipped decoder workloads' phases (module doc), before the max_position_embeddings cap.
+PREFILL_MAX = 4096
+DECODE_MAX = 64
+KV_MIN, KV_MAX = 128, 8192
+
+# Fields that leave every launch unchanged, each with the reason (a field in neither this table nor those read is
+# refused by name).
+_NO_LAUNCH = {
+    "_name_or_path": "names the workload",
+    "architectures": "the class name; model_type says which mapping applies",
+    "auto_map": "remote-code class names",
+    "transformers_version": "the version that wrote the file",
+    "bos_token_id": "a token id",
+    "eos_token_id": "a token id",
+    "pad_token_id": "a token id",
+    "use_cache": "whether a KV cache is kept: the decode phases assume one",
+    "initializer_range": "training initialisation",
+    "attention_dropout": "training only",
+    "embd_pdrop": "training only",
+    "resid_pdrop": "training only",
+    "router_aux_loss_coef": "training loss",
+    "output_router_logits": "training loss",
+    "router_jitter_noise": "training only",
+    "rms_norm_eps": "a value of the norm, not a shape (no key field)",
+    "rope_theta": "the rotary tables' values, not a shape",
+    "rope_scaling": "the rotary tables' values, not a shape",
+    "rope_parameters": "the rotary tables' values, not a shape",
+    "original_max_position_embeddings": "the rotary scaling's reference length",
+    "tie_word_embeddings": "the LM head reads the embedding's [vocab, hidden] matrix: the same matmul launch",
+    "sliding_window": "a mask over KV positions, not a shape (module doc)",
+    "use_sliding_window": "a mask over KV positions, not a shape (module doc)",
+    "max_window_layers": "which layers mask with the window: not a shape",
+    "norm_topk_prob": "the renormalisation of the top-k weights, not listed (nbxcert.workload)",
+    "decoder_sparse_step": "read: 1 is every layer sparse",
+    "mlp_only_layers": "read: empty is every layer sparse",
+}
+_READ = (
+    "model_type",
+    "hidden_size",
+    "intermediate_size",
+    "vocab_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "hidden_act",
+    "attention_bias",
+    "mlp_bias",
+    "torch_dtype",
+    "dtype",
+    "max_position_embeddings",
+    "pretraining_tp",
+    "partial_rotary_factor",
+    "use_mrope",
+)
+_MOE_FIELDS = {
+    "mixtral": ("num_local_experts", "num_experts_per_tok"),
+    "qwen3_moe": (
+        "num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "decoder_sparse_step",
+        "mlp_only_layers",
+    ),
+}
+_GEMMA_FIELDS = ("hidden_activation",)
+_REFUSED_FIELDS = {
+    "quantization_config": "quantized weights launch the dequantizing kernels, not the matmuls a workload lists",
+    "text_config": "a multimodal model's wrapper: give the text model's own config",
+}
+
+
+def load_hf_config(path: str | Path) -> Workload:
+    """The workload of a Hugging Face `config.json` (or of the directory holding one), or `HfConfigInvalid` naming
+    the file and the field (module doc)."""
+    from nbxcert.options import reachable
+
+    p = reachable(Path(path), "Hugging Face config")
+    if p.is_dir():
+        p = reachable(p / "config.json", "Hugging Face config")
+    if not p.is_file():
+        what = "is not a regular file" if p.exists() else "does not exist"
+        raise HfConfigInvalid(f"{p} {what}", hint="give a model's config.json, or the directory holding it")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise HfConfigInvalid(f"{p}: not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise HfConfigInvalid(f"{p}: cannot be read: {e.strerror}", hint="give a config you can read") from None
+    try:
+        config = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise HfConfigInvalid(f"{p}: not valid JSON: {str(e).splitlines()[0][:200]}") from None
+    return workload_of(config, str(p))
+
+
+def workload_of(config: Any, path: str) -> Workload:
+    """The workload of a parsed config (`path` names it in messages and gives the name when `_name_or_path` is not
+    there: the directory holding the file, as a model's files are kept)."""
+    if not isinstance(config, dict):
+        raise HfConfigInvalid(f"{path}: a model config is a JSON object, got {type(config).__name__}")
+    get = _Fields(config, path)
+    model_type = get.text("model_type")
+    if model_type in REFUSED_TYPES:
+        raise get.fail("model_type", f"'{model_type}' is not mapped: {REFUSED_TYPES[model_type]}")
+    if model_type not in MODEL_TYPES:
+        raise get.fail("model_type", f"'{model_type}' is not mapped (mapped: {', '.join(MODEL_TYPES)})")
+    if model_type == "gemma":  # every gemma is GeGLU: said first, as no other field could make it launchable
+        _activation(get, model_type)
+    known = {*_READ, *_NO_LAUNCH, *_MOE_FIELDS.get(model_type, ()), *(_GEMMA_FIELDS if model_type == "gemma" else ())}
+    for field in config:
+        if field in _REFUSED_FIELDS:
+            raise get.fail(field, _REFUSED_FIELDS[field])
+        if field not in known:
+            raise get.fail(field, f"not a field nbxcert maps for model_type {model_type}")
+
+    hidden, heads = get.size("hidden_size"), get.size("num_attention_heads")
+    # absent or null: the config classes' rule (module doc)
+    kv_heads = heads if config.get("num_key_value_heads") is None else get.size("num_key_value_heads")
+    if heads % kv_heads:
+        raise get.fail("num_key_value_heads", f"{kv_heads} does not divide num_attention_heads={heads}")
+    if config.get("head_dim") is not None:
+        head_dim = get.size("head_dim")
+    elif hidden % heads:
+        raise get.fail(
+            "head_dim", f"missing, and hidden_size={hidden} is not a multiple of num_attention_heads={heads}"
+        )
+    else:
+        head_dim = hidden // heads
+    model: dict[str, Any] = {
+        "hidden": hidden,
+        "intermediate": get.size("intermediate_size"),
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "head_dim": head_dim,
+        "vocab": get.size("vocab_size"),
+        "layers": get.size("num_hidden_layers"),
+        "norm": "rmsnorm",
+        "activation": _activation(get, model_type),
+        "rope": "neox",
+        "qkv_bias": model_type == "qwen2",
+    }
+    for field in ("attention_bias", "mlp_bias"):
+        if field in config and get.flag(field):
+            raise get.fail(field, "true: a bias on the output projection or the MLP has no launch in a workload")
+    if config.get("pretraining_tp", 1) != 1:
+        raise get.fail(
+            "pretraining_tp", f"{config['pretraining_tp']!r}: slices every projection into that many launches"
+        )
+    if config.get("partial_rotary_factor", 1.0) != 1.0:
+        raise get.fail(
+            "partial_rotary_factor", f"{config['partial_rotary_factor']!r}: the rotary launch rotates the whole head"
+        )
+    if config.get("use_mrope", False) is not False:
+        raise get.fail("use_mrope", f"{config['use_mrope']!r}: multimodal rotary sections have no launch in a workload")
+    if model_type in ("qwen3", "qwen3_moe"):
+        model["qk_norm"] = True
+    if model_type in MOE_TYPES:
+        model.update(_experts(get, model_type, config))
+    positions = get.size("max_position_embeddings")
+    if positions < KV_MIN:
+        raise get.fail("max_position_embeddings", f"{positions} is below the shortest KV length covered ({KV_MIN})")
+    phases = {
+        "prefill_tokens": {"ladder": "tokens", "max": min(PREFILL_MAX, positions)},
+        "decode_batch": {"ladder": "batch", "max": DECODE_MAX},
+        "kv_lens": {"ladder": "kv_len", "min": KV_MIN, "max": min(KV_MAX, positions)},
+    }
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "name": _name(config, path),
+        "source": f"{path} (Hugging Face config, model_type {model_type})",
+        "model": model,
+        "dtypes": [_dtype(get, config)],
+        "phases": phases,
+    }
+    try:
+        return workload_from_doc(doc, path)
+    except WorkloadInvalid as e:  # a value the checks above let through: still one line, naming the workload field
+        raise HfConfigInvalid(e.message) from None
+
+
+class _Fields:
+    """The config's fields read by name, each refused naming the file and the field."""
+
+    def __init__(self, config: dict, path: str):
+        self.config, self.path = config, path
+
+    def fail(self, field: str, reason: str, hint: str | None = None) -> HfConfigInvalid:
+        return HfConfigInvalid(f"{self.path}: field '{field}': {reason}", hint=hint)
+
+    def present(self, field: str) -> Any:
+        if field not in self.config:
+            raise self.fail(field, "missing")
+        return self.config[field]
+
+    def size(self, field: str) -> int:
+        v = self.present(field)
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise self.fail(field, f"must be a positive integer, got {v!r}")
+        return v
+
+    def text(self, field: str) -> str:
+        v = self.present(field)
+        if not isinstance(v, str) or not v:
+            raise self.fail(field, f"must be a non-empty string, got {v!r}")
+        return v
+
+    def flag(self, field: str) -> bool:
+        v = self.present(field)
+        if not isinstance(v, bool):
+            raise self.fail(field, f"must be true or false, got {v!r}")
+        return v
+
+
+def _activation(get: _Fields, model_type: str) -> str:
+    # gemma's MLP uses hidden_activation when given (transformers' GemmaMLP), else the tanh gelu whatever hidden_act
+    # says; both are GeGLU, refused below like any activation with no gated kernel
+    field = "hidden_activation" if model_type == "gemma" and "hidden_activation" in get.config else "hidden_act"
+    act = get.text(field)
+    if act not in ACTIVATIONS:
+        raise get.fail(
+            field,
+            f"'{act}': nbxcert has no gated-MLP kernel for it (silu_and_mul is SwiGLU's; mapped: "
+            f"{', '.join(ACTIVATIONS)})",
+            hint="a model with this MLP cannot be certified yet: its activation-and-multiply kernel is not in nbxcert",
+        )
+    return ACTIVATIONS[act]
+
+
+def _experts(get: _Fields, model_type: str, config: dict) -> dict[str, int]:
+    top_k = get.size("num_experts_per_tok")
+    if model_type == "mixtral":
+        return {
+            "experts": get.size("num_local_experts"),
+            "top_k": top_k,
+            "moe_intermediate": get.size("intermediate_size"),
+        }
+    if get.size("decoder_sparse_step") != 1:
+        raise get.fail("decoder_sparse_step", f"{config['decoder_sparse_step']}: dense and sparse layers mixed")
+    if get.present("mlp_only_layers") != []:
+        raise get.fail("mlp_only_layers", f"{config['mlp_only_layers']!r}: dense and sparse layers mixed")
+    return {"experts": get.size("num_experts"), "top_k": top_k, "moe_intermediate": get.size("moe_intermediate_size")}
+
+
+def _dtype(get: _Fields, config: dict) -> str:
+    fields = [f for f in ("torch_dtype", "dtype") if f in config]
+    if not fields:
+        raise get.fail("torch_dtype", f"missing (nor dtype): say the weights' dtype, one of {', '.join(DTYPES)}")
+    values = {config[f] for f in fields if isinstance(config[f], str)}
+    for f in fields:
+        if config[f] not in DTYPES:
+            raise get.fail(f, f"{config[f]!r} is not a dtype nbxcert launches (one of {', '.join(DTYPES)})")
+    if len(values) > 1:
+        raise get.fail("dtype", f"{config['dtype']!r} differs from torch_dtype {config['torch_dtype']!r}")
+    return values.pop()
+
+
+def _name(config: dict, path: str) -> str:
+    name = config.get("_name_or_path")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise HfConfigInvalid(f"{path}: field '_name_or_path': must be a non-empty string, got {name!r}")
+    return name or Path(path).absolute().parent.name
