@@ -105,14 +105,16 @@ def _div(x, y):
     """x / y rounded to nearest (Triton's float32 `/` is an approximate division on the GPU)."""
     if x.dtype == tl.float32:
         return tl.math.div_rn(x, y)
-    return x / y
+    else:
+        return x / y
 
 
 @jit
 def _sqrt(x):
     if x.dtype == tl.float32:
         return tl.math.sqrt_rn(x)
-    return tl.sqrt(x)
+    else:
+        return tl.sqrt(x)
 
 
 @jit
@@ -283,14 +285,15 @@ def _int_div_parts(x, y):
         q = tl.where(y == 0, 0, x // safe).to(x.dtype)
         r = tl.where(y == 0, 0, x % safe).to(x.dtype)
         return q, r
-    minus_one = y == tl.full(y.shape, -1, y.dtype)
-    safe = tl.where((y == 0) | minus_one, 1, y).to(x.dtype)
-    q = x // safe
-    r = x % safe
-    neg_x = (tl.zeros_like(x) - x).to(x.dtype)
-    q = tl.where(minus_one, neg_x, tl.where(y == 0, 0, q)).to(x.dtype)
-    r = tl.where(minus_one | (y == 0), 0, r).to(x.dtype)
-    return q, r
+    else:
+        minus_one = y == tl.full(y.shape, -1, y.dtype)
+        safe = tl.where((y == 0) | minus_one, 1, y).to(x.dtype)
+        q = x // safe
+        r = x % safe
+        neg_x = (tl.zeros_like(x) - x).to(x.dtype)
+        q = tl.where(minus_one, neg_x, tl.where(y == 0, 0, q)).to(x.dtype)
+        r = tl.where(minus_one | (y == 0), 0, r).to(x.dtype)
+        return q, r
 
 
 @jit
@@ -305,9 +308,10 @@ def _int_pow(x, e, BITS: tl.constexpr):
         k = k >> 1
     if x.dtype.is_int_unsigned():
         return result
-    minus_one = x == tl.full(x.shape, -1, x.dtype)
-    neg = tl.where(x == 1, 1, tl.where(minus_one, tl.where((e & 1) != 0, -1, 1), 0)).to(x.dtype)
-    return tl.where(e < 0, neg, result)
+    else:
+        minus_one = x == tl.full(x.shape, -1, x.dtype)
+        neg = tl.where(x == 1, 1, tl.where(minus_one, tl.where((e & 1) != 0, -1, 1), 0)).to(x.dtype)
+        return tl.where(e < 0, neg, result)
 
 
 @jit
@@ -373,16 +377,19 @@ def _b_linspace(x, y, z, p0, p1, p2, i):
 def _b_abs(x, y, z, p0, p1, p2, i):
     if x.dtype == tl.int1:
         return x
-    if x.dtype.is_floating():
-        return tl.abs(x)
-    return tl.where(x < 0, 0 - x, x).to(x.dtype)
+    else:
+        if x.dtype.is_floating():
+            return tl.abs(x)
+        else:
+            return tl.where(x < 0, 0 - x, x).to(x.dtype)
 
 
 @jit
 def _b_neg(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return -x
-    return (0 - x).to(x.dtype)
+    else:
+        return (0 - x).to(x.dtype)
 
 
 @jit
@@ -459,38 +466,44 @@ def _b_erf(x, y, z, p0, p1, p2, i):
 def _b_sign(x, y, z, p0, p1, p2, i):
     if x.dtype == tl.int1:
         return x
-    if x.dtype.is_floating():
-        s = (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
-        return tl.where(_isnan(x), x, s)
-    return ((x > 0).to(x.dtype) - (x < 0).to(x.dtype)).to(x.dtype)
+    else:
+        if x.dtype.is_floating():
+            s = (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
+            return tl.where(_isnan(x), x, s)
+        else:
+            return ((x > 0).to(x.dtype) - (x < 0).to(x.dtype)).to(x.dtype)
 
 
 @jit
 def _b_floor(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return tl.floor(x)
-    return x
+    else:
+        return x
 
 
 @jit
 def _b_ceil(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return tl.ceil(x)
-    return x
+    else:
+        return x
 
 
 @jit
 def _b_round(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return _rint(x)
-    return x
+    else:
+        return x
 
 
 @jit
 def _b_trunc(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return _trunc(x)
-    return x
+    else:
+        return x
 
 
 @jit
@@ -503,7 +516,8 @@ def _b_sigmoid(x, y, z, p0, p1, p2, i):
 def _b_relu(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return tl.where(x > 0, x, tl.where(_isnan(x), x, 0.0))
-    return tl.where(x > 0, x, 0).to(x.dtype)
+    else:
+        return tl.where(x > 0, x, 0).to(x.dtype)
 
 
 @jit
@@ -586,25 +600,30 @@ def _b_glu(x, y, z, p0, p1, p2, i):
 def _b_add(x, y, z, p0, p1, p2, i):
     if x.dtype == tl.int1:
         return x | (y & (p0 != 0))
-    if x.dtype.is_floating():
-        return x + p0 * y
-    return (x + p0 * y).to(x.dtype)
+    else:
+        if x.dtype.is_floating():
+            return x + p0 * y
+        else:
+            return (x + p0 * y).to(x.dtype)
 
 
 @jit
 def _b_sub(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return x - p0 * y
-    return (x - p0 * y).to(x.dtype)
+    else:
+        return (x - p0 * y).to(x.dtype)
 
 
 @jit
 def _b_mul(x, y, z, p0, p1, p2, i):
     if x.dtype == tl.int1:
         return x & y
-    if x.dtype.is_floating():
-        return x * y
-    return (x * y).to(x.dtype)
+    else:
+        if x.dtype.is_floating():
+            return x * y
+        else:
+            return (x * y).to(x.dtype)
 
 
 @jit
@@ -635,16 +654,18 @@ def _floor_div_float(x, y):
 def _b_div_trunc(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return _trunc(_div(x, y))
-    q, r = _int_div_parts(x, y)
-    return q
+    else:
+        q, r = _int_div_parts(x, y)
+        return q
 
 
 @jit
 def _b_div_floor(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return _floor_div_float(x, y)
-    q, r = _int_div_parts(x, y)
-    return tl.where((r != 0) & ((r < 0) != (y < 0)), q - 1, q).to(x.dtype)
+    else:
+        q, r = _int_div_parts(x, y)
+        return tl.where((r != 0) & ((r < 0) != (y < 0)), q - 1, q).to(x.dtype)
 
 
 @jit
@@ -652,43 +673,51 @@ def _b_remainder(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         r = _fmod_float(x, y)
         return tl.where((r != 0) & ((y < 0) != (r < 0)), r + y, r)
-    q, r = _int_div_parts(x, y)
-    return tl.where((r != 0) & ((r < 0) != (y < 0)), r + y, r).to(x.dtype)
+    else:
+        q, r = _int_div_parts(x, y)
+        return tl.where((r != 0) & ((r < 0) != (y < 0)), r + y, r).to(x.dtype)
 
 
 @jit
 def _b_fmod(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return _fmod_float(x, y)
-    q, r = _int_div_parts(x, y)
-    return r
+    else:
+        q, r = _int_div_parts(x, y)
+        return r
 
 
 @jit
 def _b_pow(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return _float_pow(x, y)
-    if x.dtype == tl.int1:
-        return x | (y == 0)
-    return _int_pow(x, y, x.dtype.primitive_bitwidth)
+    else:
+        if x.dtype == tl.int1:
+            return x | (y == 0)
+        else:
+            return _int_pow(x, y, x.dtype.primitive_bitwidth)
 
 
 @jit
 def _b_maximum(x, y, z, p0, p1, p2, i):
     if x.dtype == tl.int1:
         return x | y
-    if x.dtype.is_floating():
-        return tl.where(_isnan(x) | _isnan(y), x + y, tl.maximum(x, y))
-    return tl.maximum(x, y)
+    else:
+        if x.dtype.is_floating():
+            return tl.where(_isnan(x) | _isnan(y), x + y, tl.maximum(x, y))
+        else:
+            return tl.maximum(x, y)
 
 
 @jit
 def _b_minimum(x, y, z, p0, p1, p2, i):
     if x.dtype == tl.int1:
         return x & y
-    if x.dtype.is_floating():
-        return tl.where(_isnan(x) | _isnan(y), x + y, tl.minimum(x, y))
-    return tl.minimum(x, y)
+    else:
+        if x.dtype.is_floating():
+            return tl.where(_isnan(x) | _isnan(y), x + y, tl.minimum(x, y))
+        else:
+            return tl.minimum(x, y)
 
 
 @jit
@@ -725,9 +754,11 @@ def _b_addcdiv(x, y, z, p0, p1, p2, i):
 def _b_addcmul(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return x + p0 * y * z
-    if x.dtype == tl.int1:
-        return x | (y & z & (p0 != 0))
-    return (x + p0 * y * z).to(x.dtype)
+    else:
+        if x.dtype == tl.int1:
+            return x | (y & z & (p0 != 0))
+        else:
+            return (x + p0 * y * z).to(x.dtype)
 
 
 # --- comparisons and logic --------------------------------------------------------------------------------------------
@@ -800,7 +831,8 @@ def _b_bitwise_xor(x, y, z, p0, p1, p2, i):
 def _b_bitwise_not(x, y, z, p0, p1, p2, i):
     if x.dtype == tl.int1:
         return x == 0
-    return ~x
+    else:
+        return ~x
 
 
 @jit
@@ -828,21 +860,24 @@ def _b_right_shift(x, y, z, p0, p1, p2, i):
 def _b_isnan(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return _isnan(x)
-    return x != x
+    else:
+        return x != x
 
 
 @jit
 def _b_isinf(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return _isinf(x)
-    return x != x
+    else:
+        return x != x
 
 
 @jit
 def _b_isfinite(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         return (x == x) & ~_isinf(x)
-    return x == x
+    else:
+        return x == x
 
 
 @jit
@@ -851,7 +886,8 @@ def _b_nan_to_num(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
         r = tl.where(x == float("inf"), p1, tl.where(x == float("-inf"), p2, x))
         return tl.where(_isnan(x), p0, r)
-    return x
+    else:
+        return x
 
 
 @jit
@@ -860,7 +896,8 @@ def _b_clamp(x, y, z, p0, p1, p2, i):
     r = tl.minimum(tl.maximum(x, p0), p1)
     if x.dtype.is_floating():
         return tl.where(_isnan(x), x, r)
-    return r
+    else:
+        return r
 
 
 @jit
@@ -868,7 +905,8 @@ def _b_clamp_min(x, y, z, p0, p1, p2, i):
     r = tl.maximum(x, p0)
     if x.dtype.is_floating():
         return tl.where(_isnan(x), x, r)
-    return r
+    else:
+        return r
 
 
 @jit
@@ -876,7 +914,8 @@ def _b_clamp_max(x, y, z, p0, p1, p2, i):
     r = tl.minimum(x, p0)
     if x.dtype.is_floating():
         return tl.where(_isnan(x), x, r)
-    return r
+    else:
+        return r
 
 
 @jit
@@ -902,7 +941,8 @@ def _cast_guard(x, y, z):
         bad = _isnan(x) | above | below
         code = tl.where(_isnan(x), 1, tl.where(above, 2, 3)).to(tl.int64)
         return bad, code
-    return x != x, x.to(tl.int64)
+    else:
+        return x != x, x.to(tl.int64)
 
 
 @jit
@@ -927,14 +967,15 @@ def _operand(ptr, off, ok, v, MODE: tl.constexpr, VIA: tl.constexpr, TO: tl.cons
                 return raw.to(TO)
         if tl.int1 == VIA:
             return raw != 0
-        if raw.dtype != VIA:
-            if tl.bfloat16 == VIA:
-                raw = narrow(raw.to(tl.float32), VIA, UPCAST)
-            elif raw.dtype == tl.int1:
-                raw = raw.to(tl.int8).to(VIA)
-            else:
-                raw = raw.to(VIA)
-        return raw.to(TO)
+        else:
+            if raw.dtype != VIA:
+                if tl.bfloat16 == VIA:
+                    raw = narrow(raw.to(tl.float32), VIA, UPCAST)
+                elif raw.dtype == tl.int1:
+                    raw = raw.to(tl.int8).to(VIA)
+                else:
+                    raw = raw.to(VIA)
+            return raw.to(TO)
     elif MODE == 1:
         s = tl.full(off.shape, 0.0, tl.float64) + v.to(tl.int64).to(tl.float64, bitcast=True)
         if tl.int1 == TO:
@@ -958,7 +999,8 @@ def _param(v, P_FLOAT: tl.constexpr, TO: tl.constexpr):
         s = v.to(tl.int64)
     if tl.int1 == TO:
         return s != 0
-    return s.to(TO)
+    else:
+        return s.to(TO)
 
 
 @jit
@@ -967,21 +1009,24 @@ def _to_output(y, DT: tl.constexpr, UPCAST: tl.constexpr):
     bool, wrapped into an integer (a float result reaches an integer output only through `cast`, truncated)."""
     if tl.int1 == DT:
         return y != 0
-    if y.dtype == tl.int1:
-        y = y.to(tl.int8)
-    if DT.is_floating():
-        if not y.dtype.is_floating():
-            y = y.to(tl.float64)
-        if UPCAST and tl.bfloat16 == DT:
-            # the interpreter's float32 -> bfloat16 conversion loses subnormals: store the rounded bits themselves
-            bits = y.to(tl.float32).to(tl.uint32, bitcast=True)
-            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
-            return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
-        return narrow(y, DT, UPCAST)
-    if y.dtype.is_floating():
-        # only a cast reaches here, its refused lanes (NaN, out of range) recorded: they store 0
-        y = tl.where((y == y) & (tl.abs(y) < 9.2e18), y, 0.0)
-    return y.to(DT)
+    else:
+        if y.dtype == tl.int1:
+            y = y.to(tl.int8)
+        if DT.is_floating():
+            if not y.dtype.is_floating():
+                y = y.to(tl.float64)
+            if UPCAST and tl.bfloat16 == DT:
+                # the interpreter's float32 -> bfloat16 conversion loses subnormals: store the rounded bits themselves
+                bits = y.to(tl.float32).to(tl.uint32, bitcast=True)
+                bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+                return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+            else:
+                return narrow(y, DT, UPCAST)
+        else:
+            if y.dtype.is_floating():
+                # only a cast reaches here, its refused lanes (NaN, out of range) recorded: they store 0
+                y = tl.where((y == y) & (tl.abs(y) < 9.2e18), y, 0.0)
+            return y.to(DT)
 
 
 @jit
