@@ -185,3 +185,22 @@ def test_every_op_has_a_spec_and_runs(profile):
         assert spec.name == f"pw_{name}" and spec.family == "pointwise"
         inputs = spec.make_inputs(spec.example_problems[0], spec.dtypes[0], 3, "cpu")
         spec.launch(spec.default, inputs)
+
+
+@pytest.mark.slow
+def test_every_op_cross_compiles_for_hopper():
+    """Each op's default config on its mixed-layout example, at its first and last dtype tuple, compiles for sm_90
+    (the census's cross-compiling backend, no GPU): 0 failures."""
+    import crosstools
+
+    items = []
+    for spec in pw.SPECS.values():
+        for dtypes in {spec.dtypes[0], spec.dtypes[-1]}:
+            problem = spec.example_problems[1]
+            items.append(
+                {"spec": spec.name, "config": pw.DEFAULT.as_dict(), "problem": problem, "dtypes": list(dtypes)}
+            )
+    results = crosstools.cross_compile(90, crosstools.launch_specs, items, 900)
+    assert len(results) == len(items)
+    failed = [(r["spec"], r["dtypes"], r.get("error", "")[-300:]) for r in results if not r["ok"]]
+    assert not failed, failed
