@@ -47,8 +47,20 @@ SITES = {
         "the pool of {bound} blocks (index: the block table entry, in elements from its start)",
         "those positions are skipped",
     ),
+    5: (
+        "integer division or remainder (pointwise)",
+        "divisor",
+        "the nonzero integers (torch raises ZeroDivisionError)",
+        "the output is undefined",
+    ),
+    6: (
+        "float to integer cast (pointwise)",
+        "value class (1: NaN, 2: +inf or above the range, 3: -inf or below it)",
+        "the range of the {bound}-bit integer type",
+        "the output is undefined",
+    ),
 }
-EMBEDDING_ID, ROPE_POSITION, DECODE_LENGTH, BLOCK_ID = 1, 2, 3, 4
+EMBEDDING_ID, ROPE_POSITION, DECODE_LENGTH, BLOCK_ID, INTEGER_DIVISOR, FLOAT_TO_INT = 1, 2, 3, 4, 5, 6
 # the value word of a record whose index word packs (index << 32) | (32-bit value): `record_fault_lanes`; an impossible
 # value for a scalar record's (those hold the bad value itself, and no checked value is this large a negative)
 PACKED_VALUE = -(2**62)

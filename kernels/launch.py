@@ -620,7 +620,8 @@ def _step(launch: KernelLaunch, sources: _Sources):
     for value in launch.kwargs.values():
         if type(value) is Tensor or _is_descriptor(value):
             raise _Unplaceable("a tensor given to a launch by keyword")
-        if not (type(value) in _SCALARS or type(value).__module__.startswith("triton.language")):
+        # a JIT function given as a constexpr (the pointwise kernel's op body) is part of what is compiled
+        if not (type(value) in _SCALARS or type(value).__module__.startswith(("triton.language", "triton.runtime"))):
             raise _Unplaceable(f"a launch keyword of type {type(value).__name__}")
     if launch.served_by is not None:  # a bundle's compiled kernel ran it: replayed the same way, never compiled
         return _Bundled.of(launch, placed_args)

@@ -236,7 +236,7 @@ def replace_registered(old: KernelSpec, new: KernelSpec) -> KernelSpec:
     return new
 
 
-FAMILY_MODULES = ("matmul", "rows", "elementwise", "attention", "moe", "quant", "sampling", "vision")
+FAMILY_MODULES = ("matmul", "rows", "elementwise", "attention", "moe", "quant", "sampling", "vision", "pointwise")
 
 
 def load_all() -> dict[str, KernelSpec]:

@@ -65,7 +65,7 @@ FLOAT_DTYPES = (
 )
 EXACT_DTYPES = ("int8", "uint8", "int16", "int32", "int64", "bool")
 REQUIRED_TOLERANCES = ("float16", "bfloat16", "float32", "float64", *EXACT_DTYPES)
-LADDER_NAMES = ("tokens", "batch", "kv_len", "rows")
+LADDER_NAMES = ("tokens", "batch", "kv_len", "rows", "numel")
 
 # A device's reported memory sits below the datasheet's: the driver reserves some, and GDDR parts with ECC on give up
 # 1/16 of it (a Tesla T4 reports 15110 MiB of its 16 GiB, -7.8%, in a published deviceQuery). 10% admits that and
@@ -151,7 +151,7 @@ class Profile:
         return float(self._values[key])
 
     def ladder(self, name: str) -> tuple[int, ...]:
-        """The bucket ladder `name` (tokens, batch, kv_len, rows) launch keys bucket sizes onto."""
+        """The bucket ladder `name` (tokens, batch, kv_len, rows, numel) launch keys bucket sizes onto."""
         key = f"buckets.{name}"
         if key not in self._values:
             raise DeviceFactMissing(f"{self.path}: no bucket ladder '{name}' (field '{key}' is not stated)")

@@ -1,0 +1,2016 @@
+"""Pointwise kernels: every element-wise op of torch's (unary math, activations, binary arithmetic, comparisons,
+logic, bit operations, selection, data movement) through ONE kernel, `_map_kernel`, and a table of ops.
+
+The kernel. `_map_kernel` reads up to three operands x, y, z, each either a tensor read through its own strides over
+the output's (merged) index space, or a scalar; takes up to three scalar parameters p0, p1, p2 (alpha, min/max, a
+fill value, ...); applies the op's body, a `@jit` function given as the constexpr BODY; and stores into the output
+through the output's strides (so a copy into a strided view, or an in-place op on a view, is the same launch). The
+index space is the output's shape with adjacent dimensions merged wherever they are contiguous in every tensor
+(`merge_dims`), at most `MAX_DIMS` of them; when every tensor is contiguous with the output's shape (DENSE) the
+kernel does no index arithmetic at all. A zero-input generator (fill, arange, linspace) is the same kernel with no
+operand: its body reads the element's index.
+
+Types. An operand is loaded in its own dtype, converted to the op's common dtype (torch's: the type every operand is
+cast to, `nbxcert.kernels.promotion`), then to the compute type: half precision in float32, float32 and float64 in
+float64 (the ops whose half-precision results need more than float32: `Op.wide`, in float64 too), integers in their
+own width with two's complement wrap-around, bool as int1. The result is rounded once into the output's dtype
+(`narrow`: round to nearest even, bfloat16 on the bits under the interpreter). A Python scalar operand is passed as
+its float64 bits (or as an int64), so no value is rounded through a float32 kernel argument.
+
+Refusals (`nbxcert.kernels.faults`): integer division or remainder by zero, and a float to integer cast of NaN, an
+infinity or a value outside the target's range, are recorded by the kernel and raised as one `LaunchError` line.
+
+Every op is a row of `OPS` (`Op`): its name (torch's), its operand count, its body, the dtypes it takes, torch's
+type promotion kind, its scalar parameters, and its oracle (`nbxcert.oracles.pointwise.<name>`, looked up when it
+judges, as `nbxcert.kernels.promotion` is when a call promotes). Each row becomes one `KernelSpec` named `pw_<name>`
+(family "pointwise"), all built by `op_spec`.
+
+Keys: the element count, bucketed on the device file's `numel` ladder, and each operand's and the output's layout
+class (dense / broadcast / strided / scalar / none: `layout_of`); the dtypes are the operands' and the output's.
+No config field changes an output bit (each element is computed by the same expression whatever the tile or warps):
+every spec says so in `no_bit_fields`, and the tests check it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import triton.language as tl
+
+from nbxcert.errors import DTypeError, LaunchError, ShapeMismatch
+from nbxcert.kernels import faults
+from nbxcert.kernels import inputs as _inputs
+from nbxcert.kernels.common import family_spec, narrow, upcast
+from nbxcert.kernels.dtypes import get_dtype
+from nbxcert.kernels.faults import record_fault_lanes
+from nbxcert.kernels.jit import jit
+from nbxcert.kernels.launch import KernelLaunch, cdiv, constexprs, served
+from nbxcert.kernels.launch import run_all as _run
+from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal
+from nbxcert.kernels.spec import Config, Inputs, KeyField, PruneResult, Reference, choose_config
+from nbxcert.kernels.tensor import Tensor, empty, from_numpy
+
+MAX_DIMS = 6  # dimensions the kernel indexes after merging (torch's TensorIterator merges alike; 6 covers NCDHW+1)
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+INTS = ("int8", "uint8", "int16", "int32", "int64")
+ALL = FLOATS + INTS + ("bool",)
+NUMERIC = FLOATS + INTS
+INT_BITS = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32, "int64": 64, "bool": 1}
+# operand modes (constexpr X_MODE, ...)
+TENSOR, FLOAT_SCALAR, INT_SCALAR, UNUSED = 0, 1, 2, 3
+
+PI = tl.constexpr(3.141592653589793)
+HALF_PI = tl.constexpr(1.5707963267948966)
+QUARTER_PI = tl.constexpr(0.7853981633974483)
+TAN_PI_8 = tl.constexpr(0.41421356237309503)
+INV_SQRT2 = tl.constexpr(0.7071067811865476)
+SQRT_2_OVER_PI = tl.constexpr(0.7978845608028654)
+GELU_TANH_C = tl.constexpr(0.044715)
+SELU_ALPHA = tl.constexpr(1.6732632423543772)
+SELU_SCALE = tl.constexpr(1.0507009873554805)
+
+
+# ======================================================================================================================
+# device helpers
+# ======================================================================================================================
+@jit
+def _c(value: tl.constexpr, like):
+    """The constant `value` in `like`'s type at its full precision (a bare Python float enters Triton as float32)."""
+    return tl.full([], value, like.dtype)
+
+
+@jit
+def _nan(like):
+    return tl.full(like.shape, float("nan"), like.dtype)
+
+
+@jit
+def _isnan(x):
+    return x != x
+
+
+@jit
+def _isinf(x):
+    return (x == float("inf")) | (x == float("-inf"))
+
+
+@jit
+def _div(x, y):
+    """x / y rounded to nearest (Triton's float32 `/` is an approximate division on the GPU)."""
+    if x.dtype == tl.float32:
+        return tl.math.div_rn(x, y)
+    else:
+        return x / y
+
+
+@jit
+def _sqrt(x):
+    if x.dtype == tl.float32:
+        return tl.math.sqrt_rn(x)
+    else:
+        return tl.sqrt(x)
+
+
+@jit
+def _expm1(x):
+    """exp(x) - 1 without cancellation near 0 (Kahan: (u - 1) x / log u, u = exp x)."""
+    u = tl.exp(x)
+    um1 = u - 1.0
+    safe = tl.where((um1 == 0.0) | (u == float("inf")), 1.0, u)
+    r = um1 * _div(x, tl.log(safe))
+    r = tl.where(um1 == -1.0, -1.0, r)
+    r = tl.where(u == 1.0, x, r)
+    return tl.where(u == float("inf"), u, r)
+
+
+@jit
+def _log1p(x):
+    """log(1 + x) without cancellation near 0 (Goldberg: log(u) x / (u - 1), u = 1 + x)."""
+    u = 1.0 + x
+    d = u - 1.0
+    r = tl.log(u) * _div(x, tl.where(d == 0.0, 1.0, d))
+    r = tl.where(d == 0.0, x, r)
+    return tl.where(u == float("inf"), u, r)
+
+
+@jit
+def _sigmoid(x):
+    """1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0, e = exp(-|x|): no overflow on either side."""
+    e = tl.exp(-tl.abs(x))
+    return _div(tl.where(x >= 0, 1.0, e), 1.0 + e)
+
+
+@jit
+def _tanh(x):
+    """tanh from expm1 (no cancellation near 0, no overflow: |x| > 22 in float64 is +-1 already)."""
+    a = tl.minimum(tl.abs(x), 40.0)
+    e = _expm1(-2.0 * a)
+    t = _div(-e, e + 2.0)
+    return tl.where(x < 0, -t, tl.where(x == 0, x, t))
+
+
+@jit
+def _softplus(x):
+    """log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|))."""
+    return tl.maximum(x, 0.0) + _log1p(tl.exp(-tl.abs(x)))
+
+
+@jit
+def _atan(t):
+    """atan(t): |t| > 1 through pi/2 - atan(1/|t|); past tan(pi/8), pi/4 + atan((u - 1)/(u + 1)); then the series
+    v (1 - v^2/3 + v^4/5 - ...) for |v| <= tan(pi/8) (26 terms: below float64's half ulp)."""
+    ax = tl.abs(t)
+    inv = ax > 1.0
+    u = tl.where(inv, _div(tl.full(ax.shape, 1.0, ax.dtype), tl.where(inv, ax, 1.0)), ax)
+    shifted = u > _c(TAN_PI_8, u)
+    v = tl.where(shifted, _div(u - 1.0, u + 1.0), u)
+    v2 = v * v
+    s = tl.zeros_like(v)
+    for k in tl.static_range(25, -1, -1):
+        s = s * v2 + _c((1 - 2 * (k % 2)) / (2 * k + 1), v)
+    a = v * s
+    a = tl.where(shifted, _c(QUARTER_PI, u) + a, a)
+    a = tl.where(inv, _c(HALF_PI, u) - a, a)
+    a = tl.where(ax == float("inf"), _c(HALF_PI, u), a)
+    return tl.where(t < 0, -a, tl.where(t == 0, t, a))
+
+
+@jit
+def _atan2(y, x):
+    """atan2 with C99's special cases (signed zeros, infinities)."""
+    ay = tl.abs(y)
+    ax = tl.abs(x)
+    both_inf = (ay == float("inf")) & (ax == float("inf"))
+    r = _atan(_div(ay, tl.where(ax == 0.0, 1.0, ax)))
+    r = tl.where(ax == 0.0, _c(HALF_PI, y), r)
+    r = tl.where(both_inf, _c(QUARTER_PI, y), r)
+    neg_x = (x < 0) | ((x == 0) & ((1.0 / tl.where(x == 0, x, 1.0)) < 0))  # x negative, -0.0 included
+    r = tl.where(neg_x, _c(PI, y) - r, r)
+    r = tl.where((ay == 0) & (ax == 0) & ~neg_x, ay, r)
+    r = tl.where(_isnan(x) | _isnan(y), _nan(y), r)
+    neg_y = (y < 0) | ((y == 0) & ((1.0 / tl.where(y == 0, y, 1.0)) < 0))
+    return tl.where(neg_y, -r, r)
+
+
+@jit
+def _rint(x):
+    """Round half to even; integers, infinities and NaN unchanged; the sign of a zero result is x's."""
+    if x.dtype == tl.float64:
+        big = tl.abs(x) >= 4503599627370496.0  # 2^52: already an integer
+    else:
+        big = tl.abs(x) >= 8388608.0  # 2^23
+    r = tl.floor(x + 0.5)
+    tie = (r - x) == 0.5
+    r = tl.where(tie & ((r - 2.0 * tl.floor(r * 0.5)) != 0.0), r - 1.0, r)
+    r = tl.where(x < 0, -tl.abs(r), r)
+    return tl.where(big | _isnan(x), x, r)
+
+
+@jit
+def _trunc(x):
+    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
+
+
+@jit
+def _pow2(j, one, BIAS: tl.constexpr, P: tl.constexpr, MIN_K: tl.constexpr, FT: tl.constexpr):
+    """2^j as the float type FT (bits of the integer type of `one`), for MIN_K <= j <= BIAS: normal or subnormal."""
+    j = tl.maximum(j, MIN_K)
+    bits = tl.where(j >= 1 - BIAS, (j + BIAS).to(one.dtype) << P, one << (j - MIN_K).to(one.dtype))
+    return bits.to(FT, bitcast=True)
+
+
+@jit
+def _fmod_float(a, b):
+    """C's fmod, exact: the significands' long division on the bits (the float64 or float32 compute type), one
+    shift-subtract step per binade between a and b; the result has a's sign. Subnormals are normalized first (scaled
+    by 2^P, exactly), so both significands have their leading bit at P."""
+    if a.dtype == tl.float64:
+        IT: tl.constexpr = tl.int64
+        P: tl.constexpr = 52
+        EMASK: tl.constexpr = 0x7FF
+        BIAS: tl.constexpr = 1023
+        MIN_K: tl.constexpr = -1074
+        TWO_P: tl.constexpr = 4503599627370496.0
+    else:
+        IT: tl.constexpr = tl.int32
+        P: tl.constexpr = 23
+        EMASK: tl.constexpr = 0xFF
+        BIAS: tl.constexpr = 127
+        MIN_K: tl.constexpr = -149
+        TWO_P: tl.constexpr = 8388608.0
+    aa = tl.abs(a)
+    ab = tl.abs(b)
+    one = aa.to(IT, bitcast=True) * 0 + 1
+    sub_a = aa < _pow2(one * (1 - BIAS), one, BIAS, P, MIN_K, a.dtype)
+    sub_b = ab < _pow2(one * (1 - BIAS), one, BIAS, P, MIN_K, a.dtype)
+    ua = tl.where(sub_a, aa * TWO_P, aa).to(IT, bitcast=True)
+    ub = tl.where(sub_b, ab * TWO_P, ab).to(IT, bitcast=True)
+    ea = ((ua >> P) & EMASK) - tl.where(sub_a, P, 0)
+    eb = ((ub >> P) & EMASK) - tl.where(sub_b, P, 0)
+    ma = (ua & ((one << P) - 1)) | (one << P)
+    mb = (ub & ((one << P) - 1)) | (one << P)
+    finite = (aa < float("inf")) & (b == b) & (b != 0.0) & (ab < float("inf"))
+    work = finite & (aa >= ab) & (a != 0.0)
+    steps = tl.where(work, ea - eb, 0)
+    m = tl.where(work, ma, 0)
+    mb = tl.where(work, mb, 1)
+    for _ in range(0, tl.max(steps)):
+        live = steps > 0
+        m = tl.where(live & (m >= mb), m - mb, m)
+        m = tl.where(live, m << 1, m)
+        steps = tl.where(live, steps - 1, steps)
+    m = tl.where(m >= mb, m - mb, m)
+    # the result is m 2^k, exactly representable: one scaling where 2^k is a float, else two (2^(k + P), then 2^-P)
+    k = eb - BIAS - P
+    direct = m.to(a.dtype) * _pow2(k, one, BIAS, P, MIN_K, a.dtype)
+    twice = (m.to(a.dtype) * _pow2(k + P, one, BIAS, P, MIN_K, a.dtype)) * _c(1.0 / TWO_P, a)
+    r = tl.where(k >= MIN_K, direct, twice)
+    r = tl.where(a < 0, -r, r)
+    r = tl.where(work, r, tl.where(finite | ((ab == float("inf")) & (aa < float("inf"))), a, _nan(a)))
+    return r
+
+
+@jit
+def _int_div_parts(x, y):
+    """(trunc(x / y), x - trunc(x / y) * y) for integers, wrapping: y == 0 gives (0, 0) (the guard refuses it) and
+    y == -1 gives (-x, 0) (INT_MIN / -1 wraps to INT_MIN, as torch's)."""
+    if x.dtype.is_int_unsigned():
+        safe = tl.where(y == 0, 1, y).to(x.dtype)
+        q = tl.where(y == 0, 0, x // safe).to(x.dtype)
+        r = tl.where(y == 0, 0, x % safe).to(x.dtype)
+        return q, r
+    else:
+        minus_one = y == tl.full(y.shape, -1, y.dtype)
+        safe = tl.where((y == 0) | minus_one, 1, y).to(x.dtype)
+        q = x // safe
+        r = x % safe
+        neg_x = (tl.zeros_like(x) - x).to(x.dtype)
+        q = tl.where(minus_one, neg_x, tl.where(y == 0, 0, q)).to(x.dtype)
+        r = tl.where(minus_one | (y == 0), 0, r).to(x.dtype)
+        return q, r
+
+
+@jit
+def _int_pow(x, e, BITS: tl.constexpr):
+    """x ** e for integers by squaring, wrapping; e < 0 gives 1 for x == 1, +-1 for x == -1, else 0 (torch's)."""
+    result = tl.full(x.shape, 1, x.dtype)
+    base = x
+    k = tl.where(e < 0, 0, e)
+    for _ in range(BITS):
+        result = tl.where((k & 1) != 0, result * base, result).to(x.dtype)
+        base = (base * base).to(x.dtype)
+        k = k >> 1
+    if x.dtype.is_int_unsigned():
+        return result
+    else:
+        minus_one = x == tl.full(x.shape, -1, x.dtype)
+        neg = tl.where(x == 1, 1, tl.where(minus_one, tl.where((e & 1) != 0, -1, 1), 0)).to(x.dtype)
+        return tl.where(e < 0, neg, result)
+
+
+@jit
+def _float_pow(x, e):
+    """C99 pow: exp2(e log2 |x|), the sign of x for an odd integer e, and the standard's special cases."""
+    ax = tl.abs(x)
+    e_int = tl.floor(e) == e
+    e_odd = e_int & ((e - 2.0 * tl.floor(e * 0.5)) != 0.0) & (tl.abs(e) < 9007199254740992.0)
+    r = tl.exp2(e * tl.log2(tl.where(ax == 0.0, 1.0, ax)))
+    r = tl.where(ax == 0.0, tl.where(e < 0, float("inf"), 0.0), r)
+    r = tl.where((x < 0) & ~e_int & (tl.abs(e) < float("inf")), _nan(x), r)
+    r = tl.where((x < 0) & e_odd, -r, r)
+    zero_neg = (x == 0) & ((1.0 / tl.where(x == 0, x, 1.0)) < 0)
+    r = tl.where(zero_neg & e_odd, -r, r)
+    ax_inf = ax == float("inf")
+    r = tl.where(ax_inf, tl.where(e < 0, 0.0, float("inf")), r)
+    r = tl.where(ax_inf & (x < 0) & e_odd, -r, r)
+    e_inf = tl.abs(e) == float("inf")
+    big = tl.where(e > 0, float("inf"), 0.0)
+    small = tl.where(e > 0, 0.0, float("inf"))
+    r = tl.where(e_inf, tl.where(ax == 1.0, 1.0, tl.where(ax > 1.0, big, small)), r)
+    r = tl.where(_isnan(x) | _isnan(e), _nan(x), r)
+    r = tl.where(x == 1.0, 1.0, r)
+    return tl.where(e == 0.0, 1.0, r)
+
+
+@jit
+def _no_guard(x, y, z):
+    """No refusal: no lane is bad."""
+    return x != x, x
+
+
+# ======================================================================================================================
+# op bodies: body(x, y, z, p0, p1, p2, i) -> result (i: the element's flat index in the output, int64)
+# ======================================================================================================================
+@jit
+def _b_copy(x, y, z, p0, p1, p2, i):
+    return x
+
+
+@jit
+def _b_fill(x, y, z, p0, p1, p2, i):
+    return tl.where(i >= 0, p0, p0)
+
+
+@jit
+def _b_arange(x, y, z, p0, p1, p2, i):
+    return p0 + i.to(p0.dtype) * p2
+
+
+@jit
+def _b_linspace(x, y, z, p0, p1, p2, i):
+    """torch's: start + i step over the first half, end - (steps - 1 - i) step over the second (steps = p2)."""
+    steps = p2
+    step = _div(p1 - p0, tl.maximum(steps - 1.0, 1.0))
+    fi = i.to(p0.dtype)
+    lo = p0 + fi * step
+    hi = p1 - (steps - 1.0 - fi) * step
+    return tl.where(fi < steps * 0.5, lo, hi)
+
+
+@jit
+def _b_abs(x, y, z, p0, p1, p2, i):
+    if x.dtype == tl.int1:
+        return x
+    else:
+        if x.dtype.is_floating():
+            return tl.abs(x)
+        else:
+            return tl.where(x < 0, 0 - x, x).to(x.dtype)
+
+
+@jit
+def _b_neg(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return -x
+    else:
+        return (0 - x).to(x.dtype)
+
+
+@jit
+def _b_exp(x, y, z, p0, p1, p2, i):
+    return tl.exp(x)
+
+
+@jit
+def _b_exp2(x, y, z, p0, p1, p2, i):
+    return tl.exp2(x)
+
+
+@jit
+def _b_expm1(x, y, z, p0, p1, p2, i):
+    return _expm1(x)
+
+
+@jit
+def _b_log(x, y, z, p0, p1, p2, i):
+    return tl.log(x)
+
+
+@jit
+def _b_log2(x, y, z, p0, p1, p2, i):
+    return tl.log2(x)
+
+
+@jit
+def _b_log1p(x, y, z, p0, p1, p2, i):
+    return _log1p(x)
+
+
+@jit
+def _b_sqrt(x, y, z, p0, p1, p2, i):
+    return _sqrt(x)
+
+
+@jit
+def _b_rsqrt(x, y, z, p0, p1, p2, i):
+    return _div(tl.full(x.shape, 1.0, x.dtype), _sqrt(x))
+
+
+@jit
+def _b_reciprocal(x, y, z, p0, p1, p2, i):
+    return _div(tl.full(x.shape, 1.0, x.dtype), x)
+
+
+@jit
+def _b_sin(x, y, z, p0, p1, p2, i):
+    return tl.sin(x)
+
+
+@jit
+def _b_cos(x, y, z, p0, p1, p2, i):
+    return tl.cos(x)
+
+
+@jit
+def _b_tan(x, y, z, p0, p1, p2, i):
+    return _div(tl.sin(x), tl.cos(x))
+
+
+@jit
+def _b_tanh(x, y, z, p0, p1, p2, i):
+    return _tanh(x)
+
+
+@jit
+def _b_erf(x, y, z, p0, p1, p2, i):
+    return tl.math.erf(x)
+
+
+@jit
+def _b_sign(x, y, z, p0, p1, p2, i):
+    if x.dtype == tl.int1:
+        return x
+    else:
+        if x.dtype.is_floating():
+            s = (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
+            return tl.where(_isnan(x), x, s)
+        else:
+            return ((x > 0).to(x.dtype) - (x < 0).to(x.dtype)).to(x.dtype)
+
+
+@jit
+def _b_floor(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return tl.floor(x)
+    else:
+        return x
+
+
+@jit
+def _b_ceil(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return tl.ceil(x)
+    else:
+        return x
+
+
+@jit
+def _b_round(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return _rint(x)
+    else:
+        return x
+
+
+@jit
+def _b_trunc(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return _trunc(x)
+    else:
+        return x
+
+
+@jit
+def _b_sigmoid(x, y, z, p0, p1, p2, i):
+    return _sigmoid(x)
+
+
+# --- activations ------------------------------------------------------------------------------------------------------
+@jit
+def _b_relu(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return tl.where(x > 0, x, tl.where(_isnan(x), x, 0.0))
+    else:
+        return tl.where(x > 0, x, 0).to(x.dtype)
+
+
+@jit
+def _b_gelu(x, y, z, p0, p1, p2, i):
+    return 0.5 * x * (1.0 + tl.math.erf(x * _c(INV_SQRT2, x)))
+
+
+@jit
+def _b_gelu_tanh(x, y, z, p0, p1, p2, i):
+    """0.5 x (1 + tanh(t)), t = sqrt(2/pi) (x + 0.044715 x^3), as x / (1 + exp(-2t)): the same value, with no
+    cancellation of 1 + tanh for x << 0."""
+    t = _c(SQRT_2_OVER_PI, x) * (x + _c(GELU_TANH_C, x) * x * x * x)
+    return _div(x, 1.0 + tl.exp(-2.0 * t))
+
+
+@jit
+def _b_silu(x, y, z, p0, p1, p2, i):
+    return x * _sigmoid(x)
+
+
+@jit
+def _b_mish(x, y, z, p0, p1, p2, i):
+    return x * _tanh(_softplus(x))
+
+
+@jit
+def _b_elu(x, y, z, p0, p1, p2, i):
+    return tl.where(x > 0, x, p0 * _expm1(x))
+
+
+@jit
+def _b_celu(x, y, z, p0, p1, p2, i):
+    return tl.where(x > 0, x, p0 * _expm1(_div(x, p0)))
+
+
+@jit
+def _b_selu(x, y, z, p0, p1, p2, i):
+    return _c(SELU_SCALE, x) * tl.where(x > 0, x, _c(SELU_ALPHA, x) * _expm1(x))
+
+
+@jit
+def _b_leaky_relu(x, y, z, p0, p1, p2, i):
+    return tl.where(x > 0, x, x * p0)
+
+
+@jit
+def _b_hardsigmoid(x, y, z, p0, p1, p2, i):
+    return _div(tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), tl.full(x.shape, 6.0, x.dtype))
+
+
+@jit
+def _b_hardswish(x, y, z, p0, p1, p2, i):
+    return _div(x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), tl.full(x.shape, 6.0, x.dtype))
+
+
+@jit
+def _b_softplus(x, y, z, p0, p1, p2, i):
+    """log(1 + exp(beta x)) / beta, x itself where beta x > threshold (p0 beta, p1 threshold)."""
+    bx = x * p0
+    return tl.where(bx > p1, x, _div(_softplus(bx), tl.full(x.shape, 0.0, x.dtype) + p0))
+
+
+@jit
+def _b_log_sigmoid(x, y, z, p0, p1, p2, i):
+    return tl.minimum(x, 0.0) - _log1p(tl.exp(-tl.abs(x)))
+
+
+@jit
+def _b_threshold(x, y, z, p0, p1, p2, i):
+    return tl.where(x <= p0, p1, x)
+
+
+@jit
+def _b_glu(x, y, z, p0, p1, p2, i):
+    return x * _sigmoid(y)
+
+
+# --- binary -----------------------------------------------------------------------------------------------------------
+@jit
+def _b_add(x, y, z, p0, p1, p2, i):
+    if x.dtype == tl.int1:
+        return x | (y & (p0 != 0))
+    else:
+        if x.dtype.is_floating():
+            return x + p0 * y
+        else:
+            return (x + p0 * y).to(x.dtype)
+
+
+@jit
+def _b_sub(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return x - p0 * y
+    else:
+        return (x - p0 * y).to(x.dtype)
+
+
+@jit
+def _b_mul(x, y, z, p0, p1, p2, i):
+    if x.dtype == tl.int1:
+        return x & y
+    else:
+        if x.dtype.is_floating():
+            return x * y
+        else:
+            return (x * y).to(x.dtype)
+
+
+@jit
+def _b_div(x, y, z, p0, p1, p2, i):
+    return _div(x, y)
+
+
+@jit
+def _div_guard(x, y, z):
+    """Integer division by zero is refused (torch raises ZeroDivisionError on the CPU); float division never is."""
+    return y == 0, y.to(tl.int64)
+
+
+@jit
+def _floor_div_float(x, y):
+    """torch's floor division of floats: (x - fmod(x, y)) / y, moved down by one where the remainder's sign differs
+    from y's, then the nearest integer to that (x / y where y is 0)."""
+    mod = _fmod_float(x, y)
+    div = _div(x - mod, y)
+    div = tl.where((mod != 0) & ((y < 0) != (mod < 0)), div - 1.0, div)
+    fl = tl.floor(div)
+    fl = tl.where(div - fl > 0.5, fl + 1.0, fl)
+    fl = tl.where(div == 0, 0.0 * _div(x, y), fl)
+    return tl.where(y == 0, _div(x, y), fl)
+
+
+@jit
+def _b_div_trunc(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return _trunc(_div(x, y))
+    else:
+        q, r = _int_div_parts(x, y)
+        return q
+
+
+@jit
+def _b_div_floor(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return _floor_div_float(x, y)
+    else:
+        q, r = _int_div_parts(x, y)
+        return tl.where((r != 0) & ((r < 0) != (y < 0)), q - 1, q).to(x.dtype)
+
+
+@jit
+def _b_remainder(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        r = _fmod_float(x, y)
+        return tl.where((r != 0) & ((y < 0) != (r < 0)), r + y, r)
+    else:
+        q, r = _int_div_parts(x, y)
+        return tl.where((r != 0) & ((r < 0) != (y < 0)), r + y, r).to(x.dtype)
+
+
+@jit
+def _b_fmod(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return _fmod_float(x, y)
+    else:
+        q, r = _int_div_parts(x, y)
+        return r
+
+
+@jit
+def _b_pow(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return _float_pow(x, y)
+    else:
+        if x.dtype == tl.int1:
+            return x | (y == 0)
+        else:
+            return _int_pow(x, y, x.dtype.primitive_bitwidth)
+
+
+@jit
+def _b_maximum(x, y, z, p0, p1, p2, i):
+    if x.dtype == tl.int1:
+        return x | y
+    else:
+        if x.dtype.is_floating():
+            return tl.where(_isnan(x) | _isnan(y), x + y, tl.maximum(x, y))
+        else:
+            return tl.maximum(x, y)
+
+
+@jit
+def _b_minimum(x, y, z, p0, p1, p2, i):
+    if x.dtype == tl.int1:
+        return x & y
+    else:
+        if x.dtype.is_floating():
+            return tl.where(_isnan(x) | _isnan(y), x + y, tl.minimum(x, y))
+        else:
+            return tl.minimum(x, y)
+
+
+@jit
+def _b_atan2(x, y, z, p0, p1, p2, i):
+    return _atan2(x, y)
+
+
+@jit
+def _b_hypot(x, y, z, p0, p1, p2, i):
+    ax = tl.abs(x)
+    ay = tl.abs(y)
+    hi = tl.maximum(ax, ay)
+    lo = tl.minimum(ax, ay)
+    r = _div(lo, tl.where(hi == 0, 1.0, hi))
+    h = hi * _sqrt(1.0 + r * r)
+    h = tl.where(hi == 0, hi, h)
+    h = tl.where(_isnan(x) | _isnan(y), _nan(x), h)
+    return tl.where((ax == float("inf")) | (ay == float("inf")), float("inf"), h)
+
+
+@jit
+def _b_lerp(x, y, z, p0, p1, p2, i):
+    """torch's: start + w (end - start) for |w| < 0.5, end - (end - start)(1 - w) otherwise (w: z)."""
+    d = y - x
+    return tl.where(tl.abs(z) < 0.5, x + z * d, y - d * (1.0 - z))
+
+
+@jit
+def _b_addcdiv(x, y, z, p0, p1, p2, i):
+    return x + p0 * _div(y, z)
+
+
+@jit
+def _b_addcmul(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return x + p0 * y * z
+    else:
+        if x.dtype == tl.int1:
+            return x | (y & z & (p0 != 0))
+        else:
+            return (x + p0 * y * z).to(x.dtype)
+
+
+# --- comparisons and logic --------------------------------------------------------------------------------------------
+@jit
+def _b_eq(x, y, z, p0, p1, p2, i):
+    return x == y
+
+
+@jit
+def _b_ne(x, y, z, p0, p1, p2, i):
+    return x != y
+
+
+@jit
+def _b_lt(x, y, z, p0, p1, p2, i):
+    return x < y
+
+
+@jit
+def _b_le(x, y, z, p0, p1, p2, i):
+    return x <= y
+
+
+@jit
+def _b_gt(x, y, z, p0, p1, p2, i):
+    return x > y
+
+
+@jit
+def _b_ge(x, y, z, p0, p1, p2, i):
+    return x >= y
+
+
+@jit
+def _b_logical_and(x, y, z, p0, p1, p2, i):
+    return (x != 0) & (y != 0)
+
+
+@jit
+def _b_logical_or(x, y, z, p0, p1, p2, i):
+    return (x != 0) | (y != 0)
+
+
+@jit
+def _b_logical_xor(x, y, z, p0, p1, p2, i):
+    return (x != 0) != (y != 0)
+
+
+@jit
+def _b_logical_not(x, y, z, p0, p1, p2, i):
+    return x == 0
+
+
+@jit
+def _b_bitwise_and(x, y, z, p0, p1, p2, i):
+    return x & y
+
+
+@jit
+def _b_bitwise_or(x, y, z, p0, p1, p2, i):
+    return x | y
+
+
+@jit
+def _b_bitwise_xor(x, y, z, p0, p1, p2, i):
+    return x ^ y
+
+
+@jit
+def _b_bitwise_not(x, y, z, p0, p1, p2, i):
+    if x.dtype == tl.int1:
+        return x == 0
+    else:
+        return ~x
+
+
+@jit
+def _b_left_shift(x, y, z, p0, p1, p2, i):
+    """x << y; an amount < 0 or >= the width gives 0 (torch's)."""
+    W: tl.constexpr = x.dtype.primitive_bitwidth
+    ok = (y >= 0) & (y < W)
+    return tl.where(ok, x << tl.where(ok, y, 0).to(x.dtype), 0).to(x.dtype)
+
+
+@jit
+def _b_right_shift(x, y, z, p0, p1, p2, i):
+    """x >> y (arithmetic for signed types); an amount < 0 or >= the width gives the sign fill (torch's)."""
+    W: tl.constexpr = x.dtype.primitive_bitwidth
+    ok = (y >= 0) & (y < W)
+    if x.dtype.is_int_unsigned():
+        fill = tl.zeros_like(x)
+    else:
+        fill = tl.where(x < 0, tl.full(x.shape, -1, x.dtype), tl.zeros_like(x))
+    return tl.where(ok, x >> tl.where(ok, y, 0).to(x.dtype), fill).to(x.dtype)
+
+
+# --- predicates and selection -----------------------------------------------------------------------------------------
+@jit
+def _b_isnan(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return _isnan(x)
+    else:
+        return x != x
+
+
+@jit
+def _b_isinf(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return _isinf(x)
+    else:
+        return x != x
+
+
+@jit
+def _b_isfinite(x, y, z, p0, p1, p2, i):
+    if x.dtype.is_floating():
+        return (x == x) & ~_isinf(x)
+    else:
+        return x == x
+
+
+@jit
+def _b_nan_to_num(x, y, z, p0, p1, p2, i):
+    """NaN -> p0, +inf -> p1, -inf -> p2; integers unchanged."""
+    if x.dtype.is_floating():
+        r = tl.where(x == float("inf"), p1, tl.where(x == float("-inf"), p2, x))
+        return tl.where(_isnan(x), p0, r)
+    else:
+        return x
+
+
+@jit
+def _b_clamp(x, y, z, p0, p1, p2, i):
+    """min(max(x, p0), p1); NaN stays NaN (torch's)."""
+    r = tl.minimum(tl.maximum(x, p0), p1)
+    if x.dtype.is_floating():
+        return tl.where(_isnan(x), x, r)
+    else:
+        return r
+
+
+@jit
+def _b_clamp_min(x, y, z, p0, p1, p2, i):
+    r = tl.maximum(x, p0)
+    if x.dtype.is_floating():
+        return tl.where(_isnan(x), x, r)
+    else:
+        return r
+
+
+@jit
+def _b_clamp_max(x, y, z, p0, p1, p2, i):
+    r = tl.minimum(x, p0)
+    if x.dtype.is_floating():
+        return tl.where(_isnan(x), x, r)
+    else:
+        return r
+
+
+@jit
+def _b_where(x, y, z, p0, p1, p2, i):
+    """x: the condition; y where it holds, z elsewhere."""
+    return tl.where(x != 0, y, z)
+
+
+@jit
+def _b_masked_fill(x, y, z, p0, p1, p2, i):
+    """x where the mask y is false, p0 where it holds."""
+    return tl.where(y != 0, p0, x)
+
+
+@jit
+def _cast_guard(x, y, z):
+    """A float to integer cast of NaN, an infinity or a value outside the target's range is refused: the value's
+    class (1 NaN, 2 above the range, 3 below it). The range is fixed by p-free bounds the launch passes as y and z
+    (the smallest value above the range and the largest below it, both exact in float64)."""
+    if x.dtype.is_floating():
+        above = x >= y
+        below = x <= z
+        bad = _isnan(x) | above | below
+        code = tl.where(_isnan(x), 1, tl.where(above, 2, 3)).to(tl.int64)
+        return bad, code
+    else:
+        return x != x, x.to(tl.int64)
+
+
+@jit
+def _b_cast(x, y, z, p0, p1, p2, i):
+    """x itself: the conversion to the output's dtype is the store's (floats to integers truncate toward zero)."""
+    return x
+
+
+# ======================================================================================================================
+# the kernel
+# ======================================================================================================================
+@jit
+def _operand(ptr, off, ok, v, MODE: tl.constexpr, VIA: tl.constexpr, TO: tl.constexpr, UPCAST: tl.constexpr):
+    """One operand's values in the compute type TO: a tensor's (MODE 0) loaded in its dtype and converted to the
+    common dtype VIA first (torch rounds every operand to it), or a scalar's (MODE 1: float64 bits, 2: an int64)."""
+    if MODE == 0:
+        raw = tl.load(ptr + off, mask=ok, other=0)
+        if UPCAST and raw.dtype == tl.bfloat16:
+            # the interpreter's bfloat16 -> float32 conversion loses subnormals: widen the bits instead (exact)
+            raw = (raw.to(tl.int16, bitcast=True).to(tl.int32) << 16).to(tl.float32, bitcast=True)
+            if tl.bfloat16 == VIA:
+                return raw.to(TO)
+        if tl.int1 == VIA:
+            return raw != 0
+        else:
+            if raw.dtype != VIA:
+                if tl.bfloat16 == VIA:
+                    raw = narrow(raw.to(tl.float32), VIA, UPCAST)
+                elif raw.dtype == tl.int1:
+                    raw = raw.to(tl.int8).to(VIA)
+                else:
+                    raw = raw.to(VIA)
+            return raw.to(TO)
+    elif MODE == 1:
+        s = tl.full(off.shape, 0.0, tl.float64) + v.to(tl.int64).to(tl.float64, bitcast=True)
+        if tl.int1 == TO:
+            return s != 0
+        return s.to(TO)
+    elif MODE == 2:
+        s = v.to(tl.int64)
+        if tl.int1 == TO:
+            return (tl.full(off.shape, 0, tl.int64) + s) != 0
+        return (tl.full(off.shape, 0, tl.int64) + s).to(TO)
+    else:
+        return tl.full(off.shape, 0, TO)
+
+
+@jit
+def _param(v, P_FLOAT: tl.constexpr, TO: tl.constexpr):
+    """A scalar parameter in the compute type: passed as float64 bits (P_FLOAT) or as an int64."""
+    if P_FLOAT:
+        s = v.to(tl.int64).to(tl.float64, bitcast=True)
+    else:
+        s = v.to(tl.int64)
+    if tl.int1 == TO:
+        return s != 0
+    else:
+        return s.to(TO)
+
+
+@jit
+def _to_output(y, DT: tl.constexpr, UPCAST: tl.constexpr):
+    """The result in the output's dtype: rounded to nearest even into a float (bfloat16 through `narrow`), != 0 into
+    bool, wrapped into an integer (a float result reaches an integer output only through `cast`, truncated)."""
+    if tl.int1 == DT:
+        return y != 0
+    else:
+        if y.dtype == tl.int1:
+            y = y.to(tl.int8)
+        if DT.is_floating():
+            if not y.dtype.is_floating():
+                y = y.to(tl.float64)
+            if UPCAST and tl.bfloat16 == DT:
+                # the interpreter's float32 -> bfloat16 conversion loses subnormals: store the rounded bits themselves
+                bits = y.to(tl.float32).to(tl.uint32, bitcast=True)
+                bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+                return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+            else:
+                return narrow(y, DT, UPCAST)
+        else:
+            if y.dtype.is_floating():
+                # only a cast reaches here, its refused lanes (NaN, out of range) recorded: they store 0
+                y = tl.where((y == y) & (tl.abs(y) < 9.2e18), y, 0.0)
+            return y.to(DT)
+
+
+@jit
+def _dim_step(rest, d, oo, ox, oy, oz, so, sx, sy, sz):
+    """One dimension of the index: its index (rest % d) times each tensor's stride added, rest // d returned."""
+    i = rest % d
+    return rest // d, oo + i * so, ox + i * sx, oy + i * sy, oz + i * sz
+
+
+@jit(do_not_specialize=["xv", "yv", "zv", "p0", "p1", "p2"])
+def _map_kernel(
+    out_ptr,
+    x_ptr,
+    y_ptr,
+    z_ptr,
+    fault_ptr,
+    xv,
+    yv,
+    zv,
+    p0,
+    p1,
+    p2,
+    n,
+    d1,
+    d2,
+    d3,
+    d4,
+    d5,
+    so0,
+    so1,
+    so2,
+    so3,
+    so4,
+    so5,
+    sx0,
+    sx1,
+    sx2,
+    sx3,
+    sx4,
+    sx5,
+    sy0,
+    sy1,
+    sy2,
+    sy3,
+    sy4,
+    sy5,
+    sz0,
+    sz1,
+    sz2,
+    sz3,
+    sz4,
+    sz5,
+    BODY: tl.constexpr,
+    GUARD: tl.constexpr,
+    SITE: tl.constexpr,
+    BOUND: tl.constexpr,
+    X_MODE: tl.constexpr,
+    Y_MODE: tl.constexpr,
+    Z_MODE: tl.constexpr,
+    X_VIA: tl.constexpr,
+    Y_VIA: tl.constexpr,
+    Z_VIA: tl.constexpr,
+    X_TO: tl.constexpr,
+    Y_TO: tl.constexpr,
+    Z_TO: tl.constexpr,
+    P_FLOAT: tl.constexpr,
+    P_TO: tl.constexpr,
+    NDIM: tl.constexpr,
+    DENSE: tl.constexpr,
+    BLOCK: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    """out[idx] = BODY(x[idx], y[idx], z[idx], p0, p1, p2, flat idx) over the n elements of the output.
+
+    out_ptr, x_ptr, y_ptr, z_ptr: the output and the operands (an unused or scalar operand's pointer is the
+    output's, never read). fault_ptr: the device's fault word (`nbxcert.kernels.faults`). xv, yv, zv: a scalar
+    operand's value (float64 bits or an int64, X_MODE...); p0, p1, p2: the op's scalar parameters (float64 bits when
+    P_FLOAT, else int64), converted to P_TO. n: elements. The index space: NDIM merged dimensions, sizes (d0,) d1..d5
+    right-aligned (the outermost's size is implied by n), each tensor's strides in elements so0..so5 (output),
+    sx.., sy.., sz.. (0 where broadcast), the outermost dimension's stride in slot 0 and the inner ones right-aligned
+    in slots 6 - (NDIM - 1) .. 5. DENSE: every tensor is contiguous with the output's shape (no index arithmetic).
+    BODY: the op (a @jit function). GUARD, SITE, BOUND: lanes GUARD(x, y, z) finds bad are recorded as fault SITE
+    (0: none). X_MODE..: 0 tensor, 1 float scalar, 2 integer scalar, 3 unused. X_VIA..: the common dtype each operand
+    is rounded to; X_TO..: the compute type. BLOCK: elements per program. UPCAST: interpreter backend (`narrow`)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < n
+    if DENSE:
+        oo = offs
+        ox = offs
+        oy = offs
+        oz = offs
+    else:
+        rest = offs
+        oo = offs * 0
+        ox = oo
+        oy = oo
+        oz = oo
+        if NDIM > 1:
+            rest, oo, ox, oy, oz = _dim_step(rest, d5, oo, ox, oy, oz, so5, sx5, sy5, sz5)
+        if NDIM > 2:
+            rest, oo, ox, oy, oz = _dim_step(rest, d4, oo, ox, oy, oz, so4, sx4, sy4, sz4)
+        if NDIM > 3:
+            rest, oo, ox, oy, oz = _dim_step(rest, d3, oo, ox, oy, oz, so3, sx3, sy3, sz3)
+        if NDIM > 4:
+            rest, oo, ox, oy, oz = _dim_step(rest, d2, oo, ox, oy, oz, so2, sx2, sy2, sz2)
+        if NDIM > 5:
+            rest, oo, ox, oy, oz = _dim_step(rest, d1, oo, ox, oy, oz, so1, sx1, sy1, sz1)
+        oo += rest * so0
+        ox += rest * sx0
+        oy += rest * sy0
+        oz += rest * sz0
+    x = _operand(x_ptr, ox, ok, xv, X_MODE, X_VIA, X_TO, UPCAST)
+    y = _operand(y_ptr, oy, ok, yv, Y_MODE, Y_VIA, Y_TO, UPCAST)
+    z = _operand(z_ptr, oz, ok, zv, Z_MODE, Z_VIA, Z_TO, UPCAST)
+    if SITE != 0:
+        bad, value = GUARD(x, y, z)
+        bad = bad & ok
+        record_fault_lanes(fault_ptr, SITE, offs, value, BOUND, bad)
+    r = BODY(x, y, z, _param(p0, P_FLOAT, P_TO), _param(p1, P_FLOAT, P_TO), _param(p2, P_FLOAT, P_TO), offs)
+    tl.store(out_ptr + oo, _to_output(r, out_ptr.dtype.element_ty, UPCAST), mask=ok)
+
+
+# ======================================================================================================================
+# the op table
+# ======================================================================================================================
+@dataclass(frozen=True)
+class Op:
+    """One pointwise op: `name` (torch's), `arity` (tensor operands), `body`, the common dtypes it takes, torch's
+    type promotion `kind`, its scalar parameters (names and defaults, p0.. in order), and what is special about it.
+
+    wide: half-precision operands compute in float64 (transcendentals whose float32 device versions are too coarse
+    near their special points). guard: (the fault site, the guard) of a refused input. operand_dtypes: per operand,
+    a fixed common dtype where the operand is not promoted with the others (where's and masked_fill's bool mask)."""
+
+    name: str
+    arity: int
+    body: Any
+    dtypes: tuple[str, ...]
+    kind: str = "default"
+    params: tuple[tuple[str, Any], ...] = ()
+    wide: bool = False
+    guard: tuple[int, Any] | None = None
+    operand_dtypes: tuple[str | None, ...] = ()
+    description: str = ""
+    oracle: str = ""  # the oracle's function name in nbxcert.oracles.pointwise (default: `name`)
+    oracle_params: tuple[tuple[str, Any], ...] = ()  # fixed keywords the oracle takes for this row (gelu's approximate)
+    domain: str = "any"  # what the input maker draws (see `operand_values`)
+    int_floats: bool = False  # integer operands are computed as floats (kind int_to_float)
+
+
+_UNARY_MATH = [
+    ("exp", _b_exp, True),
+    ("exp2", _b_exp2, True),
+    ("expm1", _b_expm1, True),
+    ("log", _b_log, True),
+    ("log2", _b_log2, True),
+    ("log1p", _b_log1p, True),
+    ("sqrt", _b_sqrt, False),
+    ("rsqrt", _b_rsqrt, False),
+    ("reciprocal", _b_reciprocal, False),
+    ("sin", _b_sin, True),
+    ("cos", _b_cos, True),
+    ("tan", _b_tan, True),
+    ("tanh", _b_tanh, True),
+    ("erf", _b_erf, True),
+    ("sigmoid", _b_sigmoid, True),
+]
+_ACTIVATIONS = [
+    ("gelu", _b_gelu, (), (("approximate", "none"),)),
+    ("gelu_tanh", _b_gelu_tanh, (), (("approximate", "tanh"),)),
+    ("silu", _b_silu, (), ()),
+    ("mish", _b_mish, (), ()),
+    ("elu", _b_elu, (("alpha", 1.0),), ()),
+    ("celu", _b_celu, (("alpha", 1.0),), ()),
+    ("selu", _b_selu, (), ()),
+    ("leaky_relu", _b_leaky_relu, (("negative_slope", 0.01),), ()),
+    ("hardsigmoid", _b_hardsigmoid, (), ()),
+    ("hardswish", _b_hardswish, (), ()),
+    ("softplus", _b_softplus, (("beta", 1.0), ("threshold", 20.0)), ()),
+    ("log_sigmoid", _b_log_sigmoid, (), ()),
+]
+DIV_GUARD = (faults.INTEGER_DIVISOR, _div_guard)
+
+
+def _ops() -> dict[str, Op]:
+    rows: list[Op] = []
+    for name, body, wide in _UNARY_MATH:
+        rows.append(Op(name, 1, body, ALL, "int_to_float", wide=wide, int_floats=True))
+    for name, body, params, oracle_params in _ACTIVATIONS:
+        oracle = "gelu" if name.startswith("gelu") else name
+        rows.append(Op(name, 1, body, FLOATS, params=params, wide=True, oracle=oracle, oracle_params=oracle_params))
+    rows += [
+        Op("abs", 1, _b_abs, NUMERIC),
+        Op("neg", 1, _b_neg, NUMERIC),
+        Op("sign", 1, _b_sign, ALL),
+        Op("floor", 1, _b_floor, NUMERIC),
+        Op("ceil", 1, _b_ceil, NUMERIC),
+        Op("round", 1, _b_round, NUMERIC),
+        Op("trunc", 1, _b_trunc, NUMERIC),
+        Op("relu", 1, _b_relu, NUMERIC),
+        Op("threshold", 1, _b_threshold, NUMERIC, params=(("threshold", 0.0), ("value", 0.0))),
+        Op("glu", 2, _b_glu, FLOATS, wide=True),
+        Op("add", 2, _b_add, ALL, params=(("alpha", 1),)),
+        Op("sub", 2, _b_sub, NUMERIC, params=(("alpha", 1),)),
+        Op("mul", 2, _b_mul, ALL),
+        Op("div", 2, _b_div, ALL, "int_to_float", int_floats=True),
+        Op(
+            "div_trunc",
+            2,
+            _b_div_trunc,
+            NUMERIC,
+            guard=DIV_GUARD,
+            oracle="div",
+            oracle_params=(("rounding_mode", "trunc"),),
+            domain="divisor",
+        ),
+        Op(
+            "div_floor",
+            2,
+            _b_div_floor,
+            NUMERIC,
+            guard=DIV_GUARD,
+            oracle="div",
+            oracle_params=(("rounding_mode", "floor"),),
+            domain="divisor",
+        ),
+        Op("remainder", 2, _b_remainder, NUMERIC, guard=DIV_GUARD, domain="divisor"),
+        Op("fmod", 2, _b_fmod, NUMERIC, guard=DIV_GUARD, domain="divisor"),
+        Op("pow", 2, _b_pow, NUMERIC, wide=True, domain="pow"),
+        Op("maximum", 2, _b_maximum, ALL),
+        Op("minimum", 2, _b_minimum, ALL),
+        Op("atan2", 2, _b_atan2, ALL, "int_to_float", wide=True, int_floats=True),
+        Op("hypot", 2, _b_hypot, FLOATS),
+        Op("lerp", 3, _b_lerp, FLOATS),
+        Op("addcdiv", 3, _b_addcdiv, FLOATS, params=(("value", 1.0),)),
+        Op("addcmul", 3, _b_addcmul, NUMERIC, params=(("value", 1),)),
+    ]
+    for name, body in (("eq", _b_eq), ("ne", _b_ne), ("lt", _b_lt), ("le", _b_le), ("gt", _b_gt), ("ge", _b_ge)):
+        rows.append(Op(name, 2, body, ALL, "always_bool"))
+    for name, body in (("logical_and", _b_logical_and), ("logical_or", _b_logical_or), ("logical_xor", _b_logical_xor)):
+        rows.append(Op(name, 2, body, ALL, "always_bool"))
+    rows.append(Op("logical_not", 1, _b_logical_not, ALL, "always_bool"))
+    ints = INTS + ("bool",)
+    rows += [
+        Op("bitwise_and", 2, _b_bitwise_and, ints),
+        Op("bitwise_or", 2, _b_bitwise_or, ints),
+        Op("bitwise_xor", 2, _b_bitwise_xor, ints),
+        Op("bitwise_not", 1, _b_bitwise_not, ints),
+        Op("bitwise_left_shift", 2, _b_left_shift, INTS, domain="shift"),
+        Op("bitwise_right_shift", 2, _b_right_shift, INTS, domain="shift"),
+        Op("isnan", 1, _b_isnan, ALL, "always_bool"),
+        Op("isinf", 1, _b_isinf, ALL, "always_bool"),
+        Op("isfinite", 1, _b_isfinite, ALL, "always_bool"),
+        Op("nan_to_num", 1, _b_nan_to_num, ALL, params=(("nan", 0.0), ("posinf", None), ("neginf", None))),
+        Op("clamp", 1, _b_clamp, NUMERIC, params=(("min", None), ("max", None))),
+        Op("clamp_min", 1, _b_clamp_min, NUMERIC, params=(("min", None),)),
+        Op("clamp_max", 1, _b_clamp_max, NUMERIC, params=(("max", None),)),
+        Op("where", 3, _b_where, ALL, operand_dtypes=("bool", None, None)),
+        Op("masked_fill", 2, _b_masked_fill, ALL, params=(("value", 0),), operand_dtypes=(None, "bool")),
+        Op("copy", 1, _b_copy, ALL),
+        Op("cast", 1, _b_cast, ALL, wide=True, guard=(faults.FLOAT_TO_INT, _cast_guard)),
+        Op("fill", 0, _b_fill, ALL, params=(("value", 0),)),
+        Op("arange", 0, _b_arange, NUMERIC, params=(("start", 0), ("end", None), ("step", 1))),
+        Op("linspace", 0, _b_linspace, FLOATS, params=(("start", 0.0), ("end", None), ("steps", None))),
+    ]
+    return {r.name: r for r in rows}
+
+
+OPS: dict[str, Op] = _ops()
+
+
+# ======================================================================================================================
+# types
+# ======================================================================================================================
+def compute_dtype(common: str, wide: bool = False) -> str:
+    """The type an op computes in for its common dtype: float32 for half precision (float64 where `wide`), float64
+    for float32 and float64, an integer's own type, int1 for bool."""
+    if common in ("float16", "bfloat16"):
+        return "float64" if wide else "float32"
+    if common in ("float32", "float64"):
+        return "float64"
+    return common
+
+
+_TL = {
+    "float16": tl.float16,
+    "bfloat16": tl.bfloat16,
+    "float32": tl.float32,
+    "float64": tl.float64,
+    "int8": tl.int8,
+    "uint8": tl.uint8,
+    "int16": tl.int16,
+    "int32": tl.int32,
+    "int64": tl.int64,
+    "bool": tl.int1,
+}
+
+
+def float_bits(value: float) -> int:
+    """A Python float's float64 bit pattern as a signed int64 (how a float scalar reaches the kernel)."""
+    return struct.unpack("<q", struct.pack("<d", float(value)))[0]
+
+
+def _wrap_int(value: int, dtype: str) -> int:
+    """An integer wrapped into `dtype`'s width (two's complement), as torch casts a Python int to an integer type."""
+    bits = INT_BITS[dtype]
+    if dtype == "bool":
+        return int(bool(value))
+    v = int(value) & ((1 << bits) - 1)
+    if dtype != "uint8" and v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return v
+
+
+def scalar_arg(value: Any, dtype: str, compute: str) -> tuple[int, int]:
+    """(mode, kernel argument) of a Python scalar cast to the common dtype `dtype`: a float's float64 bits (rounded
+    into float32 first where the op computes float32 data in float32 the compute type: torch's opmath for a
+    float32 tensor's scalar), or an int64."""
+    if dtype in FLOATS:
+        v = float(value)
+        if dtype == "float32":
+            v = float(np.float32(v)) if math.isfinite(v) and abs(v) <= float(np.finfo(np.float32).max) else v
+        return FLOAT_SCALAR, float_bits(v)
+    if dtype == "bool":
+        return INT_SCALAR, int(bool(value))
+    return INT_SCALAR, _wrap_int(int(value), dtype)
+
+
+def param_arg(value: Any, compute: str) -> int:
+    """A scalar parameter's kernel argument for the compute type: float64 bits or a wrapped int64."""
+    if value is None:
+        return 0
+    if compute in FLOATS:
+        return float_bits(float(value))
+    if compute == "bool":
+        return int(bool(value))
+    return _wrap_int(int(value), compute)
+
+
+# ======================================================================================================================
+# layouts and dimension merging
+# ======================================================================================================================
+LAYOUTS = ("dense", "broadcast", "strided", "scalar", "none")
+
+
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """numpy's broadcast of shapes; `ShapeMismatch` (one line) when they do not broadcast."""
+    n = max((len(s) for s in shapes), default=0)
+    out = [1] * n
+    for s in shapes:
+        padded = (1,) * (n - len(s)) + tuple(s)
+        for i, (a, b) in enumerate(zip(out, padded, strict=True)):
+            if a != b and 1 not in (a, b):
+                raise ShapeMismatch(f"shapes {', '.join(str(tuple(x)) for x in shapes)} do not broadcast")
+            out[i] = b if a == 1 else a
+    return tuple(out)
+
+
+def broadcast_strides(t: Tensor, shape: tuple[int, ...]) -> list[int]:
+    """t's strides read into the broadcast `shape` (0 on a broadcast dimension)."""
+    lead = len(shape) - t.ndim
+    strides = [0] * lead
+    for n_t, s_t, n in zip(t.shape, t.strides, shape[lead:], strict=True):
+        strides.append(0 if (n_t == 1 and n != 1) else s_t)
+    return strides
+
+
+def merge_dims(shape: Sequence[int], *strides: Sequence[int]) -> tuple[list[int], list[list[int]]]:
+    """Merge adjacent dimensions that are contiguous with each other in every tensor (stride[i] == stride[i+1] *
+    shape[i+1] for all) and drop size-1 dimensions: the same elements, fewer index computations."""
+    dims = [(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
+    merged: list[tuple[int, list[int]]] = []
+    for n, st in dims:
+        if merged:
+            pn, pst = merged[-1]
+            if all(ps == s * n for ps, s in zip(pst, st, strict=True)):
+                merged[-1] = (pn * n, st)
+                continue
+        merged.append((n, st))
+    return [n for n, _ in merged], [[st[k] for _, st in merged] for k in range(len(strides))]
+
+
+def layout_of(t: Any, shape: tuple[int, ...]) -> str:
+    """How an operand reads into the broadcast `shape`: "dense" (contiguous, that very shape), "broadcast" (some
+    dimension repeated by a 0 stride), "strided" (any other view), "scalar" (a Python number), "none" (absent)."""
+    if t is None:
+        return "none"
+    if not isinstance(t, Tensor):
+        return "scalar"
+    if tuple(t.shape) == tuple(shape) and t.is_contiguous():
+        return "dense"
+    sizes = (1,) * (len(shape) - t.ndim) + tuple(t.shape)
+    if any(n_t == 1 and n != 1 for n_t, n in zip(sizes, shape, strict=True)) or any(
+        s == 0 and n > 1 for s, n in zip(t.strides, t.shape, strict=True)
+    ):
+        return "broadcast"
+    return "strided"
+
+
+# ======================================================================================================================
+# configs and prune
+# ======================================================================================================================
+def flat_config(block: int, num_warps: int) -> Config:
+    """BLOCK elements per program."""
+    return Config.make(num_warps=num_warps, num_stages=1, BLOCK=block)
+
+
+def flat_candidates() -> tuple[Config, ...]:
+    """BLOCK {256, 512, 1024, 2048, 4096} x warps {2, 4, 8}."""
+    return tuple(flat_config(b, w) for b in (256, 512, 1024, 2048, 4096) for w in (2, 4, 8))
+
+
+DEFAULT = flat_config(1024, 4)
+# 32-bit registers per element live at the peak, counted from the kernel at its widest (float64 compute): three
+# operands and the result (2 each) and the four int64 offsets (2 each)
+REGS = 16
+
+
+def prune_flat(candidates: Sequence[Config], problem: Mapping[str, Any], profile) -> PruneResult:
+    """Refuse configs whose BLOCK leaves a warp without elements or needs more registers than a thread has."""
+
+    def check(c: Config) -> str | None:
+        b = c["BLOCK"]
+        return lanes_refusal(b, c, profile, "tile") or registers_refusal(b, REGS, c, profile, f"a tile of {b}")
+
+    return prune_with(candidates, profile, check)
+
+
+# ======================================================================================================================
+# launches
+# ======================================================================================================================
+@dataclass(frozen=True)
+class Plan:
+    """What a launch of one op needs besides its tensors: the common dtype of each operand, the compute type, and
+    each operand's scalar (mode, argument) where it is a Python number."""
+
+    op: str
+    via: tuple[str, str, str]
+    compute: str
+    scalars: tuple[tuple[int, int] | None, ...]
+    params: tuple[int, int, int]
+    p_float: bool
+    bound: int = 0
+
+
+def _operand_strides(t: Any, shape: tuple[int, ...]) -> list[int]:
+    return broadcast_strides(t, shape) if isinstance(t, Tensor) else [0] * len(shape)
+
+
+def map_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tensor) -> list[KernelLaunch]:
+    """The launch of `plan`'s op writing `out` (any strides) from `operands` (tensors broadcast to out's shape, Python
+    numbers, or None), at most three."""
+    n = out.numel
+    if n == 0:
+        return []
+    op = OPS[plan.op]
+    shape = tuple(out.shape)
+    ops3 = list(operands) + [None] * (3 - len(operands))
+    strides = [out.strides] + [_operand_strides(t, shape) for t in ops3]
+    sizes, merged = merge_dims(shape, *strides)
+    if not sizes:
+        sizes, merged = [1], [[0] for _ in strides]
+    if len(sizes) > MAX_DIMS:
+        raise LaunchError(
+            f"{op.name}: {len(sizes)} dimensions remain after merging the contiguous ones; at most {MAX_DIMS} are "
+            "indexed (make an operand contiguous first)"
+        )
+    ndim = len(sizes)
+    d_slots = [1] * MAX_DIMS
+    s_slots = [[0] * MAX_DIMS for _ in strides]
+    for k in range(1, ndim):
+        d_slots[MAX_DIMS - ndim + k] = sizes[k]
+        for j, st in enumerate(merged):
+            s_slots[j][MAX_DIMS - ndim + k] = st[k]
+    for j, st in enumerate(merged):
+        s_slots[j][0] = st[0]
+    dense = out.is_contiguous() and all(
+        t is None or not isinstance(t, Tensor) or (tuple(t.shape) == shape and t.is_contiguous()) for t in ops3
+    )
+    ptrs, modes, values = [], [], []
+    for t, sc in zip(ops3, list(plan.scalars) + [None] * 3, strict=False):
+        if isinstance(t, Tensor):
+            ptrs.append(t)
+            modes.append(TENSOR)
+            values.append(0)
+        elif sc is not None:
+            ptrs.append(out)
+            modes.append(sc[0])
+            values.append(sc[1])
+        else:
+            ptrs.append(out)
+            modes.append(UNUSED)
+            values.append(0)
+    site, guard = op.guard if op.guard else (0, _no_guard)
+    if site == faults.INTEGER_DIVISOR and plan.compute in FLOATS:
+        site, guard = 0, _no_guard
+    if site == faults.FLOAT_TO_INT and (out.dtype.name not in INTS or plan.compute not in FLOATS):
+        site, guard = 0, _no_guard
+    block = config["BLOCK"]
+    compute = _TL[plan.compute]
+    key = (config, plan.op, plan.via, plan.compute, tuple(modes), plan.p_float, ndim, dense, site, plan.bound)
+
+    def make() -> dict:
+        kwargs = dict(
+            BODY=op.body,
+            GUARD=guard,
+            SITE=site,
+            BOUND=plan.bound,
+            X_MODE=modes[0],
+            Y_MODE=modes[1],
+            Z_MODE=modes[2],
+            X_VIA=_TL[plan.via[0]],
+            Y_VIA=_TL[plan.via[1]],
+            Z_VIA=_TL[plan.via[2]],
+            X_TO=tl.int1 if plan.via[0] == "bool" else compute,
+            Y_TO=tl.int1 if plan.via[1] == "bool" else compute,
+            Z_TO=tl.int1 if plan.via[2] == "bool" else compute,
+            P_FLOAT=plan.p_float,
+            P_TO=compute,
+            NDIM=ndim,
+            DENSE=dense,
+            BLOCK=block,
+            UPCAST=upcast(),
+        )
+        return dict(kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+
+    kwargs = constexprs(key, make)
+    args = (out, *ptrs, faults.word(out.device), *values, *plan.params, n, *d_slots[1:])
+    for slots in s_slots:
+        args += tuple(slots)
+    return [KernelLaunch(_map_kernel, (cdiv(n, block),), args, kwargs)]
+
+
+# ======================================================================================================================
+# the call: promotion, checks, the key, the served launch
+# ======================================================================================================================
+def promotion():
+    """`nbxcert.kernels.promotion`, looked up when a call promotes."""
+    return importlib.import_module("nbxcert.kernels.promotion")
+
+
+def problem_of(op: str, operands: Sequence[Any], out: Tensor, **_) -> dict:
+    """The key's problem of one launch: the element count and each operand's and the output's layout class."""
+    shape = tuple(out.shape)
+    padded = list(operands) + [None] * (3 - len(operands))
+    return {
+        "numel": out.numel,
+        "x": layout_of(padded[0], shape),
+        "y": layout_of(padded[1], shape),
+        "z": layout_of(padded[2], shape),
+        "out": "dense" if out.is_contiguous() else "strided",
+    }
+
+
+def key_dtypes(plan: Plan, operands: Sequence[Any], out: Tensor) -> tuple[str, ...]:
+    """The key's dtypes: each operand's (a Python number's: the common dtype it was cast to), then the output's."""
+    op = OPS[plan.op]
+    names = []
+    for i in range(op.arity):
+        t = operands[i] if i < len(operands) else None
+        names.append(t.dtype.name if isinstance(t, Tensor) else plan.via[i])
+    return tuple(names) + (out.dtype.name,)
+
+
+def _bounds(common: str, target: str) -> tuple[float, float]:
+    """(the smallest float64 above `target`'s range, the largest below it) for a float to integer cast: a value
+    truncated toward zero fits when strictly between them."""
+    bits = INT_BITS[target]
+    if target == "uint8":
+        return 256.0, -1.0
+    if bits == 64:
+        return 2.0**63, float(np.nextafter(-(2.0**63), -np.inf))
+    return float(2 ** (bits - 1)), -float(2 ** (bits - 1)) - 1.0
+
+
+@served
+def pointwise_call(
+    op: str, x: Any, y: Any, z: Any, out: Tensor, via: tuple, compute: str, params: tuple, p_float: bool, config=None
+) -> Tensor:
+    """Launch op `op` writing `out` from operands x, y, z (tensors broadcast to out's shape, Python numbers already
+    cast to their common dtype `via[i]`, or None), computing in `compute`, with parameters `params` (kernel
+    arguments). The checks and the promotion are the caller's (`nbxcert.ops`); this forms the key, chooses the
+    config and launches. A refused input raises `LaunchError` (`nbxcert.kernels.faults`)."""
+    row = OPS[op]
+    operands = [x, y, z][: max(row.arity, 0)]
+    scalars = []
+    for v, d in zip([x, y, z], via, strict=True):
+        scalars.append(None if v is None or isinstance(v, Tensor) else scalar_arg(v, d, compute))
+    bound = 0
+    problem = problem_of(op, operands, out)
+    dtypes = key_dtypes(Plan(op, tuple(via), compute, tuple(scalars), tuple(params), p_float), operands, out)
+    if op == "cast" and out.dtype.name in INTS and compute in FLOATS:
+        hi, lo = _bounds(compute, out.dtype.name)
+        scalars[1], scalars[2] = (FLOAT_SCALAR, float_bits(hi)), (FLOAT_SCALAR, float_bits(lo))
+        bound = INT_BITS[out.dtype.name]
+        operands = [x, hi, lo]
+    plan = Plan(op, tuple(via), compute, tuple(scalars), tuple(params), p_float, bound)
+    spec = SPECS[op]
+
+    def run(c: Config) -> None:
+        _run(map_launches(c, plan, operands, out))
+
+    aliased = any(isinstance(t, Tensor) and t.untyped_storage() is out.untyped_storage() for t in operands)
+    restore = (out,) if aliased else ()
+    run(choose_config(spec, problem, dtypes, config, run=run, outputs=(out,), restore=restore))
+    if plan_has_guard(op, compute, out):
+        faults.after_launch(out.device)
+    return out
+
+
+def plan_has_guard(op: str, compute: str, out: Tensor) -> bool:
+    row = OPS[op]
+    if row.guard is None:
+        return False
+    if row.guard[0] == faults.INTEGER_DIVISOR:
+        return compute not in FLOATS
+    return out.dtype.name in INTS and compute in FLOATS
+
+
+# ======================================================================================================================
+# inputs and the oracle adapter
+# ======================================================================================================================
+def _specials(dtype: str) -> np.ndarray:
+    """The special values of a dtype mixed into every operand: signed zeros, infinities, NaN, the extremes and the
+    smallest subnormal for floats; the extremes, -1, 0 and 1 for integers."""
+    if dtype == "bool":
+        return np.array([0, 1], np.int64)
+    if dtype in INTS:
+        info = np.iinfo(np.dtype(dtype))
+        return np.array(sorted({int(info.min), int(info.max), 0, 1, -1 if info.min < 0 else 2}), np.int64)
+    tiny_sub = {"float16": 2.0**-24, "bfloat16": 2.0**-133, "float32": 2.0**-149, "float64": 5e-324}[dtype]
+    big = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38}.get(dtype, 1.7e308)
+    return np.array([0.0, -0.0, np.inf, -np.inf, np.nan, tiny_sub, -tiny_sub, big, -big, 1.0, -1.0])
+
+
+def _round_to(values: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values rounded to `dtype` and back (each then exact in it)."""
+    from nbxcert.kernels.dtypes import decode, encode
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        return decode(encode(values, get_dtype(dtype)), get_dtype(dtype)).astype(np.float64)
+
+
+def operand_values(gen: np.random.Generator, n: int, dtype: str, domain: str = "any", role: int = 0) -> np.ndarray:
+    """`n` seeded values of `dtype` (float64 for floats, int64 for integers and bool): random values with the dtype's
+    special values mixed in. `domain`: "divisor" (integer divisors are never 0: division by zero is refused),
+    "shift" (a shift amount, role 1: -2 .. width + 2), "pow" (integer exponents 0 .. 9 and bases small, so integer
+    powers exercise wrap-around without every result overflowing), "cast" (float values inside every integer
+    range: the refusal tests make the others)."""
+    if dtype in INTS or dtype == "bool":
+        if dtype == "bool":
+            v = gen.integers(0, 2, n)
+        else:
+            info = np.iinfo(np.dtype(dtype))
+            lo, hi = max(int(info.min), -1000), min(int(info.max), 1000)
+            v = gen.integers(lo, hi + 1, n, dtype=np.int64)
+            k = min(n // 4, len(_specials(dtype)))
+            v[:k] = gen.permutation(_specials(dtype))[:k]
+        if domain == "shift" and role == 1:
+            v = gen.integers(-2, INT_BITS[dtype] + 3, n) if dtype != "uint8" else gen.integers(0, 11, n)
+        if domain == "pow" and role == 1:
+            v = gen.integers(0 if dtype == "uint8" else -2, 10, n)
+        if domain == "pow" and role == 0:
+            v = gen.integers(0 if dtype == "uint8" else -7, 8, n)
+        if domain == "divisor" and role == 1:
+            v = np.where(v == 0, 1, v)
+        return v.astype(np.int64)
+    v = gen.standard_normal(n) * 3.0
+    if domain != "cast":
+        k = min(n // 4, 11)
+        v[:k] = gen.permutation(_specials(dtype))[:k]
+    if domain == "pow" and role == 1:
+        v = np.where(gen.random(n) < 0.3, np.round(v), v)
+    return _round_to(v, dtype)
+
+
+def _layout_tensor(gen, values: np.ndarray, shape: tuple[int, ...], layout: str, dtype: str, device: str) -> Tensor:
+    """A tensor of `values` that reads into `shape` as `layout`: dense; broadcast (the first dimension of a shape of
+    more than one, else the one element, repeated by a 0 stride); strided (every other element of a twice-as-long
+    buffer)."""
+    if layout == "dense":
+        return from_numpy(_storage_values(values.reshape(shape), dtype), dtype, device)
+    if layout == "broadcast":
+        if len(shape) > 1 and shape[0] > 1:
+            row = values[: math.prod(shape[1:])].reshape(shape[1:])
+            return from_numpy(_storage_values(row, dtype), dtype, device)
+        one = from_numpy(_storage_values(values[:1], dtype), dtype, device)
+        return one.expand(*shape) if shape else one
+    if layout == "strided":
+        wide = np.repeat(values.reshape(-1), 2).reshape(shape[:-1] + (2 * shape[-1],)) if shape else values[:1]
+        t = from_numpy(_storage_values(wide, dtype), dtype, device)
+        return t[..., ::2] if shape else t
+    raise ValueError(f"unknown layout {layout!r}")
+
+
+def _storage_values(values: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bool":
+        return values.astype(bool)
+    if dtype in INTS:
+        return values.astype(np.dtype(dtype))
+    return values.astype(np.float64)
+
+
+def shape_for(numel: int) -> tuple[int, ...]:
+    """A 2-d shape of `numel` elements whose rows are at most 64 long (1-d for a prime count)."""
+    for cols in range(min(64, numel), 0, -1):
+        if numel % cols == 0 and cols > 1:
+            return (numel // cols, cols)
+    return (numel,)
+
+
+def example_params(op: Op, dtype: str) -> dict[str, Any]:
+    """Parameters an input maker gives an op: its defaults, with the ones that have none chosen here."""
+    params = dict(op.params)
+    if op.name == "clamp":
+        params.update(min=-1, max=2) if dtype in INTS else params.update(min=-1.5, max=2.25)
+    if op.name == "clamp_min":
+        params["min"] = -1 if dtype in INTS else -1.5
+    if op.name == "clamp_max":
+        params["max"] = 2 if dtype in INTS else 2.25
+    if op.name in ("add", "sub"):
+        params["alpha"] = 2 if dtype in INTS else 1.5
+    if op.name == "addcmul":
+        params["value"] = 3 if dtype in INTS else 0.5
+    if op.name == "addcdiv":
+        params["value"] = 0.5
+    if op.name == "masked_fill":
+        params["value"] = 7 if dtype in INTS or dtype == "bool" else -2.5
+    if op.name == "fill":
+        params["value"] = 1 if dtype == "bool" else (3 if dtype == "uint8" else -3 if dtype in INTS else 1.25)
+    if op.name == "arange":
+        params.update(start=3, end=None, step=1) if dtype in INTS else params.update(start=-2.5, end=None, step=0.75)
+    if op.name == "linspace":
+        params.update(start=-3.0, end=7.5, steps=None)
+    if op.name == "threshold":
+        params.update(threshold=0, value=-9) if dtype in INTS else params.update(threshold=0.5, value=-9.5)
+    if op.name == "nan_to_num" and dtype in FLOATS:
+        params.update(nan=0.25, posinf=1000.0, neginf=-1000.0)
+    if op.name == "elu":
+        params["alpha"] = 1.25
+    if op.name == "celu":
+        params["alpha"] = 0.75
+    if op.name == "leaky_relu":
+        params["negative_slope"] = 0.125
+    if op.name == "softplus":
+        params.update(beta=1.5, threshold=10.0)
+    return params
+
+
+def resolve_params(op: Op, params: Mapping[str, Any], out: Tensor, common: str) -> dict[str, Any]:
+    """The parameters a launch passes: every one given, defaults filled in (nan_to_num's infinities: the result
+    dtype's extremes; arange's and linspace's count: the output's elements)."""
+    resolved = dict(op.params)
+    resolved.update(params)
+    if op.name == "nan_to_num" and common in FLOATS:
+        top = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38}.get(common)
+        top = top or float(np.finfo(np.dtype(common)).max)
+        resolved["posinf"] = top if resolved.get("posinf") is None else resolved["posinf"]
+        resolved["neginf"] = -top if resolved.get("neginf") is None else resolved["neginf"]
+    if op.name == "linspace":
+        resolved["steps"] = out.numel
+    return resolved
+
+
+def make_inputs_for(op: Op):
+    def make_inputs(problem, dtypes, seed, device) -> Inputs:
+        """Operands laid out as the problem says, of the key's dtypes, seeded, special values mixed in; the output
+        poisoned by the caller."""
+        numel = int(problem["numel"])
+        shape = (numel,) if op.name in ("arange", "linspace") else shape_for(numel)
+        gen = _inputs.rng(seed)
+        tensors: dict[str, Tensor] = {}
+        out_dtype = dtypes[-1]
+        common = common_of(op, dtypes)
+        domain = "cast" if op.name == "cast" and out_dtype in INTS else op.domain
+        scalars: dict[str, Any] = {}
+        for i, name in enumerate(("x", "y", "z")[: op.arity]):
+            layout = str(problem[name])
+            d = dtypes[i]
+            values = operand_values(gen, numel, d, domain, i)
+            if domain == "cast" and out_dtype == "uint8":
+                values = np.abs(values)
+            if op.name == "lerp" and i == 2:
+                values = _round_to(gen.uniform(-0.5, 1.5, numel), d)
+            if layout == "scalar":
+                v = values[-1]
+                scalars[name] = bool(v) if d == "bool" else int(v) if d in INTS else float(v)
+                continue
+            tensors[name] = _layout_tensor(gen, values, shape, layout, d, device)
+        out = empty(shape, out_dtype, device)
+        if problem["out"] == "strided":
+            out = empty(shape[:-1] + (2 * shape[-1],), out_dtype, device)[..., ::2]
+        tensors["out"] = out
+        params = example_params(op, common)
+        scalars["params"] = params
+        scalars["common"] = common
+        return Inputs(tensors, scalars, ("out",), dict(problem))
+
+    return make_inputs
+
+
+def plan_for(op: Op, operands: Sequence[Any], common: str, out: Tensor, params: Mapping[str, Any]) -> tuple:
+    """(via, compute, kernel params, p_float) of a launch of `op` whose common dtype is `common`."""
+    compute = compute_dtype(common, op.wide)
+    via = []
+    for i in range(3):
+        fixed = op.operand_dtypes[i] if i < len(op.operand_dtypes) else None
+        via.append(fixed or common)
+    resolved = resolve_params(op, params, out, common)
+    values = [resolved[name] for name, _ in op.params]
+    pcompute = compute
+    if op.name in ("arange", "linspace") and compute not in FLOATS:
+        pcompute = compute
+    kernel_params = [param_arg(v, pcompute) for v in values] + [0] * (3 - len(values))
+    if op.name == "arange":
+        kernel_params = [param_arg(resolved["start"], pcompute), 0, param_arg(resolved["step"], pcompute)]
+    return tuple(via), compute, tuple(kernel_params), pcompute in FLOATS
+
+
+def _launch_for(op: Op):
+    def launch(config: Config, inputs: Inputs) -> None:
+        t, s = inputs.tensors, inputs.scalars
+        operands = [t.get(n, s.get(n)) for n in ("x", "y", "z")[: op.arity]]
+        out = t["out"]
+        via, compute, params, p_float = plan_for(op, operands, s["common"], out, s["params"])
+        pointwise_call(op.name, *(operands + [None] * (3 - len(operands))), out, via, compute, params, p_float, config)
+
+    return launch
+
+
+def _oracle_operand(v: Any, dtype: str, compute: str) -> np.ndarray:
+    """An operand as the oracle reads it: the values in the common dtype `dtype` (floats as float64, integers as
+    int64, bool as bool)."""
+    if isinstance(v, Tensor):
+        raw = v.numpy() if v.dtype.name in INTS + ("bool",) else v.float64()
+    else:
+        raw = np.asarray(v)
+    if dtype == "bool":
+        return np.asarray(raw != 0)
+    if dtype in INTS:
+        with np.errstate(over="ignore", invalid="ignore"):
+            ints = np.asarray(raw).astype(np.float64 if np.asarray(raw).dtype.kind == "f" else np.int64)
+            return np.asarray(ints).astype(np.int64).astype(np.dtype(dtype)).astype(np.int64)
+    if isinstance(v, Tensor):
+        return _round_to(np.asarray(raw, np.float64), dtype)
+    # a Python scalar: cast to the common dtype as the kernel's argument is (float32: rounded; half: kept at float32)
+    _, bits = scalar_arg(v, dtype, compute)
+    return np.asarray(struct.unpack("<d", struct.pack("<q", bits))[0])
+
+
+def oracle_module():
+    """`nbxcert.oracles.pointwise`, looked up when an op is judged."""
+    return importlib.import_module("nbxcert.oracles.pointwise")
+
+
+def _oracle_for(op: Op):
+    def oracle(inputs: Inputs) -> dict[str, Reference]:
+        t, s = inputs.tensors, inputs.scalars
+        out = t["out"]
+        common = s["common"]
+        fn = getattr(oracle_module(), op.oracle or op.name)
+        compute = compute_dtype(common, op.wide)
+        params = resolve_params(op, s["params"], out, common)
+        kwargs = dict(op.oracle_params)
+        if op.arity == 0:
+            if op.name == "fill":
+                ref, scale = fn(out.shape, params["value"], dtype=common)
+            elif op.name == "arange":
+                start, step = params["start"], params["step"]
+                ref, scale = fn(start, start + step * out.numel, step, dtype=common)
+            else:
+                ref, scale = fn(params["start"], params["end"], out.numel, dtype=common)
+        else:
+            operands = []
+            for i, n in enumerate(("x", "y", "z")[: op.arity]):
+                via = op.operand_dtypes[i] if i < len(op.operand_dtypes) and op.operand_dtypes[i] else common
+                if op.name == "cast":
+                    via = t["x"].dtype.name
+                operands.append(_oracle_operand(t.get(n, s.get(n)), via, compute))
+            for name, _ in op.params:
+                kwargs[name] = params[name]
+            if op.name == "cast":
+                ref, scale = fn(operands[0], src=t["x"].dtype.name, dtype=out.dtype.name)
+            else:
+                ref, scale = fn(*operands, dtype=common, **kwargs)
+        shape = out.shape
+        ref, scale = np.asarray(ref), np.asarray(scale)
+        if ref.size == out.numel:
+            ref, scale = ref.reshape(shape), np.broadcast_to(scale, ref.shape).reshape(shape)
+        return {"out": Reference(np.broadcast_to(ref, shape), np.broadcast_to(scale, shape))}
+
+    return oracle
+
+
+def _problem_for(op: Op):
+    def problem(*operands, out: Tensor, **_) -> dict:
+        return problem_of(op.name, operands, out)
+
+    return problem
+
+
+def _out_dtype(op: Op):
+    def output_dtypes(dtypes: tuple[str, ...]) -> tuple[str, ...]:
+        return (dtypes[-1],)
+
+    return output_dtypes
+
+
+def result_dtype_of(op: Op, common: str) -> str:
+    """The result dtype of a uniform-dtype launch (torch's promotion kinds)."""
+    if op.kind == "always_bool":
+        return "bool"
+    if op.kind == "int_to_float" and common not in FLOATS:
+        return "float32"
+    return common
+
+
+def common_of(op: Op, dtypes: Sequence[str]) -> str:
+    """The common dtype of a launch of one of the spec's uniform dtype tuples (operands, then the output)."""
+    if op.arity == 0:
+        return dtypes[-1]
+    common = dtypes[1] if op.name == "where" else dtypes[0]
+    if op.kind == "int_to_float" and common not in FLOATS:
+        return "float32"
+    return common
+
+
+def spec_dtypes(op: Op) -> tuple[tuple[str, ...], ...]:
+    """The dtype tuples a spec certifies: every operand of one dtype (where's condition bool, masked_fill's mask
+    bool), the output of the op's result dtype; a cast: every pair."""
+    if op.name == "cast":
+        return tuple((s, d) for s in ALL for d in ALL)
+    combos = []
+    for d in op.dtypes:
+        operands = []
+        for i in range(op.arity):
+            fixed = op.operand_dtypes[i] if i < len(op.operand_dtypes) else None
+            operands.append(fixed or d)
+        combos.append(tuple(operands) + (result_dtype_of(op, d),))
+    return tuple(combos)
+
+
+def example_problems(op: Op) -> tuple[dict[str, Any], ...]:
+    """Tiny problems: a dense one, and one with the other layouts (a broadcast and a strided operand, a strided
+    output) where the op has operands."""
+    names = ("x", "y", "z")
+    dense = {"numel": 37, **{n: ("dense" if i < op.arity else "none") for i, n in enumerate(names)}, "out": "dense"}
+    mixed_layouts = ("strided", "broadcast", "dense")
+    mixed = {"numel": 96, **{n: (mixed_layouts[i] if i < op.arity else "none") for i, n in enumerate(names)}}
+    mixed["out"] = "strided"
+    return (dense, mixed)
+
+
+SPECS: dict[str, Any] = {}
+
+
+def op_spec(op: Op):
+    """The registered `KernelSpec` of one op row: `pw_<name>`, family "pointwise"."""
+    names = ("x", "y", "z")[: op.arity]
+    spec = family_spec(
+        "pointwise",
+        f"pw_{op.name}",
+        op.description or f"torch.{op.name}, element-wise, through the pointwise map kernel",
+        (_map_kernel,),
+        problem_args=("numel", "x", "y", "z", "out"),
+        key_fields=(KeyField("numel", "numel"), KeyField("x"), KeyField("y"), KeyField("z"), KeyField("out")),
+        dtype_args=names + ("out",),
+        dtypes=spec_dtypes(op),
+        output_dtypes=_out_dtype(op),
+        tuning=(flat_candidates(), DEFAULT, prune_flat),
+        parts=(make_inputs_for(op), _launch_for(op), _oracle_for(op), _problem_for(op)),
+        no_bit_fields=("BLOCK", "num_warps"),
+        examples=example_problems(op),
+        oracle_name=f"nbxcert.oracles.pointwise.{op.oracle or op.name}",
+    )
+    SPECS[op.name] = spec
+    return spec
+
+
+for _op in OPS.values():
+    op_spec(_op)
+
+
+def check_dtype(op: Op, common: str) -> None:
+    """`DTypeError` (one line) when `op` does not take the common dtype `common`."""
+    if common not in op.dtypes:
+        raise DTypeError(f"{op.name}: dtype {common} is not supported (takes {', '.join(op.dtypes)})")

@@ -1,0 +1,116 @@
+"""`nbxcert.ops`: torch's names and signatures over the pointwise kernel: out=, in-place forms, Python scalars,
+broadcasting, promotion of mixed dtypes, one-line errors, and an import that loads no kernel and never torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pointwise_standin
+import pytest
+
+pointwise_standin.install()  # the oracle and promotion modules, where they are not there yet
+
+from nbxcert import ops  # noqa: E402
+from nbxcert.errors import DTypeError, LaunchError, ShapeMismatch  # noqa: E402
+from nbxcert.kernels.tensor import from_numpy  # noqa: E402
+
+
+def _t(values, dtype):
+    return from_numpy(np.asarray(values, dtype))
+
+
+def test_import_is_cheap_and_torch_free():
+    code = (
+        "import sys; from nbxcert import ops; print('nbxcert.kernels.pointwise' in sys.modules, 'torch' in sys.modules)"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert got == ["False", "False"]
+
+
+def test_add_alpha_out_and_inplace():
+    a = _t([[1.0, 2.0], [3.0, 4.0]], np.float32)
+    b = _t([10.0, 20.0], np.float32)
+    np.testing.assert_array_equal(ops.add(a, b, alpha=2).numpy(), [[21, 42], [23, 44]])
+    out = ops.zeros(2, 2)
+    assert ops.add(a, 1, out=out) is out
+    np.testing.assert_array_equal(out.numpy(), [[2, 3], [4, 5]])
+    ops.mul_(a, b)
+    np.testing.assert_array_equal(a.numpy(), [[10, 40], [30, 80]])
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda: ops.add(_t([1, 2], np.int32), 2.5), "float32"),
+        (lambda: ops.add(_t([1, 2], np.int32), 2), "int32"),
+        (lambda: ops.add(_t([1, 2], np.int8), _t([1, 2], np.int64)), "int64"),
+        (lambda: ops.add(_t([1, 2], np.float16), _t([1, 2], np.float64)), "float64"),
+        (lambda: ops.div(_t([1, 2], np.int32), _t([2, 2], np.int32)), "float32"),
+        (lambda: ops.div(_t([1, 2], np.int32), 2, rounding_mode="floor"), "int32"),
+        (lambda: ops.exp(_t([1, 2], np.int64)), "float32"),
+        (lambda: ops.gt(_t([1, 2], np.float16), 1), "bool"),
+        (lambda: ops.where(_t([True, False], np.bool_), _t([1, 2], np.int32), 0.5), "float32"),
+        (lambda: ops.mul(_t([True, False], np.bool_), _t([True, True], np.bool_)), "bool"),
+    ],
+)
+def test_promotion(make, expected):
+    assert make().dtype.name == expected
+
+
+def test_values_of_mixed_ops():
+    x = _t([-2.0, -0.5, 0.0, 1.5], np.float32)
+    np.testing.assert_array_equal(ops.relu(x).numpy(), [0, 0, 0, 1.5])
+    np.testing.assert_array_equal(ops.clamp(x, min=-1, max=1).numpy(), [-1, -0.5, 0, 1])
+    np.testing.assert_array_equal(ops.where(ops.lt(x, 0), 0.0, x).numpy(), [0, 0, 0, 1.5])
+    np.testing.assert_array_equal(ops.masked_fill(x, ops.lt(x, 0), 9.0).numpy(), [9, 9, 0, 1.5])
+    np.testing.assert_array_equal(ops.div(_t([7, -7], np.int32), 2, rounding_mode="trunc").numpy(), [3, -3])
+    np.testing.assert_array_equal(ops.remainder(_t([7, -7], np.int32), 3).numpy(), [1, 2])
+    np.testing.assert_array_equal(ops.arange(1, 7, 2).numpy(), [1, 3, 5])
+    np.testing.assert_allclose(ops.linspace(0, 1, 5).numpy(), [0, 0.25, 0.5, 0.75, 1])
+    np.testing.assert_array_equal(ops.full((2,), 7).numpy(), [7, 7])
+    np.testing.assert_array_equal(ops.to(_t([1.9, -1.9], np.float32), "int32").numpy(), [1, -1])
+    np.testing.assert_allclose(ops.glu(_t([[0.0, 1.0, 0.0, 0.0]], np.float32)).numpy(), [[0.0, 0.5]])
+    assert ops.logsigmoid is ops.log_sigmoid
+
+
+def test_copy_into_a_strided_view_and_fill():
+    dst = ops.zeros(3, 4)
+    ops.copy_(dst.T, from_numpy(np.arange(12, dtype=np.float64).reshape(4, 3)))
+    np.testing.assert_array_equal(dst.numpy(), np.arange(12).reshape(4, 3).T)
+    ops.fill_(dst[:, ::2], -1.0)
+    assert (dst.numpy()[:, ::2] == -1).all() and (dst.numpy()[:, 1::2] >= 0).all()
+
+
+def test_activation_inplace_and_keywords():
+    x = _t([-1.0, 2.0], np.float32)
+    y = ops.leaky_relu(x, negative_slope=0.5)
+    np.testing.assert_array_equal(y.numpy(), [-0.5, 2.0])
+    assert ops.relu_(x) is x and x.numpy()[0] == 0
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "text"),
+    [
+        (lambda: ops.bitwise_and(_t([1.0], np.float32), _t([1.0], np.float32)), DTypeError, "not supported"),
+        (lambda: ops.add(_t([1, 2, 3], np.float32), _t([1, 2], np.float32)), ShapeMismatch, "do not broadcast"),
+        (lambda: ops.add(_t([1.0], np.float32), 1, out=ops.zeros(1, dtype="int32")), DTypeError, "can't be cast"),
+        (lambda: ops.add(_t([1.0, 2.0], np.float32), 1, out=ops.zeros(3)), ShapeMismatch, "out has shape"),
+        (lambda: ops.div(_t([1], np.int32), 0, rounding_mode="floor"), LaunchError, "divisor 0"),
+        (lambda: ops.to(_t([np.nan], np.float32), "int16"), LaunchError, "16-bit integer"),
+        (lambda: ops.div(_t([1], np.int32), 1, rounding_mode="round"), DTypeError, "rounding_mode"),
+    ],
+)
+def test_errors_are_one_line(call, error, text):
+    with pytest.raises(error, match=text) as info:
+        call()
+    assert "\n" not in str(info.value)
+
+
+def test_other_families_are_reachable():
+    from nbxcert.kernels import matmul, rows
+
+    assert ops.matmul is matmul.matmul and ops.rms_norm is rows.rmsnorm and ops.layer_norm is rows.layernorm
+    with pytest.raises(AttributeError):
+        ops.no_such_op  # noqa: B018
