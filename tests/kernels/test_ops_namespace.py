@@ -7,10 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
-import pointwise_standin
 import pytest
-
-pointwise_standin.install()  # the oracle and promotion modules, where they are not there yet
 
 from nbxcert import ops  # noqa: E402
 from nbxcert.errors import DTypeError, LaunchError, ShapeMismatch  # noqa: E402

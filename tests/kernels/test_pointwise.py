@@ -6,10 +6,7 @@ dtype here; every example problem under `slow`)."""
 from __future__ import annotations
 
 import numpy as np
-import pointwise_standin
 import pytest
-
-pointwise_standin.install()  # the oracle and promotion modules, where they are not there yet
 
 from nbxcert.errors import LaunchError  # noqa: E402
 from nbxcert.kernels import pointwise as pw  # noqa: E402
