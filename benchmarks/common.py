@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -189,11 +190,12 @@ print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_na
 """
 
 
-def torch_peer(script: str, cases, warmup: float, rep: float) -> dict[str, Any]:
-    """torch's times from `script` (Python source reading argv: cases JSON, warm-up ms, rep ms; printing one JSON line)
-    run in its own process (nbxcert never imports torch); {"error": ...} when that process fails (no torch, ...)."""
+def torch_peer(script: str, cases, warmup: float, rep: float, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """torch's times from `script` (Python source reading argv: cases JSON, warm-up ms, rep ms, then `extra`; printing
+    one JSON line) run in its own process (nbxcert never imports torch); {"error": ...} when that process fails (no
+    torch, ...)."""
     proc = subprocess.run(
-        [sys.executable, "-c", script, json.dumps(cases), str(warmup), str(rep)],
+        [sys.executable, "-c", script, json.dumps(cases), str(warmup), str(rep), *extra],
         capture_output=True,
         text=True,
         timeout=1800,

@@ -1,0 +1,296 @@
+"""Pointwise ops on the GPU as an application calls them: `nbxcert.ops.<op>(...)`, the output allocated by the call,
+next to the same torch op in eager mode and to the device's copy bandwidth, measured in the same run.
+
+    python benchmarks/bench_pointwise.py --out pointwise.json [--ops exp,add,...] [--rows 8192]
+
+Every case reads and writes tensors of at least 64 MB ([8192, 4096] by default: float16 64 MiB, float32 and int32
+128 MiB): each op of `nbxcert.ops`'s pointwise library on float16 (float32 for the casts' source and the float
+division modes, int32 for the bitwise and shift ops, bool for the logical ops and conditions), dense operands of the
+output's shape. The served call is timed whole (`time_events` ungated: the host's work for each call is inside the
+timed span, as torch's is in `triton.testing.do_bench`), an L2 flush before each repetition, the median taken; the
+first call (which makes the key's plan, and sweeps it at run time where no certificate covers it) is not timed.
+Effective bandwidth = bytes of every operand read + the output written, once each. torch runs in its own process
+(`PEER_SCRIPT`; nbxcert never imports torch) with `triton.testing.do_bench` on the same expression written with
+torch's names, on inputs of the same shapes and dtypes. The copy bandwidth is cuMemcpyDtoD of a 1 GiB buffer
+(`common.copy_bandwidth`).
+
+Targets per op: effective bandwidth at least 85% of the copy bandwidth, and at least 1.0x torch's speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import common
+
+# (op, inputs as (dtype, values), nbxcert call on ops and the inputs, torch expression on x, y, z)
+# values: "normal" N(0, 1); "positive" |N(0, 1)| + 0.5; "unit" U(0, 1); "int" integers in [-1000, 1000];
+# "shift" integers in [0, 31]; "bool" fair coin
+H = "float16"
+UNARY = [
+    "abs",
+    "neg",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log1p",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "sin",
+    "cos",
+    "tan",
+    "tanh",
+    "erf",
+    "sign",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "sigmoid",
+]
+POSITIVE = {"log", "log2", "log1p", "sqrt", "rsqrt"}
+ACTIVATIONS = ["relu", "silu", "mish", "elu", "celu", "selu", "leaky_relu", "hardsigmoid", "hardswish", "softplus"]
+BINARY = ["add", "sub", "mul", "maximum", "minimum", "atan2", "hypot", "remainder", "fmod"]
+COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
+BITWISE = ["bitwise_and", "bitwise_or", "bitwise_xor"]
+LOGICAL = ["logical_and", "logical_or", "logical_xor"]
+
+
+def _cases() -> list[tuple]:
+    cases = []
+    for op in UNARY:
+        cases.append((op, ((H, "positive" if op in POSITIVE else "normal"),), f"ops.{op}(x)", f"torch.{op}(x)"))
+    for op in ACTIVATIONS:
+        cases.append((op, ((H, "normal"),), f"ops.{op}(x)", f"F.{op}(x)"))
+    cases += [
+        ("gelu", ((H, "normal"),), "ops.gelu(x)", "F.gelu(x)"),
+        ("gelu_tanh", ((H, "normal"),), "ops.gelu(x, approximate='tanh')", "F.gelu(x, approximate='tanh')"),
+        ("log_sigmoid", ((H, "normal"),), "ops.log_sigmoid(x)", "F.logsigmoid(x)"),
+        ("threshold", ((H, "normal"),), "ops.threshold(x, 0.1, 20.0)", "F.threshold(x, 0.1, 20.0)"),
+        ("glu", ((H, "normal"),), "ops.glu(x)", "F.glu(x)"),
+        ("isnan", ((H, "normal"),), "ops.isnan(x)", "torch.isnan(x)"),
+        ("isinf", ((H, "normal"),), "ops.isinf(x)", "torch.isinf(x)"),
+        ("isfinite", ((H, "normal"),), "ops.isfinite(x)", "torch.isfinite(x)"),
+        ("nan_to_num", ((H, "normal"),), "ops.nan_to_num(x)", "torch.nan_to_num(x)"),
+        ("clamp", ((H, "normal"),), "ops.clamp(x, -0.5, 0.5)", "torch.clamp(x, -0.5, 0.5)"),
+        ("logical_not", (("bool", "bool"),), "ops.logical_not(x)", "torch.logical_not(x)"),
+        ("bitwise_not", (("int32", "int"),), "ops.bitwise_not(x)", "torch.bitwise_not(x)"),
+    ]
+    for op in BINARY:
+        cases.append((op, ((H, "normal"), (H, "positive")), f"ops.{op}(x, y)", f"torch.{op}(x, y)"))
+    cases += [
+        ("div", ((H, "normal"), (H, "positive")), "ops.div(x, y)", "torch.div(x, y)"),
+        (
+            "div_trunc",
+            (("float32", "normal"), ("float32", "positive")),
+            "ops.div(x, y, rounding_mode='trunc')",
+            "torch.div(x, y, rounding_mode='trunc')",
+        ),
+        (
+            "div_floor",
+            (("float32", "normal"), ("float32", "positive")),
+            "ops.div(x, y, rounding_mode='floor')",
+            "torch.div(x, y, rounding_mode='floor')",
+        ),
+        ("pow", ((H, "positive"), (H, "normal")), "ops.pow(x, y)", "torch.pow(x, y)"),
+        ("add_scalar", ((H, "normal"),), "ops.add(x, 2.5)", "torch.add(x, 2.5)"),
+        ("lerp", ((H, "normal"), (H, "normal"), (H, "unit")), "ops.lerp(x, y, z)", "torch.lerp(x, y, z)"),
+        (
+            "addcmul",
+            ((H, "normal"), (H, "normal"), (H, "normal")),
+            "ops.addcmul(x, y, z, value=0.5)",
+            "torch.addcmul(x, y, z, value=0.5)",
+        ),
+        (
+            "addcdiv",
+            ((H, "normal"), (H, "normal"), (H, "positive")),
+            "ops.addcdiv(x, y, z, value=0.5)",
+            "torch.addcdiv(x, y, z, value=0.5)",
+        ),
+        ("where", (("bool", "bool"), (H, "normal"), (H, "normal")), "ops.where(x, y, z)", "torch.where(x, y, z)"),
+        (
+            "masked_fill",
+            ((H, "normal"), ("bool", "bool")),
+            "ops.masked_fill(x, y, 0.0)",
+            "torch.masked_fill(x, y, 0.0)",
+        ),
+    ]
+    for op in COMPARE:
+        cases.append((op, ((H, "normal"), (H, "normal")), f"ops.{op}(x, y)", f"torch.{op}(x, y)"))
+    for op in BITWISE:
+        cases.append((op, (("int32", "int"), ("int32", "int")), f"ops.{op}(x, y)", f"torch.{op}(x, y)"))
+    for op in ("bitwise_left_shift", "bitwise_right_shift"):
+        cases.append((op, (("int32", "int"), ("int32", "shift")), f"ops.{op}(x, y)", f"torch.{op}(x, y)"))
+    for op in LOGICAL:
+        cases.append((op, (("bool", "bool"), ("bool", "bool")), f"ops.{op}(x, y)", f"torch.{op}(x, y)"))
+    cases += [
+        ("copy_transposed", ((H, "normal"),), "ops.clone(x.T)", "x.T.clone()"),
+        ("cast_f32_to_f16", (("float32", "normal"),), "ops.to(x, 'float16')", "x.to(torch.float16)"),
+        ("cast_f16_to_f32", ((H, "normal"),), "ops.to(x, 'float32')", "x.to(torch.float32)"),
+        (
+            "full",
+            (),
+            "ops.full(SHAPE, 1.5, dtype='float16', device=DEVICE)",
+            "torch.full(SHAPE, 1.5, dtype=torch.float16, device='cuda')",
+        ),
+        (
+            "zeros",
+            (),
+            "ops.zeros(SHAPE, dtype='float16', device=DEVICE)",
+            "torch.zeros(SHAPE, dtype=torch.float16, device='cuda')",
+        ),
+        (
+            "arange",
+            (),
+            "ops.arange(NUMEL, dtype='float32', device=DEVICE)",
+            "torch.arange(NUMEL, dtype=torch.float32, device='cuda')",
+        ),
+        (
+            "linspace",
+            (),
+            "ops.linspace(0.0, 1.0, NUMEL, dtype='float32', device=DEVICE)",
+            "torch.linspace(0.0, 1.0, NUMEL, dtype=torch.float32, device='cuda')",
+        ),
+    ]
+    return cases
+
+
+CASES = _cases()
+PEER_SCRIPT = (
+    common.PEER_HEAD
+    + r"""
+import torch.nn.functional as F
+rows = int(sys.argv[4])
+SHAPE, NUMEL = (rows, 4096), rows * 4096
+DT = {"float16": torch.float16, "float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
+
+def make(dtype, values):
+    if values == "bool":
+        return torch.rand(SHAPE, device="cuda") < 0.5
+    if values == "int":
+        return torch.randint(-1000, 1001, SHAPE, device="cuda", dtype=DT[dtype])
+    if values == "shift":
+        return torch.randint(0, 32, SHAPE, device="cuda", dtype=DT[dtype])
+    if values == "unit":
+        return torch.rand(SHAPE, device="cuda").to(DT[dtype])
+    t = torch.randn(SHAPE, device="cuda")
+    return (t.abs() + 0.5 if values == "positive" else t).to(DT[dtype])
+
+for i, (name, spec, expr) in enumerate(cases):
+    xs = [make(d, v) for d, v in spec] + [None] * (3 - len(spec))
+    x, y, z = xs
+    fn = eval("lambda: " + expr)
+    out[str(i)] = triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+"""
+    + common.PEER_TAIL
+)
+
+
+def make_input(gen, dtype: str, values: str, shape, device: str):
+    """One operand as the peer makes its own (the same distribution, not the same values)."""
+    import numpy as np
+
+    from nbxcert.kernels.tensor import from_numpy
+
+    if values == "bool":
+        return from_numpy(gen.random(shape) < 0.5, "bool", device)
+    if values in ("int", "shift"):
+        low, high = (-1000, 1001) if values == "int" else (0, 32)
+        return from_numpy(gen.integers(low, high, shape).astype(np.int32), dtype, device)
+    if values == "unit":
+        return from_numpy(gen.random(shape).astype(np.float32), dtype, device)
+    t = gen.standard_normal(shape).astype(np.float32)
+    return from_numpy(np.abs(t) + 0.5 if values == "positive" else t, dtype, device)
+
+
+def moved_bytes(inputs, result) -> int:
+    return sum(t.nbytes for t in inputs) + result.nbytes
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", help="write the results as JSON to this path")
+    parser.add_argument("--ops", help="comma-separated case names (default: all)")
+    parser.add_argument("--rows", type=int, default=8192, help="rows of 4096 elements per tensor (default 8192)")
+    parser.add_argument("--warmup", type=float, default=25.0, help="warm-up ms per timing (default 25)")
+    parser.add_argument("--rep", type=float, default=100.0, help="timed ms per timing (default 100)")
+    parser.add_argument("--no-torch", action="store_true", help="skip the torch peer")
+    args = parser.parse_args(argv)
+    chosen = [c for c in CASES if not args.ops or c[0] in args.ops.split(",")]
+    if not chosen:
+        raise SystemExit(f"no case named in --ops; cases: {', '.join(c[0] for c in CASES)}")
+    found = common.gpu_profile("bench_pointwise")
+    if found is None:
+        return 2
+    cuda, profile, how = found
+    import statistics
+
+    from nbxcert import ops
+    from nbxcert.kernels.backends.triton_cuda import time_events
+    from nbxcert.kernels.inputs import rng
+
+    peer = {"ms": {}}
+    if not args.no_torch:
+        peer_cases = [[name, list(spec), torch_expr] for name, spec, _, torch_expr in chosen]
+        peer = common.torch_peer(PEER_SCRIPT, peer_cases, args.warmup, args.rep, extra=[str(args.rows)])
+    copy_bw = common.copy_bandwidth(cuda)
+    shape, numel = (args.rows, 4096), args.rows * 4096
+    gen = rng(0)
+    results, met = [], 0
+    for i, (name, spec, call, _) in enumerate(chosen):
+        tensors = [make_input(gen, dtype, values, shape, "cuda:0") for dtype, values in spec]
+        x, y, z = (tensors + [None, None, None])[:3]
+        fn = eval(
+            "lambda: " + call, {"ops": ops, "x": x, "y": y, "z": z, "SHAPE": shape, "NUMEL": numel, "DEVICE": "cuda:0"}
+        )
+        result = fn()  # the first call: plan made (and the key swept at run time where no certificate covers it)
+        times = time_events(fn, args.warmup, args.rep, gated=False).times_ms
+        ms = statistics.median(times)
+        moved = moved_bytes(tensors, result)
+        eff = moved / (ms * 1e-3)
+        torch_ms = peer.get("ms", {}).get(str(i))
+        speedup = torch_ms / ms if torch_ms else None
+        ok = eff >= 0.85 * copy_bw and (speedup is None or speedup >= 1.0)
+        met += ok
+        results.append(
+            {
+                "op": name,
+                "call": call,
+                "inputs": [list(s) for s in spec],
+                "result_dtype": result.dtype.name,
+                "bytes_moved": moved,
+                "ms": ms,
+                "effective_GBps": eff / 1e9,
+                "fraction_of_copy": eff / copy_bw,
+                "torch_ms": torch_ms,
+                "speedup_vs_torch": speedup,
+                "met": ok,
+            }
+        )
+        t_cell = f"{torch_ms * 1e3:9.1f}" if torch_ms else f"{'-':>9s}"
+        s_cell = f"{speedup:6.2f}x" if speedup else f"{'-':>7s}"
+        print(
+            f"{name:20s} {ms * 1e3:9.1f} us {eff / 1e9:7.0f} GB/s {100 * eff / copy_bw:6.1f}% of copy  torch "
+            f"{t_cell} us {s_cell}  {'met' if ok else 'missed'}",
+            flush=True,
+        )
+    print(f"\ncopy bandwidth {copy_bw / 1e9:.0f} GB/s; targets met at {met} of {len(results)} ops")
+    common.write_results(
+        args.out,
+        cuda.device_info(0).name,
+        profile,
+        how,
+        peer,
+        results,
+        copy_bw,
+        targets={"fraction_of_copy": 0.85, "speedup_vs_torch": 1.0, "met": met, "of": len(results)},
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

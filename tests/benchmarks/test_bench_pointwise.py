@@ -1,0 +1,47 @@
+"""bench_pointwise.py's cases run on the CPU (the interpreter) at one row: every nbxcert call of its table is a real
+call of `nbxcert.ops` with the inputs the GPU run makes, so a GPU run cannot fail on a name or a signature."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("bench_pointwise")
+    finally:
+        sys.modules.pop("bench_pointwise", None)
+        sys.path.remove(str(BENCH))
+
+
+def test_every_case_calls_nbxcert_ops_and_counts_its_bytes(bench, backend):
+    from nbxcert import ops
+    from nbxcert.kernels.inputs import rng
+
+    gen = rng(0)
+    shape = (1, 256)
+    names = [c[0] for c in bench.CASES]
+    assert len(names) == len(set(names))
+    for name, spec, call, torch_expr in bench.CASES:
+        tensors = [bench.make_input(gen, d, v, shape, backend.device) for d, v in spec]
+        x, y, z = (tensors + [None, None, None])[:3]
+        scope = {"ops": ops, "x": x, "y": y, "z": z, "SHAPE": shape, "NUMEL": 256, "DEVICE": backend.device}
+        result = eval("lambda: " + call, scope)()
+        assert result.numel in (256, 128), name  # glu halves its last dimension
+        assert bench.moved_bytes(tensors, result) == sum(t.nbytes for t in tensors) + result.nbytes
+        assert "torch." in torch_expr or "F." in torch_expr or "x." in torch_expr
+
+
+def test_without_a_gpu_it_says_so_and_exits_2(bench, capsys, backend):
+    if backend.name == "cuda":
+        pytest.skip("a GPU is here")
+    assert bench.main(["--ops", "abs", "--no-torch"]) == 2
+    assert "bench_pointwise needs a GPU" in capsys.readouterr().err
