@@ -1,6 +1,7 @@
 """Element-wise kernels, each ending in a validated `KernelSpec`:
 
     silu_and_mul   SwiGLU: x [..., 2d] -> silu(x[..., :d]) * x[..., d:]
+    gelu_and_mul   GeGLU (Gemma): x [..., 2d] -> gelu(x[..., :d]) * x[..., d:], tanh or erf form
     gelu           0.5 x (1 + erf(x / sqrt 2)), or the tanh form (`approximate` an exact key field)
     add_mul        a + b or a * b (`op` an exact key field) with numpy broadcasting over strided inputs (up to 4
                    dimensions after merging the ones that are contiguous in all three tensors)
@@ -450,6 +451,43 @@ def _embedding_kernel(
         tl.store(out_ptr + tok * out_stride + cols, v, mask=both(c_ok, tok_ok))
 
 
+@jit
+def _gelu_and_mul_kernel(
+    x_ptr,
+    y_ptr,
+    n_rows,
+    d,
+    x_row_stride,
+    y_row_stride,
+    TANH: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK: tl.constexpr,
+    CDT: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
+    """GeGLU: y[r, c] = gelu(x[r, c]) * x[r, d + c] for c < d, gelu as `_gelu_kernel` computes it (TANH: the tanh
+    form, Gemma's `gelu_pytorch_tanh`; else the erf form).
+
+    x_ptr: [n_rows, 2d], rows `x_row_stride` apart; y_ptr: [n_rows, d], rows `y_row_stride` apart; columns contiguous.
+    Grid (cdiv(n_rows, ROWS), cdiv(d, BLOCK)): ROWS rows x BLOCK columns per program. CDT: compute type. UPCAST:
+    interpreter backend (bfloat16 rounding, `narrow`). Placed after the other kernels of this module: Triton's key of
+    a kernel holds its line, so a kernel added above would change the compiled kernels shipped in bundles."""
+    pid_r = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    c_ok = cols < d
+    for r in range(ROWS):
+        row = pid_r * ROWS + r
+        ok = both(c_ok, row < n_rows)
+        a = tl.load(x_ptr + row * x_row_stride + cols, mask=ok, other=0.0).to(CDT)
+        b = tl.load(x_ptr + row * x_row_stride + d + cols, mask=ok, other=0.0).to(CDT)
+        if TANH:
+            t = _c(SQRT_2_OVER_PI, CDT) * (a + _c(GELU_TANH_C, CDT) * a * a * a)
+            g = a / (1.0 + tl.exp(-2.0 * t))
+        else:
+            g = 0.5 * a * (1.0 + tl.math.erf(a * _c(INV_SQRT2, CDT)))
+        tl.store(y_ptr + row * y_row_stride + cols, narrow(g * b, y_ptr.dtype.element_ty, UPCAST), mask=ok)
+
+
 # --- configs: named factories -----------------------------------------------------------------------------------------
 def flat_config(block: int, num_warps: int) -> Config:
     """A flat element-wise config: BLOCK elements per program."""
@@ -559,6 +597,23 @@ def silu_and_mul_launches(config: Config, x: Tensor, y: Tensor) -> list[KernelLa
     kwargs = constexprs((_silu_and_mul_kernel, config, dtype_name), make)
     args = (x, y, n_rows, d, x.stride(0), y.stride(0))
     return [KernelLaunch(_silu_and_mul_kernel, (cdiv(n_rows, kwargs["ROWS"]), cdiv(d, kwargs["BLOCK"])), args, kwargs)]
+
+
+def gelu_and_mul_launches(config: Config, x: Tensor, y: Tensor, approximate: str) -> list[KernelLaunch]:
+    """x [n_rows, 2d], y [n_rows, d] row views."""
+    n_rows, d = y.shape
+    if n_rows == 0 or d == 0:
+        return []
+    dtype_name = x.dtype.name
+
+    def make() -> dict:
+        kwargs = dict(ROWS=config["ROWS"], BLOCK=config["BLOCK"], CDT=compute_type(dtype_name), UPCAST=upcast())
+        return dict(kwargs, TANH=approximate == "tanh", **_warps(config))
+
+    kwargs = constexprs((_gelu_and_mul_kernel, config, dtype_name, approximate), make)
+    args = (x, y, n_rows, d, x.stride(0), y.stride(0))
+    grid = (cdiv(n_rows, kwargs["ROWS"]), cdiv(d, kwargs["BLOCK"]))
+    return [KernelLaunch(_gelu_and_mul_kernel, grid, args, kwargs)]
 
 
 def gelu_launches(config: Config, x: Tensor, y: Tensor, approximate: str) -> list[KernelLaunch]:
@@ -711,6 +766,34 @@ def silu_and_mul(x: Tensor, out: Tensor | None = None, config: Config | None = N
 
     cfg = choose_config(SILU_AND_MUL, silu_and_mul_problem(x), (x.dtype.name,), config, run=run, outputs=(y,))
     _run(silu_and_mul_launches(cfg, rows_x, rows_y))
+    return y
+
+
+def gelu_and_mul_problem(x: Tensor, approximate: str = "tanh", **_) -> dict:
+    return dict(silu_and_mul_problem(x), approximate=approximate)
+
+
+@served
+def gelu_and_mul(
+    x: Tensor, approximate: str = "tanh", out: Tensor | None = None, config: Config | None = None
+) -> Tensor:
+    """GeGLU: gelu(x[..., :d]) * x[..., d:] for x [..., 2d] -> [..., d]; `approximate` "tanh" (Gemma's
+    gelu_pytorch_tanh, the default) or "none" (the erf form)."""
+    _float("gelu_and_mul: x", x, HALF_AND_SINGLE)
+    if approximate not in ("none", "tanh"):
+        raise LaunchError(f"gelu_and_mul: approximate must be 'none' or 'tanh', got {approximate!r}")
+    if x.shape[-1] % 2:
+        raise ShapeMismatch(f"gelu_and_mul: the last dimension {x.shape[-1]} is not even")
+    d = x.shape[-1] // 2
+    y = _contiguous_out(out, x.shape[:-1] + (d,), x.dtype, x.device, "gelu_and_mul")
+    rows_x, rows_y = as_rows(x, "gelu_and_mul: x"), as_rows(y, "gelu_and_mul: out")
+
+    def run(c: Config) -> None:
+        _run(gelu_and_mul_launches(c, rows_x, rows_y, approximate))
+
+    problem = gelu_and_mul_problem(x, approximate)
+    cfg = choose_config(GELU_AND_MUL, problem, (x.dtype.name,), config, run=run, outputs=(y,))
+    _run(gelu_and_mul_launches(cfg, rows_x, rows_y, approximate))
     return y
 
 
@@ -931,6 +1014,23 @@ def _silu_oracle(inputs: Inputs) -> dict[str, Reference]:
     return {"y": Reference(ref, err)}
 
 
+def gelu_and_mul_inputs(problem, dtypes, seed, device, values: str = "normal") -> Inputs:
+    """`silu_inputs`' x and y; `approximate` from the problem."""
+    inputs = silu_inputs(problem, dtypes, seed, device, values)
+    inputs.scalars["approximate"] = str(problem["approximate"])
+    return inputs
+
+
+def _gelu_and_mul_launch(config: Config, inputs: Inputs) -> None:
+    t = inputs.tensors
+    _run(gelu_and_mul_launches(config, t["x"], t["y"], inputs.scalars["approximate"]))
+
+
+def _gelu_and_mul_oracle(inputs: Inputs) -> dict[str, Reference]:
+    ref, err = _oracle.gelu_and_mul(inputs.tensors["x"].float64(), inputs.scalars["approximate"])
+    return {"y": Reference(ref, err)}
+
+
 def gelu_inputs(problem, dtypes, seed, device, values: str = "normal") -> Inputs:
     """x [n_rows, n_cols] of `values`; y alike."""
     n_rows, n_cols = int(problem["n_rows"]), int(problem["n_cols"])
@@ -1125,6 +1225,15 @@ def _twice(dtypes: tuple[str, ...]) -> tuple[str, ...]:
 FLAT_NO_BIT = ("BLOCK", "num_warps")
 ROW_KEY = (KeyField("n_rows", "rows"), KeyField("n_cols"))
 
+# the gated MLPs (silu_and_mul, gelu_and_mul) share their candidates, prune and no-bit claim
+SILU_AND_MUL_TUNING = (
+    silu_candidates(),
+    SILU_DEFAULT,
+    lambda cands, problem, profile: prune_with(
+        cands, profile, _tile_check(lambda c: c["BLOCK"], FLAT_REGS, profile, "column tile")
+    ),
+)
+
 SILU_AND_MUL = family_spec(
     "elementwise",
     "silu_and_mul",
@@ -1135,16 +1244,26 @@ SILU_AND_MUL = family_spec(
     dtype_args=("x",),
     dtypes=tuple((d,) for d in HALF_AND_SINGLE),
     output_dtypes=_first,
-    tuning=(
-        silu_candidates(),
-        SILU_DEFAULT,
-        lambda cands, problem, profile: prune_with(
-            cands, profile, _tile_check(lambda c: c["BLOCK"], FLAT_REGS, profile, "column tile")
-        ),
-    ),
+    tuning=SILU_AND_MUL_TUNING,
     parts=(silu_inputs, _silu_launch, _silu_oracle, silu_and_mul_problem),
     no_bit_fields=("ROWS", "BLOCK", "num_warps"),
     examples=({"n_rows": 7, "d": 300}, {"n_rows": 1, "d": 1}, {"n_rows": 3, "d": 2500}),
+)
+
+GELU_AND_MUL = family_spec(
+    "elementwise",
+    "gelu_and_mul",
+    "GeGLU: gelu(x[..., :d]) * x[..., d:], tanh (Gemma) or erf form",
+    (_gelu_and_mul_kernel,),
+    problem_args=("n_rows", "d", "approximate"),
+    key_fields=(KeyField("n_rows", "tokens"), KeyField("d"), KeyField("approximate")),
+    dtype_args=("x",),
+    dtypes=tuple((d,) for d in HALF_AND_SINGLE),
+    output_dtypes=_first,
+    tuning=SILU_AND_MUL_TUNING,
+    parts=(gelu_and_mul_inputs, _gelu_and_mul_launch, _gelu_and_mul_oracle, gelu_and_mul_problem),
+    no_bit_fields=("ROWS", "BLOCK", "num_warps"),
+    examples=tuple({"n_rows": r, "d": d, "approximate": a} for r, d in ((7, 300), (1, 1)) for a in ("tanh", "none")),
 )
 
 

@@ -22,6 +22,7 @@ Error scales (what `|kernel - reference|` is judged against, times the output dt
 - gelu: `0.5 |x| (1 + |erf(x / sqrt 2)|)` (and the tanh form's `0.5 |x| (1 + |tanh t|)`): the magnitudes of the two
   terms of `0.5 x + 0.5 x erf(...)`. The textbook formula, which every GELU kernel computes, loses the small tail
   value for x << 0 to cancellation in `1 + erf`; judged against its own terms, not against the tiny result.
+- gelu_and_mul: gelu's scale times `|b|` (the second half), the product adding no cancellation.
 - add / mul: `|a| + |b|` and `|a b|`.
 - cast: the reference is the source value itself, rounded once into the target format only where it overflows (to
   inf by round-to-nearest-even); scale 0, so the kernel may differ by the rounding alone (half an ulp of the target,
@@ -151,6 +152,16 @@ def gelu(x: np.ndarray, approximate: str) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     ref = 0.5 * x * (1.0 + f)
     return ref, 0.5 * np.abs(x) * (1.0 + np.abs(f))
+
+
+def gelu_and_mul(x: np.ndarray, approximate: str) -> tuple[np.ndarray, np.ndarray]:
+    """GeGLU: x [..., 2d] -> gelu(x[..., :d]) * x[..., d:]; error scale gelu's times |x[..., d:]| (the product adds
+    no cancellation)."""
+    x = np.asarray(x, dtype=np.float64)
+    d = x.shape[-1] // 2
+    g, scale = gelu(x[..., :d], approximate)
+    b = x[..., d:]
+    return g * b, scale * np.abs(b)
 
 
 def add(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""Element-wise kernels (silu_and_mul, gelu, add_mul, cast, rope, embedding) against their float64 oracles.
+"""Element-wise kernels (silu_and_mul, gelu_and_mul, gelu, add_mul, cast, rope, embedding) against float64 oracles.
 
 Under the interpreter (CI): every candidate the prune keeps runs on an awkward shape; the default runs every example
 problem in every dtype; extreme values (large magnitudes, equal values); cast is checked bit for bit against the
@@ -25,13 +25,15 @@ from nbxcert.kernels.tensor import from_numpy
 from nbxcert.oracles import elementwise as oracle
 from nbxcert.warm import check_configs
 
-SPECS = {s.name: s for s in (ew.SILU_AND_MUL, ew.GELU, ew.ADD_MUL, ew.CAST, ew.ROPE, ew.EMBEDDING)}
+SPECS = {s.name: s for s in (ew.SILU_AND_MUL, ew.GELU_AND_MUL, ew.GELU, ew.ADD_MUL, ew.CAST, ew.ROPE, ew.EMBEDDING)}
 
 
 def awkward(spec, i: int) -> dict:
     """A small problem whose sizes are multiples of no tile, rotating the flags with i."""
     if spec is ew.SILU_AND_MUL:
         return {"n_rows": 5, "d": 2100}
+    if spec is ew.GELU_AND_MUL:
+        return {"n_rows": 5, "d": 2100, "approximate": ("tanh", "none")[i % 2]}
     if spec is ew.GELU:
         return {"n_rows": 3, "n_cols": 1500, "approximate": ("none", "tanh")[i % 2]}
     if spec is ew.ADD_MUL:
@@ -76,7 +78,7 @@ def test_default_on_every_example_problem_and_dtype(name, profile, backend):
             check(spec, spec.default, prob, dtypes, profile, backend.device, seed=p)
 
 
-@pytest.mark.parametrize("name", ["silu_and_mul", "gelu", "add_mul", "rope", "embedding"])
+@pytest.mark.parametrize("name", ["silu_and_mul", "gelu_and_mul", "gelu", "add_mul", "rope", "embedding"])
 @pytest.mark.parametrize("values", ["large", "equal"])
 def test_large_magnitudes_and_equal_values(name, values, profile, backend):
     spec = SPECS[name]
@@ -361,3 +363,18 @@ def test_gpu_an_out_of_range_index_is_reported_at_the_next_synchronisation(backe
     ew.rope(q, k, from_numpy(np.array([0, 1, 2, -3]), "int64", backend.device), cache, config=ew.ROPE.default)
     with pytest.raises(LaunchError, match="rope: position -3 at index 3 is outside the cos/sin cache of 16 rows"):
         k.numpy()
+
+
+def test_gelu_and_mul_user_facing_is_gelu_times_the_second_half(backend):
+    """GeGLU through the user-facing call: the tanh form by default (Gemma's), the erf form asked for; a 3-d input
+    viewed as rows; an odd last dimension refused."""
+    gen = np.random.default_rng(2)
+    x = from_numpy(gen.standard_normal((2, 3, 64)).astype(np.float32), "float32", backend.device)
+    for approximate in ("tanh", "none"):
+        want, scale = oracle.gelu_and_mul(x.float64(), approximate)
+        got = ew.gelu_and_mul(x, approximate, config=ew.GELU_AND_MUL.default) if approximate == "none" else None
+        got = got if got is not None else ew.gelu_and_mul(x, config=ew.GELU_AND_MUL.default)
+        assert got.shape == (2, 3, 32)
+        assert np.all(np.abs(got.float64() - want) <= 2.0**-20 * scale + 1e-30)
+    with pytest.raises(ShapeMismatch, match="not even"):
+        ew.gelu_and_mul(from_numpy(np.ones((2, 5), np.float32), "float32", backend.device))
