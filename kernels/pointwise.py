@@ -152,7 +152,8 @@ def _tanh(x):
     a = tl.minimum(tl.abs(x), 40.0)
     e = _expm1(-2.0 * a)
     t = _div(-e, e + 2.0)
-    return tl.where(x < 0, -t, tl.where(x == 0, x, t))
+    t = tl.where(x < 0, -t, tl.where(x == 0, x, t))
+    return tl.where(_isnan(x), x, t)  # tl.minimum drops a NaN (fmin): tanh(NaN) is NaN (torch's)
 
 
 @jit
@@ -468,8 +469,8 @@ def _b_sign(x, y, z, p0, p1, p2, i):
         return x
     else:
         if x.dtype.is_floating():
-            s = (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
-            return tl.where(_isnan(x), x, s)
+            # torch's signum, (0 < x) - (x < 0): sign(NaN) is 0
+            return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
         else:
             return ((x > 0).to(x.dtype) - (x < 0).to(x.dtype)).to(x.dtype)
 
@@ -565,7 +566,10 @@ def _b_leaky_relu(x, y, z, p0, p1, p2, i):
 
 @jit
 def _b_hardsigmoid(x, y, z, p0, p1, p2, i):
-    return _div(tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), tl.full(x.shape, 6.0, x.dtype))
+    """torch's min(max(x + 3, 0), 6) / 6; std::max and std::min return a NaN first argument, Triton's maximum and
+    minimum drop it (fmax): NaN is kept explicitly."""
+    r = _div(tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), tl.full(x.shape, 6.0, x.dtype))
+    return tl.where(_isnan(x), x, r)
 
 
 @jit
@@ -1906,6 +1910,11 @@ def _oracle_for(op: Op):
                 if op.name == "cast":
                     via = t["x"].dtype.name
                 operands.append(_oracle_operand(t.get(n, s.get(n)), via, compute))
+            if op.name == "glu":
+                # the kernel reads glu's two halves as two operands; the oracle takes the whole input and halves it
+                a, b, _ = np.broadcast_arrays(*operands, np.empty(out.shape))
+                operands = [np.concatenate([a, b], axis=-1)]
+                kwargs["dim"] = -1
             for name, _ in op.params:
                 kwargs[name] = params[name]
             if op.name == "cast":

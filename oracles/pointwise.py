@@ -503,10 +503,17 @@ def hardsigmoid(x, *, dtype: str):
 
 
 def hardswish(x, *, dtype: str):
-    """x min(max(x + 3, 0), 6) / 6; hardswish(-inf) = -inf * 0 = NaN, as torch's formula gives."""
+    """x min(max(x + 3, 0), 6) / 6; hardswish(-inf) = -inf * 0 = NaN, as torch's formula gives. In float64, torch's
+    compute type is the output's own and its product x * 6 overflows for x > max / 6: the result is +inf there, as
+    torch gives (float32 and the half types are judged by the formula's exact value: float32 is computed wider here).
+    """
     _takes("hardswish", dtype, "f")
     x = np.asarray(x, dtype=np.float64)
     ref = _extended(lambda t: t * np.minimum(np.maximum(t + _LD(3), _LD(0)), _LD(6)) / _LD(6), x)
+    if dtype == "float64":
+        with np.errstate(over="ignore", invalid="ignore"):
+            product = x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0)  # torch's float64 product, rounded
+        ref = np.where(np.isinf(product) & np.isfinite(x), product, ref)
     inside = (x > -3) & (x < 3)
     scale = np.where(inside, np.abs(x) * (np.abs(x) + 3) / 6, np.where(x >= 3, np.abs(x), 0.0))
     return _float_result(ref, scale, dtype)
