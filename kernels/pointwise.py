@@ -17,6 +17,11 @@ own width with two's complement wrap-around, bool as int1. The result is rounded
 (`narrow`: round to nearest even, bfloat16 on the bits under the interpreter). A Python scalar operand is passed as
 its float64 bits (or as an int64), so no value is rounded through a float32 kernel argument.
 
+Device functions. Under Triton's interpreter (no device math library) the transcendental helpers here are written
+out from exp, log, sin, cos and erf (tanh: its series near 0, 1 - 2 / (e^2|x| + 1) elsewhere; expm1 and log1p:
+Kahan's and Goldberg's corrections); the same bodies are compiled for the GPU (no libdevice call: the interpreter
+cannot run one). Half precision transcendentals compute in float64 (`Op.wide`).
+
 Refusals (`nbxcert.kernels.faults`): integer division or remainder by zero, and a float to integer cast of NaN, an
 infinity or a value outside the target's range, are recorded by the kernel and raised as one `LaunchError` line.
 
@@ -38,6 +43,7 @@ import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -146,13 +152,39 @@ def _sigmoid(x):
     return _div(tl.where(x >= 0, 1.0, e), 1.0 + e)
 
 
+def _tanh_series() -> tuple[float, ...]:
+    """tanh's Taylor coefficients c_k of x^(2k + 1), exactly (tanh' = 1 - tanh^2: (2k + 1) c_k = -sum_(i + j = k - 1)
+    c_i c_j), rounded once to float64."""
+    c = [Fraction(1)]
+    for k in range(1, TANH_TERMS):
+        c.append(-sum(c[i] * c[k - 1 - i] for i in range(k)) / (2 * k + 1))
+    return tuple(float(v) for v in c)
+
+
+# |x| < TANH_SERIES_AT: the series, TANH_TERMS terms (each next one is (2x / pi)^2 < 0.123 of the last: 22 terms
+# leave a remainder below 2^-60 of x); past it 1 - 2 / (e^2|x| + 1), free of cancellation (the result is > 0.5)
+TANH_TERMS = 22
+TANH_SERIES_AT = tl.constexpr(0.55)
+TANH_C = tl.constexpr(_tanh_series())
+
+
 @jit
 def _tanh(x):
-    """tanh from expm1 (no cancellation near 0, no overflow: |x| > 22 in float64 is +-1 already)."""
-    a = tl.minimum(tl.abs(x), 40.0)
-    e = _expm1(-2.0 * a)
-    t = _div(-e, e + 2.0)
-    return tl.where(x < 0, -t, tl.where(x == 0, x, t))
+    """tanh within an ulp (the interpreter's: no device library): the odd series x + x^3 (c1 + c2 x^2 + ...) near 0,
+    1 - 2 / (e^2|x| + 1) elsewhere (e^2|x| overflowing gives 1); signed zeros and NaN kept."""
+    a = tl.abs(x)
+    small = a < _c(TANH_SERIES_AT, a)
+    s = tl.where(small, a, 0.0)
+    s2 = s * s
+    p = tl.zeros_like(s)
+    for k in tl.static_range(TANH_TERMS - 1, 0, -1):
+        p = p * s2 + _c(TANH_C[k], s)
+    series = s + s * (s2 * p)
+    e = tl.exp(2.0 * tl.where(small, 0.0, a))
+    far = 1.0 - _div(tl.full(a.shape, 2.0, a.dtype), e + 1.0)
+    t = tl.where(small, series, far)
+    t = tl.where(x < 0, -t, tl.where(x == 0, x, t))
+    return tl.where(_isnan(x), x, t)
 
 
 @jit
@@ -468,8 +500,8 @@ def _b_sign(x, y, z, p0, p1, p2, i):
         return x
     else:
         if x.dtype.is_floating():
-            s = (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
-            return tl.where(_isnan(x), x, s)
+            # torch's signum, (0 < x) - (x < 0): sign(NaN) is 0
+            return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
         else:
             return ((x > 0).to(x.dtype) - (x < 0).to(x.dtype)).to(x.dtype)
 
@@ -565,7 +597,10 @@ def _b_leaky_relu(x, y, z, p0, p1, p2, i):
 
 @jit
 def _b_hardsigmoid(x, y, z, p0, p1, p2, i):
-    return _div(tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), tl.full(x.shape, 6.0, x.dtype))
+    """torch's min(max(x + 3, 0), 6) / 6; std::max and std::min return a NaN first argument, Triton's maximum and
+    minimum drop it (fmax): NaN is kept explicitly."""
+    r = _div(tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), tl.full(x.shape, 6.0, x.dtype))
+    return tl.where(_isnan(x), x, r)
 
 
 @jit
@@ -1741,12 +1776,14 @@ def shape_for(numel: int) -> tuple[int, ...]:
 def example_params(op: Op, dtype: str) -> dict[str, Any]:
     """Parameters an input maker gives an op: its defaults, with the ones that have none chosen here."""
     params = dict(op.params)
+    # uint8's bounds are in its range (torch refuses a Scalar it cannot convert without overflow)
+    lo, hi = (3, 100) if dtype == "uint8" else (-1, 2)
     if op.name == "clamp":
-        params.update(min=-1, max=2) if dtype in INTS else params.update(min=-1.5, max=2.25)
+        params.update(min=lo, max=hi) if dtype in INTS else params.update(min=-1.5, max=2.25)
     if op.name == "clamp_min":
-        params["min"] = -1 if dtype in INTS else -1.5
+        params["min"] = lo if dtype in INTS else -1.5
     if op.name == "clamp_max":
-        params["max"] = 2 if dtype in INTS else 2.25
+        params["max"] = hi if dtype in INTS else 2.25
     if op.name in ("add", "sub"):
         params["alpha"] = 2 if dtype in INTS else 1.5
     if op.name == "addcmul":
@@ -1762,7 +1799,10 @@ def example_params(op: Op, dtype: str) -> dict[str, Any]:
     if op.name == "linspace":
         params.update(start=-3.0, end=7.5, steps=None)
     if op.name == "threshold":
-        params.update(threshold=0, value=-9) if dtype in INTS else params.update(threshold=0.5, value=-9.5)
+        if dtype == "uint8":
+            params.update(threshold=50, value=9)
+        else:
+            params.update(threshold=0, value=-9) if dtype in INTS else params.update(threshold=0.5, value=-9.5)
     if op.name == "nan_to_num" and dtype in FLOATS:
         params.update(nan=0.25, posinf=1000.0, neginf=-1000.0)
     if op.name == "elu":
@@ -1906,6 +1946,11 @@ def _oracle_for(op: Op):
                 if op.name == "cast":
                     via = t["x"].dtype.name
                 operands.append(_oracle_operand(t.get(n, s.get(n)), via, compute))
+            if op.name == "glu":
+                # the kernel reads glu's two halves as two operands; the oracle takes the whole input and halves it
+                a, b, _ = np.broadcast_arrays(*operands, np.empty(out.shape))
+                operands = [np.concatenate([a, b], axis=-1)]
+                kwargs["dim"] = -1
             for name, _ in op.params:
                 kwargs[name] = params[name]
             if op.name == "cast":

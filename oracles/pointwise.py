@@ -53,8 +53,14 @@ Error scales (times the dtype's tolerance):
 - lerp: |start| + |end| + |weight (end - start)|: covers both of torch's branches, start + w (end - start) for
   w < 0.5 and end - (end - start)(1 - w) otherwise (the exact value is the same; their roundings differ).
 - remainder where fmod's result r was moved by the divisor (r + b): |b| (that sum is rounded).
-- hardsigmoid: (|x| + 3) / 6 inside (-3, 3) (x + 3 is rounded), 0 where it saturates; hardswish: |x| (|x| + 3) / 6
-  inside, |x| where it is x, 0 where it is 0.
+- hardsigmoid: (|x| + 3) / 6 inside (-3, 3) (x + 3 is rounded), 0 where it saturates; hardsigmoid(NaN) = NaN
+  (std::max/min keep a first NaN argument); hardswish: |x| (|x| + 3) / 6 inside, |x| where it is x, 0 where it is
+  0; in float64 hardswish is +inf where torch's float64 product x * 6 overflows (x > max / 6).
+- float64 outputs of a formula of several roundings (sigmoid, silu, mish, elu, celu, selu, softplus, log_sigmoid,
+  glu): instead of |ref|, a bound on torch's float64 evaluation of that formula (`_f64_formula_scale`: each rounding
+  counted in units of 2^-53 at the magnitude it reaches the result with; 1 per + - * / or rounded constant, 2 per
+  library function within 1 ulp), stated at each op. float64 is torch's compute type there, so its result carries
+  those roundings; the other dtypes keep |ref| (their compute type is wider than the output in nbxcert's kernel).
 - arange: |start| + |i step|; linspace: |start| + |end| (torch's two-sided form adds one of them to a multiple of the
   step that is at most |end - start|).
 
@@ -374,8 +380,10 @@ def erf(x, *, dtype: str):
 
 
 def sigmoid(x, *, dtype: str):
-    """1 / (1 + e^-x) (oracles/elementwise.sigmoid)."""
-    return _transcendental("sigmoid", _ew.sigmoid, x, dtype)
+    """1 / (1 + e^-x) (oracles/elementwise.sigmoid). In float64, torch's formula's roundings: exp (2), the sum (1,
+    condition number <= 1), the quotient (1) (`_f64_formula_scale`)."""
+    ref, scale = _transcendental("sigmoid", _ew.sigmoid, x, dtype)
+    return ref, (_f64_formula_scale(4 * scale) if dtype == "float64" else scale)
 
 
 def sign(x, *, dtype: str):
@@ -429,37 +437,59 @@ def gelu(x, *, dtype: str, approximate: str = "none"):
     return _float_result(ref, scale, dtype)
 
 
-def _activation(op: str, fn, x, dtype: str):
+def _activation(op: str, fn, x, dtype: str, roundings=None):
+    """fn's exact value (extended precision, rounded once). Scale: |ref|; in float64, where torch's compute type is
+    the output's own, `roundings(x, ref)` (if given) bounds torch's float64 evaluation of its formula instead (see
+    `_f64_formula_scale`)."""
     _takes(op, dtype, "f")
     ref = _extended(fn, x)
-    return _float_result(ref, np.abs(ref), dtype)
+    scale = np.abs(ref)
+    if roundings is not None and dtype == "float64":
+        with np.errstate(all="ignore"):
+            scale = _f64_formula_scale(roundings(np.asarray(x, dtype=np.float64), ref))
+    return _float_result(ref, scale, dtype)
+
+
+def _f64_formula_scale(bound):
+    """The scale of a float64 result computed by a formula of several roundings: `bound` is the sum over its
+    roundings of (their count in units of 2^-53, float64's half ulp: 1 for a correctly rounded + - * / or a rounded
+    constant, 2 for a library function within 1 ulp: CUDA's exp, expm1, log1p, tanh) x (the magnitude that rounding
+    reaches the result with: |ref| where the function's condition number in that argument is at most 1). The
+    tolerance multiplies the scale by float64's epsilon 2^-52, so the scale is bound / 2."""
+    return np.abs(bound) / 2.0
 
 
 def silu(x, *, dtype: str):
     """x / (1 + e^-x); silu(-inf) = -inf / inf = NaN, as torch's formula gives."""
-    return _activation("silu", lambda t: t / (_LD(1) + np.exp(-t)), x, dtype)
+    # torch: x / (1 + exp(-x)): exp (2), the sum (1), the quotient (1); the sum's condition number in exp(-x) is <= 1
+    return _activation("silu", lambda t: t / (_LD(1) + np.exp(-t)), x, dtype, lambda x, r: 4 * r)
 
 
 def mish(x, *, dtype: str):
     """x tanh(softplus(x)); mish(-inf) = -inf * 0 = NaN, as torch's formula gives."""
-    return _activation("mish", lambda t: t * np.tanh(_softplus_ld(t)), x, dtype)
+    # torch: x tanh(log1p(exp(x))): exp (2) and log1p (2), each reaching the result with condition numbers <= 1
+    # (log1p(e) in e: e / ((1 + e) log1p(e)); tanh(s) in s: 2s / sinh(2s)), tanh (2), the product (1)
+    return _activation("mish", lambda t: t * np.tanh(_softplus_ld(t)), x, dtype, lambda x, r: 7 * r)
 
 
-def _elu_form(op: str, x, dtype: str, alpha, scale, input_scale):
+def _elu_form(op: str, x, dtype: str, alpha, scale, input_scale, roundings):
     """torch's elu family: x > 0 ? scale x : alpha scale (e^(input_scale x) - 1), NaN kept. The coefficients are long
-    doubles (or exact Python floats)."""
+    doubles (or exact Python floats). `roundings`: torch's float64 roundings (units of 2^-53, `_f64_formula_scale`)
+    on the positive and the negative side (expm1's condition number in its argument t < 0 is t e^t / (e^t - 1) <=
+    1)."""
     al, sc, ins = _LD(alpha), _LD(scale), _LD(input_scale)
 
     def fn(t):
         negative = al * sc * np.expm1(t * ins)
         return np.where(t > 0, t * sc, np.where(np.isnan(t), t, negative))
 
-    return _activation(op, fn, x, dtype)
+    pos, neg = roundings
+    return _activation(op, fn, x, dtype, lambda x, r: np.where(x > 0, pos, neg) * r)
 
 
 def elu(x, *, dtype: str, alpha: float = 1.0):
-    """x > 0 ? x : alpha (e^x - 1)."""
-    return _elu_form("elu", x, dtype, float(alpha), 1.0, 1.0)
+    """x > 0 ? x : alpha (e^x - 1). torch's float64 roundings: x itself (scale |x|); expm1 (2) and the product (1)."""
+    return _elu_form("elu", x, dtype, float(alpha), 1.0, 1.0, (2, 3))
 
 
 def celu(x, *, dtype: str, alpha: float = 1.0):
@@ -472,7 +502,8 @@ def celu(x, *, dtype: str, alpha: float = 1.0):
     def fn(t):
         return np.where(t > 0, t, np.where(np.isnan(t), t, al * np.expm1(t / al)))
 
-    return _activation("celu", fn, x, dtype)
+    # torch: elu with input scale 1 / alpha: that constant (1), x times it (1), expm1 (2), the product (1)
+    return _activation("celu", fn, x, dtype, lambda x, r: np.where(x > 0, 2, 5) * r)
 
 
 # torch's constants (aten/src/ATen/native/Activation.cpp, from Klambauer et al. 2017), as decimal strings so that the
@@ -484,7 +515,9 @@ SELU_SCALE = "1.0507009873554804934193349852946"
 def selu(x, *, dtype: str):
     """SELU_SCALE (x > 0 ? x : SELU_ALPHA (e^x - 1))."""
     _takes("selu", dtype, "f")
-    return _elu_form("selu", x, dtype, np.longdouble(SELU_ALPHA), np.longdouble(SELU_SCALE), 1.0)
+    # torch's float64 roundings: x > 0: the constant (1), the product (1); else the two constants and their product
+    # (3), expm1 (2), the product (1)
+    return _elu_form("selu", x, dtype, np.longdouble(SELU_ALPHA), np.longdouble(SELU_SCALE), 1.0, (2, 6))
 
 
 def leaky_relu(x, *, dtype: str, negative_slope: float = 0.01):
@@ -503,10 +536,17 @@ def hardsigmoid(x, *, dtype: str):
 
 
 def hardswish(x, *, dtype: str):
-    """x min(max(x + 3, 0), 6) / 6; hardswish(-inf) = -inf * 0 = NaN, as torch's formula gives."""
+    """x min(max(x + 3, 0), 6) / 6; hardswish(-inf) = -inf * 0 = NaN, as torch's formula gives. In float64, torch's
+    compute type is the output's own and its product x * 6 overflows for x > max / 6: the result is +inf there, as
+    torch gives (float32 and the half types are judged by the formula's exact value: float32 is computed wider here).
+    """
     _takes("hardswish", dtype, "f")
     x = np.asarray(x, dtype=np.float64)
     ref = _extended(lambda t: t * np.minimum(np.maximum(t + _LD(3), _LD(0)), _LD(6)) / _LD(6), x)
+    if dtype == "float64":
+        with np.errstate(over="ignore", invalid="ignore"):
+            product = x * np.minimum(np.maximum(x + 3.0, 0.0), 6.0)  # torch's float64 product, rounded
+        ref = np.where(np.isinf(product) & np.isfinite(x), product, ref)
     inside = (x > -3) & (x < 3)
     scale = np.where(inside, np.abs(x) * (np.abs(x) + 3) / 6, np.where(x >= 3, np.abs(x), 0.0))
     return _float_result(ref, scale, dtype)
@@ -520,12 +560,21 @@ def softplus(x, *, dtype: str, beta: float = 1.0, threshold: float = 20.0):
         bt = t * b
         return np.where(bt > th, t, _softplus_ld(bt) / b)
 
-    return _activation("softplus", fn, x, dtype)
+    def roundings(x, r):
+        """torch: log1p(exp(beta x)) / beta: the product beta x (1) reaches the result times its derivative
+        sigmoid(beta x), so as |x| sigmoid(beta x); exp (2) and log1p (2) with condition numbers <= 1, the quotient
+        (1). The identity side is x itself."""
+        bx = x * float(beta)
+        sig = 0.5 * (1.0 + np.tanh(0.5 * bx))  # sigmoid without overflow (a magnitude: its rounding is immaterial)
+        return np.where(bx > float(threshold), 2 * r, np.abs(x) * sig + 5 * np.abs(r))
+
+    return _activation("softplus", fn, x, dtype, roundings)
 
 
 def log_sigmoid(x, *, dtype: str):
     """log(1 / (1 + e^-x)) = min(x, 0) - log1p(e^-|x|)."""
-    return _activation("log_sigmoid", lambda t: -_softplus_ld(-t), x, dtype)
+    # torch: min(x, 0) - log1p(exp(-|x|)) (two terms of one sign): exp (2) and log1p (2), the difference (1)
+    return _activation("log_sigmoid", lambda t: -_softplus_ld(-t), x, dtype, lambda x, r: 5 * r)
 
 
 def threshold(x, *, dtype: str, threshold: float, value: float):
@@ -551,7 +600,11 @@ def glu(x, *, dtype: str, dim: int = -1):
         raise ValueError(f"glu: halving dimension {dim} must be even, got size {n}")
     a, b = np.split(x, 2, axis=dim)
     ref = _extended(lambda s, t: s / (_LD(1) + np.exp(-t)), a, b)
-    return _float_result(ref, np.abs(ref), dtype)
+    scale = np.abs(ref)
+    if dtype == "float64":
+        # torch: a (1 / (1 + exp(-b))): exp (2), the sum (1, condition number <= 1), the quotient (1), the product (1)
+        scale = _f64_formula_scale(5 * scale)
+    return _float_result(ref, scale, dtype)
 
 
 # --- binary -----------------------------------------------------------------------------------------------------------

@@ -107,6 +107,10 @@ UNARY = {
 }
 
 
+# ops whose float64 scale bounds torch's several float64 roundings (oracles/pointwise.py `_f64_formula_scale`)
+FLOAT64_FORMULA_SCALES = {"sigmoid", "silu", "mish", "elu", "celu", "selu", "softplus", "log_sigmoid"}
+
+
 def _check_unary(name: str, n: int) -> None:
     fn, params, exact = UNARY[name]
     xs = unary_samples(name, n)
@@ -114,7 +118,13 @@ def _check_unary(name: str, n: int) -> None:
     worst, where = worst_ulp(ref, exact, xs)
     assert worst <= 1.0, f"oracle {name} is {worst:.3f} ulp off at x = {where!r} (over {xs.size} samples)"
     finite = np.isfinite(ref)
-    assert np.array_equal(scale[finite], np.abs(ref[finite])) and np.all(scale[~finite] == 0)
+    assert np.all(scale[~finite] == 0)
+    if name in FLOAT64_FORMULA_SCALES:
+        # float64: a bound on torch's float64 evaluation of its formula, at least the result's magnitude
+        assert np.all(scale[finite] >= np.abs(ref[finite])) and np.all(np.isfinite(scale))
+        ref, scale = fn(xs, dtype="float32", **params)
+        finite = np.isfinite(ref)
+    assert np.array_equal(scale[finite], np.abs(ref[finite]))
 
 
 @pytest.mark.parametrize("name", sorted(UNARY))
