@@ -48,8 +48,12 @@ the attention keys have no window field, and the shipped mistral-7b workload of 
 4096, launches full attention at every KV length up to 8192; a windowed model's keys above its window are those of
 full attention at that length).
 
-Refused by model type: gemma's MLP is GeGLU (its hidden_act `gelu`, or `hidden_activation` `gelu_pytorch_tanh`),
-which needs a gelu_and_mul kernel nbxcert does not have: refused naming the field. gemma2, gemma3 and gemma3_text
+gemma: the MLP is GeGLU (`gelu_and_mul`): `hidden_activation` when given (`gelu_pytorch_tanh`: the tanh form;
+`gelu`: the erf form), else the tanh form whatever `hidden_act` says (transformers' GemmaMLP). Its embedding scaled by
+sqrt(hidden_size) and its RMSNorm weight offset by one are the same launches as llama's with the factor and the offset
+folded into the weights once at load (the scaled gather is the gather of the scaled table, element for element), so
+the workload states the llama family's launches; the LM head shares the embedding's shape. gemma2, gemma3 and
+gemma3_text
 (soft-capped attention logits, alternating sliding and global layers, norms after attention and MLP) have launches
 the workload format cannot state: refused naming `model_type`.
 """
@@ -71,7 +75,8 @@ REFUSED_TYPES = {
     for t in ("gemma2", "gemma3", "gemma3_text")
 }
 DTYPES = ("float16", "bfloat16", "float32")
-ACTIVATIONS = {"silu": "silu"}  # a published hidden_act -> the workload's activation (nbxcert.workload.ACTIVATIONS)
+# a published hidden_act / hidden_activation -> the workload's activation (nbxcert.workload.ACTIVATIONS)
+ACTIVATIONS = {"silu": "silu", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}
 
 # The shipped decoder workloads' phases (module doc), before the max_position_embeddings cap.
 PREFILL_MAX = 4096
@@ -180,8 +185,6 @@ def workload_of(config: Any, path: str) -> Workload:
         raise get.fail("model_type", f"'{model_type}' is not mapped: {REFUSED_TYPES[model_type]}")
     if model_type not in MODEL_TYPES:
         raise get.fail("model_type", f"'{model_type}' is not mapped (mapped: {', '.join(MODEL_TYPES)})")
-    if model_type == "gemma":  # every gemma is GeGLU: said first, as no other field could make it launchable
-        _activation(get, model_type)
     known = {*_READ, *_NO_LAUNCH, *_MOE_FIELDS.get(model_type, ()), *(_GEMMA_FIELDS if model_type == "gemma" else ())}
     for field in config:
         if field in _REFUSED_FIELDS:
@@ -261,7 +264,10 @@ class _Fields:
         self.config, self.path = config, path
 
     def fail(self, field: str, reason: str, hint: str | None = None) -> HfConfigInvalid:
-        return HfConfigInvalid(f"{self.path}: field '{field}': {reason}", hint=hint)
+        # a field name is the file's text: one holding a line break or a quote is written escaped, so the error
+        # stays one line
+        shown = field if field.isprintable() and "'" not in field else repr(field)[1:-1]
+        return HfConfigInvalid(f"{self.path}: field '{shown}': {reason}", hint=hint)
 
     def present(self, field: str) -> Any:
         if field not in self.config:
@@ -289,14 +295,16 @@ class _Fields:
 
 def _activation(get: _Fields, model_type: str) -> str:
     # gemma's MLP uses hidden_activation when given (transformers' GemmaMLP), else the tanh gelu whatever hidden_act
-    # says; both are GeGLU, refused below like any activation with no gated kernel
-    field = "hidden_activation" if model_type == "gemma" and "hidden_activation" in get.config else "hidden_act"
+    # says (module doc)
+    if model_type == "gemma" and get.config.get("hidden_activation") is None:
+        return "gelu_tanh"
+    field = "hidden_activation" if model_type == "gemma" else "hidden_act"
     act = get.text(field)
     if act not in ACTIVATIONS:
         raise get.fail(
             field,
-            f"'{act}': nbxcert has no gated-MLP kernel for it (silu_and_mul is SwiGLU's; mapped: "
-            f"{', '.join(ACTIVATIONS)})",
+            f"'{act}': nbxcert has no gated-MLP kernel for it (silu_and_mul is SwiGLU's, gelu_and_mul GeGLU's; "
+            f"mapped: {', '.join(ACTIVATIONS)})",
             hint="a model with this MLP cannot be certified yet: its activation-and-multiply kernel is not in nbxcert",
         )
     return ACTIVATIONS[act]

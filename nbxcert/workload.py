@@ -29,7 +29,9 @@ from nbxcert.errors import WorkloadInvalid
 
 SCHEMA_VERSION = 1
 NORMS = ("rmsnorm", "layernorm")
-ACTIVATIONS = ("silu",)  # the gated MLP's activation (SwiGLU); GeGLU needs a gelu_and_mul kernel first
+# the gated MLP's activation: SwiGLU (silu_and_mul), or GeGLU (gelu_and_mul) in gelu's tanh form (Gemma's
+# gelu_pytorch_tanh) or its erf form
+ACTIVATIONS = ("silu", "gelu_tanh", "gelu")
 ROPE_LAYOUTS = ("neox", "gptj")
 MODEL_FIELDS = {
     "hidden": int,
@@ -293,7 +295,8 @@ def launches(w: Workload, profile) -> list[Launch]:
         if m["activation"] == "silu":
             add("silu_and_mul", {"n_rows": tokens, "d": inter}, (dt,), "SwiGLU")
         else:
-            raise WorkloadInvalid(f"{w.path}: field 'model.activation': {m['activation']} (GeGLU) has no kernel yet")
+            approximate = "tanh" if m["activation"] == "gelu_tanh" else "none"
+            add("gelu_and_mul", {"n_rows": tokens, "d": inter, "approximate": approximate}, (dt,), "GeGLU")
         matmul(tokens, h, inter, dt, "down projection")
         add(f"add_{norm}", {"n_rows": tokens, "n_cols": h}, (dt, dt), "residual + next norm")
 

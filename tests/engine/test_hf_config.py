@@ -112,11 +112,18 @@ def test_mixtral_experts_are_intermediate_size_wide():
 
 
 # --- refused, by name ------------------------------------------------------------------------------------------------
-def test_gemma_is_refused_naming_its_activation(tmp_path):
-    line = refusal(CONFIGS / "gemma-2b" / "config.json")
-    assert "field 'hidden_act'" in line and "'gelu'" in line
-    config = {**published("gemma-2b"), "hidden_activation": "gelu_pytorch_tanh"}
-    assert "field 'hidden_activation'" in refusal(written(tmp_path, config))
+def test_gemma_is_geglu_in_gelus_tanh_form_whatever_hidden_act_says(tmp_path):
+    """transformers' GemmaMLP: hidden_activation when given, else the tanh gelu (gemma-2b publishes hidden_act
+    "gelu" and no hidden_activation); its keys carry gelu_and_mul in that form and attention at head_dim 256."""
+    w = load_hf_config(CONFIGS / "gemma-2b")
+    assert (w.model["activation"], w.model["head_dim"], w.model["kv_heads"]) == ("gelu_tanh", 256, 1)
+    keys = [str(k) for k in workload_keys(w, get_profile("hopper"))]
+    assert any(k.startswith("gelu_and_mul[approximate=tanh,d=16384,") for k in keys)
+    assert not any(k.startswith("silu_and_mul") for k in keys)
+    erf = load_hf_config(written(tmp_path, {**published("gemma-2b"), "hidden_activation": "gelu"}))
+    assert erf.model["activation"] == "gelu"
+    line = refusal(written(tmp_path, {**published("gemma-2b"), "hidden_activation": "relu"}, "relu"))
+    assert "field 'hidden_activation'" in line and "'relu'" in line
 
 
 @pytest.mark.parametrize("model_type", ["gemma2", "gpt2", "deepseek_v3"])
