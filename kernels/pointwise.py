@@ -188,7 +188,7 @@ def _atan2(y, x):
     ax = tl.abs(x)
     both_inf = (ay == float("inf")) & (ax == float("inf"))
     r = _atan(_div(ay, tl.where(ax == 0.0, 1.0, ax)))
-    r = tl.where(ax == 0.0, _c(HALF_PI, y), r)
+    r = tl.where(ax == 0.0, tl.where(ay == 0.0, ay, _c(HALF_PI, y)), r)  # atan2(+-0, -0) = +-pi after the reflection
     r = tl.where(both_inf, _c(QUARTER_PI, y), r)
     neg_x = (x < 0) | ((x == 0) & ((1.0 / tl.where(x == 0, x, 1.0)) < 0))  # x negative, -0.0 included
     r = tl.where(neg_x, _c(PI, y) - r, r)

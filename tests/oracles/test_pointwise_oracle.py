@@ -614,6 +614,14 @@ def test_integer_pow_wraps_and_zero_to_the_zero_is_one(dtype):
     assert P.pow(np.array([0]), np.array([0]), dtype=dtype)[0].tolist() == [1]
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64"])
+def test_integer_pow_of_a_negative_exponent_array_is_torchs(dtype):
+    """torch's integer pow with a negative tensor exponent: 1 for base 1, +-1 for base -1 by parity, else 0."""
+    a = np.array([1, 1, -1, -1, 0, 2, -3, 7])
+    e = np.array([-1, -64, -1, -2, -1, -3, -1, 2])
+    assert P.pow(a, e, dtype=dtype)[0].tolist() == [1, 1, -1, 1, 0, 0, 0, 49]
+
+
 def test_bool_arithmetic():
     t, f = np.array([True, True, False, False]), np.array([True, False, True, False])
     assert P.add(t, f, dtype="bool")[0].tolist() == [True, True, True, False]
@@ -673,7 +681,7 @@ def test_integer_division_by_zero_is_refused_naming_the_op(op, dtype):
         (lambda: P.sub(np.array([True]), np.array([True]), dtype="bool"), TypeError, "sub: does not take two bool"),
         (lambda: P.addcdiv(np.array([1]), np.array([1]), np.array([1]), dtype="int16"), TypeError, "addcdiv"),
         (lambda: P.exp(np.array([1.0]), dtype="float8_e4m3fn"), ValueError, "exp: dtype 'float8_e4m3fn' is not one"),
-        (lambda: P.pow(np.array([2]), np.array([-1]), dtype="int64"), ValueError, "negative integer powers"),
+        (lambda: P.pow(np.array([2]), -1, dtype="int64"), ValueError, "negative integer powers"),
         (lambda: P.masked_fill(np.array([1]), np.array([True]), value=300, dtype="int8"), ValueError,
          "masked_fill: value=300 cannot be converted to int8 without overflow"),
         (lambda: P.full((2,), 1e5, dtype="float16"), ValueError, "full: value=100000.0 cannot be converted"),
