@@ -721,11 +721,20 @@ def atan2(a, b, *, dtype: str):
 
 
 def lerp(start, end, weight, *, dtype: str):
-    """start + weight (end - start), the exact value (torch evaluates start + w (end - start) for |w| < 0.5 and
-    end - (end - start)(1 - w) otherwise; the scale covers both). `weight`: an array or a Python number."""
+    """start + weight (end - start), the exact value where torch's formula is finite (torch evaluates start + w (end -
+    start) for |w| < 0.5 and end - (end - start)(1 - w) otherwise; the scale covers both). Where that formula,
+    evaluated in torch's compute type (float32 for the half types and float32, float64 for float64), is not finite,
+    the reference is what it gives: an infinite operand or an end - start that overflows makes inf or NaN as the
+    branch taken combines them (lerp(inf, 1, 0.7) = 1 - (-inf)(0.3) = inf where the exact form says NaN).
+    `weight`: an array or a Python number."""
     _takes("lerp", dtype, "f")
     start, end, w = _floats(start, end, weight)
     ref = _extended(lambda s, e, t: s + t * (e - s), start, end, w)
+    ct = np.float64 if dtype == "float64" else np.float32
+    s_, e_, w_ = (v.astype(ct) for v in np.broadcast_arrays(start, end, w))
+    d = e_ - s_
+    torch_form = np.where(np.abs(w_) < ct(0.5), s_ + w_ * d, e_ - d * (ct(1) - w_)).astype(np.float64)
+    ref = np.where(np.isfinite(torch_form), ref, torch_form)
     return _float_result(ref, np.abs(start) + np.abs(end) + np.abs(w * (end - start)), dtype)
 
 

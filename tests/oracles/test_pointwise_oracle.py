@@ -389,7 +389,8 @@ SPECIAL = [
     ("minimum", [[NAN, 1.0, -INF], [1.0, NAN, 2.0]], {}, [NAN, NAN, -INF]),
     ("atan2", [[0.0, -0.0, 0.0, -0.0, INF, -INF, 1.0, NAN], [0.0, 0.0, -0.0, -0.0, INF, -INF, -INF, 1.0]], {},
      [0.0, -0.0, math.pi, -math.pi, math.pi / 4, -3 * math.pi / 4, math.pi, NAN]),
-    ("lerp", [[1.0, 1.0, 1.0], [3.0, INF, 3.0], [0.5, 0.5, NAN]], {}, [2.0, INF, NAN]),
+    # torch's second branch at w = 0.5: inf - (inf - 1)(1 - 0.5) = NaN; its first at w = 0.25: 1 + 0.25 inf = inf
+    ("lerp", [[1.0, 1.0, 1.0, 1.0], [3.0, INF, INF, 3.0], [0.5, 0.5, 0.25, NAN]], {}, [2.0, NAN, INF, NAN]),
     ("addcdiv", [[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]], {"value": 2}, [INF, NAN]),
     ("addcmul", [[1.0, 1.0], [INF, 0.0], [0.0, 5.0]], {"value": 2}, [NAN, 1.0]),
     ("hypot", [[INF, -INF, NAN, 3.0, -0.0], [NAN, 1.0, INF, -4.0, 0.0]], {}, [INF, INF, INF, 5.0, 0.0]),
