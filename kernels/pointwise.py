@@ -602,7 +602,9 @@ def _b_add(x, y, z, p0, p1, p2, i):
         return x | (y & (p0 != 0))
     else:
         if x.dtype.is_floating():
-            return x + p0 * y
+            # one rounding, as torch's a + alpha * b compiles on CUDA (contracted to an fma): alpha * b neither
+            # rounds nor overflows on its own
+            return tl.fma(p0, y, x)
         else:
             return (x + p0 * y).to(x.dtype)
 
@@ -610,7 +612,7 @@ def _b_add(x, y, z, p0, p1, p2, i):
 @jit
 def _b_sub(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
-        return x - p0 * y
+        return tl.fma(-p0, y, x)  # one rounding, as add
     else:
         return (x - p0 * y).to(x.dtype)
 
