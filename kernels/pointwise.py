@@ -755,7 +755,9 @@ def _b_addcdiv(x, y, z, p0, p1, p2, i):
 @jit
 def _b_addcmul(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
-        return x + p0 * y * z
+        # torch's order: input + value (t1 t2), the product first (value t1 could underflow or overflow where the
+        # product does not), fused with the sum as torch's explicit fma is; value 1 fuses the product itself
+        return tl.where(p0 == 1, tl.fma(y, z, x), tl.fma(p0, y * z, x))
     else:
         if x.dtype == tl.int1:
             return x | (y & z & (p0 != 0))
