@@ -220,7 +220,7 @@ def _atan2(y, x):
     ax = tl.abs(x)
     both_inf = (ay == float("inf")) & (ax == float("inf"))
     r = _atan(_div(ay, tl.where(ax == 0.0, 1.0, ax)))
-    r = tl.where(ax == 0.0, _c(HALF_PI, y), r)
+    r = tl.where(ax == 0.0, tl.where(ay == 0.0, ay, _c(HALF_PI, y)), r)  # atan2(+-0, -0) = +-pi after the reflection
     r = tl.where(both_inf, _c(QUARTER_PI, y), r)
     neg_x = (x < 0) | ((x == 0) & ((1.0 / tl.where(x == 0, x, 1.0)) < 0))  # x negative, -0.0 included
     r = tl.where(neg_x, _c(PI, y) - r, r)
@@ -637,7 +637,9 @@ def _b_add(x, y, z, p0, p1, p2, i):
         return x | (y & (p0 != 0))
     else:
         if x.dtype.is_floating():
-            return x + p0 * y
+            # one rounding, as torch's a + alpha * b compiles on CUDA (contracted to an fma): alpha * b neither
+            # rounds nor overflows on its own
+            return tl.fma(p0, y, x)
         else:
             return (x + p0 * y).to(x.dtype)
 
@@ -645,7 +647,7 @@ def _b_add(x, y, z, p0, p1, p2, i):
 @jit
 def _b_sub(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
-        return x - p0 * y
+        return tl.fma(-p0, y, x)  # one rounding, as add
     else:
         return (x - p0 * y).to(x.dtype)
 
@@ -788,7 +790,9 @@ def _b_addcdiv(x, y, z, p0, p1, p2, i):
 @jit
 def _b_addcmul(x, y, z, p0, p1, p2, i):
     if x.dtype.is_floating():
-        return x + p0 * y * z
+        # torch's order: input + value (t1 t2), the product first (value t1 could underflow or overflow where the
+        # product does not), fused with the sum as torch's explicit fma is; value 1 fuses the product itself
+        return tl.where(p0 == 1, tl.fma(y, z, x), tl.fma(p0, y * z, x))
     else:
         if x.dtype == tl.int1:
             return x | (y & z & (p0 != 0))

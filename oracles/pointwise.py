@@ -38,10 +38,10 @@ Accuracy of the references (checked against mpmath at 50 digits, tests/oracles/t
 Error scales (times the dtype's tolerance):
 
 - exact results, scale 0: abs, neg, sign, floor, ceil, round, trunc, relu, threshold, maximum, minimum, fmod,
-  remainder (where fmod's result is kept), div "floor" (the floor of the exact quotient), every comparison, logical
-  and bitwise op, isnan/isinf/isfinite, nan_to_num, clamp (and _min/_max), where, masked_fill, copy, fill, zeros,
-  ones, full, cast (the reference is the value rounded into the target, by this module's own rounding code), and
-  every integer or bool result.
+  remainder (where fmod's result is kept), div "floor" (the floor of the exact quotient, +-inf past the dtype's
+  range), every comparison, logical and bitwise op, isnan/isinf/isfinite, nan_to_num, clamp (and _min/_max), where,
+  masked_fill, copy, fill, zeros, ones, full, cast (the reference is the value rounded into the target, by this
+  module's own rounding code), and every integer or bool result.
 - the result's own magnitude |ref| (a chain of products, quotients and monotone functions, no cancellation; a
   correctly rounded implementation is within half an ulp of it): exp, exp2, expm1, log, log2, log1p, sqrt, rsqrt,
   reciprocal, sin, cos, tan, tanh, erf, sigmoid, silu, mish, elu, celu, selu, leaky_relu, softplus, log_sigmoid, glu,
@@ -66,11 +66,11 @@ Error scales (times the dtype's tolerance):
 
 Refusals, as torch refuses or as nbxcert refuses what torch leaves undefined: an op given a dtype it does not take
 (bitwise ops on floats, transcendental functions on integers, arithmetic negation of bools, ...) raises `TypeError`
-naming the op and the dtype; integer division or remainder by zero raises `ZeroDivisionError` naming the op; a float
-to integer cast of NaN, +-inf or a value outside the integer's range, an integer raised to a negative power, a scalar
-that does not fit the dtype (torch's checked conversion: masked_fill(int8, 300), fill(float16, 1e5)), a float scalar
-given to an integer op, celu with alpha 0, glu over an odd size, arange with a zero step or the wrong sign raise
-`ValueError` naming the op.
+naming the op and the dtype; integer division or remainder by zero raises `ZeroDivisionError` naming the op; a float to
+integer cast of NaN, +-inf or a value outside the integer's range, an integer raised to a negative Python-scalar power
+(a negative exponent in an array is torch's 1, +-1 or 0), a scalar that does not fit the dtype (torch's checked
+conversion: masked_fill(int8, 300), fill(float16, 1e5)), a float scalar given to an integer op, celu with alpha 0, glu
+over an odd size, arange with a zero step or the wrong sign raise `ValueError` naming the op.
 """
 
 from __future__ import annotations
@@ -671,7 +671,8 @@ def _int_trunc_div(a, b):
 def div(a, b, *, dtype: str, rounding_mode: str | None = None):
     """a / b. rounding_mode None: true division (float dtypes only: integers are promoted by the caller); "floor":
     the floor of the exact quotient (torch's div_floor_floating, Python's float //; a zero divisor gives IEEE's
-    a / b); "trunc": the quotient rounded in the dtype's arithmetic (float32 for the half types) then truncated, as
+    a / b; a quotient past the dtype's range is +-inf, as storing torch's float32 result into a half type makes it);
+    "trunc": the quotient rounded in the dtype's arithmetic (float32 for the half types) then truncated, as
     torch computes trunc(a / b). Integers: C truncation or Python floor, wrapping (INT_MIN / -1 == INT_MIN); a zero
     divisor raises ZeroDivisionError."""
     if rounding_mode not in (None, "trunc", "floor"):
@@ -688,7 +689,7 @@ def div(a, b, *, dtype: str, rounding_mode: str | None = None):
     if rounding_mode == "floor":
         ref = np.where(b == 0, q, np.floor_divide(a, np.where(b == 0, 1.0, b)))
         ref = np.where((ref == 0) & (b != 0), np.copysign(0.0, q), ref)  # a zero quotient keeps its sign
-        return _exact(ref)
+        return _float_result(ref, 0.0, dtype)  # exact, but a quotient past the dtype's range is +-inf
     # the float64 quotient is correctly rounded, and rounding it again to float32 is too (53 >= 2 * 24 + 2)
     ref = np.trunc(round_to(q, "float64" if dtype == "float64" else "float32"))
     return _float_result(ref, np.abs(ref), dtype)
@@ -709,13 +710,18 @@ def _int_pow(a, b):
 def pow(a, b, *, dtype: str):  # torch's name (shadows the builtin in this module)
     """a ** b. Floats: C's pow (pow(x, 0) = 1 and pow(1, y) = 1 even for NaN, a negative base to a non-integer power is
     NaN, pow(+-0, negative odd integer) = +-inf). Integers: exact power, wrapping; 0 ** 0 = 1; a negative exponent
-    raises ValueError (torch: "Integers to negative integer powers are not allowed"). bool not taken."""
+    in an array gives what torch's integer pow gives (1 for base 1, +-1 for base -1 by the exponent's parity, else 0:
+    the truncated 1 / a^-b); a negative Python-scalar exponent raises ValueError (torch: "Integers to negative integer
+    powers are not allowed"). bool not taken."""
     kind = _takes("pow", dtype, "fi")
+    scalar_exponent = isinstance(b, int | float) and not isinstance(b, bool)
     a, b = _operands("pow", dtype, kind, a, b)
     if kind == "int":
-        if np.any(b < 0):
+        if scalar_exponent and b < 0:
             raise ValueError("pow: integers to negative integer powers are not allowed")
-        return _int_result(_int_pow(a, b), dtype)
+        a, b = np.broadcast_arrays(a, b)
+        negative = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 != 0, -1, 1), 0))
+        return _int_result(np.where(b < 0, negative, _int_pow(a, np.maximum(b, 0))), dtype)
     ref = _extended(np.power, a, b)
     return _float_result(ref, np.abs(ref), dtype)
 
@@ -768,11 +774,20 @@ def atan2(a, b, *, dtype: str):
 
 
 def lerp(start, end, weight, *, dtype: str):
-    """start + weight (end - start), the exact value (torch evaluates start + w (end - start) for |w| < 0.5 and
-    end - (end - start)(1 - w) otherwise; the scale covers both). `weight`: an array or a Python number."""
+    """start + weight (end - start), the exact value where torch's formula is finite (torch evaluates start + w (end -
+    start) for |w| < 0.5 and end - (end - start)(1 - w) otherwise; the scale covers both). Where that formula,
+    evaluated in torch's compute type (float32 for the half types and float32, float64 for float64), is not finite,
+    the reference is what it gives: an infinite operand or an end - start that overflows makes inf or NaN as the
+    branch taken combines them (lerp(inf, 1, 0.7) = 1 - (-inf)(0.3) = inf where the exact form says NaN).
+    `weight`: an array or a Python number."""
     _takes("lerp", dtype, "f")
     start, end, w = _floats(start, end, weight)
     ref = _extended(lambda s, e, t: s + t * (e - s), start, end, w)
+    ct = np.float64 if dtype == "float64" else np.float32
+    s_, e_, w_ = (v.astype(ct) for v in np.broadcast_arrays(start, end, w))
+    d = e_ - s_
+    torch_form = np.where(np.abs(w_) < ct(0.5), s_ + w_ * d, e_ - d * (ct(1) - w_)).astype(np.float64)
+    ref = np.where(np.isfinite(torch_form), ref, torch_form)
     return _float_result(ref, np.abs(start) + np.abs(end) + np.abs(w * (end - start)), dtype)
 
 

@@ -87,6 +87,14 @@ def test_activation_inplace_and_keywords():
     assert ops.relu_(x) is x and x.numpy()[0] == 0
 
 
+def test_integer_pow_of_negative_tensor_exponents_is_torchs():
+    """A negative exponent inside an integer tensor is not refused (only a negative Python-int exponent is): torch's
+    1 for base 1, +-1 for base -1 by parity, else 0."""
+    base = _t([1, -1, -1, 2, 0, -3], np.int32)
+    got = ops.pow(base, _t([-5, -3, -4, -1, -2, 2], np.int32))
+    np.testing.assert_array_equal(got.numpy(), [1, -1, 1, 0, 0, 9])
+
+
 @pytest.mark.parametrize(
     ("call", "error", "text"),
     [
@@ -97,6 +105,7 @@ def test_activation_inplace_and_keywords():
         (lambda: ops.div(_t([1], np.int32), 0, rounding_mode="floor"), LaunchError, "divisor 0"),
         (lambda: ops.to(_t([np.nan], np.float32), "int16"), LaunchError, "16-bit integer"),
         (lambda: ops.div(_t([1], np.int32), 1, rounding_mode="round"), DTypeError, "rounding_mode"),
+        (lambda: ops.pow(_t([2, 3], np.int16), -1), DTypeError, "negative integer powers"),
     ],
 )
 def test_errors_are_one_line(call, error, text):

@@ -399,7 +399,8 @@ SPECIAL = [
     ("minimum", [[NAN, 1.0, -INF], [1.0, NAN, 2.0]], {}, [NAN, NAN, -INF]),
     ("atan2", [[0.0, -0.0, 0.0, -0.0, INF, -INF, 1.0, NAN], [0.0, 0.0, -0.0, -0.0, INF, -INF, -INF, 1.0]], {},
      [0.0, -0.0, math.pi, -math.pi, math.pi / 4, -3 * math.pi / 4, math.pi, NAN]),
-    ("lerp", [[1.0, 1.0, 1.0], [3.0, INF, 3.0], [0.5, 0.5, NAN]], {}, [2.0, INF, NAN]),
+    # torch's second branch at w = 0.5: inf - (inf - 1)(1 - 0.5) = NaN; its first at w = 0.25: 1 + 0.25 inf = inf
+    ("lerp", [[1.0, 1.0, 1.0, 1.0], [3.0, INF, INF, 3.0], [0.5, 0.5, 0.25, NAN]], {}, [2.0, NAN, INF, NAN]),
     ("addcdiv", [[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]], {"value": 2}, [INF, NAN]),
     ("addcmul", [[1.0, 1.0], [INF, 0.0], [0.0, 5.0]], {"value": 2}, [NAN, 1.0]),
     ("hypot", [[INF, -INF, NAN, 3.0, -0.0], [NAN, 1.0, INF, -4.0, 0.0]], {}, [INF, INF, INF, 5.0, 0.0]),
@@ -624,6 +625,14 @@ def test_integer_pow_wraps_and_zero_to_the_zero_is_one(dtype):
     assert P.pow(np.array([0]), np.array([0]), dtype=dtype)[0].tolist() == [1]
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64"])
+def test_integer_pow_of_a_negative_exponent_array_is_torchs(dtype):
+    """torch's integer pow with a negative tensor exponent: 1 for base 1, +-1 for base -1 by parity, else 0."""
+    a = np.array([1, 1, -1, -1, 0, 2, -3, 7])
+    e = np.array([-1, -64, -1, -2, -1, -3, -1, 2])
+    assert P.pow(a, e, dtype=dtype)[0].tolist() == [1, 1, -1, 1, 0, 0, 0, 49]
+
+
 def test_bool_arithmetic():
     t, f = np.array([True, True, False, False]), np.array([True, False, True, False])
     assert P.add(t, f, dtype="bool")[0].tolist() == [True, True, True, False]
@@ -683,7 +692,7 @@ def test_integer_division_by_zero_is_refused_naming_the_op(op, dtype):
         (lambda: P.sub(np.array([True]), np.array([True]), dtype="bool"), TypeError, "sub: does not take two bool"),
         (lambda: P.addcdiv(np.array([1]), np.array([1]), np.array([1]), dtype="int16"), TypeError, "addcdiv"),
         (lambda: P.exp(np.array([1.0]), dtype="float8_e4m3fn"), ValueError, "exp: dtype 'float8_e4m3fn' is not one"),
-        (lambda: P.pow(np.array([2]), np.array([-1]), dtype="int64"), ValueError, "negative integer powers"),
+        (lambda: P.pow(np.array([2]), -1, dtype="int64"), ValueError, "negative integer powers"),
         (lambda: P.masked_fill(np.array([1]), np.array([True]), value=300, dtype="int8"), ValueError,
          "masked_fill: value=300 cannot be converted to int8 without overflow"),
         (lambda: P.full((2,), 1e5, dtype="float16"), ValueError, "full: value=100000.0 cannot be converted"),
