@@ -43,7 +43,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import faults
@@ -51,7 +50,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.common import family_spec
 from nbxcert.kernels.faults import record_fault, record_fault_lanes
-from nbxcert.kernels.jit import jit
+from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.launch import SPLIT_WORKSPACE, KernelLaunch, cdiv, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import limit, prune_with, shared_memory_refusal

@@ -14,11 +14,9 @@ family module holds its own kernels and nothing another one needs.
 
 from __future__ import annotations
 
-import triton.language as tl
-
 from nbxcert.errors import LaunchError, ViewError
 from nbxcert.kernels.backends import select
-from nbxcert.kernels.jit import jit
+from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.spec import Config, KernelSpec, register
 from nbxcert.kernels.tensor import Tensor
 

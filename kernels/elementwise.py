@@ -35,7 +35,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import faults
@@ -43,7 +42,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.common import as_rows, both, compute_type, family_spec, narrow, upcast
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.faults import record_fault
-from nbxcert.kernels.jit import jit
+from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.launch import KernelLaunch, cdiv, constexprs, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal

@@ -24,11 +24,10 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-import triton.language as tl
 
 from nbxcert.errors import LaunchError
 from nbxcert.kernels import recording as _recording
-from nbxcert.kernels.jit import jit
+from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.tensor import Device, Storage, Tensor, as_device, from_numpy
 
 # site -> (kernel, what the value is, what it indexes given the bound, what the kernel did with it)

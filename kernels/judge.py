@@ -16,10 +16,9 @@ raw integer storage). This is not an oracle: the reference is the float64 oracle
 from __future__ import annotations
 
 import numpy as np
-import triton.language as tl
 
 from nbxcert.kernels.compare import Judge, Verdict
-from nbxcert.kernels.jit import jit
+from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.launch import cdiv
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 

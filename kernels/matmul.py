@@ -72,13 +72,11 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import triton.language as tl
-
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.common import dot_over_k, family_spec, gemv_offsets, k_step_tiles, tile_coords
 from nbxcert.kernels.dtypes import finfo, get_dtype
-from nbxcert.kernels.jit import jit
+from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _workspace
 from nbxcert.kernels.launch import KernelLaunch, cdiv, launch_kernel, served
 from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal

@@ -57,13 +57,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.common import dot_over_k, family_spec, tile_coords
 from nbxcert.kernels.dtypes import finfo
-from nbxcert.kernels.jit import jit
+from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.launch import cdiv, launch_kernel, served
 from nbxcert.kernels.prune import lanes_refusal, next_pow2, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KeyField, PruneResult, Reference, choose_config

@@ -34,13 +34,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.common import family_spec, gemv_offsets, narrow, upcast
 from nbxcert.kernels.dtypes import finfo, get_dtype
-from nbxcert.kernels.jit import jit
+from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _split_workspace
 from nbxcert.kernels.launch import KernelLaunch, cdiv, run_all, served
 from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal

@@ -65,7 +65,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import triton.language as tl
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
@@ -80,7 +79,7 @@ from nbxcert.kernels.common import (
     upcast,
 )
 from nbxcert.kernels.dtypes import finfo, get_dtype
-from nbxcert.kernels.jit import jit
+from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
