@@ -19,7 +19,7 @@ torch has no name for, keep nbxcert's signatures under their own names: `add_rms
 `paged_decode_attention`, `fused_moe`, `upsample_nearest2d`, `dequant_matmul`, `dequant_gemv`.
 
 Importing this module imports no kernel (each is loaded on its first use) and never torch. Errors are one line:
-`DTypeNotSupported` (a dtype the op does not take), `CastRefused` (a result that `out=` cannot hold),
+`DTypeError` (a dtype the op does not take), `CastRefused` (a result that `out=` cannot hold),
 `ShapeMismatch` (shapes that do not broadcast, an `out=` of the wrong shape), `ArgumentNotSupported` (above),
 `LaunchError` (an integer division by zero, a float to integer cast of NaN or out of range).
 """
@@ -598,10 +598,10 @@ def _to_last(op: str, t, dim: int, role: str = "input") -> tuple[Any, tuple[int,
     elements contiguous) can read, and the permutation that undoes the move (None when `dim` is already last).
     Refused when only a copy would give such rows."""
     d = _dim_index(op, dim, t.ndim)
-    if t.ndim == 0 or d == t.ndim - 1:
+    if t.ndim == 0:
         return t, None
     order = [i for i in range(t.ndim) if i != d] + [d]
-    moved = t.permute(order)
+    moved = t if d == t.ndim - 1 else t.permute(order)
     n = moved.shape[-1]
     try:
         rows = moved.view(-1, n)
@@ -614,6 +614,8 @@ def _to_last(op: str, t, dim: int, role: str = "input") -> tuple[Any, tuple[int,
             "rows; the kernel reduces the last dimension and a copy is not made for you (pass dim=-1, or a tensor "
             "whose reduced dimension has stride 1)",
         )
+    if d == t.ndim - 1:
+        return t, None
     inverse = [0] * t.ndim
     for i, o in enumerate(order):
         inverse[o] = i
@@ -721,7 +723,7 @@ def argmax(input, dim=None, keepdim=False):
     above every number)."""
     sampling = _family("sampling")
     if dim is None:
-        flat = _view_as("argmax", input, (input.numel,), "input")
+        flat, _ = _to_last("argmax", _view_as("argmax", input, (input.numel,), "input"), 0)
         idx = sampling.argmax(flat).view(())
         return idx.view((1,) * input.ndim) if keepdim else idx
     moved, _ = _to_last("argmax", input, dim)
