@@ -95,6 +95,7 @@ ERROR_TABLE: dict[type[errors.NbxcertError], str] = {
     errors.DeviceNotFound: "no such device",
     errors.DTypeNotSupported: "dtype not supported",
     errors.CastRefused: "cast refused",
+    errors.ArgumentNotSupported: "argument not supported",
     errors.BackendUnavailable: "backend unavailable",
     errors.DeviceOutOfMemory: "out of device memory",
     errors.CudaError: "CUDA error",

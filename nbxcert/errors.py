@@ -63,6 +63,14 @@ class CastRefused(NbxcertError):
     default_hint = "give an output tensor of the result dtype (or a wider one of its kind), or cast the result"
 
 
+class ArgumentNotSupported(NbxcertError):
+    """A torch argument (or value of one) that nbxcert's kernel cannot honour: `dropout_p` other than 0, an
+    `attn_mask`, a reduction dimension other than the one the kernel reduces, a reduction it lacks, a layout that only
+    a copy would serve. Names the op and the argument; never ignored silently."""
+
+    default_hint = "leave the argument at the value the message names, or compute that part with another op"
+
+
 # --- backends ---------------------------------------------------------------------------------------------------------
 class BackendUnavailable(NbxcertError):
     """The backend asked for (NBXCERT_BACKEND or a device string) cannot be used on this machine."""

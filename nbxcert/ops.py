@@ -5,13 +5,23 @@ Every pointwise op of torch (`torch.add`, `torch.exp`, `torch.where`, ...) and o
 broadcasts its operands, takes Python numbers as operands, promotes as torch does (`nbxcert.kernels.promotion`),
 writes `out=` (any strides) and has its in-place `_` form where torch has one (`add_`, `relu_`, `clamp_`, ...).
 Data movement: `zeros`, `ones`, `full`, `arange`, `linspace`, `copy_`, `fill_`, `to`. All run one certified kernel,
-`nbxcert.kernels.pointwise`. The other families are here under torch-like names too (`matmul`, `bmm`, `softmax`,
-`rms_norm`, `layer_norm`, `embedding`, `scaled_dot_product_attention`, ...).
+`nbxcert.kernels.pointwise`.
+
+The other families have torch's signatures too, as thin wrappers over their served functions: `matmul`, `mm`, `bmm`,
+`addmm`, `baddbmm`, `mv`, `addmv` (torch.*, `out=`, beta/alpha); `softmax`, `log_softmax`, `layer_norm`, `rms_norm`,
+`embedding`, `cross_entropy`, `scaled_dot_product_attention`, `conv2d`, `group_norm`, `interpolate`,
+`upsample_nearest` (torch.nn.functional); `argmax`, `topk` (torch.*). A layout torch takes is met by a view where one
+exists (a reduced dimension moved last, trailing dimensions merged); where only a copy would serve, and for every
+argument the kernel cannot honour (an `attn_mask`, `dropout_p` other than 0, `largest=False`, class weights, ...), the
+call is refused in one line naming the argument (`ArgumentNotSupported`), never ignored. nbxcert's own ops, which
+torch has no name for, keep nbxcert's signatures under their own names: `add_rms_norm`, `add_layer_norm`,
+`silu_and_mul`, `gelu_and_mul`, `rope` (`rotary_embedding`), `flash_attention`, `decode_attention`,
+`paged_decode_attention`, `fused_moe`, `upsample_nearest2d`, `dequant_matmul`, `dequant_gemv`.
 
 Importing this module imports no kernel (each is loaded on its first use) and never torch. Errors are one line:
-`DTypeError` (a dtype the op does not take, a result that `out=` cannot hold), `ShapeMismatch` (shapes that do not
-broadcast, an `out=` of the wrong shape), `LaunchError` (an integer division by zero, a float to integer cast of
-NaN or out of range).
+`DTypeError` (a dtype the op does not take), `CastRefused` (a result that `out=` cannot hold),
+`ShapeMismatch` (shapes that do not broadcast, an `out=` of the wrong shape), `ArgumentNotSupported` (above),
+`LaunchError` (an integer division by zero, a float to integer cast of NaN or out of range).
 """
 
 from __future__ import annotations
@@ -20,37 +30,21 @@ import importlib
 import math
 from typing import Any
 
-from nbxcert.errors import DTypeError, ShapeMismatch
+from nbxcert.errors import ArgumentNotSupported, DTypeError, ShapeMismatch, ViewError
 
-_FAMILIES = {
-    # torch-like name -> (kernel family module, its function)
-    "matmul": ("matmul", "matmul"),
-    "mm": ("matmul", "matmul"),
-    "addmm": ("matmul", "addmm"),
-    "bmm": ("matmul", "bmm"),
-    "baddbmm": ("matmul", "baddbmm"),
-    "mv": ("matmul", "gemv"),
-    "addmv": ("matmul", "addmv"),
-    "softmax": ("rows", "softmax"),
-    "layer_norm": ("rows", "layernorm"),
-    "rms_norm": ("rows", "rmsnorm"),
+# nbxcert's own ops, which torch has no name for: nbxcert's signatures, under nbxcert's names (loaded on first use).
+_NBXCERT_ONLY = {
+    # name -> (kernel family module, its function)
     "add_layer_norm": ("rows", "add_layernorm"),
     "add_rms_norm": ("rows", "add_rmsnorm"),
-    "log_softmax": ("sampling", "log_softmax"),
-    "argmax": ("sampling", "argmax"),
-    "topk": ("sampling", "topk"),
-    "cross_entropy": ("sampling", "cross_entropy"),
     "silu_and_mul": ("elementwise", "silu_and_mul"),
-    "embedding": ("elementwise", "embedding"),
+    "gelu_and_mul": ("elementwise", "gelu_and_mul"),
     "rope": ("elementwise", "rope"),
     "rotary_embedding": ("elementwise", "rope"),
-    "scaled_dot_product_attention": ("attention", "flash_attention"),
     "flash_attention": ("attention", "flash_attention"),
     "decode_attention": ("attention", "decode_attention"),
     "paged_decode_attention": ("attention", "paged_decode_attention"),
     "fused_moe": ("moe", "fused_moe"),
-    "conv2d": ("vision", "conv2d"),
-    "group_norm": ("vision", "group_norm"),
     "upsample_nearest2d": ("vision", "upsample_nearest2d"),
     "dequant_matmul": ("quant", "dequant_matmul"),
     "dequant_gemv": ("quant", "dequant_gemv"),
@@ -58,13 +52,17 @@ _FAMILIES = {
 
 
 def __getattr__(name: str):
-    """The other kernel families' entry points, loaded on first use."""
-    if name in _FAMILIES:
-        module, attr = _FAMILIES[name]
-        fn = getattr(importlib.import_module(f"nbxcert.kernels.{module}"), attr)
+    """nbxcert's own ops (`_NBXCERT_ONLY`), loaded on first use."""
+    if name in _NBXCERT_ONLY:
+        module, attr = _NBXCERT_ONLY[name]
+        fn = getattr(_family(module), attr)
         globals()[name] = fn
         return fn
     raise AttributeError(f"module 'nbxcert.ops' has no attribute '{name}'")
+
+
+def _family(module: str):
+    return importlib.import_module(f"nbxcert.kernels.{module}")
 
 
 def _pw():
@@ -73,18 +71,6 @@ def _pw():
 
 def _tensor_type():
     return importlib.import_module("nbxcert.kernels.tensor").Tensor
-
-
-_CATEGORY = {"bool": 0, "uint8": 1, "int8": 1, "int16": 1, "int32": 1, "int64": 1}
-
-
-def _category(dtype: str) -> int:
-    return _CATEGORY.get(dtype, 2)
-
-
-def _can_cast(result: str, to: str) -> bool:
-    """torch.can_cast: never a float into an integer or bool, never a number into bool."""
-    return _category(result) <= _category(to)
 
 
 def _is_number(v: Any) -> bool:
@@ -106,13 +92,13 @@ def _apply(name: str, operands: list, params: dict | None = None, out=None, prom
         raise DTypeError(f"{op.name}: at least one operand must be a Tensor")
     shape = pw.broadcast_shapes(*(t.shape for t in tensors)) if tensors else tuple(out.shape)
     device = tensors[0].device if tensors else out.device
+    promotion = pw.promotion()
     fixed = op.operand_dtypes
     participants = [v for i, v in enumerate(operands) if not (i < len(fixed) and fixed[i])]
     participants += [params[p] for p in promote_params if params.get(p) is not None]
     for i, v in enumerate(operands):
         if i < len(fixed) and fixed[i] and isinstance(v, Tensor) and v.dtype.name != fixed[i]:
             raise DTypeError(f"{op.name}: operand {i} must be {fixed[i]}, got {v.dtype.name}")
-    promotion = pw.promotion()
     _, result = promotion.elementwise_dtypes(*participants, kind=op.kind)
     common = promotion.result_type(*participants) if op.kind == "always_bool" else result
     if op.kind == "int_to_float" and common not in pw.FLOATS:
@@ -125,10 +111,7 @@ def _apply(name: str, operands: list, params: dict | None = None, out=None, prom
             raise DTypeError(f"{op.name}: out must be a Tensor, got {type(out).__name__}")
         if tuple(out.shape) != tuple(shape):
             raise ShapeMismatch(f"{op.name}: out has shape {tuple(out.shape)}, the result's is {tuple(shape)}")
-        if not _can_cast(result, out.dtype.name):
-            raise DTypeError(
-                f"{op.name}: result type {result} can't be cast to the desired output type {out.dtype.name}"
-            )
+        promotion.check_cast(op.name, result, out.dtype.name)
     via, compute, kparams, p_float = pw.plan_for(op, operands, common, out, params)
     padded = list(operands) + [None] * (3 - len(operands))
     return pw.pointwise_call(name, *padded, out, via, compute, kparams, p_float)
@@ -598,3 +581,450 @@ def to(input, dtype):
 
 
 cast = to
+
+
+# ======================================================================================================================
+# the other families under torch's names and signatures: thin wrappers over their served functions
+# ======================================================================================================================
+def _refuse(op: str, what: str):
+    """A torch argument the kernel cannot honour, refused by name (never ignored)."""
+    raise ArgumentNotSupported(f"{op}: {what}")
+
+
+def _dim_index(op: str, dim: int, ndim: int) -> int:
+    if not -max(ndim, 1) <= dim < max(ndim, 1):
+        raise ViewError(f"{op}: dim {dim} is out of range for a {ndim}-d tensor")
+    return dim % max(ndim, 1)
+
+
+def _to_last(op: str, t, dim: int, role: str = "input") -> tuple[Any, tuple[int, ...] | None]:
+    """`t` with dimension `dim` moved last, as a view whose rows the kernels (which reduce the last dimension, its
+    elements contiguous) can read, and the permutation that undoes the move (None when `dim` is already last).
+    Refused when only a copy would give such rows."""
+    d = _dim_index(op, dim, t.ndim)
+    if t.ndim == 0:
+        return t, None
+    order = [i for i in range(t.ndim) if i != d] + [d]
+    moved = t if d == t.ndim - 1 else t.permute(order)
+    n = moved.shape[-1]
+    try:
+        rows = moved.view(-1, n)
+    except ViewError:
+        rows = None
+    if rows is None or (n > 1 and rows.stride(1) != 1):
+        _refuse(
+            op,
+            f"dim={dim} of {role} (shape {tuple(t.shape)}, strides {tuple(t.strides)}) is not a view of contiguous "
+            "rows; the kernel reduces the last dimension and a copy is not made for you (pass dim=-1, or a tensor "
+            "whose reduced dimension has stride 1)",
+        )
+    if d == t.ndim - 1:
+        return t, None
+    inverse = [0] * t.ndim
+    for i, o in enumerate(order):
+        inverse[o] = i
+    return moved, tuple(inverse)
+
+
+def _back(t, inverse):
+    return t if inverse is None else t.permute(inverse)
+
+
+def _view_as(op: str, t, shape, role: str):
+    """`t.view(shape)`, refused (not copied) where the strides cannot express it."""
+    try:
+        return t.view(tuple(shape))
+    except ViewError:
+        _refuse(
+            op,
+            f"{role} of shape {tuple(t.shape)} and strides {tuple(t.strides)} is not a view of shape "
+            f"{tuple(shape)}; a copy is not made for you (pass a contiguous tensor)",
+        )
+
+
+def _legacy_softmax_dim(ndim: int) -> int:
+    """torch's `_get_softmax_dim` for dim=None: 0 for 0-, 1- and 3-d inputs, else 1."""
+    return 0 if ndim in (0, 1, 3) else 1
+
+
+def _row_op(op: str, fn, input, dim, dtype):
+    if dtype is not None:
+        input = to(input, dtype)  # torch casts the input to dtype before the op, as this does
+    if dim is None:
+        dim = _legacy_softmax_dim(input.ndim)
+    moved, inverse = _to_last(op, input, dim)
+    return _back(fn(moved), inverse)
+
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """F.softmax over dimension `dim` (a view of rows: the last dimension, or one the strides move there); `dtype`
+    casts the input first. `_stacklevel` only places torch's warning and changes nothing."""
+    return _row_op("softmax", _family("rows").softmax, input, dim, dtype)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    """F.log_softmax over dimension `dim`, as `softmax`."""
+    return _row_op("log_softmax", _family("sampling").log_softmax, input, dim, dtype)
+
+
+def _normalized(op: str, input, normalized_shape) -> tuple[tuple[int, ...], int]:
+    ns = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(int(n) for n in normalized_shape)
+    if not ns or tuple(input.shape[input.ndim - len(ns) :]) != ns or len(ns) > input.ndim:
+        raise ShapeMismatch(f"{op}: normalized_shape {ns} is not the trailing shape of input {tuple(input.shape)}")
+    return ns, math.prod(ns)
+
+
+def _norm_rows(op: str, input, ns, n):
+    """input as [..., n]: the normalized dimensions merged into one (a view, or refused)."""
+    if len(ns) == 1:
+        return input
+    return _view_as(op, input, tuple(input.shape[: input.ndim - len(ns)]) + (n,), "input")
+
+
+def _affine(op: str, t, ns, n, role: str, like, fill: float):
+    """weight or bias as [n]; None is torch's "no affine": ones (weight) or zeros (bias) of input's dtype."""
+    if t is None:
+        return full((n,), fill, dtype=like.dtype.name, device=like.device)
+    if tuple(t.shape) != ns:
+        raise ShapeMismatch(f"{op}: {role} has shape {tuple(t.shape)}, normalized_shape is {ns}")
+    return t if len(ns) == 1 else _view_as(op, t, (n,), role)
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """F.layer_norm over the trailing `normalized_shape` (merged into one dimension by a view); weight and bias None
+    are ones and zeros."""
+    ns, n = _normalized("layer_norm", input, normalized_shape)
+    w = _affine("layer_norm", weight, ns, n, "weight", input, 1.0)
+    b = _affine("layer_norm", bias, ns, n, "bias", input, 0.0)
+    y = _family("rows").layernorm(_norm_rows("layer_norm", input, ns, n), w, b, float(eps))
+    return y.view(tuple(input.shape))
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):
+    """F.rms_norm: input / sqrt(mean(input²) + eps) * weight over the trailing `normalized_shape`. eps None is
+    torch's default, torch.finfo(input.dtype).eps; weight None is ones."""
+    ns, n = _normalized("rms_norm", input, normalized_shape)
+    if eps is None:
+        eps = importlib.import_module("nbxcert.kernels.dtypes").finfo(input.dtype)["eps"]
+    w = _affine("rms_norm", weight, ns, n, "weight", input, 1.0)
+    y = _family("rows").rmsnorm(_norm_rows("rms_norm", input, ns, n), w, float(eps))
+    return y.view(tuple(input.shape))
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False, sparse=False):
+    """F.embedding: weight's rows at the integer ids `input`. `padding_idx`, `scale_grad_by_freq` and `sparse` shape
+    only gradients, which nbxcert does not compute, so the forward result is torch's; `padding_idx` is range-checked
+    as torch does. `max_norm` (which renormalises weight's rows in place) is refused."""
+    if max_norm is not None:
+        _refuse("embedding", f"max_norm={max_norm} (renormalising weight's rows in place) is not supported")
+    if padding_idx is not None and not -weight.shape[0] <= padding_idx < weight.shape[0]:
+        raise ShapeMismatch(f"embedding: padding_idx {padding_idx} is outside the {weight.shape[0]} rows of weight")
+    return _family("elementwise").embedding(weight, input)
+
+
+def argmax(input, dim=None, keepdim=False):
+    """torch.argmax: the index (int64) of the first maximum along `dim` (None: of the flattened input; NaN ranks
+    above every number)."""
+    sampling = _family("sampling")
+    if dim is None:
+        flat, _ = _to_last("argmax", _view_as("argmax", input, (input.numel,), "input"), 0)
+        idx = sampling.argmax(flat).view(())
+        return idx.view((1,) * input.ndim) if keepdim else idx
+    moved, _ = _to_last("argmax", input, dim)
+    idx = sampling.argmax(moved)
+    return idx.unsqueeze(_dim_index("argmax", dim, input.ndim)) if keepdim and input.ndim else idx
+
+
+class _TopK(tuple):
+    """(values, indices), by position or by name, as torch.return_types.topk."""
+
+    __slots__ = ()
+
+    def __new__(cls, values, indices):
+        return super().__new__(cls, (values, indices))
+
+    @property
+    def values(self):
+        return self[0]
+
+    @property
+    def indices(self):
+        return self[1]
+
+
+def topk(input, k, dim=-1, largest=True, sorted=True, *, out=None):  # noqa: A002 - torch's names
+    """torch.topk: the k largest values along `dim` and their int64 indices, in rank order (sorted=False is met: a
+    sorted result is one order it allows). largest=False is refused."""
+    if not largest:
+        _refuse("topk", "largest=False (the k smallest) is not supported; the kernel selects the largest")
+    moved, inverse = _to_last("topk", input, dim)
+    values = indices = None
+    if out is not None:
+        values, indices = out
+        if inverse is not None:
+            order = [inverse.index(i) for i in range(len(inverse))]
+            values, indices = values.permute(order), indices.permute(order)
+    v, i = _family("sampling").topk(moved, k, values, indices)
+    return _TopK(_back(v, inverse), _back(i, inverse))
+
+
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def cross_entropy(
+    input,
+    target,
+    weight=None,
+    size_average=None,
+    ignore_index=-100,
+    reduce=None,  # noqa: A002 - torch's name
+    reduction="mean",
+    label_smoothing=0.0,
+):
+    """F.cross_entropy with class-index targets: input (C,), (N, C) or (N, C, d1, ...) (classes in dimension 1, a
+    view of rows), target int64; a target equal to ignore_index adds 0 and is not counted by "mean". The per-row loss
+    is nbxcert's kernel, in input's dtype; "sum" and "mean" add the losses in float32 (row_reduce) and round once
+    into input's dtype. A target outside [0, C) gives NaN (torch raises). Refused: `weight`, `label_smoothing`,
+    class probabilities as target, and the deprecated `size_average` / `reduce`."""
+    op = "cross_entropy"
+    if weight is not None:
+        _refuse(op, "weight (per-class weights) is not supported")
+    if size_average is not None or reduce is not None:
+        _refuse(op, "size_average and reduce are deprecated in torch and not supported; use reduction=")
+    if label_smoothing != 0.0:
+        _refuse(op, f"label_smoothing={label_smoothing} is not supported (only 0.0)")
+    if reduction not in _REDUCTIONS:
+        _refuse(op, f"reduction={reduction!r} is not one of 'none', 'mean', 'sum'")
+    if target.dtype.is_float:
+        _refuse(op, "a float target (class probabilities) is not supported; give int64 class indices")
+    logits, _ = (input.unsqueeze(0), None) if input.ndim == 1 else _to_last(op, input, 1)
+    loss = _family("sampling").cross_entropy(logits, target, int(ignore_index))
+    if input.ndim == 1:
+        loss = loss.view(())
+    if reduction == "none":
+        return loss
+    rows = _family("rows")
+    total = rows.row_reduce(to(loss.view(1, loss.numel), "float32"), "sum")
+    result = _pw().empty((1,), input.dtype.name, input.device)
+    if reduction == "sum":
+        copy_(result, total)
+    else:
+        counted = to(ne(target.view(1, target.numel), ignore_index), "float32")
+        div(total, rows.row_reduce(counted, "sum"), out=result)
+    return result.view(())
+
+
+def scaled_dot_product_attention(
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
+):
+    """F.scaled_dot_product_attention over nbxcert's flash attention: query (N, ..., Hq, L, E), key and value
+    (N, ..., H, S, E) (3-d: no head dimension; more than 4: the leading dimensions merged by a view). Refused:
+    attn_mask, dropout_p other than 0, and is_causal with L != S (torch's mask is then top-left aligned, the
+    kernel's bottom-right). Hq != H needs enable_gqa=True, as in torch."""
+    op = "scaled_dot_product_attention"
+    if attn_mask is not None:
+        _refuse(op, "attn_mask is not supported (only is_causal); the kernel takes no mask tensor")
+    if dropout_p != 0.0:
+        _refuse(op, f"dropout_p={dropout_p} is not supported (only 0.0)")
+    if not (query.ndim == key.ndim == value.ndim and query.ndim >= 3):
+        raise ShapeMismatch(
+            f"{op}: query, key and value need one rank of at least 3, got {query.ndim}, {key.ndim}, {value.ndim}"
+        )
+
+    def as4(t, role):
+        if t.ndim == 3:
+            return t.unsqueeze(1)
+        return t if t.ndim == 4 else _view_as(op, t, (-1, *t.shape[-3:]), role)
+
+    q, k, v = as4(query, "query"), as4(key, "key"), as4(value, "value")
+    if q.shape[1] != k.shape[1] and not enable_gqa:
+        raise ShapeMismatch(f"{op}: query has {q.shape[1]} heads, key {k.shape[1]}; pass enable_gqa=True")
+    if is_causal and q.shape[2] != k.shape[2]:
+        _refuse(
+            op,
+            f"is_causal with L={q.shape[2]} != S={k.shape[2]} (torch aligns the mask top-left, the kernel "
+            "bottom-right)",
+        )
+    y = _family("attention").flash_attention(q, k, v, causal=bool(is_causal), scale=scale)
+    return y.view(tuple(query.shape[:-1]) + (y.shape[-1],))
+
+
+def _one_int(op: str, name: str, value) -> int:
+    """A torch int-or-pair argument as the one int the kernel takes for both spatial dimensions."""
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2 or value[0] != value[1]:
+            _refuse(op, f"{name}={tuple(value)}: the kernel takes one value for both spatial dimensions")
+        value = value[0]
+    return value
+
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+    """F.conv2d (float16 / bfloat16) of input (N, C, H, W) or (C, H, W); stride, padding and dilation an int or an
+    equal pair; padding "valid" or "same" (symmetric only)."""
+    op = "conv2d"
+    stride, dilation = _one_int(op, "stride", stride), _one_int(op, "dilation", dilation)
+    if isinstance(padding, str):
+        if padding == "valid":
+            padding = 0
+        elif padding == "same":
+            if stride != 1:
+                _refuse(op, f"padding='same' with stride={stride} (torch allows it only with stride 1)")
+            pads = {dilation * (r - 1) for r in weight.shape[2:]}
+            if len(pads) != 1 or next(iter(pads)) % 2:
+                _refuse(
+                    op,
+                    f"padding='same' for kernel {tuple(weight.shape[2:])} with dilation {dilation} is not "
+                    "symmetric; the kernel pads both sides alike",
+                )
+            padding = next(iter(pads)) // 2
+        else:
+            _refuse(op, f"padding={padding!r} is not 'valid', 'same', an int or a pair")
+    padding = _one_int(op, "padding", padding)
+    x = input.unsqueeze(0) if input.ndim == 3 else input
+    y = _family("vision").conv2d(x, weight, bias, stride, padding, dilation, groups)
+    return y[0] if input.ndim == 3 else y
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """F.group_norm of input (N, C, *) (4-d as it lies, nchw or nhwc; other ranks viewed as (N, C, L, 1)); weight and
+    bias None are ones and zeros."""
+    op = "group_norm"
+    if input.ndim < 2:
+        raise ShapeMismatch(f"{op}: input needs (N, C, *), got shape {tuple(input.shape)}")
+    c = input.shape[1]
+    x = input if input.ndim == 4 else _view_as(op, input, (input.shape[0], c, -1, 1), "input")
+    w = full((c,), 1.0, dtype=input.dtype.name, device=input.device) if weight is None else weight
+    b = full((c,), 0.0, dtype=input.dtype.name, device=input.device) if bias is None else bias
+    y = _family("vision").group_norm(x, num_groups, w, b, float(eps))
+    return y if input.ndim == 4 else y.view(tuple(input.shape))
+
+
+def _integer_factor(op: str, value, name: str) -> int:
+    if float(value) != int(value) or int(value) < 1:
+        _refuse(op, f"{name} gives the factor {value}; the kernel upsamples by positive integer factors")
+    return int(value)
+
+
+def interpolate(
+    input,
+    size=None,
+    scale_factor=None,
+    mode="nearest",
+    align_corners=None,
+    recompute_scale_factor=None,
+    antialias=False,
+):
+    """F.interpolate for mode="nearest" of a 4-d input by integer factors (given as `scale_factor`, or as a `size`
+    that is a multiple of the input's); every other mode, align_corners and antialias are refused. With integer
+    factors recompute_scale_factor changes nothing."""
+    op = "interpolate"
+    if mode != "nearest":
+        _refuse(op, f"mode={mode!r} is not supported (only 'nearest')")
+    if align_corners is not None:
+        _refuse(op, "align_corners is not supported with mode='nearest' (torch refuses it too)")
+    if antialias:
+        _refuse(op, "antialias=True is not supported")
+    if input.ndim != 4:
+        _refuse(op, f"a {input.ndim}-d input is not supported (only 4-d (N, C, H, W))")
+    if (size is None) == (scale_factor is None):
+        _refuse(op, "exactly one of size and scale_factor must be given")
+    h, w = input.shape[2:]
+    if size is not None:
+        oh, ow = (size, size) if isinstance(size, int) else tuple(size)
+        factors = (_integer_factor(op, oh / h, f"size={oh}"), _integer_factor(op, ow / w, f"size={ow}"))
+    else:
+        sh, sw = tuple(scale_factor) if isinstance(scale_factor, (tuple, list)) else (scale_factor, scale_factor)
+        factors = (_integer_factor(op, sh, "scale_factor"), _integer_factor(op, sw, "scale_factor"))
+    return _family("vision").upsample_nearest2d(input, factors)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    """F.upsample_nearest (torch's deprecated name for interpolate(..., mode="nearest"))."""
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+# --- matrix products --------------------------------------------------------------------------------------------------
+def mm(input, mat2, *, out=None):
+    """torch.mm: (n, m) @ (m, p), one dtype (float16, bfloat16, float32)."""
+    return _family("matmul").matmul(input, mat2, out=out)
+
+
+def bmm(input, mat2, *, out=None):
+    """torch.bmm: (b, n, m) @ (b, m, p)."""
+    return _family("matmul").bmm(input, mat2, out=out)
+
+
+def _beta_zero(op: str, alpha):
+    """torch ignores input when beta is 0 (its NaN and inf do not propagate), which the fused kernel, computing
+    beta·input, does not: beta=0 runs the plain product, which has no alpha."""
+    if alpha != 1:
+        _refuse(op, f"beta=0 with alpha={alpha} is not supported (beta=0 runs the plain product, alpha 1)")
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
+    """torch.addmm: beta·input + alpha·(mat1 @ mat2), input broadcastable to (n, p)."""
+    if beta == 0:
+        _beta_zero("addmm", alpha)
+        return mm(mat1, mat2, out=out)
+    return _family("matmul").addmm(input, mat1, mat2, beta=float(beta), alpha=float(alpha), out=out)
+
+
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
+    """torch.baddbmm: beta·input + alpha·(batch1 @ batch2), input broadcastable to (b, n, p)."""
+    if beta == 0:
+        _beta_zero("baddbmm", alpha)
+        return bmm(batch1, batch2, out=out)
+    return _family("matmul").baddbmm(input, batch1, batch2, beta=float(beta), alpha=float(alpha), out=out)
+
+
+def _check_mv(op: str, mat, vec):
+    if mat.ndim != 2 or vec.ndim != 1:
+        raise ShapeMismatch(f"{op}: needs a 2-d matrix and a 1-d vector, got {tuple(mat.shape)} and {tuple(vec.shape)}")
+
+
+def mv(input, vec, *, out=None):
+    """torch.mv: (n, m) @ (m,), through the decode kernel (gemv of vec against input's transpose, a view)."""
+    _check_mv("mv", input, vec)
+    return _family("matmul").gemv(vec, input.T, out=out)
+
+
+def addmv(input, mat, vec, *, beta=1, alpha=1, out=None):
+    """torch.addmv: beta·input + alpha·(mat @ vec)."""
+    _check_mv("addmv", mat, vec)
+    if beta == 0:
+        _beta_zero("addmv", alpha)
+        return mv(mat, vec, out=out)
+    return _family("matmul").addmv(input, vec, mat.T, beta=float(beta), alpha=float(alpha), out=out)
+
+
+def matmul(input, other, *, out=None):
+    """torch.matmul: 1-d by 1-d a dot product, 2-d by 2-d mm, a 1-d operand a row (left) or column (right) removed
+    from the result, more dimensions a batched product whose batch dimensions broadcast. Batch dimensions are merged
+    by views (refused where only a copy would merge them)."""
+    op = "matmul"
+    a, b = input, other
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeMismatch(f"{op}: both arguments need at least 1 dimension, got {a.ndim} and {b.ndim}")
+    a2 = a.unsqueeze(0) if a.ndim == 1 else a
+    b2 = b.unsqueeze(1) if b.ndim == 1 else b
+    batch = tuple(_pw().broadcast_shapes(a2.shape[:-2], b2.shape[:-2]))
+    m, n = a2.shape[-2], b2.shape[-1]
+    shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
+    if out is not None and tuple(out.shape) != shape:
+        raise ShapeMismatch(f"{op}: out has shape {tuple(out.shape)}, the product's is {shape}")
+    mm_family = _family("matmul")
+    if not batch:
+        flat_out = None if out is None else _view_as(op, out, (m, n), "out")
+        y = mm_family.matmul(a2, b2, out=flat_out)
+    elif b.ndim <= 2:
+        # (..., m, k) @ (k, n): the batch folded into the rows, one mm
+        rows = _view_as(op, a2, (-1, a2.shape[-1]), "input")
+        flat_out = None if out is None else _view_as(op, out, (rows.shape[0], n), "out")
+        y = mm_family.matmul(rows, b2, out=flat_out)
+    else:
+        nb = math.prod(batch)
+        ab = _view_as(op, a2.expand(batch + a2.shape[-2:]), (nb, *a2.shape[-2:]), "input")
+        bb = _view_as(op, b2.expand(batch + b2.shape[-2:]), (nb, *b2.shape[-2:]), "other")
+        flat_out = None if out is None else _view_as(op, out, (nb, m, n), "out")
+        y = mm_family.bmm(ab, bb, out=flat_out)
+    return out if out is not None else y.view(shape)
