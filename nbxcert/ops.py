@@ -282,7 +282,8 @@ greater, less, greater_equal, less_equal, not_equal = gt, lt, ge, le, ne
 def pow(input, exponent, *, out=None):  # noqa: A001 - torch's name
     """input ** exponent (torch.pow). An integer tensor to a negative Python-int power is refused as torch refuses it
     (a negative exponent inside an integer tensor gives torch's 1, +-1 or 0)."""
-    integer_base = isinstance(input, _tensor_type()) and _category(input.dtype.name) <= 1  # bool too, as torch
+    # bool counts as an integer here, as in torch
+    integer_base = isinstance(input, _tensor_type()) and _pw().promotion().category(input.dtype.name) <= 1
     if integer_base and isinstance(exponent, int) and not isinstance(exponent, bool) and exponent < 0:
         raise DTypeError(f"pow: integers to negative integer powers are not allowed (exponent {exponent})")
     return _apply("pow", [input, exponent], out=out)
