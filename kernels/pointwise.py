@@ -155,14 +155,14 @@ def _tanh_series() -> tuple[float, ...]:
     """tanh's Taylor coefficients c_k of x^(2k + 1), exactly (tanh' = 1 - tanh^2: (2k + 1) c_k = -sum_(i + j = k - 1)
     c_i c_j), rounded once to float64."""
     c = [Fraction(1)]
-    for k in range(1, TANH_TERMS):
+    for k in range(1, TANH_TERMS.value):
         c.append(-sum(c[i] * c[k - 1 - i] for i in range(k)) / (2 * k + 1))
     return tuple(float(v) for v in c)
 
 
 # |x| < TANH_SERIES_AT: the series, TANH_TERMS terms (each next one is (2x / pi)^2 < 0.123 of the last: 22 terms
 # leave a remainder below 2^-60 of x); past it 1 - 2 / (e^2|x| + 1), free of cancellation (the result is > 0.5)
-TANH_TERMS = 22
+TANH_TERMS = tl.constexpr(22)
 TANH_SERIES_AT = tl.constexpr(0.55)
 TANH_C = tl.constexpr(_tanh_series())
 

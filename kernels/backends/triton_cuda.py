@@ -34,7 +34,6 @@ not, and its tests prove a launch with torch made unimportable.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import math
 import statistics
@@ -414,12 +413,12 @@ class NbxcertCudaDriver(CudaDriver):
         self._utils = None
         self._utils_failed: BaseException | None = None
         self._utils_built = threading.Event()
-        threading.Thread(target=self._build_utils, name="nbxcert-triton-utils", daemon=True).start()
-        # A process that ends while the build runs (a short command on a GPU machine: `nbxcert keys`) would remove the
-        # build's temporary directory under the compiler, which then fails with linker errors on stderr, and the next
-        # process would build again: the exit waits for the build instead (once per Triton cache; later processes load
-        # the built module).
-        atexit.register(self._utils_built.wait)
+        # Not a daemon: a process that ended while the build ran (a short command on a GPU machine: `nbxcert keys`)
+        # removed the build's temporary directory under the compiler, which then failed with linker errors on stderr,
+        # and the next process built again. The interpreter's exit waits for a non-daemon thread before anything is
+        # torn down (an exit hook ran after the temporary directory's own cleanup), so the build ends once per Triton
+        # cache and later processes load the built module.
+        threading.Thread(target=self._build_utils, name="nbxcert-triton-utils", daemon=False).start()
 
     def _build_utils(self) -> None:
         try:

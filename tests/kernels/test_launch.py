@@ -9,6 +9,7 @@ import timeit
 import pytest
 import triton
 
+from nbxcert.kernels.backends import select
 from nbxcert.kernels.launch import cdiv, next_power_of_2
 
 
@@ -48,7 +49,7 @@ def test_no_kernels_sweep_launch_reads_the_device_back(monkeypatch):
     ]
     assert len(shipped) >= 20  # the families' kernels (tests may have registered their own besides)
     for spec in shipped:
-        inputs = spec.make_inputs(spec.example_problems[0], spec.dtypes[0], 0, "cpu")
+        inputs = spec.make_inputs(spec.example_problems[0], spec.dtypes[0], 0, select().device)
 
         def refuse(self, *args, name=spec.name, **kwargs):
             read.append(name)
@@ -61,7 +62,7 @@ def test_no_kernels_sweep_launch_reads_the_device_back(monkeypatch):
     assert read == []
 
 
-def test_observing_sees_a_calls_launches_in_full_and_replayed_and_stops_after():
+def test_observing_sees_a_calls_launches_in_full_and_replayed_and_stops_after(monkeypatch):
     """`launch.observing` is nbxcert's own seam for seeing launches (no function of Triton's is replaced): it sees a
     served call's launch in full and again when the call's plan replays it through Triton's dispatch, with the same
     kernel and grid, and nothing once the block ends."""
@@ -71,8 +72,10 @@ def test_observing_sees_a_calls_launches_in_full_and_replayed_and_stops_after():
     from nbxcert.kernels.tensor import from_numpy
 
     gen = np.random.default_rng(5)
-    x = from_numpy(gen.standard_normal((3, 64)).astype(np.float32), "float32", "cpu")
-    w = from_numpy(gen.standard_normal(64).astype(np.float32), "float32", "cpu")
+    device = select().device
+    x = from_numpy(gen.standard_normal((3, 64)).astype(np.float32), "float32", device)
+    w = from_numpy(gen.standard_normal(64).astype(np.float32), "float32", device)
+    monkeypatch.setattr(launch, "DIRECT", False)  # on a GPU: plans replay through Triton's dispatch, where seen
     rows.rmsnorm.plans.clear()
     seen = []
     with launch.observing(lambda kernel, grid, args, kwargs: seen.append((kernel, grid))):

@@ -8,11 +8,11 @@ import inspect
 
 import numpy as np
 import pytest
+from devicetools import DEVICE, from_numpy
 
 from nbxcert import ops
 from nbxcert.errors import ArgumentNotSupported, ShapeMismatch
 from nbxcert.kernels import attention, elementwise, matmul, rows, sampling, vision
-from nbxcert.kernels.tensor import from_numpy
 
 _rng = np.random.default_rng(20240530)
 
@@ -127,14 +127,14 @@ def test_matrix_products():
     m, v = _r(4, 5), _r(5)
     _same(ops.mv(m, v), matmul.gemv(v, m.T))
     _same(ops.addmv(bias, m, v, beta=2), matmul.addmv(bias, v, m.T, beta=2.0))
-    out = ops.full((3, 4), float("nan"))
+    out = ops.full((3, 4), float("nan"), device=DEVICE)
     assert ops.mm(a, b, out=out) is out
     _same(out, matmul.matmul(a, b))
 
 
 def test_beta_zero_ignores_input_as_torch_does():
     a, b = _r(3, 5), _r(5, 4)
-    nan_bias = ops.full((4,), float("nan"))
+    nan_bias = ops.full((4,), float("nan"), device=DEVICE)
     _same(ops.addmm(nan_bias, a, b, beta=0), matmul.matmul(a, b))
 
 
@@ -167,7 +167,7 @@ def test_norms():
     x, w, b = _r(2, 3, 8), _r(8), _r(8)
     _same(ops.layer_norm(x, (8,), w, b), rows.layernorm(x, w, b, 1e-5))
     _same(ops.layer_norm(x, 8, w, b, eps=1e-3), rows.layernorm(x, w, b, 1e-3))
-    ones, zeros = ops.full((8,), 1.0), ops.full((8,), 0.0)
+    ones, zeros = ops.full((8,), 1.0, device=DEVICE), ops.full((8,), 0.0, device=DEVICE)
     _same(ops.layer_norm(x, (8,)), rows.layernorm(x, ones, zeros, 1e-5))
     _same(ops.rms_norm(x, (8,), w), rows.rmsnorm(x, w, 2.0**-23))  # eps None: torch.finfo(float32).eps
     xh = _r(2, 8, dtype="float16")
@@ -198,7 +198,7 @@ def test_embedding_argmax_topk():
     v, i = sampling.topk(xt.T, 2)
     _same(got.values, v.T)
     _same(got.indices, i.T)
-    out = (ops.full((3, 2), float("nan")), ops.full((3, 2), -1, dtype="int64"))
+    out = (ops.full((3, 2), float("nan"), device=DEVICE), ops.full((3, 2), -1, dtype="int64", device=DEVICE))
     assert ops.topk(x, 2, out=out)[0] is out[0]
     _same(out[1], sampling.topk(x, 2)[1])
 
@@ -238,7 +238,10 @@ def test_vision():
     _same(ops.conv2d(x[0], w, bias, groups=2), vision.conv2d(x, w, bias, 1, 0, 1, 2)[0])
     g, gw, gb = _r(2, 4, 3, 3, dtype="float16"), _r(4, dtype="float16"), _r(4, dtype="float16")
     _same(ops.group_norm(g, 2, gw, gb), vision.group_norm(g, 2, gw, gb, 1e-5))
-    ones, zeros = ops.full((4,), 1.0, dtype="float16"), ops.full((4,), 0.0, dtype="float16")
+    ones, zeros = (
+        ops.full((4,), 1.0, dtype="float16", device=DEVICE),
+        ops.full((4,), 0.0, dtype="float16", device=DEVICE),
+    )
     _same(ops.group_norm(g, 2, eps=1e-3), vision.group_norm(g, 2, ones, zeros, 1e-3))
     _same(ops.interpolate(g, scale_factor=2), vision.upsample_nearest2d(g, 2))
     _same(ops.interpolate(g, size=(6, 9)), vision.upsample_nearest2d(g, (2, 3)))
@@ -285,7 +288,7 @@ REFUSALS = [
     (lambda: ops.layer_norm(_x, (3,)), ShapeMismatch, "normalized_shape"),
     (lambda: ops.rms_norm(_r(2, 6, 4)[:, ::2], (3, 4)), ArgumentNotSupported, "not a view"),
     (lambda: ops.matmul(_r(2, 4, 3).transpose(0, 1), _r(3, 2)), ArgumentNotSupported, "input"),
-    (lambda: ops.matmul(_x, _r(4, 2), out=ops.full((3, 3), 0.0)), ShapeMismatch, "out has shape"),
+    (lambda: ops.matmul(_x, _r(4, 2), out=ops.full((3, 3), 0.0, device=DEVICE)), ShapeMismatch, "out has shape"),
     (lambda: ops.mv(_x, _x), ShapeMismatch, "1-d vector"),
 ]
 

@@ -8,10 +8,10 @@ import sys
 
 import numpy as np
 import pytest
+from devicetools import DEVICE, from_numpy
 
 from nbxcert import ops  # noqa: E402
 from nbxcert.errors import CastRefused, DTypeError, LaunchError, ShapeMismatch  # noqa: E402
-from nbxcert.kernels.tensor import from_numpy  # noqa: E402
 
 
 def _t(values, dtype):
@@ -30,7 +30,7 @@ def test_add_alpha_out_and_inplace():
     a = _t([[1.0, 2.0], [3.0, 4.0]], np.float32)
     b = _t([10.0, 20.0], np.float32)
     np.testing.assert_array_equal(ops.add(a, b, alpha=2).numpy(), [[21, 42], [23, 44]])
-    out = ops.zeros(2, 2)
+    out = ops.zeros(2, 2, device=DEVICE)
     assert ops.add(a, 1, out=out) is out
     np.testing.assert_array_equal(out.numpy(), [[2, 3], [4, 5]])
     ops.mul_(a, b)
@@ -64,16 +64,16 @@ def test_values_of_mixed_ops():
     np.testing.assert_array_equal(ops.masked_fill(x, ops.lt(x, 0), 9.0).numpy(), [9, 9, 0, 1.5])
     np.testing.assert_array_equal(ops.div(_t([7, -7], np.int32), 2, rounding_mode="trunc").numpy(), [3, -3])
     np.testing.assert_array_equal(ops.remainder(_t([7, -7], np.int32), 3).numpy(), [1, 2])
-    np.testing.assert_array_equal(ops.arange(1, 7, 2).numpy(), [1, 3, 5])
-    np.testing.assert_allclose(ops.linspace(0, 1, 5).numpy(), [0, 0.25, 0.5, 0.75, 1])
-    np.testing.assert_array_equal(ops.full((2,), 7).numpy(), [7, 7])
+    np.testing.assert_array_equal(ops.arange(1, 7, 2, device=DEVICE).numpy(), [1, 3, 5])
+    np.testing.assert_allclose(ops.linspace(0, 1, 5, device=DEVICE).numpy(), [0, 0.25, 0.5, 0.75, 1])
+    np.testing.assert_array_equal(ops.full((2,), 7, device=DEVICE).numpy(), [7, 7])
     np.testing.assert_array_equal(ops.to(_t([1.9, -1.9], np.float32), "int32").numpy(), [1, -1])
     np.testing.assert_allclose(ops.glu(_t([[0.0, 1.0, 0.0, 0.0]], np.float32)).numpy(), [[0.0, 0.5]])
     assert ops.logsigmoid is ops.log_sigmoid
 
 
 def test_copy_into_a_strided_view_and_fill():
-    dst = ops.zeros(3, 4)
+    dst = ops.zeros(3, 4, device=DEVICE)
     ops.copy_(dst.T, from_numpy(np.arange(12, dtype=np.float64).reshape(4, 3)))
     np.testing.assert_array_equal(dst.numpy(), np.arange(12).reshape(4, 3).T)
     ops.fill_(dst[:, ::2], -1.0)
@@ -100,8 +100,16 @@ def test_integer_pow_of_negative_tensor_exponents_is_torchs():
     [
         (lambda: ops.bitwise_and(_t([1.0], np.float32), _t([1.0], np.float32)), DTypeError, "not supported"),
         (lambda: ops.add(_t([1, 2, 3], np.float32), _t([1, 2], np.float32)), ShapeMismatch, "do not broadcast"),
-        (lambda: ops.add(_t([1.0], np.float32), 1, out=ops.zeros(1, dtype="int32")), CastRefused, "can't be cast"),
-        (lambda: ops.add(_t([1.0, 2.0], np.float32), 1, out=ops.zeros(3)), ShapeMismatch, "out has shape"),
+        (
+            lambda: ops.add(_t([1.0], np.float32), 1, out=ops.zeros(1, dtype="int32", device=DEVICE)),
+            CastRefused,
+            "can't be cast",
+        ),
+        (
+            lambda: ops.add(_t([1.0, 2.0], np.float32), 1, out=ops.zeros(3, device=DEVICE)),
+            ShapeMismatch,
+            "out has shape",
+        ),
         (lambda: ops.div(_t([1], np.int32), 0, rounding_mode="floor"), LaunchError, "divisor 0"),
         (lambda: ops.to(_t([np.nan], np.float32), "int16"), LaunchError, "16-bit integer"),
         (lambda: ops.div(_t([1], np.int32), 1, rounding_mode="round"), DTypeError, "rounding_mode"),

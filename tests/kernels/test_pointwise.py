@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from devicetools import DEVICE, empty, from_numpy
 
 from nbxcert.errors import LaunchError  # noqa: E402
 from nbxcert.kernels import pointwise as pw  # noqa: E402
 from nbxcert.kernels.check import run_checked  # noqa: E402
-from nbxcert.kernels.tensor import empty, from_numpy  # noqa: E402
 
 
 def _run(op, operands, out, params=None, config=None):
@@ -160,7 +160,7 @@ def _first_dtypes(name):
 def test_op_against_its_oracle(name, dtypes, profile):
     spec = pw.SPECS[name]
     for problem in spec.example_problems:
-        verdicts = run_checked(spec, spec.default, problem, dtypes, profile, 7, "cpu")
+        verdicts = run_checked(spec, spec.default, problem, dtypes, profile, 7, DEVICE)
         for v in verdicts.values():
             assert v.ok, v.report
 
@@ -171,7 +171,7 @@ def test_op_against_its_oracle_every_dtype(name, profile):
     spec = pw.SPECS[name]
     for dtypes in spec.dtypes:
         for problem in spec.example_problems:
-            for v in run_checked(spec, spec.default, problem, dtypes, profile, 11, "cpu").values():
+            for v in run_checked(spec, spec.default, problem, dtypes, profile, 11, DEVICE).values():
                 assert v.ok, v.report
 
 
@@ -180,7 +180,7 @@ def test_every_op_has_a_spec_and_runs(profile):
     poison left where the op cannot make one)."""
     for name, spec in pw.SPECS.items():
         assert spec.name == f"pw_{name}" and spec.family == "pointwise"
-        inputs = spec.make_inputs(spec.example_problems[0], spec.dtypes[0], 3, "cpu")
+        inputs = spec.make_inputs(spec.example_problems[0], spec.dtypes[0], 3, DEVICE)
         spec.launch(spec.default, inputs)
 
 
