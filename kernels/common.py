@@ -209,3 +209,30 @@ def reduction_shared_bytes(config: Config) -> int:
     group_norm): one float64 partial per warp (the largest Triton allocated for sm_90 was 8 bytes x num_warps; no such
     kernel stages a tile through shared memory)."""
     return 8 * config.num_warps
+
+
+# --- broadcasting (host) ----------------------------------------------------------------------------------------------
+def broadcast_strides(t: Tensor, shape: tuple[int, ...]) -> list[int]:
+    """t's strides read into the broadcast `shape` (0 on a broadcast dimension)."""
+    lead = len(shape) - t.ndim
+    strides = [0] * lead
+    for n_t, s_t, n in zip(t.shape, t.strides, shape[lead:], strict=True):
+        strides.append(0 if (n_t == 1 and n != 1) else s_t)
+    return strides
+
+
+def merge_dims(
+    shape: tuple[int, ...] | list[int], *strides: tuple[int, ...] | list[int]
+) -> tuple[list[int], list[list[int]]]:
+    """Merge adjacent dimensions that are contiguous with each other in every tensor (stride[i] == stride[i+1] *
+    shape[i+1] for all) and drop size-1 dimensions: the same elements, fewer index computations."""
+    dims = [(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
+    merged: list[tuple[int, list[int]]] = []
+    for n, st in dims:
+        if merged:
+            pn, pst = merged[-1]
+            if all(ps == s * n for ps, s in zip(pst, st, strict=True)):
+                merged[-1] = (pn * n, st)
+                continue
+        merged.append((n, st))
+    return [n for n, _ in merged], [[st[k] for _, st in merged] for k in range(len(strides))]

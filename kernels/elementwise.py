@@ -39,7 +39,16 @@ import numpy as np
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import faults
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import as_rows, both, compute_type, family_spec, narrow, upcast
+from nbxcert.kernels.common import (
+    as_rows,
+    both,
+    broadcast_strides,
+    compute_type,
+    family_spec,
+    merge_dims,
+    narrow,
+    upcast,
+)
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.faults import record_fault
 from nbxcert.kernels.jit import jit, tl
@@ -637,36 +646,13 @@ def broadcast_shape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _broadcast_strides(t: Tensor, shape: tuple[int, ...]) -> list[int]:
-    lead = len(shape) - t.ndim
-    strides = [0] * lead
-    for n_t, s_t, n in zip(t.shape, t.strides, shape[lead:], strict=False):
-        strides.append(0 if (n_t == 1 and n != 1) else s_t)
-    return strides
-
-
-def merge_dims(shape: Sequence[int], *strides: Sequence[int]) -> tuple[list[int], list[list[int]]]:
-    """Merge adjacent dimensions that are contiguous with each other in every tensor (stride[i] == stride[i+1] *
-    shape[i+1] for all) and drop size-1 dimensions: the same elements, fewer index computations."""
-    dims = [(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
-    merged: list[tuple[int, list[int]]] = []
-    for n, st in dims:
-        if merged:
-            pn, pst = merged[-1]
-            if all(ps == s * n for ps, s in zip(pst, st, strict=False)):
-                merged[-1] = (pn * n, st)
-                continue
-        merged.append((n, st))
-    return [n for n, _ in merged], [[st[k] for _, st in merged] for k in range(len(strides))]
-
-
 def add_mul_launches(config: Config, a: Tensor, b: Tensor, out: Tensor, op: str) -> list[KernelLaunch]:
     """out (contiguous, the broadcast shape) = a op b, a and b read through their (broadcast) strides."""
     n = out.numel
     if n == 0:
         return []
     shape = out.shape
-    sa, sb = _broadcast_strides(a, shape), _broadcast_strides(b, shape)
+    sa, sb = broadcast_strides(a, shape), broadcast_strides(b, shape)
     sizes, (ma, mb) = merge_dims(shape, sa, sb)
     if len(sizes) > 4:
         raise LaunchError(f"add_mul: {len(sizes)} dimensions remain after merging contiguous ones; at most 4 are read")

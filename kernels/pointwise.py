@@ -51,7 +51,7 @@ import numpy as np
 from nbxcert.errors import DTypeError, LaunchError, ShapeMismatch
 from nbxcert.kernels import faults
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import family_spec, narrow, upcast
+from nbxcert.kernels.common import broadcast_strides, family_spec, merge_dims, narrow, upcast
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.faults import record_fault_lanes
 from nbxcert.kernels.jit import jit, tl
@@ -1424,30 +1424,6 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
                 raise ShapeMismatch(f"shapes {', '.join(str(tuple(x)) for x in shapes)} do not broadcast")
             out[i] = b if a == 1 else a
     return tuple(out)
-
-
-def broadcast_strides(t: Tensor, shape: tuple[int, ...]) -> list[int]:
-    """t's strides read into the broadcast `shape` (0 on a broadcast dimension)."""
-    lead = len(shape) - t.ndim
-    strides = [0] * lead
-    for n_t, s_t, n in zip(t.shape, t.strides, shape[lead:], strict=True):
-        strides.append(0 if (n_t == 1 and n != 1) else s_t)
-    return strides
-
-
-def merge_dims(shape: Sequence[int], *strides: Sequence[int]) -> tuple[list[int], list[list[int]]]:
-    """Merge adjacent dimensions that are contiguous with each other in every tensor (stride[i] == stride[i+1] *
-    shape[i+1] for all) and drop size-1 dimensions: the same elements, fewer index computations."""
-    dims = [(n, [s[i] for s in strides]) for i, n in enumerate(shape) if n != 1]
-    merged: list[tuple[int, list[int]]] = []
-    for n, st in dims:
-        if merged:
-            pn, pst = merged[-1]
-            if all(ps == s * n for ps, s in zip(pst, st, strict=True)):
-                merged[-1] = (pn * n, st)
-                continue
-        merged.append((n, st))
-    return [n for n, _ in merged], [[st[k] for _, st in merged] for k in range(len(strides))]
 
 
 def layout_of(t: Any, shape: tuple[int, ...]) -> str:
