@@ -385,20 +385,44 @@ SPECIAL = [
     ("sub", [[INF, 1.0], [INF, 3.0]], {"alpha": 2}, [NAN, -5.0]),
     ("mul", [[INF, 0.0, -0.0], [0.0, -3.0, -3.0]], {}, [NAN, -0.0, 0.0]),
     ("div", [[1.0, -1.0, 0.0, INF], [0.0, 0.0, 0.0, INF]], {}, [INF, -INF, NAN, NAN]),
-    ("div", [[7.0, -7.0, 7.0, -0.0, 1.0], [2.0, 2.0, -0.0, 5.0, INF]], {"rounding_mode": "trunc"},
-     [3.0, -3.0, -INF, -0.0, 0.0]),
-    ("div", [[7.0, -7.0, 7.0, 5.0, -5.0, 1.0, INF], [2.0, 2.0, 0.0, INF, INF, -3.0, 2.0]], {"rounding_mode": "floor"},
-     [3.0, -4.0, INF, 0.0, -1.0, -1.0, NAN]),
-    ("pow", [[NAN, 1.0, -1.0, 0.0, -0.0, -8.0, -8.0, 2.0], [0.0, NAN, INF, -1.0, -3.0, 1 / 3, 3.0, -1075.0]], {},
-     [1.0, 1.0, 1.0, INF, -INF, NAN, -512.0, 0.0]),
-    ("remainder", [[5.0, -5.0, 5.0, -5.0, 5.0, -5.0, INF, 4.0], [3.0, 3.0, -3.0, -3.0, INF, INF, 3.0, 0.0]], {},
-     [2.0, 1.0, -1.0, -2.0, 5.0, INF, NAN, NAN]),
-    ("fmod", [[5.0, -5.0, 5.0, -5.0, 5.0, INF, 4.0], [3.0, 3.0, -3.0, -3.0, INF, 3.0, 0.0]], {},
-     [2.0, -2.0, 2.0, -2.0, 5.0, NAN, NAN]),
+    (
+        "div",
+        [[7.0, -7.0, 7.0, -0.0, 1.0], [2.0, 2.0, -0.0, 5.0, INF]],
+        {"rounding_mode": "trunc"},
+        [3.0, -3.0, -INF, -0.0, 0.0],
+    ),
+    (
+        "div",
+        [[7.0, -7.0, 7.0, 5.0, -5.0, 1.0, INF], [2.0, 2.0, 0.0, INF, INF, -3.0, 2.0]],
+        {"rounding_mode": "floor"},
+        [3.0, -4.0, INF, 0.0, -1.0, -1.0, NAN],
+    ),
+    (
+        "pow",
+        [[NAN, 1.0, -1.0, 0.0, -0.0, -8.0, -8.0, 2.0], [0.0, NAN, INF, -1.0, -3.0, 1 / 3, 3.0, -1075.0]],
+        {},
+        [1.0, 1.0, 1.0, INF, -INF, NAN, -512.0, 0.0],
+    ),
+    (
+        "remainder",
+        [[5.0, -5.0, 5.0, -5.0, 5.0, -5.0, INF, 4.0], [3.0, 3.0, -3.0, -3.0, INF, INF, 3.0, 0.0]],
+        {},
+        [2.0, 1.0, -1.0, -2.0, 5.0, INF, NAN, NAN],
+    ),
+    (
+        "fmod",
+        [[5.0, -5.0, 5.0, -5.0, 5.0, INF, 4.0], [3.0, 3.0, -3.0, -3.0, INF, 3.0, 0.0]],
+        {},
+        [2.0, -2.0, 2.0, -2.0, 5.0, NAN, NAN],
+    ),
     ("maximum", [[NAN, 1.0, -INF], [1.0, NAN, 2.0]], {}, [NAN, NAN, 2.0]),
     ("minimum", [[NAN, 1.0, -INF], [1.0, NAN, 2.0]], {}, [NAN, NAN, -INF]),
-    ("atan2", [[0.0, -0.0, 0.0, -0.0, INF, -INF, 1.0, NAN], [0.0, 0.0, -0.0, -0.0, INF, -INF, -INF, 1.0]], {},
-     [0.0, -0.0, math.pi, -math.pi, math.pi / 4, -3 * math.pi / 4, math.pi, NAN]),
+    (
+        "atan2",
+        [[0.0, -0.0, 0.0, -0.0, INF, -INF, 1.0, NAN], [0.0, 0.0, -0.0, -0.0, INF, -INF, -INF, 1.0]],
+        {},
+        [0.0, -0.0, math.pi, -math.pi, math.pi / 4, -3 * math.pi / 4, math.pi, NAN],
+    ),
     # torch's second branch at w = 0.5: inf - (inf - 1)(1 - 0.5) = NaN; its first at w = 0.25: 1 + 0.25 inf = inf
     ("lerp", [[1.0, 1.0, 1.0, 1.0], [3.0, INF, INF, 3.0], [0.5, 0.5, 0.25, NAN]], {}, [2.0, NAN, INF, NAN]),
     ("addcdiv", [[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]], {"value": 2}, [INF, NAN]),
@@ -410,7 +434,7 @@ SPECIAL = [
     ("clamp", [[0.0, 5.0]], {"min": NAN}, [NAN, NAN]),  # a NaN bound propagates
     ("clamp_min", [[NAN, -2.0, 2.0]], {"min": 0.0}, [NAN, 0.0, 2.0]),
     ("clamp_max", [[INF, -2.0]], {"max": 0.0}, [0.0, -2.0]),
-]  # fmt: skip
+]
 
 
 def _assert_same(got: np.ndarray, want: list, where: str) -> None:
@@ -423,8 +447,9 @@ def _assert_same(got: np.ndarray, want: list, where: str) -> None:
     assert np.array_equal(np.signbit(got[zeros]), np.signbit(want[zeros])), f"{where}: zero signs {got.tolist()}"
 
 
-@pytest.mark.parametrize(("op", "operands", "params", "expected"), SPECIAL, ids=[f"{c[0]}-{i}" for i, c in
-                                                                              enumerate(SPECIAL)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("op", "operands", "params", "expected"), SPECIAL, ids=[f"{c[0]}-{i}" for i, c in enumerate(SPECIAL)]
+)
 def test_special_values(op, operands, params, expected):
     ref, scale = P.OPS[op](*(np.array(o, dtype=np.float64) for o in operands), dtype=F, **params)
     assert ref.dtype == np.float64 and scale.dtype == np.float64 and scale.shape == ref.shape
@@ -598,8 +623,9 @@ def test_shifts_within_and_past_the_width(dtype):
         inside = 0 <= k < bits
         assert got_l == (_py_wrap(x << k, dtype) if inside else 0), (x, k)
         assert got_r == ((x >> k) if inside else (-1 if x < 0 else 0)), (x, k)
-    assert P.bitwise_left_shift(np.array([1]), np.array([bits - 1]), dtype=dtype)[0].tolist() == [_py_wrap(
-        1 << (bits - 1), dtype)]  # fmt: skip
+    assert P.bitwise_left_shift(np.array([1]), np.array([bits - 1]), dtype=dtype)[0].tolist() == [
+        _py_wrap(1 << (bits - 1), dtype)
+    ]
     assert P.bitwise_left_shift(np.array([1]), np.array([bits]), dtype=dtype)[0].tolist() == [0]
     if signed:
         assert P.bitwise_right_shift(np.array([lo]), np.array([bits]), dtype=dtype)[0].tolist() == [-1]
@@ -650,8 +676,12 @@ def test_casts_among_the_dtypes():
     assert P.cast(np.array([300, 128]), src="int32", dtype="int8")[0].tolist() == [44, -128]
     assert P.cast(np.array([2**24 + 1, 2**63 - 1]), src="int64", dtype="float32")[0].tolist() == [2.0**24, 2.0**63]
     assert P.cast(np.array([70000, 65519]), src="int32", dtype="float16")[0].tolist() == [INF, 65504.0]
-    assert P.cast(np.array([NAN, 0.0, -0.0, 2.0]), src="float16", dtype="bool")[0].tolist() == [True, False, False,
-                                                                                                 True]  # fmt: skip
+    assert P.cast(np.array([NAN, 0.0, -0.0, 2.0]), src="float16", dtype="bool")[0].tolist() == [
+        True,
+        False,
+        False,
+        True,
+    ]
     assert P.cast(np.array([True, False]), src="bool", dtype="float16")[0].tolist() == [1.0, 0.0]
     assert P.cast(np.array([True, False]), src="bool", dtype="int64")[0].dtype == np.int64
     got = P.cast(np.array([0.1, 1e-9, 1e6, -NAN]), src="float64", dtype="float16")[0]
@@ -663,9 +693,18 @@ def test_casts_among_the_dtypes():
 
 @pytest.mark.parametrize(
     ("value", "dtype"),
-    [(NAN, "int32"), (INF, "int64"), (-INF, "int8"), (128.0, "int8"), (-129.0, "int8"), (-1.0, "uint8"),
-     (256.0, "uint8"), (2.0**63, "int64"), (2.0**31, "int32")],
-)  # fmt: skip
+    [
+        (NAN, "int32"),
+        (INF, "int64"),
+        (-INF, "int8"),
+        (128.0, "int8"),
+        (-129.0, "int8"),
+        (-1.0, "uint8"),
+        (256.0, "uint8"),
+        (2.0**63, "int64"),
+        (2.0**31, "int32"),
+    ],
+)
 def test_float_to_integer_casts_refuse_what_torch_leaves_undefined(value, dtype):
     with pytest.raises(ValueError, match=f"cast: .*{dtype}"):
         P.cast(np.array([1.0, value]), src="float64", dtype=dtype)
@@ -683,8 +722,11 @@ def test_integer_division_by_zero_is_refused_naming_the_op(op, dtype):
 @pytest.mark.parametrize(
     ("call", "error", "match"),
     [
-        (lambda: P.bitwise_and(np.array([1.0]), np.array([2.0]), dtype="float32"), TypeError, "bitwise_and: does not "
-         "take dtype float32"),
+        (
+            lambda: P.bitwise_and(np.array([1.0]), np.array([2.0]), dtype="float32"),
+            TypeError,
+            "bitwise_and: does not take dtype float32",
+        ),
         (lambda: P.bitwise_left_shift(np.array([True]), np.array([True]), dtype="bool"), TypeError, "bool"),
         (lambda: P.exp(np.array([1]), dtype="int32"), TypeError, "exp: does not take dtype int32"),
         (lambda: P.div(np.array([1]), np.array([2]), dtype="int32"), TypeError, "div: does not take dtype int32"),
@@ -693,8 +735,11 @@ def test_integer_division_by_zero_is_refused_naming_the_op(op, dtype):
         (lambda: P.addcdiv(np.array([1]), np.array([1]), np.array([1]), dtype="int16"), TypeError, "addcdiv"),
         (lambda: P.exp(np.array([1.0]), dtype="float8_e4m3fn"), ValueError, "exp: dtype 'float8_e4m3fn' is not one"),
         (lambda: P.pow(np.array([2]), -1, dtype="int64"), ValueError, "negative integer powers"),
-        (lambda: P.masked_fill(np.array([1]), np.array([True]), value=300, dtype="int8"), ValueError,
-         "masked_fill: value=300 cannot be converted to int8 without overflow"),
+        (
+            lambda: P.masked_fill(np.array([1]), np.array([True]), value=300, dtype="int8"),
+            ValueError,
+            "masked_fill: value=300 cannot be converted to int8 without overflow",
+        ),
         (lambda: P.full((2,), 1e5, dtype="float16"), ValueError, "full: value=100000.0 cannot be converted"),
         (lambda: P.full((2,), NAN, dtype="int32"), ValueError, "full: value=nan"),
         (lambda: P.add(np.array([1]), np.array([1]), alpha=0.5, dtype="int32"), ValueError, "alpha=0.5 is a float"),
@@ -709,7 +754,7 @@ def test_integer_division_by_zero_is_refused_naming_the_op(op, dtype):
         (lambda: P.div(np.array([1.0]), np.array([1.0]), rounding_mode="round", dtype=F), ValueError, "rounding_mode"),
         (lambda: P.where(np.array([1]), np.array([1.0]), np.array([2.0]), dtype=F), TypeError, "condition must be"),
     ],
-)  # fmt: skip
+)
 def test_refusals_name_the_op(call, error, match):
     with pytest.raises(error, match=match):
         call()
@@ -739,15 +784,90 @@ def test_div_trunc_truncates_the_quotient_rounded_in_the_dtypes_arithmetic():
 
 # --- the contract -----------------------------------------------------------------------------------------------------
 CONTRACT = (  # the op names of the contract, as it lists them
-    "abs", "neg", "exp", "exp2", "expm1", "log", "log2", "log1p", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan",
-    "tanh", "erf", "sign", "floor", "ceil", "round", "trunc", "sigmoid", "relu", "gelu", "silu", "mish", "elu",
-    "celu", "selu", "leaky_relu", "hardsigmoid", "hardswish", "softplus", "log_sigmoid", "threshold", "glu", "add",
-    "sub", "mul", "div", "pow", "remainder", "fmod", "maximum", "minimum", "atan2", "lerp", "addcdiv", "addcmul",
-    "hypot", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor", "logical_not",
-    "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "bitwise_left_shift", "bitwise_right_shift", "isnan",
-    "isinf", "isfinite", "nan_to_num", "clamp", "clamp_min", "clamp_max", "where", "masked_fill", "copy", "fill",
-    "zeros", "ones", "full", "arange", "linspace", "cast",
-)  # fmt: skip
+    "abs",
+    "neg",
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log1p",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "sin",
+    "cos",
+    "tan",
+    "tanh",
+    "erf",
+    "sign",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "sigmoid",
+    "relu",
+    "gelu",
+    "silu",
+    "mish",
+    "elu",
+    "celu",
+    "selu",
+    "leaky_relu",
+    "hardsigmoid",
+    "hardswish",
+    "softplus",
+    "log_sigmoid",
+    "threshold",
+    "glu",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "pow",
+    "remainder",
+    "fmod",
+    "maximum",
+    "minimum",
+    "atan2",
+    "lerp",
+    "addcdiv",
+    "addcmul",
+    "hypot",
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "logical_not",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "bitwise_not",
+    "bitwise_left_shift",
+    "bitwise_right_shift",
+    "isnan",
+    "isinf",
+    "isfinite",
+    "nan_to_num",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+    "where",
+    "masked_fill",
+    "copy",
+    "fill",
+    "zeros",
+    "ones",
+    "full",
+    "arange",
+    "linspace",
+    "cast",
+)
 
 
 def test_every_op_of_the_contract_has_an_oracle_taking_dtype_by_keyword():
