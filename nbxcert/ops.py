@@ -62,6 +62,12 @@ def __getattr__(name: str):
 
 
 def _family(module: str):
+    """The kernel family module `module`, one of `nbxcert.kernels.spec.FAMILY_MODULES` (the names `_NBXCERT_ONLY` and
+    the wrappers give are constants; anything else is refused before an import)."""
+    from nbxcert.kernels.spec import FAMILY_MODULES
+
+    if module not in FAMILY_MODULES:
+        raise ValueError(f"nbxcert.ops: '{module}' is not a kernel family ({', '.join(FAMILY_MODULES)})")
     return importlib.import_module(f"nbxcert.kernels.{module}")
 
 

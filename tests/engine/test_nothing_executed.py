@@ -16,6 +16,7 @@ IMPORT_ALLOWED = {
     ("nbxcert/worker.py", "_serve"),  # the modules certify passes to its workers (its own `--spec`)
     ("nbxcert/worker.py", "serve_cross_compiling"),  # the modules `nbxcert census/bundle --spec` pass to their workers
     ("kernels/spec.py", "load_all"),  # f"nbxcert.kernels.{module}" over the constant FAMILY_MODULES
+    ("nbxcert/ops.py", "_family"),  # f"nbxcert.kernels.{module}", the module checked against FAMILY_MODULES first
 }
 BANNED_MODULES = {"pickle", "_pickle", "cPickle", "marshal", "shelve", "dill", "cloudpickle", "jsonpickle", "runpy"}
 BANNED_BUILTINS = {"eval", "exec", "compile", "__import__"}
