@@ -188,9 +188,12 @@ def _key_line(kr, bar, task) -> str:
     s = kr.seconds or {}
     line = f"[nbxcert] {done}/{total} {kr.status} {kr.key}"
     if s:
-        parts = [("compile", s.get("compile")), ("oracle", s.get("runner_oracle")), ("checks", s.get("runner_check"))]
-        parts.append(("timing", s.get("runner_time")))
+        # wall-time parts that add up to the key's time (`sweep.sweep_key`): compile (the inputs and the oracle's
+        # answers made alongside), checks, timing, record
+        parts = [(n, s.get(n)) for n in ("compile", "checks", "timing", "record")]
         line += f" in {s.get('total', 0.0):.1f} s (" + ", ".join(f"{n} {v:.1f}" for n, v in parts if v is not None)
+        if s.get("runner_oracle") is not None:
+            line += f"; in the runners, inputs and oracle {s['runner_oracle']:.1f}"
         line += ")"
     if kr.winner:
         line += f": {kr.winner}"

@@ -252,6 +252,7 @@ def sweep_key(
         else:
             outcomes.append(Outcome(c, reply["status"], reply.get("reason", "")))
     checked = _check_all(runners, base, runnable, timeout_s, key, progress)
+    t_checked = time.perf_counter()
     for c, reply in zip(runnable, checked, strict=False):
         _add_seconds(inner, reply)
         if reply["status"] == "correct":
@@ -292,11 +293,17 @@ def sweep_key(
     # candidates keep the spec's order in the record, whatever order they finished in
     order = {c: i for i, c in enumerate(spec.candidates)}
     outcomes.sort(key=lambda o: order[o.config])
+    t_end = time.perf_counter()
+    # Where the key's wall time went, in parts that add up to it: the compile (the runner makes the inputs, the
+    # oracle's answers and the judges alongside), the checks of every candidate, the timing of the finalists and the
+    # winner's runs again, and the record. The runner_* figures are work inside the runners, summed over runners that
+    # run at once (so they may exceed the wall time): a diagnosis, not parts of it.
     seconds = {
         "compile": t_compiled - t_start,
-        "run": t_run - t_compiled,
-        "total": time.perf_counter() - t_start,
-        # inside the runner: inputs + oracle + judges made once per problem, checked launches + judging, timing
+        "checks": t_checked - t_compiled,
+        "timing": t_run - t_checked,
+        "record": t_end - t_run,
+        "total": t_end - t_start,
         **{f"runner_{k}": v for k, v in sorted(inner.items())},
     }
     return SweepResult(key, problems, outcomes, winner, runner_up, default, reproducible, seconds)
