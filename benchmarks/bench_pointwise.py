@@ -24,34 +24,13 @@ import sys
 
 import common
 
+from nbxcert.oracles import pointwise as pointwise_ops
+
 # (op, inputs as (dtype, values), nbxcert call on ops and the inputs, torch expression on x, y, z)
 # values: "normal" N(0, 1); "positive" |N(0, 1)| + 0.5; "unit" U(0, 1); "int" integers in [-1000, 1000];
 # "shift" integers in [0, 31]; "bool" fair coin
 H = "float16"
-UNARY = [
-    "abs",
-    "neg",
-    "exp",
-    "exp2",
-    "expm1",
-    "log",
-    "log2",
-    "log1p",
-    "sqrt",
-    "rsqrt",
-    "reciprocal",
-    "sin",
-    "cos",
-    "tan",
-    "tanh",
-    "erf",
-    "sign",
-    "floor",
-    "ceil",
-    "round",
-    "trunc",
-    "sigmoid",
-]
+UNARY = list(pointwise_ops.GROUPS["unary"])  # every unary op of the library, as its oracle module lists them
 POSITIVE = {"log", "log2", "log1p", "sqrt", "rsqrt"}
 ACTIVATIONS = ["relu", "silu", "mish", "elu", "celu", "selu", "leaky_relu", "hardsigmoid", "hardswish", "softplus"]
 BINARY = ["add", "sub", "mul", "maximum", "minimum", "atan2", "hypot", "remainder", "fmod"]

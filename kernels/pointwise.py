@@ -19,8 +19,8 @@ its float64 bits (or as an int64), so no value is rounded through a float32 kern
 
 Device functions. Under Triton's interpreter (no device math library) the transcendental helpers here are written
 out from exp, log, sin, cos and erf (tanh: its series near 0, 1 - 2 / (e^2|x| + 1) elsewhere; expm1 and log1p:
-Kahan's and Goldberg's corrections); the same bodies are compiled for the GPU (no libdevice call: the interpreter
-cannot run one). Half precision transcendentals compute in float64 (`Op.wide`).
+Kahan's and Goldberg's corrections); the same bodies are compiled for the GPU (they use no libdevice function, which
+the interpreter cannot run). Half precision transcendentals compute in float64 (`Op.wide`).
 
 Refusals (`nbxcert.kernels.faults`): integer division or remainder by zero, and a float to integer cast of NaN, an
 infinity or a value outside the target's range, are recorded by the kernel and raised as one `LaunchError` line.
