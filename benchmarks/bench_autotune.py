@@ -87,6 +87,7 @@ def peer(plan_path: str) -> None:
     from triton.runtime import driver
 
     from nbxcert.kernels import matmul as mm
+    from nbxcert.kernels.common import wrap_run
 
     driver.reset_active()  # Triton's own CUDA driver (nbxcert installed its torch-free one on import)
     plan = json.loads(Path(plan_path).read_text())
@@ -104,6 +105,7 @@ def peer(plan_path: str) -> None:
             block_k = p["K_BYTES"] // a.element_size()
             kw = {"BLOCK_M": p["BLOCK_M"], "BLOCK_N": p["BLOCK_N"], "BLOCK_K": block_k, "GROUP_M": p["GROUP_M"]}
             kw["EVEN_K"] = k % block_k == 0
+            kw["RUN_M"], kw["RUN_N"] = wrap_run(m, p["BLOCK_M"]), wrap_run(n, p["BLOCK_N"])
             configs.append(triton.Config(kw, num_warps=c["num_warps"], num_stages=c["num_stages"]))
         tuned = triton.autotune(configs=configs, key=["M", "N", "K"])(mm._mm_tiled_kernel)
 

@@ -236,3 +236,13 @@ def merge_dims(
                 continue
         merged.append((n, st))
     return [n for n, _ in merged], [[st[k] for _, st in merged] for k in range(len(strides))]
+
+
+# --- wrapped tile offsets (host) --------------------------------------------------------------------------------------
+def wrap_run(size: int, block: int) -> int:
+    """The contiguity a kernel may claim for `(start + arange(block)) % size` with `start` a multiple of `block`: runs
+    of the largest power of two dividing `size` (at most `block`) never cross the wrap at `size`, and each run starts
+    at a multiple of that power. Claiming `block` when `size % block != 0` lets Triton vectorize a load across the
+    wrap: a misaligned vector when the wrapped dimension is the contiguous one (seen on sm_90 with B row-major and
+    N = 47: a misaligned-address fault)."""
+    return min(block, size & -size) if size > 0 else 1

@@ -74,7 +74,7 @@ from typing import Any
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import dot_over_k, family_spec, gemv_offsets, k_step_tiles, tile_coords
+from nbxcert.kernels.common import dot_over_k, family_spec, gemv_offsets, k_step_tiles, tile_coords, wrap_run
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _workspace
@@ -179,6 +179,8 @@ def _mm_tiled_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    RUN_M: tl.constexpr,
+    RUN_N: tl.constexpr,
 ):
     """One output tile per program. Grid: (tiles_m * tiles_n, batch).
 
@@ -189,14 +191,16 @@ def _mm_tiled_kernel(
     "relu", "gelu_tanh" or "silu". DOT_PRECISION: tl.dot's input_precision ("ieee": exact float32 products).
     UPCAST: convert tiles to float32 before tl.dot (the interpreter only: its tl.dot reads bfloat16 storage as raw
     integers). EVEN_K: K is a multiple of BLOCK_K (no K mask). BLOCK_M, BLOCK_N, BLOCK_K: the tile. GROUP_M: tile rows
-    per launch-order group (changes no output bit).
+    per launch-order group (changes no output bit). RUN_M, RUN_N: the contiguous runs of the wrapped row and column
+    offsets (`wrap_run`).
     """
     pid = tl.program_id(0)
     batch = tl.program_id(1).to(tl.int64)
     pid_m, pid_n = tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    # Rows and columns past the edge wrap around (mod M, N) so the loads need no mask; the store masks them.
-    offs_am = tl.max_contiguous(tl.multiple_of((pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M, BLOCK_M), BLOCK_M)
-    offs_bn = tl.max_contiguous(tl.multiple_of((pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N, BLOCK_N), BLOCK_N)
+    # Rows and columns past the edge wrap around (mod M, N) so the loads need no mask; the store masks them. The hints
+    # claim contiguous runs only as long as they hold across the wrap (`wrap_run`).
+    offs_am = tl.max_contiguous(tl.multiple_of((pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M, RUN_M), RUN_M)
+    offs_bn = tl.max_contiguous(tl.multiple_of((pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N, RUN_N), RUN_N)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + batch * stride_ab + offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + batch * stride_bb + offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn
@@ -236,21 +240,23 @@ def _mm_split_k_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    RUN_M: tl.constexpr,
+    RUN_N: tl.constexpr,
 ):
     """Partial products over one K slice. Grid: (tiles_m * tiles_n, SPLIT_K, batch).
 
     a_ptr, b_ptr, M, N, K, stride_a*, stride_b*: as in `_mm_tiled_kernel`. ws_ptr: float32 workspace
     [SPLIT_K, batch, M, N], contiguous (stride_ws_split = batch·M·N, stride_ws_batch = M·N); program (tile, s, i)
     writes the sum over k in [s·k_per_split, min(K, (s+1)·k_per_split)) of tile `tile` of batch i. k_per_split: a
-    multiple of BLOCK_K. DOT_PRECISION, UPCAST, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M: as in `_mm_tiled_kernel`
-    (with EVEN_K every slice is whole BLOCK_K steps, since k_per_split is a multiple of BLOCK_K).
+    multiple of BLOCK_K. DOT_PRECISION, UPCAST, EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, RUN_M, RUN_N: as in
+    `_mm_tiled_kernel` (with EVEN_K every slice is whole BLOCK_K steps, since k_per_split is a multiple of BLOCK_K).
     """
     pid = tl.program_id(0)
     split = tl.program_id(1)
     batch = tl.program_id(2).to(tl.int64)
     pid_m, pid_n = tile_coords(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    offs_am = tl.max_contiguous(tl.multiple_of((pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M, BLOCK_M), BLOCK_M)
-    offs_bn = tl.max_contiguous(tl.multiple_of((pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N, BLOCK_N), BLOCK_N)
+    offs_am = tl.max_contiguous(tl.multiple_of((pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M, RUN_M), RUN_M)
+    offs_bn = tl.max_contiguous(tl.multiple_of((pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N, RUN_N), RUN_N)
     k_start = split * k_per_split
     k_end = tl.minimum(K, k_start + k_per_split)
     offs_k = tl.arange(0, BLOCK_K)
@@ -937,6 +943,8 @@ def _launch_mm(
             BLOCK_N=bn,
             BLOCK_K=block_k,
             GROUP_M=group_m,
+            RUN_M=wrap_run(m, bm),
+            RUN_N=wrap_run(n, bn),
             num_warps=warps,
             num_stages=stages,
         )

@@ -60,7 +60,7 @@ import numpy as np
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import dot_over_k, family_spec, tile_coords
+from nbxcert.kernels.common import dot_over_k, family_spec, tile_coords, wrap_run
 from nbxcert.kernels.dtypes import finfo
 from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.launch import cdiv, launch_kernel, served
@@ -231,6 +231,7 @@ def _fused_moe_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    RUN_N: tl.constexpr,
 ):
     """The routed GEMM over aligned blocks. Grid: (blocks_m · cdiv(N, BLOCK_N),).
 
@@ -241,7 +242,7 @@ def _fused_moe_kernel(
     ids, sentinel n_pairs; the expert of each block; the padded count). N, K: sizes. n_pairs: P. blocks_m: block rows
     in the grid (the layout's capacity / BLOCK_M). UPCAST: tiles to float32 before tl.dot (the interpreter). EVEN_K:
     K is a multiple of BLOCK_K. BLOCK_M, BLOCK_N, BLOCK_K: the tile. GROUP_M: block rows per launch-order group
-    (changes no output bit).
+    (changes no output bit). RUN_N: the contiguous runs of the wrapped column offsets (`wrap_run`).
     """
     pid_m, pid_n = tile_coords(tl.program_id(0), blocks_m, tl.cdiv(N, BLOCK_N), GROUP_M)
     if pid_m * BLOCK_M >= tl.load(num_padded_ptr):
@@ -253,8 +254,8 @@ def _fused_moe_kernel(
     rows = tl.where(valid, pairs // A_DIV, 0).to(tl.int64)
     # columns past N wrap around so the W loads need no mask (the store masks them); the hints restore what the
     # modulo hides from Triton's contiguity analysis (without them every W element's 64-bit address is kept live and
-    # the 16-row tiles spill: seen with the census on sm_90)
-    offs_n = tl.max_contiguous(tl.multiple_of((pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N, BLOCK_N), BLOCK_N)
+    # the 16-row tiles spill: seen with the census on sm_90), claiming no run longer than holds (`wrap_run`)
+    offs_n = tl.max_contiguous(tl.multiple_of((pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N, RUN_N), RUN_N)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + rows[:, None] * stride_am + offs_k[None, :] * stride_ak
     w_ptrs = w_ptr + expert * stride_we + offs_k[:, None] * stride_wk + offs_n[None, :] * stride_wn
@@ -684,6 +685,7 @@ def _launch_moe(
         BLOCK_N=bn,
         BLOCK_K=bk,
         GROUP_M=group_m,
+        RUN_N=wrap_run(n, bn),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )

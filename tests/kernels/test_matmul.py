@@ -22,6 +22,7 @@ import pytest
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import matmul as mm
 from nbxcert.kernels.check import all_ok, first_report, run_checked
+from nbxcert.kernels.common import wrap_run
 from nbxcert.kernels.compare import compare, poison
 from nbxcert.kernels.dtypes import finfo, get_dtype, rounding_bound
 from nbxcert.kernels.spec import Config
@@ -481,6 +482,42 @@ def test_representatives_compile_for_hopper():
     _check_cross(results, len(items))
     by_kind = {Config.from_dict(r["config"])["KIND"]: r for r in results}
     assert by_kind["tiled"]["wgmma"] and by_kind["tma_persistent"]["wgmma"] and by_kind["tma_persistent"]["tma"]
+
+
+def vector_loads(items: list[dict]):
+    """(In the cross-compiling subprocess.) Per item, the number of vector global reads in the PTX of each kernel its
+    launch compiles: `ld.global.v2`/`.v4` and the 16-byte asynchronous copies to shared memory (`cp.async.cg`)."""
+    import re
+
+    from nbxcert.kernels.backends import cross
+    from nbxcert.kernels.spec import Config, get_spec
+
+    for item in items:
+        spec = get_spec(item["spec"])
+        inputs = spec.make_inputs(item["problem"], tuple(item["dtypes"]), 0, "cpu")
+        with cross.recording() as launched:
+            spec.launch(Config.from_dict(item["config"]), inputs)
+        yield [
+            len(re.findall(r"ld\.global(?:\.\w+)*\.v[24]\.|cp\.async\.cg\.shared\.global", launch.compiled.asm["ptx"]))
+            for launch in launched
+        ]
+
+
+@pytest.mark.parametrize("kind", ["tiled", "split_k"])
+def test_wrapped_columns_claim_no_vector_across_the_wrap(kind):
+    """B row-major with 16-byte padded rows: at N = 48 the column offsets run contiguously in 16s and B is read in
+    vectors; at N = 47 the offsets wrap mid-vector (64 -> 0 at column 47), so no vector may span the wrap: the kernel
+    claims runs of 1 and reads B element by element (a claim of BLOCK_N gave misaligned vectors: a device fault on
+    sm_90)."""
+    extra = {"SPLIT_K": 2} if kind == "split_k" else {}
+    config = Config.make(num_warps=4, num_stages=2, KIND=kind, BLOCK_M=32, BLOCK_N=64, K_BYTES=64, GROUP_M=8, **extra)
+    items = [
+        _item(mm.MATMUL, config, {"M": 33, "N": n, "K": 32, "trans_a": 0, "trans_b": 0, "aligned": 1}, "float16")
+        for n in (48, 47)
+    ]
+    even, odd = crosstools.cross_compile(90, vector_loads, items, timeout=600)
+    assert even[0] > odd[0], f"vector loads at N=48: {even[0]}, at N=47: {odd[0]}"
+    assert wrap_run(47, 64) == 1 and wrap_run(48, 64) == 16 and wrap_run(4096, 64) == 64
 
 
 @pytest.mark.slow
