@@ -145,6 +145,9 @@ DIRECT = True
 # A plan whose launches all allow it is queued by nbxcert's launcher in one call (`_Packed`). False: step by step
 # through Triton's launcher, as before it (benchmarks/bench_dispatch.py --replay steps compares the two).
 REPLAY_IN_C = True
+# a packed plan of several launches is queued as one CUDA graph of its kernels (`run_graph` in launcher.c): one
+# cuGraphLaunch instead of one cuLaunchKernelEx per kernel; False launches each step (benchmarks compare the two)
+PLAN_GRAPHS = True
 
 
 def forget_plans() -> None:
@@ -457,7 +460,7 @@ class _Packed:
     queued by nbxcert's launcher in one call (`launch_plan`: the addresses patched in and each kernel queued in C),
     instead of a Python call into Triton's launcher per step."""
 
-    __slots__ = ("steps", "launch_plan", "names", "device", "hooks")
+    __slots__ = ("steps", "launch_plan", "names", "device", "hooks", "graph")
 
     @staticmethod
     def of(steps: Sequence, device: int) -> _Packed | None:
@@ -473,6 +476,8 @@ class _Packed:
             return None
         made = _Packed.__new__(_Packed)
         made.steps, made.launch_plan, made.device = tuple(packed), launch_plan, device
+        # where the plan has several launches: the one-item list that keeps its CUDA graph, made at its first replay
+        made.graph = [None] if PLAN_GRAPHS and len(packed) > 1 else None
         made.names = tuple(
             getattr(s.raw if type(s) is _Direct else None, "__name__", "") or _step_name(s) for s in steps
         )
@@ -488,7 +493,7 @@ class _Packed:
                 x is not None and (type(x) is not chain or x.calls)
             ):
                 return _NOT_NOW
-        status, at = self.launch_plan(self.steps, addresses, 0)
+        status, at = self.launch_plan(self.steps, addresses, 0, self.graph)
         if status:
             self.recover(status, at, addresses)
         return None
@@ -500,9 +505,10 @@ class _Packed:
 
         if status == _binaries.CUDA_ERROR_INVALID_CONTEXT:
             cuda.make_current(self.device)
-            status, at = self.launch_plan(self.steps, addresses, at)
+            status, at = self.launch_plan(self.steps, addresses, at, self.graph)
         if status:
-            cuda.check(status, f"cuLaunchKernelEx ({self.names[at]})")
+            how = "cuLaunchKernelEx" if self.graph is None else "cuGraphLaunch of the plan's graph"
+            cuda.check(status, f"{how} ({self.names[at]})")
 
 
 def _step_name(step) -> str:
@@ -578,7 +584,7 @@ def _build_result(spec, tensors, storages, addresses, n_call):
 def _fast_form(plan: CallPlan) -> tuple | None:
     """`plan` as `Served` in launcher.c replays it: (number of call tensors, ((nbytes, device, index), ...) to make,
     the packed steps, the device index, the result's form, the launch hooks to honour, the failure handler, the
-    locks held while its launches are queued (the split workspace's)); None where
+    locks held while its launches are queued (the split workspace's), the holder of its CUDA graph); None where
     the result is not made of the call's tensors and the plan's own memory only, or memory is made off the GPU."""
     packed = plan.packed
     if any(device.type != "cuda" for _, device in plan.made):
@@ -588,7 +594,17 @@ def _fast_form(plan: CallPlan) -> tuple | None:
         return None
     made = tuple((nbytes, device, device.index) for nbytes, device in plan.made)
     locks = tuple((lock.acquire, lock.release) for lock in plan.locks)
-    return (plan.n_call, made, packed.steps, packed.device, result, packed.hooks or None, packed.recover, locks)
+    return (
+        plan.n_call,
+        made,
+        packed.steps,
+        packed.device,
+        result,
+        packed.hooks or None,
+        packed.recover,
+        locks,
+        packed.graph,
+    )
 
 
 def _fast_result(spec, n_call: int, made: tuple):

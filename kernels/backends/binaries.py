@@ -230,6 +230,18 @@ _launcher: Any = None
 
 
 _tensor_map_type: Any = None  # the type of Triton's tensor map objects, once one has been seen
+# the driver's graph functions a plan of several launches is queued through as one CUDA graph (`run_graph` in
+# launcher.c), in the order `bind_graphs` takes them
+GRAPH_SYMBOLS = (
+    "cuGraphCreate",
+    "cuGraphAddKernelNode_v2",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphExecKernelNodeSetParams_v2",
+    "cuStreamIsCapturing",
+    "cuGraphExecDestroy",
+    "cuGraphDestroy",
+)
 
 
 def launcher_module() -> Any:
@@ -240,7 +252,9 @@ def launcher_module() -> Any:
         from nbxcert.kernels.backends import cuda
         from nbxcert.kernels.backends import launcher as build
 
-        _launcher = build.module(cuda.symbol_address("cuLaunchKernelEx"), _tensor_map_type)
+        made = build.module(cuda.symbol_address("cuLaunchKernelEx"), _tensor_map_type)
+        made.bind_graphs(*(cuda.symbol_address(name) for name in GRAPH_SYMBOLS))
+        _launcher = made
     return _launcher
 
 

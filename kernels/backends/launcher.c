@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cuda.h"
 #include "structmember.h"
@@ -388,70 +389,291 @@ failed:
   return NULL;
 }
 
-/* Queue the steps of a plan from `start` on (see launch_plan). Returns 0 with *status (the first failing status, or 0)
- * and *at (the step it came from, or the number of steps), or -1 with an exception set. */
-static int run_plan(PyObject *steps, PyObject *addresses, Py_ssize_t start, CUresult *status_out, Py_ssize_t *at) {
-  Py_ssize_t n_steps = PyTuple_GET_SIZE(steps), n_addresses = PyList_GET_SIZE(addresses);
+/* One step of a plan (see launch_plan), read: its launch figures into *fig and its parameters packed into `slots`,
+ * `params` and `maps` with this call's addresses patched in. *holds_map: the step passes a tensor map (a 'T' value
+ * or a descriptor). Returns the number of kernel parameters, or -1 with an exception set. */
+typedef struct {
+  unsigned long long function, stream;
+  long gx, gy, gz, threads, num_ctas, shared, flags;
+} StepFigures;
+
+static Py_ssize_t read_step(PyObject *steps, Py_ssize_t s, PyObject *addresses, StepFigures *fig, uint64_t *slots,
+                            void **params, CUtensorMap *maps, int *holds_map) {
+  Py_ssize_t n_addresses = PyList_GET_SIZE(addresses);
+  Py_ssize_t patched[MAX_PARAMS];
+  uint64_t patch_values[MAX_PARAMS];
+  PyObject *step = PyTuple_GET_ITEM(steps, s);
+  if (!PyTuple_Check(step) || (PyTuple_GET_SIZE(step) != 12 && PyTuple_GET_SIZE(step) != 13)) {
+    PyErr_Format(PyExc_TypeError, "launch_plan: step %zd is not a 12- or 13-tuple", s);
+    return -1;
+  }
+  PyObject **f = &PyTuple_GET_ITEM(step, 0);
+  fig->function = PyLong_AsUnsignedLongLong(f[0]);
+  fig->gx = PyLong_AsLong(f[1]), fig->gy = PyLong_AsLong(f[2]), fig->gz = PyLong_AsLong(f[3]);
+  fig->threads = PyLong_AsLong(f[4]), fig->num_ctas = PyLong_AsLong(f[5]), fig->shared = PyLong_AsLong(f[6]);
+  fig->stream = PyLong_AsUnsignedLongLong(f[7]);
+  fig->flags = PyLong_AsLong(f[8]);
+  if (PyErr_Occurred())
+    return -1;
+  if (!PyBytes_Check(f[9]) || !PyList_Check(f[10]) || !PyTuple_Check(f[11])) {
+    PyErr_Format(PyExc_TypeError, "launch_plan: step %zd needs codes (bytes), a template (list), patches (tuple)", s);
+    return -1;
+  }
+  Py_ssize_t n = PyBytes_GET_SIZE(f[9]), n_patches = PyTuple_GET_SIZE(f[11]);
+  if (PyList_GET_SIZE(f[10]) != n || n > MAX_PARAMS || n_patches > n) {
+    PyErr_Format(PyExc_ValueError, "launch_plan: step %zd has %zd codes for %zd values", s, n, PyList_GET_SIZE(f[10]));
+    return -1;
+  }
+  for (Py_ssize_t p = 0; p < n_patches; p++) {
+    PyObject *patch = PyTuple_GET_ITEM(f[11], p);
+    Py_ssize_t position = PyLong_AsSsize_t(PyTuple_GET_ITEM(patch, 0));
+    Py_ssize_t source = PyLong_AsSsize_t(PyTuple_GET_ITEM(patch, 1));
+    unsigned long long offset = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(patch, 2));
+    if (PyErr_Occurred())
+      return -1;
+    if (source < 0 || source >= n_addresses || position < 0 || position >= n ||
+        (p > 0 && position <= patched[p - 1])) {
+      PyErr_Format(PyExc_ValueError, "launch_plan: step %zd has a bad patch %zd", s, p);
+      return -1;
+    }
+    unsigned long long base = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(addresses, source));
+    if (PyErr_Occurred())
+      return -1;
+    patched[p] = position;
+    patch_values[p] = base + offset;
+  }
+  PyObject *values = NULL; /* the template with this call's descriptors in place, where the step has any */
+  if (PyTuple_GET_SIZE(step) == 13 && PyTuple_Check(f[12]) && PyTuple_GET_SIZE(f[12]) > 0) {
+    values = with_descriptors(f[10], f[12], addresses, s);
+    if (values == NULL)
+      return -1;
+  }
+  *holds_map = values != NULL || memchr(PyBytes_AS_STRING(f[9]), 'T', (size_t)n) != NULL;
+  Py_ssize_t packed = pack(PyBytes_AS_STRING(f[9]), n, PySequence_Fast_ITEMS(values ? values : f[10]), patched,
+                           patch_values, n_patches, slots, params, maps);
+  Py_XDECREF(values);
+  return packed;
+}
+
+/* --- a plan's launches as one CUDA graph -----------------------------------------------------------------------------
+ * Each launch costs the driver's cuLaunchKernelEx on the host (4-6 us each on an H200's host), so a plan of several
+ * launches cannot be served in 10 us launch by launch. Queued as one CUDA graph of the same kernels in the same order,
+ * a replay costs one cuGraphLaunch, plus one cuGraphExecKernelNodeSetParams per kernel whose parameters differ from
+ * its last replay's (a call's addresses: the blocks kept per stream come back, so most replays update nothing). The
+ * graph is made at the plan's first replay and kept with the plan (`holder`, a one-item list the plan owns). A step a
+ * kernel node does not hold as it is (a cluster, a cooperative or PDL launch, a tensor map, an empty grid, another
+ * stream) keeps the plan on its launches; so does a stream being captured into a graph (the capture records the
+ * launches themselves). bind_graphs gives the driver's graph functions; unbound, plans are launched step by step. */
+typedef CUresult (*graph_create_t)(CUgraph *, unsigned int);
+typedef CUresult (*graph_add_kernel_t)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t,
+                                       const CUDA_KERNEL_NODE_PARAMS *);
+typedef CUresult (*graph_instantiate_t)(CUgraphExec *, CUgraph, unsigned long long);
+typedef CUresult (*graph_launch_t)(CUgraphExec, CUstream);
+typedef CUresult (*graph_set_kernel_t)(CUgraphExec, CUgraphNode, const CUDA_KERNEL_NODE_PARAMS *);
+typedef CUresult (*stream_is_capturing_t)(CUstream, CUstreamCaptureStatus *);
+typedef CUresult (*graph_exec_destroy_t)(CUgraphExec);
+typedef CUresult (*graph_destroy_t)(CUgraph);
+
+static struct {
+  graph_create_t create;
+  graph_add_kernel_t add_kernel;
+  graph_instantiate_t instantiate;
+  graph_launch_t launch;
+  graph_set_kernel_t set_kernel;
+  stream_is_capturing_t is_capturing;
+  graph_exec_destroy_t exec_destroy;
+  graph_destroy_t destroy;
+} G;
+static int graphs_bound = 0;
+
+#define MAX_GRAPH_STEPS 16
+#define MAX_GRAPH_PARAMS 128
+
+typedef struct {
+  CUgraph graph;
+  CUgraphExec exec;
+  Py_ssize_t n;
+  CUgraphNode nodes[MAX_GRAPH_STEPS];
+  Py_ssize_t n_params[MAX_GRAPH_STEPS];
+  uint64_t last[MAX_GRAPH_STEPS][MAX_GRAPH_PARAMS]; /* each node's parameters as last set */
+  long pid;                                          /* the process that made it (a forked child frees nothing) */
+} PlanGraph;
+
+static const char *PLAN_GRAPH = "nbxcert plan graph";
+
+static int finalizing(void) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+static void free_plan_graph(PlanGraph *pg) {
+  if (pg->pid == (long)getpid() && graphs_bound && !finalizing()) {
+    /* an in-flight graph is freed by the driver once its work is done */
+    if (pg->exec != NULL)
+      G.exec_destroy(pg->exec);
+    if (pg->graph != NULL)
+      G.destroy(pg->graph);
+  }
+  PyMem_Free(pg);
+}
+
+static void plan_graph_capsule_free(PyObject *capsule) {
+  PlanGraph *pg = (PlanGraph *)PyCapsule_GetPointer(capsule, PLAN_GRAPH);
+  if (pg != NULL)
+    free_plan_graph(pg);
+  else
+    PyErr_Clear();
+}
+
+static PyObject *bind_graphs(PyObject *self, PyObject *args) {
+  unsigned long long a[8];
+  if (!PyArg_ParseTuple(args, "KKKKKKKK", &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6], &a[7]))
+    return NULL;
+  G.create = (graph_create_t)(uintptr_t)a[0];
+  G.add_kernel = (graph_add_kernel_t)(uintptr_t)a[1];
+  G.instantiate = (graph_instantiate_t)(uintptr_t)a[2];
+  G.launch = (graph_launch_t)(uintptr_t)a[3];
+  G.set_kernel = (graph_set_kernel_t)(uintptr_t)a[4];
+  G.is_capturing = (stream_is_capturing_t)(uintptr_t)a[5];
+  G.exec_destroy = (graph_exec_destroy_t)(uintptr_t)a[6];
+  G.destroy = (graph_destroy_t)(uintptr_t)a[7];
+  graphs_bound = 1;
+  for (int i = 0; i < 8; i++)
+    graphs_bound &= a[i] != 0;
+  Py_RETURN_NONE;
+}
+
+static void node_params(CUDA_KERNEL_NODE_PARAMS *kp, const StepFigures *fig, void **params) {
+  memset(kp, 0, sizeof *kp);
+  kp->func = (CUfunction)(uintptr_t)fig->function;
+  kp->gridDimX = (unsigned int)fig->gx;
+  kp->gridDimY = (unsigned int)fig->gy;
+  kp->gridDimZ = (unsigned int)fig->gz;
+  kp->blockDimX = (unsigned int)fig->threads;
+  kp->blockDimY = 1;
+  kp->blockDimZ = 1;
+  kp->sharedMemBytes = (unsigned int)fig->shared;
+  kp->kernelParams = params;
+}
+
+/* The plan's steps queued as one graph launch (see above): 1 with *status and *at set (at: the step whose update
+ * failed, else 0); 0 where the plan is to be launched step by step instead; -1 with an exception set. The GIL is held
+ * throughout: a plan's graph is updated and launched by one thread at a time. */
+static int run_graph(PyObject *steps, PyObject *addresses, PyObject *holder, CUresult *status_out, Py_ssize_t *at) {
+  Py_ssize_t n_steps = PyTuple_GET_SIZE(steps);
+  if (!graphs_bound || n_steps < 2 || n_steps > MAX_GRAPH_STEPS || !PyList_Check(holder) ||
+      PyList_GET_SIZE(holder) != 1)
+    return 0;
+  static _Thread_local uint64_t slots[MAX_GRAPH_STEPS][MAX_PARAMS];
+  static _Thread_local void *params[MAX_GRAPH_STEPS][MAX_PARAMS];
+  static _Thread_local CUtensorMap maps[MAX_MAPS];
+  StepFigures figs[MAX_GRAPH_STEPS];
+  Py_ssize_t n_params[MAX_GRAPH_STEPS];
+  for (Py_ssize_t s = 0; s < n_steps; s++) {
+    int holds_map = 0;
+    Py_ssize_t k = read_step(steps, s, addresses, &figs[s], slots[s], params[s], maps, &holds_map);
+    if (k < 0)
+      return -1;
+    const StepFigures *g = &figs[s];
+    if (holds_map || k > MAX_GRAPH_PARAMS || g->flags != 0 || g->num_ctas != 1 || g->gx <= 0 || g->gy <= 0 ||
+        g->gz <= 0 || g->stream != figs[0].stream)
+      return 0;
+    n_params[s] = k;
+  }
+  CUstream stream = (CUstream)(uintptr_t)figs[0].stream;
+  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult status = G.is_capturing(stream, &capturing);
+  if (status != CUDA_SUCCESS) {
+    *status_out = status;
+    *at = 0;
+    return 1;
+  }
+  if (capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+    return 0;
+  CUDA_KERNEL_NODE_PARAMS kp;
+  PyObject *kept = PyList_GET_ITEM(holder, 0);
+  PlanGraph *pg;
+  if (kept == Py_None) {
+    pg = (PlanGraph *)PyMem_Calloc(1, sizeof(PlanGraph));
+    if (pg == NULL) {
+      PyErr_NoMemory();
+      return -1;
+    }
+    pg->n = n_steps;
+    pg->pid = (long)getpid();
+    status = G.create(&pg->graph, 0);
+    for (Py_ssize_t s = 0; s < n_steps && status == CUDA_SUCCESS; s++) {
+      node_params(&kp, &figs[s], params[s]);
+      status = G.add_kernel(&pg->nodes[s], pg->graph, s ? &pg->nodes[s - 1] : NULL, s ? 1 : 0, &kp);
+      pg->n_params[s] = n_params[s];
+      memcpy(pg->last[s], slots[s], (size_t)n_params[s] * sizeof(uint64_t));
+    }
+    if (status == CUDA_SUCCESS)
+      status = G.instantiate(&pg->exec, pg->graph, 0);
+    if (status != CUDA_SUCCESS) {
+      free_plan_graph(pg);
+      *status_out = status;
+      *at = 0;
+      return 1;
+    }
+    PyObject *capsule = PyCapsule_New(pg, PLAN_GRAPH, plan_graph_capsule_free);
+    if (capsule == NULL) {
+      free_plan_graph(pg);
+      return -1;
+    }
+    PyList_SetItem(holder, 0, capsule); /* steals the reference */
+  } else {
+    pg = (PlanGraph *)PyCapsule_GetPointer(kept, PLAN_GRAPH);
+    if (pg == NULL)
+      return -1;
+    if (pg->n != n_steps) {
+      PyErr_Format(PyExc_ValueError, "launch_plan: a plan graph of %zd steps given %zd", pg->n, n_steps);
+      return -1;
+    }
+    for (Py_ssize_t s = 0; s < n_steps; s++) {
+      size_t bytes = (size_t)n_params[s] * sizeof(uint64_t);
+      if (n_params[s] == pg->n_params[s] && memcmp(pg->last[s], slots[s], bytes) == 0)
+        continue;
+      node_params(&kp, &figs[s], params[s]);
+      status = G.set_kernel(pg->exec, pg->nodes[s], &kp);
+      if (status != CUDA_SUCCESS) {
+        *status_out = status;
+        *at = s;
+        return 1;
+      }
+      pg->n_params[s] = n_params[s];
+      memcpy(pg->last[s], slots[s], bytes);
+    }
+  }
+  *status_out = G.launch(pg->exec, stream);
+  *at = *status_out == CUDA_SUCCESS ? n_steps : 0;
+  return 1;
+}
+
+/* Queue the steps of a plan from `start` on (see launch_plan), as one graph where `holder` keeps the plan's graph and
+ * the plan can be one (see run_graph). Returns 0 with *status (the first failing status, or 0) and *at (the step it
+ * came from, or the number of steps), or -1 with an exception set. */
+static int run_plan(PyObject *steps, PyObject *addresses, Py_ssize_t start, PyObject *holder, CUresult *status_out,
+                    Py_ssize_t *at) {
+  Py_ssize_t n_steps = PyTuple_GET_SIZE(steps);
+  if (start == 0 && holder != NULL && holder != Py_None) {
+    int done = run_graph(steps, addresses, holder, status_out, at);
+    if (done != 0)
+      return done < 0 ? -1 : 0;
+  }
   uint64_t slots[MAX_PARAMS];
   void *params[MAX_PARAMS];
   static _Thread_local CUtensorMap maps[MAX_MAPS];
-  Py_ssize_t patched[MAX_PARAMS];
-  uint64_t patch_values[MAX_PARAMS];
   for (Py_ssize_t s = start; s < n_steps; s++) {
-    PyObject *step = PyTuple_GET_ITEM(steps, s);
-    if (!PyTuple_Check(step) || (PyTuple_GET_SIZE(step) != 12 && PyTuple_GET_SIZE(step) != 13)) {
-      PyErr_Format(PyExc_TypeError, "launch_plan: step %zd is not a 12- or 13-tuple", s);
+    StepFigures fig;
+    int holds_map = 0;
+    if (read_step(steps, s, addresses, &fig, slots, params, maps, &holds_map) < 0)
       return -1;
-    }
-    PyObject **f = &PyTuple_GET_ITEM(step, 0);
-    unsigned long long function = PyLong_AsUnsignedLongLong(f[0]);
-    long gx = PyLong_AsLong(f[1]), gy = PyLong_AsLong(f[2]), gz = PyLong_AsLong(f[3]);
-    long threads = PyLong_AsLong(f[4]), num_ctas = PyLong_AsLong(f[5]), shared = PyLong_AsLong(f[6]);
-    unsigned long long stream = PyLong_AsUnsignedLongLong(f[7]);
-    long flags = PyLong_AsLong(f[8]);
-    if (PyErr_Occurred())
-      return -1;
-    if (!PyBytes_Check(f[9]) || !PyList_Check(f[10]) || !PyTuple_Check(f[11])) {
-      PyErr_Format(PyExc_TypeError, "launch_plan: step %zd needs codes (bytes), a template (list), patches (tuple)",
-                   s);
-      return -1;
-    }
-    Py_ssize_t n = PyBytes_GET_SIZE(f[9]), n_patches = PyTuple_GET_SIZE(f[11]);
-    if (PyList_GET_SIZE(f[10]) != n || n > MAX_PARAMS || n_patches > n) {
-      PyErr_Format(PyExc_ValueError, "launch_plan: step %zd has %zd codes for %zd values", s, n,
-                   PyList_GET_SIZE(f[10]));
-      return -1;
-    }
-    for (Py_ssize_t p = 0; p < n_patches; p++) {
-      PyObject *patch = PyTuple_GET_ITEM(f[11], p);
-      Py_ssize_t position = PyLong_AsSsize_t(PyTuple_GET_ITEM(patch, 0));
-      Py_ssize_t source = PyLong_AsSsize_t(PyTuple_GET_ITEM(patch, 1));
-      unsigned long long offset = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(patch, 2));
-      if (PyErr_Occurred())
-        return -1;
-      if (source < 0 || source >= n_addresses || position < 0 || position >= n ||
-          (p > 0 && position <= patched[p - 1])) {
-        PyErr_Format(PyExc_ValueError, "launch_plan: step %zd has a bad patch %zd", s, p);
-        return -1;
-      }
-      unsigned long long base = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(addresses, source));
-      if (PyErr_Occurred())
-        return -1;
-      patched[p] = position;
-      patch_values[p] = base + offset;
-    }
-    PyObject *values = NULL; /* the template with this call's descriptors in place, where the step has any */
-    if (PyTuple_GET_SIZE(step) == 13 && PyTuple_Check(f[12]) && PyTuple_GET_SIZE(f[12]) > 0) {
-      values = with_descriptors(f[10], f[12], addresses, s);
-      if (values == NULL)
-        return -1;
-    }
-    int packed = pack(PyBytes_AS_STRING(f[9]), n, PySequence_Fast_ITEMS(values ? values : f[10]), patched,
-                      patch_values, n_patches, slots, params, maps);
-    Py_XDECREF(values);
-    if (packed < 0)
-      return -1;
-    CUresult status = queue(function, gx, gy, gz, threads, num_ctas, shared, stream, flags, params);
+    CUresult status = queue(fig.function, fig.gx, fig.gy, fig.gz, fig.threads, fig.num_ctas, fig.shared, fig.stream,
+                            fig.flags, params);
     if (status != CUDA_SUCCESS) {
       *status_out = status;
       *at = s;
@@ -463,14 +685,15 @@ static int run_plan(PyObject *steps, PyObject *addresses, Py_ssize_t start, CUre
   return 0;
 }
 
-/* launch_plan(steps, addresses, start) -> (CUresult, index of the step it came from)
+/* launch_plan(steps, addresses, start[, graph]) -> (CUresult, index of the step it came from)
  * Each step: (function, grid_x, grid_y, grid_z, threads, num_ctas, shared, stream, flags, codes, template, patches
  * [, descriptors]), patches a tuple of (position, source, offset) sorted by position: the value at `position` is
  * addresses[source] + offset; descriptors as `with_descriptors` reads them. The steps from `start` on are queued in
- * order; the first failing status stops them. */
+ * order; the first failing status stops them. `graph`: the plan's one-item list keeping its CUDA graph (see
+ * run_graph), or None. */
 static PyObject *launch_plan(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 3 || !PyTuple_Check(args[0]) || !PyList_Check(args[1])) {
-    PyErr_SetString(PyExc_TypeError, "launch_plan(steps: tuple, addresses: list, start: int)");
+  if ((nargs != 3 && nargs != 4) || !PyTuple_Check(args[0]) || !PyList_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "launch_plan(steps: tuple, addresses: list, start: int, graph: list | None)");
     return NULL;
   }
   if (check_bound())
@@ -480,7 +703,7 @@ static PyObject *launch_plan(PyObject *self, PyObject *const *args, Py_ssize_t n
     return NULL;
   CUresult status;
   Py_ssize_t at;
-  if (run_plan(args[0], args[1], start, &status, &at) < 0)
+  if (run_plan(args[0], args[1], start, nargs == 4 ? args[3] : NULL, &status, &at) < 0)
     return NULL;
   return Py_BuildValue("(in)", (int)status, at);
 }
@@ -1139,13 +1362,14 @@ static PyObject *drain(PyObject *self, PyObject *args) {
   return out;
 }
 
-/* the fast form (n_call, made, steps, device, result, hooks, recover, locks) replayed on the call's tensors; NULL with no
+/* the fast form (n_call, made, steps, device, result, hooks, recover, locks, graph) replayed on the call's tensors; NULL with no
  * exception: the Python path is to run */
 static PyObject *replay(PyObject *fast, PyObject **tensors, Py_ssize_t n_tensors, PyObject *stream) {
   PyObject **f = &PyTuple_GET_ITEM(fast, 0);
   Py_ssize_t n_call = PyLong_AsSsize_t(f[0]);
   PyObject *made = f[1], *steps = f[2], *device = f[3], *result = f[4], *hooks = f[5], *recover = f[6];
   PyObject *locks = f[7]; /* ((acquire, release), ...) of the persistent buffers' locks the launches share */
+  PyObject *graph = f[8]; /* the plan's graph holder (run_graph), or None */
   if (n_call != n_tensors)
     return NULL;
   int wants = hooked(hooks);
@@ -1214,7 +1438,7 @@ static PyObject *replay(PyObject *fast, PyObject **tensors, Py_ssize_t n_tensors
     goto done;
   CUresult status;
   Py_ssize_t at;
-  if (run_plan(steps, addresses, 0, &status, &at) < 0)
+  if (run_plan(steps, addresses, 0, graph, &status, &at) < 0)
     goto done;
   if (status != CUDA_SUCCESS) {
     PyObject *again = PyObject_CallFunction(recover, "inO", (int)status, at, addresses);
@@ -1442,7 +1666,10 @@ static PyMethodDef methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL,
      "launch(function, gx, gy, gz, threads, num_ctas, shared, stream, flags, codes, values) -> CUresult"},
     {"launch_plan", (PyCFunction)(void (*)(void))launch_plan, METH_FASTCALL,
-     "launch_plan(steps, addresses, start) -> (CUresult, step index)"},
+     "launch_plan(steps, addresses, start[, graph]) -> (CUresult, step index)"},
+    {"bind_graphs", bind_graphs, METH_VARARGS,
+     "bind_graphs(cuGraphCreate, cuGraphAddKernelNode_v2, cuGraphInstantiateWithFlags, cuGraphLaunch, "
+     "cuGraphExecKernelNodeSetParams_v2, cuStreamIsCapturing, cuGraphExecDestroy, cuGraphDestroy addresses)"},
     {"setup", setup, METH_VARARGS, "setup(the objects a served call's replay reads: see launch.py)"},
     {"setup_memory", setup_memory, METH_VARARGS, "setup_memory(the objects a replay's memory reads: see memory.py)"},
     {"drain", drain, METH_VARARGS, "drain(device or -1) -> [(ptr, device, stream, size, keep), ...] kept here"},

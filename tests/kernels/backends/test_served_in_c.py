@@ -40,7 +40,30 @@ int stand_free(uint64_t ptr, void *stream) { frees++; return 0; }
 int stand_count(int what) { return what == 0 ? launches : what == 1 ? allocs : frees; }
 uint64_t stand_param(int i) { return seen[i]; }
 void stand_fail_at(int n) { fail_at = n; }
+static int graphs_made, graph_launches, node_sets;
+CUresult stand_graph_create(CUgraph *g, unsigned int flags) {
+  *g = (CUgraph)(uintptr_t)0x9000;
+  graphs_made++;
+  return 0;
+}
+CUresult stand_graph_add(CUgraphNode *node, CUgraph g, const CUgraphNode *deps, size_t n,
+                         const CUDA_KERNEL_NODE_PARAMS *p) {
+  static uintptr_t next = 1;
+  *node = (CUgraphNode)next++;
+  return 0;
+}
+CUresult stand_graph_instantiate(CUgraphExec *e, CUgraph g, unsigned long long flags) {
+  *e = (CUgraphExec)(uintptr_t)0xe000;
+  return 0;
+}
+CUresult stand_graph_launch(CUgraphExec e, CUstream s) { graph_launches++; return 0; }
+CUresult stand_graph_set(CUgraphExec e, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS *p) { node_sets++; return 0; }
+CUresult stand_graph_capturing(CUstream s, CUstreamCaptureStatus *c) { *c = CU_STREAM_CAPTURE_STATUS_NONE; return 0; }
+CUresult stand_graph_exec_destroy(CUgraphExec e) { return 0; }
+CUresult stand_graph_destroy(CUgraph g) { return 0; }
+int stand_graph_count(int what) { return what == 0 ? graphs_made : what == 1 ? graph_launches : node_sets; }
 """
+GRAPH_FUNCTIONS = ("create", "add", "instantiate", "launch", "set", "capturing", "exec_destroy", "destroy")
 
 F16 = get_dtype("float16")
 DEV = T.Device("cuda", 0)
@@ -55,6 +78,7 @@ def built(tmp_path_factory):
     # a build of its own: the module's static state (its kept blocks, what setup gave it) is this file's alone
     module = launcher.load(launcher.build(folder / "_nbxcert_launcher.so"))
     module.bind(ctypes.cast(lib.stand_launch, ctypes.c_void_p).value, None)
+    module.bind_graphs(*(ctypes.cast(getattr(lib, f"stand_graph_{n}"), ctypes.c_void_p).value for n in GRAPH_FUNCTIONS))
     return lib, module
 
 
@@ -105,14 +129,15 @@ def make_entry(calls: list):
     return L.served(norm)
 
 
-def plan_for(entry, x, w, eps=1e-6, **kwargs) -> L.CallPlan:
-    """The plan a GPU's first call would record: one packed launch (x, w and a made output by address), an output of
-    x's shape made per call."""
+def plan_for(entry, x, w, eps=1e-6, launches=1, **kwargs) -> L.CallPlan:
+    """The plan a GPU's first call would record: `launches` packed launches (x, w and a made output by address), an
+    output of x's shape made per call; a plan of several launches keeps a graph holder, as `_Packed.of` makes it."""
     sig, _ = L.call_signature((x, w, eps), kwargs)
     step = (0x1234, ROWS, 1, 1, 128, 1, 0, 0, 0, b"PPPfi", [0, 0, 0, eps, COLS], ((0, 0, 0), (1, 1, 0), (2, 2, 0)))
     packed = L._Packed.__new__(L._Packed)
-    packed.steps, packed.launch_plan, packed.device = (step,), binaries.launcher_module().launch_plan, 0
-    packed.names, packed.hooks = ("norm_kernel",), None
+    packed.steps, packed.launch_plan, packed.device = (step,) * launches, binaries.launcher_module().launch_plan, 0
+    packed.names, packed.hooks = ("norm_kernel",) * launches, None
+    packed.graph = [None] if launches > 1 else None
     result = ("view", 2, 0, x.shape, x._strides, F16)
     plan = L.CallPlan(2, ((2 * ROWS * COLS, DEV),), (), result, (), packed)
     entry.plans[sig] = plan
@@ -171,6 +196,30 @@ def test_an_output_made_per_call_reuses_its_block_with_no_driver_allocation(gpu)
     assert memory.figures(0)["allocated"] == before["allocated"]
     frees = lib.stand_count(2)
     assert memory.release_kept() >= 2 and lib.stand_count(2) >= frees + 2  # the blocks kept in C go back too
+
+
+def test_a_plan_of_two_launches_replays_as_one_graph_launch_with_its_blocks_reused(gpu):
+    """The C path of a two-launch plan: one graph made at the first call, then one graph launch per call and no
+    cuLaunchKernelEx; the output's block comes back each call, so no node is updated and nothing is allocated."""
+    lib, _ = gpu
+    calls: list = []
+    norm = make_entry(calls)
+    x, w = tensor((ROWS, COLS)), tensor((COLS,))
+    plan_for(norm, x, w, launches=2)
+    made, graph_launches, sets = (lib.stand_graph_count(i) for i in range(3))
+    launches = lib.stand_count(0)
+    norm(x, w, 1e-6)
+    allocs = lib.stand_count(1)
+    for _ in range(1000):
+        out = norm(x, w, 1e-6)
+        del out
+    assert calls == [] and lib.stand_count(0) == launches  # no launch of its own: the graph's
+    assert lib.stand_graph_count(0) == made + 1 and lib.stand_graph_count(1) == graph_launches + 1001
+    assert lib.stand_graph_count(2) == sets  # the same block each call: the same addresses, nothing to update
+    assert lib.stand_count(1) == allocs
+    other = tensor((ROWS, COLS))  # another input: its node parameters are updated, the graph is the same
+    norm(other, w, 1e-6)
+    assert lib.stand_graph_count(0) == made + 1 and lib.stand_graph_count(2) == sets + 2
 
 
 def test_with_no_blocks_kept_a_freed_output_goes_back_to_the_pool(gpu, monkeypatch):
