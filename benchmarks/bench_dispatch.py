@@ -574,7 +574,7 @@ def launches_only(plan, signature, args, clock) -> dict:
     packed = plan.packed
 
     def queue() -> None:
-        status, at = packed.launch_plan(packed.steps, addresses, 0)
+        status, at = packed.launch_plan(packed.steps, addresses, 0, packed.graph)
         if status:
             packed.recover(status, at, addresses)
 
@@ -622,6 +622,7 @@ def measure_nbx(case: Case, device: str, held: Held, clock, args) -> dict:
         "served": served,
         "plan_replayed": type(plan) is CallPlan,
         "plan_in_one_call": type(plan) is CallPlan and plan.packed is not None,
+        "plan_as_graph": type(plan) is CallPlan and plan.packed is not None and plan.packed.graph is not None,
         # the whole call replayed in C: the entry point routes to nbxcert's launcher and the plan has a fast form
         "replayed_in_c": type(plan) is CallPlan
         and plan.fast is not None
@@ -945,6 +946,7 @@ def table(records: list[dict]) -> list[str]:
             continue
         met = {True: "yes", False: "no", None: "-"}[r["met"]]
         plan = ("replayed in C" if r.get("replayed_in_c") else "replayed") if r["plan_replayed"] else "none"
+        plan += ", one graph" if r.get("plan_as_graph") else ""
         lines.append(
             f"| {r['op']} | {r['phase']} | {r['shape']} | {r['served_as']} | {plan} | {_us(r['host_us'])} | "
             f"{r.get('launches', '-')} | {_us(r.get('launches_only_host_us'))} | {_us(r['torch_host_us'])} | "
@@ -981,10 +983,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--peer-timeout", type=int, default=600, help="seconds to wait for each torch peer answer")
     parser.add_argument(
         "--replay",
-        choices=("plan", "steps"),
+        choices=("plan", "launches", "steps"),
         default="plan",
-        help="plan: a plan's launches queued by nbxcert's launcher in one call (the default); steps: one call into "
-        "Triton's launcher per launch (a diagnosis: the cost of the plan launcher's absence)",
+        help="plan: a plan's launches queued by nbxcert's launcher in one call, several as one CUDA graph (the "
+        "default); launches: the same call, one cuLaunchKernelEx per launch (a diagnosis: the graph's absence); "
+        "steps: one call into Triton's launcher per launch (a diagnosis: the plan launcher's absence)",
     )
     return parser.parse_args(argv)
 
@@ -1024,7 +1027,8 @@ def main(argv=None) -> int:
     from nbxcert import serving
     from nbxcert.kernels import launch
 
-    launch.REPLAY_IN_C = args.replay == "plan"
+    launch.REPLAY_IN_C = args.replay in ("plan", "launches")
+    launch.PLAN_GRAPHS = args.replay == "plan"
     from nbxcert.errors import NbxcertError
     from nbxcert.kernels.backends import select
 
