@@ -105,7 +105,7 @@ def peer(plan_path: str) -> None:
             block_k = p["K_BYTES"] // a.element_size()
             kw = {"BLOCK_M": p["BLOCK_M"], "BLOCK_N": p["BLOCK_N"], "BLOCK_K": block_k, "GROUP_M": p["GROUP_M"]}
             kw["EVEN_K"] = k % block_k == 0
-            kw["RUN_M"], kw["RUN_N"] = wrap_run(m, p["BLOCK_M"]), wrap_run(n, p["BLOCK_N"])
+            kw["RUN_M"], kw["RUN_N"] = wrap_run(m, p["BLOCK_M"], k), wrap_run(n, p["BLOCK_N"], k)  # strides of a, w.T
             configs.append(triton.Config(kw, num_warps=c["num_warps"], num_stages=c["num_stages"]))
         tuned = triton.autotune(configs=configs, key=["M", "N", "K"])(mm._mm_tiled_kernel)
 

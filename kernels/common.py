@@ -239,10 +239,14 @@ def merge_dims(
 
 
 # --- wrapped tile offsets (host) --------------------------------------------------------------------------------------
-def wrap_run(size: int, block: int) -> int:
-    """The contiguity a kernel may claim for `(start + arange(block)) % size` with `start` a multiple of `block`: runs
-    of the largest power of two dividing `size` (at most `block`) never cross the wrap at `size`, and each run starts
-    at a multiple of that power. Claiming `block` when `size % block != 0` lets Triton vectorize a load across the
-    wrap: a misaligned vector when the wrapped dimension is the contiguous one (seen on sm_90 with B row-major and
-    N = 47: a misaligned-address fault)."""
+def wrap_run(size: int, block: int, stride: int) -> int:
+    """The contiguity a kernel may claim for `(start + arange(block)) % size` with `start` a multiple of `block`, as
+    offsets along a dimension of element stride `stride`. Along the contiguous dimension (stride 1) a load is
+    vectorized across a claimed run, so the claim must hold across the wrap at `size`: runs of the largest power of two
+    dividing `size` (at most `block`), each starting at a multiple of it (claiming `block` when `size % block != 0`
+    put a vector across the wrap: a misaligned-address fault on sm_90 with B row-major and N = 47). Along any other
+    dimension nothing is vectorized and `block` is claimed, as before, so the compiled code (and the number of
+    specializations a workload compiles) is that of the unwrapped tile."""
+    if stride != 1:
+        return block
     return min(block, size & -size) if size > 0 else 1

@@ -943,8 +943,8 @@ def _launch_mm(
             BLOCK_N=bn,
             BLOCK_K=block_k,
             GROUP_M=group_m,
-            RUN_M=wrap_run(m, bm),
-            RUN_N=wrap_run(n, bn),
+            RUN_M=wrap_run(m, bm, a_st[1]),
+            RUN_N=wrap_run(n, bn, b_st[2]),
             num_warps=warps,
             num_stages=stages,
         )

@@ -685,7 +685,7 @@ def _launch_moe(
         BLOCK_N=bn,
         BLOCK_K=bk,
         GROUP_M=group_m,
-        RUN_N=wrap_run(n, bn),
+        RUN_N=wrap_run(n, bn, w.stride(1)),
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     )

@@ -517,7 +517,8 @@ def test_wrapped_columns_claim_no_vector_across_the_wrap(kind):
     ]
     even, odd = crosstools.cross_compile(90, vector_loads, items, timeout=600)
     assert even[0] > odd[0], f"vector loads at N=48: {even[0]}, at N=47: {odd[0]}"
-    assert wrap_run(47, 64) == 1 and wrap_run(48, 64) == 16 and wrap_run(4096, 64) == 64
+    assert wrap_run(47, 64, 1) == 1 and wrap_run(48, 64, 1) == 16 and wrap_run(4096, 64, 1) == 64
+    assert wrap_run(47, 64, 48) == 64  # not the contiguous dimension: nothing vectorized along it, the tile claimed
 
 
 @pytest.mark.slow
