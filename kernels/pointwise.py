@@ -12,15 +12,18 @@ operand: its body reads the element's index.
 
 Types. An operand is loaded in its own dtype, converted to the op's common dtype (torch's: the type every operand is
 cast to, `nbxcert.kernels.promotion`), then to the compute type: half precision in float32, float32 and float64 in
-float64 (the ops whose half-precision results need more than float32: `Op.wide`, in float64 too), integers in their
+float64 (under the interpreter, the ops whose half-precision results need more than its float32 functions give:
+`Op.wide`, in float64 too), integers in their
 own width with two's complement wrap-around, bool as int1. The result is rounded once into the output's dtype
 (`narrow`: round to nearest even, bfloat16 on the bits under the interpreter). A Python scalar operand is passed as
 its float64 bits (or as an int64), so no value is rounded through a float32 kernel argument.
 
-Device functions. Under Triton's interpreter (no device math library) the transcendental helpers here are written
-out from exp, log, sin, cos and erf (tanh: its series near 0, 1 - 2 / (e^2|x| + 1) elsewhere; expm1 and log1p:
-Kahan's and Goldberg's corrections); the same bodies are compiled for the GPU (they use no libdevice function, which
-the interpreter cannot run). Half precision transcendentals compute in float64 (`Op.wide`).
+Device functions. On a GPU the float32 compute type uses the device library's float32 functions (libdevice's
+expf, logf, tanhf, erff, expm1f, log1pf, sinf, cosf, tanf, atan2f, powf: torch's for half precision), so half
+precision computes in float32 there. Under Triton's interpreter (no device library) the transcendental helpers are
+written out from exp, log, sin, cos and erf (tanh: its series near 0, 1 - 2 / (e^2|x| + 1) elsewhere; expm1 and
+log1p: Kahan's and Goldberg's corrections), and half precision transcendentals compute in float64 (`Op.wide`). The
+float64 compute type (the float32 and float64 dtypes) uses the written-out helpers on every backend (`DEVICE_LIB`).
 
 Refusals (`nbxcert.kernels.faults`): integer division or remainder by zero, and a float to integer cast of NaN, an
 infinity or a value outside the target's range, are recorded by the kernel and raised as one `LaunchError` line.
@@ -54,7 +57,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.common import broadcast_strides, family_spec, merge_dims, narrow, upcast
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.faults import record_fault_lanes
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, libdevice, tl
 from nbxcert.kernels.launch import KernelLaunch, cdiv, constexprs, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal
@@ -123,23 +126,23 @@ def _sqrt(x):
 
 
 @jit
-def _expm1(x):
+def _expm1_by_hand(x):
     """exp(x) - 1 without cancellation near 0 (Kahan: (u - 1) x / log u, u = exp x)."""
-    u = tl.exp(x)
+    u = _exp(x)
     um1 = u - 1.0
     safe = tl.where((um1 == 0.0) | (u == float("inf")), 1.0, u)
-    r = um1 * _div(x, tl.log(safe))
+    r = um1 * _div(x, _log(safe))
     r = tl.where(um1 == -1.0, -1.0, r)
     r = tl.where(u == 1.0, x, r)
     return tl.where(u == float("inf"), u, r)
 
 
 @jit
-def _log1p(x):
+def _log1p_by_hand(x):
     """log(1 + x) without cancellation near 0 (Goldberg: log(u) x / (u - 1), u = 1 + x)."""
     u = 1.0 + x
     d = u - 1.0
-    r = tl.log(u) * _div(x, tl.where(d == 0.0, 1.0, d))
+    r = _log(u) * _div(x, tl.where(d == 0.0, 1.0, d))
     r = tl.where(d == 0.0, x, r)
     return tl.where(u == float("inf"), u, r)
 
@@ -147,7 +150,7 @@ def _log1p(x):
 @jit
 def _sigmoid(x):
     """1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0, e = exp(-|x|): no overflow on either side."""
-    e = tl.exp(-tl.abs(x))
+    e = _exp(-tl.abs(x))
     return _div(tl.where(x >= 0, 1.0, e), 1.0 + e)
 
 
@@ -168,7 +171,7 @@ TANH_C = tl.constexpr(_tanh_series())
 
 
 @jit
-def _tanh(x):
+def _tanh_by_hand(x):
     """tanh within an ulp (the interpreter's: no device library): the odd series x + x^3 (c1 + c2 x^2 + ...) near 0,
     1 - 2 / (e^2|x| + 1) elsewhere (e^2|x| overflowing gives 1); signed zeros and NaN kept."""
     a = tl.abs(x)
@@ -179,7 +182,7 @@ def _tanh(x):
     for k in tl.static_range(TANH_TERMS - 1, 0, -1):
         p = p * s2 + _c(TANH_C[k], s)
     series = s + s * (s2 * p)
-    e = tl.exp(2.0 * tl.where(small, 0.0, a))
+    e = _exp(2.0 * tl.where(small, 0.0, a))
     far = 1.0 - _div(tl.full(a.shape, 2.0, a.dtype), e + 1.0)
     t = tl.where(small, series, far)
     t = tl.where(x < 0, -t, tl.where(x == 0, x, t))
@@ -189,7 +192,7 @@ def _tanh(x):
 @jit
 def _softplus(x):
     """log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|))."""
-    return tl.maximum(x, 0.0) + _log1p(tl.exp(-tl.abs(x)))
+    return tl.maximum(x, 0.0) + _log1p(_exp(-tl.abs(x)))
 
 
 @jit
@@ -213,7 +216,7 @@ def _atan(t):
 
 
 @jit
-def _atan2(y, x):
+def _atan2_by_hand(y, x):
     """atan2 with C99's special cases (signed zeros, infinities)."""
     ay = tl.abs(y)
     ax = tl.abs(x)
@@ -346,12 +349,12 @@ def _int_pow(x, e, BITS: tl.constexpr):
 
 
 @jit
-def _float_pow(x, e):
+def _float_pow_by_hand(x, e):
     """C99 pow: exp2(e log2 |x|), the sign of x for an odd integer e, and the standard's special cases."""
     ax = tl.abs(x)
     e_int = tl.floor(e) == e
     e_odd = e_int & ((e - 2.0 * tl.floor(e * 0.5)) != 0.0) & (tl.abs(e) < 9007199254740992.0)
-    r = tl.exp2(e * tl.log2(tl.where(ax == 0.0, 1.0, ax)))
+    r = _exp2(e * _log2(tl.where(ax == 0.0, 1.0, ax)))
     r = tl.where(ax == 0.0, tl.where(e < 0, float("inf"), 0.0), r)
     r = tl.where((x < 0) & ~e_int & (tl.abs(e) < float("inf")), _nan(x), r)
     r = tl.where((x < 0) & e_odd, -r, r)
@@ -367,6 +370,147 @@ def _float_pow(x, e):
     r = tl.where(_isnan(x) | _isnan(e), _nan(x), r)
     r = tl.where(x == 1.0, 1.0, r)
     return tl.where(e == 0.0, 1.0, r)
+
+
+# On a GPU (the cuda and cross backends) the float32 compute type is served by the device library's float32 functions
+# (CUDA's libdevice: __nv_expf, __nv_tanhf, __nv_erff, ...), the ones torch's kernels compute half precision with:
+# accurate to a few float32 ulps, far inside a half type's tolerance, where the hand-written float64 paths cost the GPU
+# 2-10x the op's memory time. Triton's interpreter has no device library: it runs the functions written out here, and
+# half precision computes in float64 where `Op.wide` says so (`compute_dtype`). float64 (the float32 and float64
+# dtypes' compute type) keeps the functions written out here on every backend: they are held to an ulp.
+DEVICE_LIB = tl.constexpr(not upcast())  # upcast(): the interpreter is in force
+
+
+@jit
+def _exp(x):
+    if DEVICE_LIB:
+        if x.dtype == tl.float32:
+            return libdevice.exp(x)
+        else:
+            return tl.exp(x)
+    else:
+        return tl.exp(x)
+
+
+@jit
+def _exp2(x):
+    if DEVICE_LIB:
+        if x.dtype == tl.float32:
+            return libdevice.exp2(x)
+        else:
+            return tl.exp2(x)
+    else:
+        return tl.exp2(x)
+
+
+@jit
+def _log(x):
+    if DEVICE_LIB:
+        if x.dtype == tl.float32:
+            return libdevice.log(x)
+        else:
+            return tl.log(x)
+    else:
+        return tl.log(x)
+
+
+@jit
+def _log2(x):
+    if DEVICE_LIB:
+        if x.dtype == tl.float32:
+            return libdevice.log2(x)
+        else:
+            return tl.log2(x)
+    else:
+        return tl.log2(x)
+
+
+@jit
+def _sin(x):
+    if DEVICE_LIB:
+        if x.dtype == tl.float32:
+            return libdevice.sin(x)
+        else:
+            return tl.sin(x)
+    else:
+        return tl.sin(x)
+
+
+@jit
+def _cos(x):
+    if DEVICE_LIB:
+        if x.dtype == tl.float32:
+            return libdevice.cos(x)
+        else:
+            return tl.cos(x)
+    else:
+        return tl.cos(x)
+
+
+@jit
+def _erf(x):
+    if DEVICE_LIB:
+        if x.dtype == tl.float32:
+            return libdevice.erf(x)
+        else:
+            return tl.math.erf(x)
+    else:
+        return tl.math.erf(x)
+
+
+@jit
+def _expm1(x):
+    if DEVICE_LIB:
+        if x.dtype == tl.float32:
+            return libdevice.expm1(x)
+        else:
+            return _expm1_by_hand(x)
+    else:
+        return _expm1_by_hand(x)
+
+
+@jit
+def _log1p(x):
+    if DEVICE_LIB:
+        if x.dtype == tl.float32:
+            return libdevice.log1p(x)
+        else:
+            return _log1p_by_hand(x)
+    else:
+        return _log1p_by_hand(x)
+
+
+@jit
+def _tanh(x):
+    if DEVICE_LIB:
+        if x.dtype == tl.float32:
+            return libdevice.tanh(x)
+        else:
+            return _tanh_by_hand(x)
+    else:
+        return _tanh_by_hand(x)
+
+
+@jit
+def _atan2(y, x):
+    if DEVICE_LIB:
+        if x.dtype == tl.float32:
+            return libdevice.atan2(y, x)
+        else:
+            return _atan2_by_hand(y, x)
+    else:
+        return _atan2_by_hand(y, x)
+
+
+@jit
+def _float_pow(x, e):
+    if DEVICE_LIB:
+        if x.dtype == tl.float32:
+            return libdevice.pow(x, e)
+        else:
+            return _float_pow_by_hand(x, e)
+    else:
+        return _float_pow_by_hand(x, e)
 
 
 @jit
@@ -425,12 +569,12 @@ def _b_neg(x, y, z, p0, p1, p2, i):
 
 @jit
 def _b_exp(x, y, z, p0, p1, p2, i):
-    return tl.exp(x)
+    return _exp(x)
 
 
 @jit
 def _b_exp2(x, y, z, p0, p1, p2, i):
-    return tl.exp2(x)
+    return _exp2(x)
 
 
 @jit
@@ -440,12 +584,12 @@ def _b_expm1(x, y, z, p0, p1, p2, i):
 
 @jit
 def _b_log(x, y, z, p0, p1, p2, i):
-    return tl.log(x)
+    return _log(x)
 
 
 @jit
 def _b_log2(x, y, z, p0, p1, p2, i):
-    return tl.log2(x)
+    return _log2(x)
 
 
 @jit
@@ -470,17 +614,23 @@ def _b_reciprocal(x, y, z, p0, p1, p2, i):
 
 @jit
 def _b_sin(x, y, z, p0, p1, p2, i):
-    return tl.sin(x)
+    return _sin(x)
 
 
 @jit
 def _b_cos(x, y, z, p0, p1, p2, i):
-    return tl.cos(x)
+    return _cos(x)
 
 
 @jit
 def _b_tan(x, y, z, p0, p1, p2, i):
-    return _div(tl.sin(x), tl.cos(x))
+    if DEVICE_LIB:
+        if x.dtype == tl.float32:
+            return libdevice.tan(x)
+        else:
+            return _div(_sin(x), _cos(x))
+    else:
+        return _div(_sin(x), _cos(x))
 
 
 @jit
@@ -490,7 +640,7 @@ def _b_tanh(x, y, z, p0, p1, p2, i):
 
 @jit
 def _b_erf(x, y, z, p0, p1, p2, i):
-    return tl.math.erf(x)
+    return _erf(x)
 
 
 @jit
@@ -553,7 +703,7 @@ def _b_relu(x, y, z, p0, p1, p2, i):
 
 @jit
 def _b_gelu(x, y, z, p0, p1, p2, i):
-    return 0.5 * x * (1.0 + tl.math.erf(x * _c(INV_SQRT2, x)))
+    return 0.5 * x * (1.0 + _erf(x * _c(INV_SQRT2, x)))
 
 
 @jit
@@ -561,7 +711,7 @@ def _b_gelu_tanh(x, y, z, p0, p1, p2, i):
     """0.5 x (1 + tanh(t)), t = sqrt(2/pi) (x + 0.044715 x^3), as x / (1 + exp(-2t)): the same value, with no
     cancellation of 1 + tanh for x << 0."""
     t = _c(SQRT_2_OVER_PI, x) * (x + _c(GELU_TANH_C, x) * x * x * x)
-    return _div(x, 1.0 + tl.exp(-2.0 * t))
+    return _div(x, 1.0 + _exp(-2.0 * t))
 
 
 @jit
@@ -616,7 +766,7 @@ def _b_softplus(x, y, z, p0, p1, p2, i):
 
 @jit
 def _b_log_sigmoid(x, y, z, p0, p1, p2, i):
-    return tl.minimum(x, 0.0) - _log1p(tl.exp(-tl.abs(x)))
+    return tl.minimum(x, 0.0) - _log1p(_exp(-tl.abs(x)))
 
 
 @jit
@@ -1195,9 +1345,10 @@ class Op:
     """One pointwise op: `name` (torch's), `arity` (tensor operands), `body`, the common dtypes it takes, torch's
     type promotion `kind`, its scalar parameters (names and defaults, p0.. in order), and what is special about it.
 
-    wide: half-precision operands compute in float64 (transcendentals whose float32 device versions are too coarse
-    near their special points). guard: (the fault site, the guard) of a refused input. operand_dtypes: per operand,
-    a fixed common dtype where the operand is not promoted with the others (where's and masked_fill's bool mask)."""
+    wide: half-precision operands compute in float64 under the interpreter (transcendentals whose written-out float32
+    versions are too coarse near their special points; on a GPU the device library's float32 functions serve).
+    guard: (the fault site, the guard) of a refused input. operand_dtypes: per operand, a fixed common dtype where the
+    operand is not promoted with the others (where's and masked_fill's bool mask)."""
 
     name: str
     arity: int
@@ -1343,10 +1494,11 @@ OPS: dict[str, Op] = _ops()
 # types
 # ======================================================================================================================
 def compute_dtype(common: str, wide: bool = False) -> str:
-    """The type an op computes in for its common dtype: float32 for half precision (float64 where `wide`), float64
-    for float32 and float64, an integer's own type, int1 for bool."""
+    """The type an op computes in for its common dtype: float32 for half precision (float64 where `wide`, under the
+    interpreter only: on a GPU the device library's float32 functions serve it, see DEVICE_LIB), float64 for float32
+    and float64, an integer's own type, int1 for bool."""
     if common in ("float16", "bfloat16"):
-        return "float64" if wide else "float32"
+        return "float64" if wide and not DEVICE_LIB else "float32"
     if common in ("float32", "float64"):
         return "float64"
     return common
