@@ -19,8 +19,8 @@ own width with two's complement wrap-around, bool as int1. The result is rounded
 its float64 bits (or as an int64), so no value is rounded through a float32 kernel argument.
 
 Device functions. On a GPU the float32 compute type uses the device library's float32 functions (libdevice's
-expf, logf, tanhf, erff, expm1f, log1pf, sinf, cosf, tanf, atan2f, powf: torch's for half precision), so half
-precision computes in float32 there. Under Triton's interpreter (no device library) the transcendental helpers are
+expf, logf, tanhf, erff, expm1f, log1pf, sinf, cosf, tanf, atan2f, powf: torch's for half precision; and fmod, exact,
+for every float type), so half precision computes in float32 there. Under Triton's interpreter (no device library) the transcendental helpers are
 written out from exp, log, sin, cos and erf (tanh: its series near 0, 1 - 2 / (e^2|x| + 1) elsewhere; expm1 and
 log1p: Kahan's and Goldberg's corrections), and half precision transcendentals compute in float64 (`Op.wide`). The
 float64 compute type (the float32 and float64 dtypes) uses the written-out helpers on every backend (`DEVICE_LIB`).
@@ -260,7 +260,7 @@ def _pow2(j, one, BIAS: tl.constexpr, P: tl.constexpr, MIN_K: tl.constexpr, FT: 
 
 
 @jit
-def _fmod_float(a, b):
+def _fmod_float_by_hand(a, b):
     """C's fmod, exact: the significands' long division on the bits (the float64 or float32 compute type), one
     shift-subtract step per binade between a and b; the result has a's sign. Subnormals are normalized first (scaled
     by 2^P, exactly), so both significands have their leading bit at P."""
@@ -511,6 +511,16 @@ def _float_pow(x, e):
             return _float_pow_by_hand(x, e)
     else:
         return _float_pow_by_hand(x, e)
+
+
+@jit
+def _fmod_float(a, b):
+    """C's fmod, exact: the device library's (exact, as IEEE 754's remainder-family operations are) on a GPU, for
+    float32 and float64 alike; written out under the interpreter."""
+    if DEVICE_LIB:
+        return libdevice.fmod(a, b)
+    else:
+        return _fmod_float_by_hand(a, b)
 
 
 @jit
