@@ -11,16 +11,20 @@ kernel does no index arithmetic at all. A zero-input generator (fill, arange, li
 operand: its body reads the element's index.
 
 Types. An operand is loaded in its own dtype, converted to the op's common dtype (torch's: the type every operand is
-cast to, `nbxcert.kernels.promotion`), then to the compute type: half precision in float32, float32 and float64 in
-float64 (the ops whose half-precision results need more than float32: `Op.wide`, in float64 too), integers in their
-own width with two's complement wrap-around, bool as int1. The result is rounded once into the output's dtype
-(`narrow`: round to nearest even, bfloat16 on the bits under the interpreter). A Python scalar operand is passed as
-its float64 bits (or as an int64), so no value is rounded through a float32 kernel argument.
+cast to, `nbxcert.kernels.promotion`), then to the compute type (`compute_dtype`). On the GPU it is torch's: half
+precision and float32 in float32, float64 in float64, except the ops whose float32 result would miss the float32
+tolerance (`Op.gpu_f64`, with the reason in the row: measured over every float32 input), which compute float32 in
+float64. Under the interpreter: half precision in float32 (float64 for `Op.interp_wide`), float32 and float64 in
+float64. Integers compute in their own width with two's complement wrap-around, bool as int1. The result is rounded
+once into the output's dtype (`narrow`: round to nearest even, bfloat16 on the bits under the interpreter). A Python
+scalar operand is passed as its float64 bits (or as an int64), so no value is rounded through a float32 kernel
+argument.
 
-Device functions. Under Triton's interpreter (no device math library) the transcendental helpers here are written
-out from exp, log, sin, cos and erf (tanh: its series near 0, 1 - 2 / (e^2|x| + 1) elsewhere; expm1 and log1p:
-Kahan's and Goldberg's corrections); the same bodies are compiled for the GPU (they use no libdevice function, which
-the interpreter cannot run). Half precision transcendentals compute in float64 (`Op.wide`).
+Device functions. On the GPU (the cuda and cross backends: `DEVICE_MATH`, a constexpr the launch sets from the
+backend in force) the bodies call the device's math library (`libdevice`: CUDA's accurate __nv_expf, __nv_logf,
+__nv_tanh, ..., launched without libdevice's flush-to-zero, `math_options`). Under Triton's interpreter (no device
+math library) the transcendental helpers here are written out from exp, log, sin, cos and erf (tanh: its series near
+0, 1 - 2 / (e^2|x| + 1) elsewhere; expm1 and log1p: Kahan's and Goldberg's corrections).
 
 Refusals (`nbxcert.kernels.faults`): integer division or remainder by zero, and a float to integer cast of NaN, an
 infinity or a value outside the target's range, are recorded by the kernel and raised as one `LaunchError` line.
@@ -60,6 +64,10 @@ from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal
 from nbxcert.kernels.spec import Config, Inputs, KeyField, PruneResult, Reference, choose_config
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
+
+# Triton's device math library (`libdevice.exp`, ...), imported once `nbxcert.kernels.jit` above chose the backend: a
+# Triton module imported before that choice would be decorated for the wrong one
+libdevice = importlib.import_module("triton.language.extra.libdevice")
 
 MAX_DIMS = 6  # dimensions the kernel indexes after merging (torch's TensorIterator merges alike; 6 covers NCDHW+1)
 FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -369,6 +377,134 @@ def _float_pow(x, e):
     return tl.where(e == 0.0, 1.0, r)
 
 
+# --- the device library on the GPU (DM: DEVICE_MATH), the helpers above under the interpreter -------------------------
+# `libdevice.f` is Triton's spelling (3.6 and 3.9) of the backend's library function for the argument's type: CUDA's
+# __nv_expf / __nv_exp, __nv_logf, __nv_tanhf, ... (the accurate ones: never the .approx instructions tl.exp, tl.log,
+# tl.sin and tl.cos lower to in float32), ROCm's ocml on AMD targets.
+@jit
+def _m_exp(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.exp(x)
+    else:
+        return tl.exp(x)
+
+
+@jit
+def _m_exp2(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.exp2(x)
+    else:
+        return tl.exp2(x)
+
+
+@jit
+def _m_log(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.log(x)
+    else:
+        return tl.log(x)
+
+
+@jit
+def _m_log2(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.log2(x)
+    else:
+        return tl.log2(x)
+
+
+@jit
+def _m_sin(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.sin(x)
+    else:
+        return tl.sin(x)
+
+
+@jit
+def _m_cos(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.cos(x)
+    else:
+        return tl.cos(x)
+
+
+@jit
+def _m_tan(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.tan(x)
+    else:
+        return _div(tl.sin(x), tl.cos(x))
+
+
+@jit
+def _m_erf(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.erf(x)
+    else:
+        return tl.math.erf(x)
+
+
+@jit
+def _m_expm1(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.expm1(x)
+    else:
+        return _expm1(x)
+
+
+@jit
+def _m_log1p(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.log1p(x)
+    else:
+        return _log1p(x)
+
+
+@jit
+def _m_tanh(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.tanh(x)
+    else:
+        return _tanh(x)
+
+
+@jit
+def _m_sigmoid(x, DM: tl.constexpr):
+    """`_sigmoid`'s form (no overflow on either side) with the device library's exp."""
+    if DM:
+        e = libdevice.exp(-tl.abs(x))
+        return _div(tl.where(x >= 0, 1.0, e), 1.0 + e)
+    else:
+        return _sigmoid(x)
+
+
+@jit
+def _m_softplus(x, DM: tl.constexpr):
+    if DM:
+        return tl.maximum(x, 0.0) + libdevice.log1p(libdevice.exp(-tl.abs(x)))
+    else:
+        return _softplus(x)
+
+
+@jit
+def _m_atan2(y, x, DM: tl.constexpr):
+    """CUDA's atan2 and pow have C99's special values (CUDA C++ Programming Guide, Mathematical Functions), as
+    `_atan2` and `_float_pow` do."""
+    if DM:
+        return libdevice.atan2(y, x)
+    else:
+        return _atan2(y, x)
+
+
+@jit
+def _m_pow(x, e, DM: tl.constexpr):
+    if DM:
+        return libdevice.pow(x, e)
+    else:
+        return _float_pow(x, e)
+
+
 @jit
 def _no_guard(x, y, z):
     """No refusal: no lane is bad."""
@@ -379,22 +515,22 @@ def _no_guard(x, y, z):
 # op bodies: body(x, y, z, p0, p1, p2, i) -> result (i: the element's flat index in the output, int64)
 # ======================================================================================================================
 @jit
-def _b_copy(x, y, z, p0, p1, p2, i):
+def _b_copy(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x
 
 
 @jit
-def _b_fill(x, y, z, p0, p1, p2, i):
+def _b_fill(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return tl.where(i >= 0, p0, p0)
 
 
 @jit
-def _b_arange(x, y, z, p0, p1, p2, i):
+def _b_arange(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return p0 + i.to(p0.dtype) * p2
 
 
 @jit
-def _b_linspace(x, y, z, p0, p1, p2, i):
+def _b_linspace(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """torch's: start + i step over the first half, end - (steps - 1 - i) step over the second (steps = p2)."""
     steps = p2
     step = _div(p1 - p0, tl.maximum(steps - 1.0, 1.0))
@@ -405,7 +541,7 @@ def _b_linspace(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_abs(x, y, z, p0, p1, p2, i):
+def _b_abs(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype == tl.int1:
         return x
     else:
@@ -416,7 +552,7 @@ def _b_abs(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_neg(x, y, z, p0, p1, p2, i):
+def _b_neg(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return -x
     else:
@@ -424,77 +560,77 @@ def _b_neg(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_exp(x, y, z, p0, p1, p2, i):
-    return tl.exp(x)
+def _b_exp(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_exp(x, DM)
 
 
 @jit
-def _b_exp2(x, y, z, p0, p1, p2, i):
-    return tl.exp2(x)
+def _b_exp2(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_exp2(x, DM)
 
 
 @jit
-def _b_expm1(x, y, z, p0, p1, p2, i):
-    return _expm1(x)
+def _b_expm1(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_expm1(x, DM)
 
 
 @jit
-def _b_log(x, y, z, p0, p1, p2, i):
-    return tl.log(x)
+def _b_log(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_log(x, DM)
 
 
 @jit
-def _b_log2(x, y, z, p0, p1, p2, i):
-    return tl.log2(x)
+def _b_log2(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_log2(x, DM)
 
 
 @jit
-def _b_log1p(x, y, z, p0, p1, p2, i):
-    return _log1p(x)
+def _b_log1p(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_log1p(x, DM)
 
 
 @jit
-def _b_sqrt(x, y, z, p0, p1, p2, i):
+def _b_sqrt(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return _sqrt(x)
 
 
 @jit
-def _b_rsqrt(x, y, z, p0, p1, p2, i):
+def _b_rsqrt(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return _div(tl.full(x.shape, 1.0, x.dtype), _sqrt(x))
 
 
 @jit
-def _b_reciprocal(x, y, z, p0, p1, p2, i):
+def _b_reciprocal(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return _div(tl.full(x.shape, 1.0, x.dtype), x)
 
 
 @jit
-def _b_sin(x, y, z, p0, p1, p2, i):
-    return tl.sin(x)
+def _b_sin(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_sin(x, DM)
 
 
 @jit
-def _b_cos(x, y, z, p0, p1, p2, i):
-    return tl.cos(x)
+def _b_cos(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_cos(x, DM)
 
 
 @jit
-def _b_tan(x, y, z, p0, p1, p2, i):
-    return _div(tl.sin(x), tl.cos(x))
+def _b_tan(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_tan(x, DM)
 
 
 @jit
-def _b_tanh(x, y, z, p0, p1, p2, i):
-    return _tanh(x)
+def _b_tanh(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_tanh(x, DM)
 
 
 @jit
-def _b_erf(x, y, z, p0, p1, p2, i):
-    return tl.math.erf(x)
+def _b_erf(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_erf(x, DM)
 
 
 @jit
-def _b_sign(x, y, z, p0, p1, p2, i):
+def _b_sign(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype == tl.int1:
         return x
     else:
@@ -506,7 +642,7 @@ def _b_sign(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_floor(x, y, z, p0, p1, p2, i):
+def _b_floor(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return tl.floor(x)
     else:
@@ -514,7 +650,7 @@ def _b_floor(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_ceil(x, y, z, p0, p1, p2, i):
+def _b_ceil(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return tl.ceil(x)
     else:
@@ -522,7 +658,7 @@ def _b_ceil(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_round(x, y, z, p0, p1, p2, i):
+def _b_round(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return _rint(x)
     else:
@@ -530,7 +666,7 @@ def _b_round(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_trunc(x, y, z, p0, p1, p2, i):
+def _b_trunc(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return _trunc(x)
     else:
@@ -538,13 +674,13 @@ def _b_trunc(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_sigmoid(x, y, z, p0, p1, p2, i):
-    return _sigmoid(x)
+def _b_sigmoid(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_sigmoid(x, DM)
 
 
 # --- activations ------------------------------------------------------------------------------------------------------
 @jit
-def _b_relu(x, y, z, p0, p1, p2, i):
+def _b_relu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return tl.where(x > 0, x, tl.where(_isnan(x), x, 0.0))
     else:
@@ -552,50 +688,50 @@ def _b_relu(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_gelu(x, y, z, p0, p1, p2, i):
-    return 0.5 * x * (1.0 + tl.math.erf(x * _c(INV_SQRT2, x)))
+def _b_gelu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return 0.5 * x * (1.0 + _m_erf(x * _c(INV_SQRT2, x), DM))
 
 
 @jit
-def _b_gelu_tanh(x, y, z, p0, p1, p2, i):
+def _b_gelu_tanh(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """0.5 x (1 + tanh(t)), t = sqrt(2/pi) (x + 0.044715 x^3), as x / (1 + exp(-2t)): the same value, with no
     cancellation of 1 + tanh for x << 0."""
     t = _c(SQRT_2_OVER_PI, x) * (x + _c(GELU_TANH_C, x) * x * x * x)
-    return _div(x, 1.0 + tl.exp(-2.0 * t))
+    return _div(x, 1.0 + _m_exp(-2.0 * t, DM))
 
 
 @jit
-def _b_silu(x, y, z, p0, p1, p2, i):
-    return x * _sigmoid(x)
+def _b_silu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return x * _m_sigmoid(x, DM)
 
 
 @jit
-def _b_mish(x, y, z, p0, p1, p2, i):
-    return x * _tanh(_softplus(x))
+def _b_mish(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return x * _m_tanh(_m_softplus(x, DM), DM)
 
 
 @jit
-def _b_elu(x, y, z, p0, p1, p2, i):
-    return tl.where(x > 0, x, p0 * _expm1(x))
+def _b_elu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return tl.where(x > 0, x, p0 * _m_expm1(x, DM))
 
 
 @jit
-def _b_celu(x, y, z, p0, p1, p2, i):
-    return tl.where(x > 0, x, p0 * _expm1(_div(x, p0)))
+def _b_celu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return tl.where(x > 0, x, p0 * _m_expm1(_div(x, p0), DM))
 
 
 @jit
-def _b_selu(x, y, z, p0, p1, p2, i):
-    return _c(SELU_SCALE, x) * tl.where(x > 0, x, _c(SELU_ALPHA, x) * _expm1(x))
+def _b_selu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _c(SELU_SCALE, x) * tl.where(x > 0, x, _c(SELU_ALPHA, x) * _m_expm1(x, DM))
 
 
 @jit
-def _b_leaky_relu(x, y, z, p0, p1, p2, i):
+def _b_leaky_relu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return tl.where(x > 0, x, x * p0)
 
 
 @jit
-def _b_hardsigmoid(x, y, z, p0, p1, p2, i):
+def _b_hardsigmoid(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """torch's min(max(x + 3, 0), 6) / 6; std::max and std::min return a NaN first argument, Triton's maximum and
     minimum drop it (fmax): NaN is kept explicitly."""
     r = _div(tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), tl.full(x.shape, 6.0, x.dtype))
@@ -603,35 +739,35 @@ def _b_hardsigmoid(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_hardswish(x, y, z, p0, p1, p2, i):
+def _b_hardswish(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return _div(x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), tl.full(x.shape, 6.0, x.dtype))
 
 
 @jit
-def _b_softplus(x, y, z, p0, p1, p2, i):
+def _b_softplus(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """log(1 + exp(beta x)) / beta, x itself where beta x > threshold (p0 beta, p1 threshold)."""
     bx = x * p0
-    return tl.where(bx > p1, x, _div(_softplus(bx), tl.full(x.shape, 0.0, x.dtype) + p0))
+    return tl.where(bx > p1, x, _div(_m_softplus(bx, DM), tl.full(x.shape, 0.0, x.dtype) + p0))
 
 
 @jit
-def _b_log_sigmoid(x, y, z, p0, p1, p2, i):
-    return tl.minimum(x, 0.0) - _log1p(tl.exp(-tl.abs(x)))
+def _b_log_sigmoid(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return tl.minimum(x, 0.0) - _m_log1p(_m_exp(-tl.abs(x), DM), DM)
 
 
 @jit
-def _b_threshold(x, y, z, p0, p1, p2, i):
+def _b_threshold(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return tl.where(x <= p0, p1, x)
 
 
 @jit
-def _b_glu(x, y, z, p0, p1, p2, i):
-    return x * _sigmoid(y)
+def _b_glu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return x * _m_sigmoid(y, DM)
 
 
 # --- binary -----------------------------------------------------------------------------------------------------------
 @jit
-def _b_add(x, y, z, p0, p1, p2, i):
+def _b_add(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype == tl.int1:
         return x | (y & (p0 != 0))
     else:
@@ -644,7 +780,7 @@ def _b_add(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_sub(x, y, z, p0, p1, p2, i):
+def _b_sub(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return tl.fma(-p0, y, x)  # one rounding, as add
     else:
@@ -652,7 +788,7 @@ def _b_sub(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_mul(x, y, z, p0, p1, p2, i):
+def _b_mul(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype == tl.int1:
         return x & y
     else:
@@ -663,7 +799,7 @@ def _b_mul(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_div(x, y, z, p0, p1, p2, i):
+def _b_div(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return _div(x, y)
 
 
@@ -687,7 +823,7 @@ def _floor_div_float(x, y):
 
 
 @jit
-def _b_div_trunc(x, y, z, p0, p1, p2, i):
+def _b_div_trunc(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return _trunc(_div(x, y))
     else:
@@ -696,7 +832,7 @@ def _b_div_trunc(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_div_floor(x, y, z, p0, p1, p2, i):
+def _b_div_floor(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return _floor_div_float(x, y)
     else:
@@ -705,7 +841,7 @@ def _b_div_floor(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_remainder(x, y, z, p0, p1, p2, i):
+def _b_remainder(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         r = _fmod_float(x, y)
         return tl.where((r != 0) & ((y < 0) != (r < 0)), r + y, r)
@@ -715,7 +851,7 @@ def _b_remainder(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_fmod(x, y, z, p0, p1, p2, i):
+def _b_fmod(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return _fmod_float(x, y)
     else:
@@ -724,9 +860,9 @@ def _b_fmod(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_pow(x, y, z, p0, p1, p2, i):
+def _b_pow(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
-        return _float_pow(x, y)
+        return _m_pow(x, y, DM)
     else:
         if x.dtype == tl.int1:
             return x | (y == 0)
@@ -735,7 +871,7 @@ def _b_pow(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_maximum(x, y, z, p0, p1, p2, i):
+def _b_maximum(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype == tl.int1:
         return x | y
     else:
@@ -746,7 +882,7 @@ def _b_maximum(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_minimum(x, y, z, p0, p1, p2, i):
+def _b_minimum(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype == tl.int1:
         return x & y
     else:
@@ -757,12 +893,12 @@ def _b_minimum(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_atan2(x, y, z, p0, p1, p2, i):
-    return _atan2(x, y)
+def _b_atan2(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_atan2(x, y, DM)
 
 
 @jit
-def _b_hypot(x, y, z, p0, p1, p2, i):
+def _b_hypot(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     ax = tl.abs(x)
     ay = tl.abs(y)
     hi = tl.maximum(ax, ay)
@@ -775,19 +911,19 @@ def _b_hypot(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_lerp(x, y, z, p0, p1, p2, i):
+def _b_lerp(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """torch's: start + w (end - start) for |w| < 0.5, end - (end - start)(1 - w) otherwise (w: z)."""
     d = y - x
     return tl.where(tl.abs(z) < 0.5, x + z * d, y - d * (1.0 - z))
 
 
 @jit
-def _b_addcdiv(x, y, z, p0, p1, p2, i):
+def _b_addcdiv(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x + p0 * _div(y, z)
 
 
 @jit
-def _b_addcmul(x, y, z, p0, p1, p2, i):
+def _b_addcmul(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         # torch's order: input + value (t1 t2), the product first (value t1 could underflow or overflow where the
         # product does not), fused with the sum as torch's explicit fma is; value 1 fuses the product itself
@@ -801,72 +937,72 @@ def _b_addcmul(x, y, z, p0, p1, p2, i):
 
 # --- comparisons and logic --------------------------------------------------------------------------------------------
 @jit
-def _b_eq(x, y, z, p0, p1, p2, i):
+def _b_eq(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x == y
 
 
 @jit
-def _b_ne(x, y, z, p0, p1, p2, i):
+def _b_ne(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x != y
 
 
 @jit
-def _b_lt(x, y, z, p0, p1, p2, i):
+def _b_lt(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x < y
 
 
 @jit
-def _b_le(x, y, z, p0, p1, p2, i):
+def _b_le(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x <= y
 
 
 @jit
-def _b_gt(x, y, z, p0, p1, p2, i):
+def _b_gt(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x > y
 
 
 @jit
-def _b_ge(x, y, z, p0, p1, p2, i):
+def _b_ge(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x >= y
 
 
 @jit
-def _b_logical_and(x, y, z, p0, p1, p2, i):
+def _b_logical_and(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return (x != 0) & (y != 0)
 
 
 @jit
-def _b_logical_or(x, y, z, p0, p1, p2, i):
+def _b_logical_or(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return (x != 0) | (y != 0)
 
 
 @jit
-def _b_logical_xor(x, y, z, p0, p1, p2, i):
+def _b_logical_xor(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return (x != 0) != (y != 0)
 
 
 @jit
-def _b_logical_not(x, y, z, p0, p1, p2, i):
+def _b_logical_not(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x == 0
 
 
 @jit
-def _b_bitwise_and(x, y, z, p0, p1, p2, i):
+def _b_bitwise_and(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x & y
 
 
 @jit
-def _b_bitwise_or(x, y, z, p0, p1, p2, i):
+def _b_bitwise_or(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x | y
 
 
 @jit
-def _b_bitwise_xor(x, y, z, p0, p1, p2, i):
+def _b_bitwise_xor(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x ^ y
 
 
 @jit
-def _b_bitwise_not(x, y, z, p0, p1, p2, i):
+def _b_bitwise_not(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype == tl.int1:
         return x == 0
     else:
@@ -874,7 +1010,7 @@ def _b_bitwise_not(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_left_shift(x, y, z, p0, p1, p2, i):
+def _b_left_shift(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """x << y; an amount < 0 or >= the width gives 0 (torch's)."""
     W: tl.constexpr = x.dtype.primitive_bitwidth
     ok = (y >= 0) & (y < W)
@@ -882,7 +1018,7 @@ def _b_left_shift(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_right_shift(x, y, z, p0, p1, p2, i):
+def _b_right_shift(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """x >> y (arithmetic for signed types); an amount < 0 or >= the width gives the sign fill (torch's)."""
     W: tl.constexpr = x.dtype.primitive_bitwidth
     ok = (y >= 0) & (y < W)
@@ -895,7 +1031,7 @@ def _b_right_shift(x, y, z, p0, p1, p2, i):
 
 # --- predicates and selection -----------------------------------------------------------------------------------------
 @jit
-def _b_isnan(x, y, z, p0, p1, p2, i):
+def _b_isnan(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return _isnan(x)
     else:
@@ -903,7 +1039,7 @@ def _b_isnan(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_isinf(x, y, z, p0, p1, p2, i):
+def _b_isinf(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return _isinf(x)
     else:
@@ -911,7 +1047,7 @@ def _b_isinf(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_isfinite(x, y, z, p0, p1, p2, i):
+def _b_isfinite(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return (x == x) & ~_isinf(x)
     else:
@@ -919,7 +1055,7 @@ def _b_isfinite(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_nan_to_num(x, y, z, p0, p1, p2, i):
+def _b_nan_to_num(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """NaN -> p0, +inf -> p1, -inf -> p2; integers unchanged."""
     if x.dtype.is_floating():
         r = tl.where(x == float("inf"), p1, tl.where(x == float("-inf"), p2, x))
@@ -929,7 +1065,7 @@ def _b_nan_to_num(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_clamp(x, y, z, p0, p1, p2, i):
+def _b_clamp(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """min(max(x, p0), p1); NaN stays NaN (torch's)."""
     r = tl.minimum(tl.maximum(x, p0), p1)
     if x.dtype.is_floating():
@@ -939,7 +1075,7 @@ def _b_clamp(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_clamp_min(x, y, z, p0, p1, p2, i):
+def _b_clamp_min(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     r = tl.maximum(x, p0)
     if x.dtype.is_floating():
         return tl.where(_isnan(x), x, r)
@@ -948,7 +1084,7 @@ def _b_clamp_min(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_clamp_max(x, y, z, p0, p1, p2, i):
+def _b_clamp_max(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     r = tl.minimum(x, p0)
     if x.dtype.is_floating():
         return tl.where(_isnan(x), x, r)
@@ -957,13 +1093,13 @@ def _b_clamp_max(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_where(x, y, z, p0, p1, p2, i):
+def _b_where(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """x: the condition; y where it holds, z elsewhere."""
     return tl.where(x != 0, y, z)
 
 
 @jit
-def _b_masked_fill(x, y, z, p0, p1, p2, i):
+def _b_masked_fill(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """x where the mask y is false, p0 where it holds."""
     return tl.where(y != 0, p0, x)
 
@@ -984,7 +1120,7 @@ def _cast_guard(x, y, z):
 
 
 @jit
-def _b_cast(x, y, z, p0, p1, p2, i):
+def _b_cast(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """x itself: the conversion to the output's dtype is the store's (floats to integers truncate toward zero)."""
     return x
 
@@ -1136,6 +1272,7 @@ def _map_kernel(
     DENSE: tl.constexpr,
     BLOCK: tl.constexpr,
     UPCAST: tl.constexpr,
+    DEVICE_MATH: tl.constexpr,
 ):
     """out[idx] = BODY(x[idx], y[idx], z[idx], p0, p1, p2, flat idx) over the n elements of the output.
 
@@ -1148,7 +1285,8 @@ def _map_kernel(
     in slots 6 - (NDIM - 1) .. 5. DENSE: every tensor is contiguous with the output's shape (no index arithmetic).
     BODY: the op (a @jit function). GUARD, SITE, BOUND: lanes GUARD(x, y, z) finds bad are recorded as fault SITE
     (0: none). X_MODE..: 0 tensor, 1 float scalar, 2 integer scalar, 3 unused. X_VIA..: the common dtype each operand
-    is rounded to; X_TO..: the compute type. BLOCK: elements per program. UPCAST: interpreter backend (`narrow`)."""
+    is rounded to; X_TO..: the compute type. BLOCK: elements per program. UPCAST: interpreter backend (`narrow`).
+    DEVICE_MATH: the bodies use the device's math library (a compiled backend; `device_math`)."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < n
     if DENSE:
@@ -1183,7 +1321,9 @@ def _map_kernel(
         bad, value = GUARD(x, y, z)
         bad = bad & ok
         record_fault_lanes(fault_ptr, SITE, offs, value, BOUND, bad)
-    r = BODY(x, y, z, _param(p0, P_FLOAT, P_TO), _param(p1, P_FLOAT, P_TO), _param(p2, P_FLOAT, P_TO), offs)
+    r = BODY(
+        x, y, z, _param(p0, P_FLOAT, P_TO), _param(p1, P_FLOAT, P_TO), _param(p2, P_FLOAT, P_TO), offs, DEVICE_MATH
+    )
     tl.store(out_ptr + oo, _to_output(r, out_ptr.dtype.element_ty, UPCAST), mask=ok)
 
 
@@ -1195,9 +1335,12 @@ class Op:
     """One pointwise op: `name` (torch's), `arity` (tensor operands), `body`, the common dtypes it takes, torch's
     type promotion `kind`, its scalar parameters (names and defaults, p0.. in order), and what is special about it.
 
-    wide: half-precision operands compute in float64 (transcendentals whose float32 device versions are too coarse
-    near their special points). guard: (the fault site, the guard) of a refused input. operand_dtypes: per operand,
-    a fixed common dtype where the operand is not promoted with the others (where's and masked_fill's bool mask)."""
+    interp_wide: under the interpreter, half-precision operands compute in float64 (there the transcendental bodies
+    are this module's own, checked in float64). gpu_f64: on the GPU, float32 operands compute in float64, for the
+    reason given ("": in float32, as torch's; see `compute_dtype`); gpu_half_f64: so do half-precision ones (else in
+    float32, torch's opmath, whose error is far below their tolerance). guard: (the fault site, the guard) of a
+    refused input. operand_dtypes: per operand, a fixed common dtype where the operand is
+    not promoted with the others (where's and masked_fill's bool mask)."""
 
     name: str
     arity: int
@@ -1205,7 +1348,9 @@ class Op:
     dtypes: tuple[str, ...]
     kind: str = "default"
     params: tuple[tuple[str, Any], ...] = ()
-    wide: bool = False
+    interp_wide: bool = False
+    gpu_f64: str = ""
+    gpu_half_f64: bool = False
     guard: tuple[int, Any] | None = None
     operand_dtypes: tuple[str | None, ...] = ()
     description: str = ""
@@ -1215,47 +1360,71 @@ class Op:
     int_floats: bool = False  # integer operands are computed as floats (kind int_to_float)
 
 
+# Measured on an H200 (Triton 3.6.0, libdevice without flush-to-zero), over every float32 input: the largest
+# |out - ref| / (tol * |ref| + half an ulp) of each float32 function, ref its float64 value, tol 2^-23 (the device
+# file's): expm1 0.72, log 0.46, log2 0.61, log1p 0.47, sin 0.96, cos 0.98, rsqrt 0.77 pass; these did not or had no
+# margin, and compute float32 in float64 on the GPU (the half types' float32 error is 2^-13 of their tolerance).
+_F32_OVER = "CUDA's float32 {} measured {} of the float32 tolerance at worst, over every float32 input"
+# (name, body, half precision in float64 under the interpreter, why float32 computes in float64 on the GPU)
 _UNARY_MATH = [
-    ("exp", _b_exp, True),
-    ("exp2", _b_exp2, True),
-    ("expm1", _b_expm1, True),
-    ("log", _b_log, True),
-    ("log2", _b_log2, True),
-    ("log1p", _b_log1p, True),
-    ("sqrt", _b_sqrt, False),
-    ("rsqrt", _b_rsqrt, False),
-    ("reciprocal", _b_reciprocal, False),
-    ("sin", _b_sin, True),
-    ("cos", _b_cos, True),
-    ("tan", _b_tan, True),
-    ("tanh", _b_tanh, True),
-    ("erf", _b_erf, True),
-    ("sigmoid", _b_sigmoid, True),
+    ("exp", _b_exp, True, _F32_OVER.format("expf", "1.22x")),
+    ("exp2", _b_exp2, True, _F32_OVER.format("exp2f", "1.71x")),
+    ("expm1", _b_expm1, True, ""),
+    ("log", _b_log, True, ""),
+    ("log2", _b_log2, True, ""),
+    ("log1p", _b_log1p, True, ""),
+    ("sqrt", _b_sqrt, False, ""),
+    ("rsqrt", _b_rsqrt, False, ""),
+    ("reciprocal", _b_reciprocal, False, ""),
+    ("sin", _b_sin, True, ""),
+    ("cos", _b_cos, True, ""),
+    ("tan", _b_tan, True, _F32_OVER.format("tanf", "1.41x")),
+    ("tanh", _b_tanh, True, _F32_OVER.format("tanhf", "1.14x")),
+    ("erf", _b_erf, True, _F32_OVER.format("erff", "1.00x (no margin)")),
+    ("sigmoid", _b_sigmoid, True, _F32_OVER.format("1 / (1 + expf(-x))", "1.42x")),
 ]
+# (name, body, params, the oracle's fixed keywords, why the GPU computes float32 in float64)
+# These chain float32 library functions (1-2 ulps each: CUDA C++ Programming Guide, Mathematical Functions) with
+# roundings, and measured over the one-epsilon tolerance in float32 (same measurement as `_UNARY_MATH`'s: gelu
+# 6.7e6x, cancelling in 1 + erf; silu and mish 104x, at subnormal results; softplus and log_sigmoid 1.22x; elu 0.63x
+# with alpha 1, before the product by another alpha); in float64 their error is 2^-29 of it.
+_CHAIN = "a chain of float32 library functions (1-2 ulps each) and roundings exceeds one float32 epsilon"
 _ACTIVATIONS = [
-    ("gelu", _b_gelu, (), (("approximate", "none"),)),
-    ("gelu_tanh", _b_gelu_tanh, (), (("approximate", "tanh"),)),
-    ("silu", _b_silu, (), ()),
-    ("mish", _b_mish, (), ()),
-    ("elu", _b_elu, (("alpha", 1.0),), ()),
-    ("celu", _b_celu, (("alpha", 1.0),), ()),
-    ("selu", _b_selu, (), ()),
-    ("leaky_relu", _b_leaky_relu, (("negative_slope", 0.01),), ()),
-    ("hardsigmoid", _b_hardsigmoid, (), ()),
-    ("hardswish", _b_hardswish, (), ()),
-    ("softplus", _b_softplus, (("beta", 1.0), ("threshold", 20.0)), ()),
-    ("log_sigmoid", _b_log_sigmoid, (), ()),
+    ("gelu", _b_gelu, (), (("approximate", "none"),), "0.5 x (1 + erf(x / sqrt 2)), cancelling for x << 0: " + _CHAIN),
+    ("gelu_tanh", _b_gelu_tanh, (), (("approximate", "tanh"),), "x / (1 + exp(-2t)), t's error times 2|t|: " + _CHAIN),
+    ("silu", _b_silu, (), (), "x sigmoid(x): " + _CHAIN),
+    ("mish", _b_mish, (), (), "tanh(log1p(exp x)): " + _CHAIN),
+    ("elu", _b_elu, (("alpha", 1.0),), (), "alpha expm1(x): " + _CHAIN),
+    ("celu", _b_celu, (("alpha", 1.0),), (), "alpha expm1(x / alpha), three roundings: " + _CHAIN),
+    ("selu", _b_selu, (), (), "scale alpha expm1(x), two rounded constants: " + _CHAIN),
+    ("leaky_relu", _b_leaky_relu, (("negative_slope", 0.01),), (), ""),
+    ("hardsigmoid", _b_hardsigmoid, (), (), ""),
+    ("hardswish", _b_hardswish, (), (), ""),
+    ("softplus", _b_softplus, (("beta", 1.0), ("threshold", 20.0)), (), "log1p(exp(beta x)) / beta: " + _CHAIN),
+    ("log_sigmoid", _b_log_sigmoid, (), (), "min(x, 0) - log1p(exp -|x|), cancelling near 0: " + _CHAIN),
 ]
 DIV_GUARD = (faults.INTEGER_DIVISOR, _div_guard)
 
 
 def _ops() -> dict[str, Op]:
     rows: list[Op] = []
-    for name, body, wide in _UNARY_MATH:
-        rows.append(Op(name, 1, body, ALL, "int_to_float", wide=wide, int_floats=True))
-    for name, body, params, oracle_params in _ACTIVATIONS:
+    for name, body, wide, gpu_f64 in _UNARY_MATH:
+        rows.append(Op(name, 1, body, ALL, "int_to_float", interp_wide=wide, gpu_f64=gpu_f64, int_floats=True))
+    for name, body, params, oracle_params, gpu_f64 in _ACTIVATIONS:
         oracle = "gelu" if name.startswith("gelu") else name
-        rows.append(Op(name, 1, body, FLOATS, params=params, wide=True, oracle=oracle, oracle_params=oracle_params))
+        rows.append(
+            Op(
+                name,
+                1,
+                body,
+                FLOATS,
+                params=params,
+                interp_wide=True,
+                gpu_f64=gpu_f64,
+                oracle=oracle,
+                oracle_params=oracle_params,
+            )
+        )
     rows += [
         Op("abs", 1, _b_abs, NUMERIC),
         Op("neg", 1, _b_neg, NUMERIC),
@@ -1266,7 +1435,7 @@ def _ops() -> dict[str, Op]:
         Op("trunc", 1, _b_trunc, NUMERIC),
         Op("relu", 1, _b_relu, NUMERIC),
         Op("threshold", 1, _b_threshold, NUMERIC, params=(("threshold", 0.0), ("value", 0.0))),
-        Op("glu", 2, _b_glu, FLOATS, wide=True),
+        Op("glu", 2, _b_glu, FLOATS, interp_wide=True, gpu_f64="x sigmoid(y): " + _F32_OVER.format("sigmoid", "1.42x")),
         Op("add", 2, _b_add, ALL, params=(("alpha", 1),)),
         Op("sub", 2, _b_sub, NUMERIC, params=(("alpha", 1),)),
         Op("mul", 2, _b_mul, ALL),
@@ -1286,6 +1455,7 @@ def _ops() -> dict[str, Op]:
             2,
             _b_div_floor,
             NUMERIC,
+            gpu_f64="the floor of the exact quotient: float32's (x - fmod(x, y)) / y can round onto the next integer",
             guard=DIV_GUARD,
             oracle="div",
             oracle_params=(("rounding_mode", "floor"),),
@@ -1296,11 +1466,28 @@ def _ops() -> dict[str, Op]:
         # float64 pow is exp2(e log2 |x|) in float64, whose error grows with |e log2 x| (125 ulps seen near the
         # range's end): it would need log2 and exp2 in double-double, which the kernel has not, so float64 is not
         # offered (refused by name); the half types and float32 compute it in float64, well within their tolerance
-        Op("pow", 2, _b_pow, tuple(d for d in NUMERIC if d != "float64"), wide=True, domain="pow"),
+        Op(
+            "pow",
+            2,
+            _b_pow,
+            tuple(d for d in NUMERIC if d != "float64"),
+            interp_wide=True,
+            gpu_f64="x^e's error is |e log x| times log's: float32's powf (up to 2 ulps) can exceed one epsilon",
+            domain="pow",
+        ),
         Op("maximum", 2, _b_maximum, ALL),
         Op("minimum", 2, _b_minimum, ALL),
-        Op("atan2", 2, _b_atan2, ALL, "int_to_float", wide=True, int_floats=True),
-        Op("hypot", 2, _b_hypot, FLOATS),
+        Op(
+            "atan2",
+            2,
+            _b_atan2,
+            ALL,
+            "int_to_float",
+            interp_wide=True,
+            gpu_f64="float32's atan2f is within 2 ulps (CUDA's table), over one epsilon near the axes",
+            int_floats=True,
+        ),
+        Op("hypot", 2, _b_hypot, FLOATS, gpu_f64="hi sqrt(1 + (lo / hi)^2): four float32 roundings exceed one epsilon"),
         Op("lerp", 3, _b_lerp, FLOATS),
         Op("addcdiv", 3, _b_addcdiv, FLOATS, params=(("value", 1.0),)),
         Op("addcmul", 3, _b_addcmul, NUMERIC, params=(("value", 1),)),
@@ -1328,7 +1515,16 @@ def _ops() -> dict[str, Op]:
         Op("where", 3, _b_where, ALL, operand_dtypes=("bool", None, None)),
         Op("masked_fill", 2, _b_masked_fill, ALL, params=(("value", 0),), operand_dtypes=(None, "bool")),
         Op("copy", 1, _b_copy, ALL),
-        Op("cast", 1, _b_cast, ALL, wide=True, guard=(faults.FLOAT_TO_INT, _cast_guard)),
+        Op(
+            "cast",
+            1,
+            _b_cast,
+            ALL,
+            interp_wide=True,
+            gpu_f64="the range guard's bounds (-2^31 - 1, ...) are exact in float64 only; the value is unchanged",
+            gpu_half_f64=True,
+            guard=(faults.FLOAT_TO_INT, _cast_guard),
+        ),
         Op("fill", 0, _b_fill, ALL, params=(("value", 0),)),
         Op("arange", 0, _b_arange, NUMERIC, params=(("start", 0), ("end", None), ("step", 1))),
         Op("linspace", 0, _b_linspace, FLOATS, params=(("start", 0.0), ("end", None), ("steps", None))),
@@ -1342,11 +1538,35 @@ OPS: dict[str, Op] = _ops()
 # ======================================================================================================================
 # types
 # ======================================================================================================================
-def compute_dtype(common: str, wide: bool = False) -> str:
-    """The type an op computes in for its common dtype: float32 for half precision (float64 where `wide`), float64
-    for float32 and float64, an integer's own type, int1 for bool."""
-    if common in ("float16", "bfloat16"):
+def device_math() -> bool:
+    """Whether the backend in force compiles for a GPU (cuda, cross), whose bodies use the device's math library
+    (`DEVICE_MATH`); False under Triton's interpreter, which has none."""
+    return not upcast()
+
+
+def math_options() -> dict[str, Any]:
+    """Compile options of a launch with `DEVICE_MATH`: on an NVIDIA target, libdevice without flush-to-zero (Triton's
+    `enable_reflect_ftz` defaults to True, which makes __nv_expf, __nv_sinf, ... read and return float32 subnormals as
+    0: sin of the smallest subnormal would be 0, not itself; torch's CUDA build keeps them)."""
+    if not device_math():
+        return {}
+    from triton.runtime.driver import driver
+
+    return {"enable_reflect_ftz": False} if driver.active.get_current_target().backend == "cuda" else {}
+
+
+def compute_dtype(common: str, op: Op | None = None, device: bool | None = None) -> str:
+    """The type `op` computes in for its common dtype, on the GPU (`device`; None: the backend in force) or under the
+    interpreter. GPU: torch's, float32 for half precision and float32, float64 for float64; float32 in float64 where
+    `op.gpu_f64` says why, half precision too where `op.gpu_half_f64`. Interpreter (its transcendentals are this
+    module's float64 helpers): float32 for half precision (float64 where `op.interp_wide`), float64 for float32 and
+    float64. An integer computes in its own type, bool in int1."""
+    device = device_math() if device is None else device
+    if device and common in ("float16", "bfloat16", "float32"):
+        wide = op is not None and (op.gpu_half_f64 if common != "float32" else bool(op.gpu_f64))
         return "float64" if wide else "float32"
+    if common in ("float16", "bfloat16"):
+        return "float64" if op is not None and op.interp_wide else "float32"
     if common in ("float32", "float64"):
         return "float64"
     return common
@@ -1567,8 +1787,9 @@ def map_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tenso
             DENSE=dense,
             BLOCK=block,
             UPCAST=upcast(),
+            DEVICE_MATH=device_math(),
         )
-        return dict(kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+        return dict(kwargs, num_warps=config.num_warps, num_stages=config.num_stages, **math_options())
 
     kwargs = constexprs(key, make)
     args = (out, *ptrs, faults.word(out.device), *values, *plan.params, n, *d_slots[1:])
@@ -1852,7 +2073,7 @@ def make_inputs_for(op: Op):
 
 def plan_for(op: Op, operands: Sequence[Any], common: str, out: Tensor, params: Mapping[str, Any]) -> tuple:
     """(via, compute, kernel params, p_float) of a launch of `op` whose common dtype is `common`."""
-    compute = compute_dtype(common, op.wide)
+    compute = compute_dtype(common, op)
     via = []
     for i in range(3):
         fixed = op.operand_dtypes[i] if i < len(op.operand_dtypes) else None
@@ -1910,7 +2131,7 @@ def _oracle_for(op: Op):
         out = t["out"]
         common = s["common"]
         fn = getattr(oracle_module(), op.oracle or op.name)
-        compute = compute_dtype(common, op.wide)
+        compute = compute_dtype(common, op)
         params = resolve_params(op, s["params"], out, common)
         kwargs = dict(op.oracle_params)
         if op.arity == 0:
