@@ -1327,6 +1327,100 @@ def _map_kernel(
     tl.store(out_ptr + oo, _to_output(r, out_ptr.dtype.element_ty, UPCAST), mask=ok)
 
 
+@jit(do_not_specialize=["yv", "zv", "p0", "p1", "p2"])
+def _tile_kernel(
+    out_ptr,
+    x_ptr,
+    fault_ptr,
+    yv,
+    zv,
+    p0,
+    p1,
+    p2,
+    size_a,
+    size_b,
+    sxa,
+    sxb,
+    soa,
+    tiles_a,
+    tiles_b,
+    n1,
+    n2,
+    n3,
+    n4,
+    sx1,
+    sx2,
+    sx3,
+    sx4,
+    so1,
+    so2,
+    so3,
+    so4,
+    BODY: tl.constexpr,
+    GUARD: tl.constexpr,
+    SITE: tl.constexpr,
+    BOUND: tl.constexpr,
+    Y_MODE: tl.constexpr,
+    Z_MODE: tl.constexpr,
+    X_VIA: tl.constexpr,
+    Y_VIA: tl.constexpr,
+    Z_VIA: tl.constexpr,
+    X_TO: tl.constexpr,
+    Y_TO: tl.constexpr,
+    Z_TO: tl.constexpr,
+    P_FLOAT: tl.constexpr,
+    P_TO: tl.constexpr,
+    NBATCH: tl.constexpr,
+    TILE_A: tl.constexpr,
+    TILE_B: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DEVICE_MATH: tl.constexpr,
+):
+    """`_map_kernel` for one tensor operand x read across its layout into a contiguous output (a transposed copy or
+    cast, any unary op): a TILE_A x TILE_B tile, dimension a the one x is contiguous along (stride sxa, 1 where it is
+    transposed), dimension b the output's innermost (stride 1). x is loaded along a and the result stored along b, both
+    coalesced (Triton converts the tile's layout between them through shared memory); each element is computed by
+    the same expression as in `_map_kernel`, so no bit differs. The grid is one-dimensional: program -> (tile along
+    a, tile along b, batch index), the batch index over the other dimensions (NBATCH of them, sizes n1.., strides
+    sx1.. and so1.., innermost first). soa: the output's stride along a. y, z: only scalars (a cast's range bounds)."""
+    pid = tl.program_id(0).to(tl.int64)
+    ta = pid % tiles_a
+    rest = pid // tiles_a
+    tb = rest % tiles_b
+    rest = rest // tiles_b
+    bx = rest * 0
+    bo = bx
+    if NBATCH > 0:
+        bx += (rest % n1) * sx1
+        bo += (rest % n1) * so1
+        rest = rest // n1
+    if NBATCH > 1:
+        bx += (rest % n2) * sx2
+        bo += (rest % n2) * so2
+        rest = rest // n2
+    if NBATCH > 2:
+        bx += (rest % n3) * sx3
+        bo += (rest % n3) * so3
+        rest = rest // n3
+    if NBATCH > 3:
+        bx += (rest % n4) * sx4
+        bo += (rest % n4) * so4
+    ra = ta * TILE_A + tl.arange(0, TILE_A).to(tl.int64)
+    rb = tb * TILE_B + tl.arange(0, TILE_B).to(tl.int64)
+    ok = (ra[:, None] < size_a) & (rb[None, :] < size_b)
+    ox = bx + ra[:, None] * sxa + rb[None, :] * sxb
+    oo = bo + ra[:, None] * soa + rb[None, :]
+    x = _operand(x_ptr, ox, ok, 0, 0, X_VIA, X_TO, UPCAST)
+    y = _operand(x_ptr, oo, ok, yv, Y_MODE, Y_VIA, Y_TO, UPCAST)
+    z = _operand(x_ptr, oo, ok, zv, Z_MODE, Z_VIA, Z_TO, UPCAST)
+    if SITE != 0:
+        bad, value = GUARD(x, y, z)
+        bad = bad & ok
+        record_fault_lanes(fault_ptr, SITE, oo, value, BOUND, bad)
+    r = BODY(x, y, z, _param(p0, P_FLOAT, P_TO), _param(p1, P_FLOAT, P_TO), _param(p2, P_FLOAT, P_TO), oo, DEVICE_MATH)
+    tl.store(out_ptr + oo, _to_output(r, out_ptr.dtype.element_ty, UPCAST), mask=ok)
+
+
 # ======================================================================================================================
 # the op table
 # ======================================================================================================================
@@ -1630,7 +1724,7 @@ def param_arg(value: Any, compute: str) -> int:
 # ======================================================================================================================
 # layouts and dimension merging
 # ======================================================================================================================
-LAYOUTS = ("dense", "broadcast", "strided", "scalar", "none")
+LAYOUTS = ("dense", "broadcast", "transposed", "strided", "scalar", "none")
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
@@ -1648,7 +1742,8 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
 
 def layout_of(t: Any, shape: tuple[int, ...]) -> str:
     """How an operand reads into the broadcast `shape`: "dense" (contiguous, that very shape), "broadcast" (some
-    dimension repeated by a 0 stride), "strided" (any other view), "scalar" (a Python number), "none" (absent)."""
+    dimension repeated by a 0 stride), "transposed" (its innermost dimension not contiguous, another one is: the
+    tiled configs read it coalesced), "strided" (any other view), "scalar" (a Python number), "none" (absent)."""
     if t is None:
         return "none"
     if not isinstance(t, Tensor):
@@ -1660,6 +1755,9 @@ def layout_of(t: Any, shape: tuple[int, ...]) -> str:
         s == 0 and n > 1 for s, n in zip(t.strides, t.shape, strict=True)
     ):
         return "broadcast"
+    inner_strided = t.ndim > 1 and t.shape[-1] > 1 and t.strides[-1] != 1
+    if inner_strided and any(s == 1 and n > 1 for s, n in zip(t.strides[:-1], t.shape[:-1], strict=True)):
+        return "transposed"
     return "strided"
 
 
@@ -1671,9 +1769,20 @@ def flat_config(block: int, num_warps: int) -> Config:
     return Config.make(num_warps=num_warps, num_stages=1, BLOCK=block)
 
 
+def tile_config(tile_a: int, tile_b: int, num_warps: int) -> Config:
+    """A TILE_A x TILE_B tile per program (`_tile_kernel`): a transposed operand into a contiguous output."""
+    return Config.make(num_warps=num_warps, num_stages=1, TILE_A=tile_a, TILE_B=tile_b)
+
+
 def flat_candidates() -> tuple[Config, ...]:
-    """BLOCK {256, 512, 1024, 2048, 4096} x warps {2, 4, 8}."""
-    return tuple(flat_config(b, w) for b in (256, 512, 1024, 2048, 4096) for w in (2, 4, 8))
+    """BLOCK {256, 512, 1024, 2048, 4096} x warps {2, 4, 8}; then the tiles {32, 64} x {32, 64} x warps {4, 8}
+    (legal only where the one operand is transposed and the output contiguous: `prune_flat`)."""
+    flat = tuple(flat_config(b, w) for b in (256, 512, 1024, 2048, 4096) for w in (2, 4, 8))
+    return flat + tuple(tile_config(a, b, w) for a in (32, 64) for b in (32, 64) for w in (4, 8))
+
+
+def is_tiled(config: Config) -> bool:
+    return config.get("TILE_A") is not None
 
 
 DEFAULT = flat_config(1024, 4)
@@ -1682,10 +1791,26 @@ DEFAULT = flat_config(1024, 4)
 REGS = 16
 
 
+# the tiled kernel's: one operand and the result (2 each at float64) and two int64 offsets (2 each)
+TILE_REGS = 8
+
+
 def prune_flat(candidates: Sequence[Config], problem: Mapping[str, Any], profile) -> PruneResult:
-    """Refuse configs whose BLOCK leaves a warp without elements or needs more registers than a thread has."""
+    """Refuse configs whose BLOCK (or tile) leaves a warp without elements or needs more registers than a thread has,
+    and the tiled configs except where they apply: one operand, transposed, into a contiguous output."""
 
     def check(c: Config) -> str | None:
+        if is_tiled(c):
+            layouts = tuple(problem.get(k) for k in ("x", "y", "z", "out"))
+            if layouts != ("transposed", "none", "none", "dense"):
+                return (
+                    "a tile reads one transposed operand into a contiguous output (problem: x, y, z, out = {})".format(
+                        ", ".join(str(v) for v in layouts)
+                    )
+                )
+            b = c["TILE_A"] * c["TILE_B"]
+            what = f"a tile of {c['TILE_A']} x {c['TILE_B']}"
+            return lanes_refusal(b, c, profile, "tile") or registers_refusal(b, TILE_REGS, c, profile, what)
         b = c["BLOCK"]
         return lanes_refusal(b, c, profile, "tile") or registers_refusal(b, REGS, c, profile, f"a tile of {b}")
 
@@ -1713,12 +1838,97 @@ def _operand_strides(t: Any, shape: tuple[int, ...]) -> list[int]:
     return broadcast_strides(t, shape) if isinstance(t, Tensor) else [0] * len(shape)
 
 
+def _guard_of(op: Op, plan: Plan, out: Tensor) -> tuple[int, Any]:
+    """(the fault site, the guard) in force for a launch of `op`: none where its refusal cannot happen."""
+    site, guard = op.guard if op.guard else (0, _no_guard)
+    if site == faults.INTEGER_DIVISOR and plan.compute in FLOATS:
+        site, guard = 0, _no_guard
+    if site == faults.FLOAT_TO_INT and (out.dtype.name not in INTS or plan.compute not in FLOATS):
+        site, guard = 0, _no_guard
+    return site, guard
+
+
+def tile_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tensor) -> list[KernelLaunch]:
+    """The tiled launch (`_tile_kernel`) of a one-operand op writing the contiguous `out` from the tensor x (any
+    strides, broadcast to out's shape; y and z at most scalars: a cast's bounds). `LaunchError` for any other call:
+    a tiled config is certified only for such keys (`prune_flat`)."""
+    op = OPS[plan.op]
+    ops3 = list(operands) + [None] * (3 - len(operands))
+    x = ops3[0]
+    if not isinstance(x, Tensor) or any(isinstance(t, Tensor) for t in ops3[1:]) or not out.is_contiguous():
+        tensors = sum(isinstance(t, Tensor) for t in ops3)
+        kind = "contiguous" if out.is_contiguous() else "non-contiguous"
+        raise LaunchError(
+            f"{op.name}: config {config.label()} tiles one tensor operand into a contiguous output; this call has "
+            f"{tensors} tensor operand(s) and a {kind} output"
+        )
+    shape = tuple(out.shape)
+    sizes, (so, sx) = merge_dims(shape, out.strides, _operand_strides(x, shape))
+    if not sizes:
+        sizes, so, sx = [1], [1], [0]
+    nd = len(sizes)
+    if nd > MAX_DIMS:
+        raise LaunchError(
+            f"{op.name}: {nd} dimensions remain after merging the contiguous ones; at most {MAX_DIMS} are indexed "
+            "(make the operand contiguous first)"
+        )
+    # b: the output's innermost dimension (stride 1); a: the other one x is most nearly contiguous along
+    b = nd - 1
+    others = list(range(nd - 1))
+    a = min(others, key=lambda k: (abs(sx[k]), -k)) if others else None
+    batch = [k for k in reversed(others) if k != a]
+    size_a, sxa, soa = (sizes[a], sx[a], so[a]) if a is not None else (1, 0, 0)
+    tile_a, tile_b = config["TILE_A"], config["TILE_B"]
+    tiles_a, tiles_b = cdiv(size_a, tile_a), cdiv(sizes[b], tile_b)
+    nb = [sizes[k] for k in batch] + [1] * (4 - len(batch))
+    bsx = [sx[k] for k in batch] + [0] * (4 - len(batch))
+    bso = [so[k] for k in batch] + [0] * (4 - len(batch))
+    programs = tiles_a * tiles_b * math.prod(nb)
+    scalars = list(plan.scalars) + [None] * 3
+    modes = [sc[0] if sc is not None else UNUSED for sc in scalars[1:3]]
+    values = [sc[1] if sc is not None else 0 for sc in scalars[1:3]]
+    site, guard = _guard_of(op, plan, out)
+    compute = _TL[plan.compute]
+    key = ("tile", config, plan.op, plan.via, plan.compute, tuple(modes), plan.p_float, len(batch), site, plan.bound)
+
+    def make() -> dict:
+        kwargs = dict(
+            BODY=op.body,
+            GUARD=guard,
+            SITE=site,
+            BOUND=plan.bound,
+            Y_MODE=modes[0],
+            Z_MODE=modes[1],
+            X_VIA=_TL[plan.via[0]],
+            Y_VIA=_TL[plan.via[1]],
+            Z_VIA=_TL[plan.via[2]],
+            X_TO=tl.int1 if plan.via[0] == "bool" else compute,
+            Y_TO=compute,
+            Z_TO=compute,
+            P_FLOAT=plan.p_float,
+            P_TO=compute,
+            NBATCH=len(batch),
+            TILE_A=tile_a,
+            TILE_B=tile_b,
+            UPCAST=upcast(),
+            DEVICE_MATH=device_math(),
+        )
+        return dict(kwargs, num_warps=config.num_warps, num_stages=config.num_stages, **math_options())
+
+    kwargs = constexprs(key, make)
+    args = (out, x, faults.word(out.device), *values, *plan.params, size_a, sizes[b], sxa, sx[b], soa)
+    args += (tiles_a, tiles_b, *nb, *bsx, *bso)
+    return [KernelLaunch(_tile_kernel, (programs,), args, kwargs)]
+
+
 def map_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tensor) -> list[KernelLaunch]:
     """The launch of `plan`'s op writing `out` (any strides) from `operands` (tensors broadcast to out's shape, Python
     numbers, or None), at most three."""
     n = out.numel
     if n == 0:
         return []
+    if is_tiled(config):
+        return tile_launches(config, plan, operands, out)
     op = OPS[plan.op]
     shape = tuple(out.shape)
     ops3 = list(operands) + [None] * (3 - len(operands))
@@ -1757,11 +1967,7 @@ def map_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tenso
             ptrs.append(out)
             modes.append(UNUSED)
             values.append(0)
-    site, guard = op.guard if op.guard else (0, _no_guard)
-    if site == faults.INTEGER_DIVISOR and plan.compute in FLOATS:
-        site, guard = 0, _no_guard
-    if site == faults.FLOAT_TO_INT and (out.dtype.name not in INTS or plan.compute not in FLOATS):
-        site, guard = 0, _no_guard
+    site, guard = _guard_of(op, plan, out)
     block = config["BLOCK"]
     compute = _TL[plan.compute]
     key = (config, plan.op, plan.via, plan.compute, tuple(modes), plan.p_float, ndim, dense, site, plan.bound)
@@ -1943,8 +2149,8 @@ def operand_values(gen: np.random.Generator, n: int, dtype: str, domain: str = "
 
 def _layout_tensor(gen, values: np.ndarray, shape: tuple[int, ...], layout: str, dtype: str, device: str) -> Tensor:
     """A tensor of `values` that reads into `shape` as `layout`: dense; broadcast (the first dimension of a shape of
-    more than one, else the one element, repeated by a 0 stride); strided (every other element of a twice-as-long
-    buffer)."""
+    more than one, else the one element, repeated by a 0 stride); transposed (a contiguous buffer with its last two
+    dimensions swapped); strided (every other element of a twice-as-long buffer)."""
     if layout == "dense":
         return from_numpy(_storage_values(values.reshape(shape), dtype), dtype, device)
     if layout == "broadcast":
@@ -1953,6 +2159,14 @@ def _layout_tensor(gen, values: np.ndarray, shape: tuple[int, ...], layout: str,
             return from_numpy(_storage_values(row, dtype), dtype, device)
         one = from_numpy(_storage_values(values[:1], dtype), dtype, device)
         return one.expand(*shape) if shape else one
+    if layout == "transposed":
+        if len(shape) < 2:
+            raise ValueError(f"a transposed operand needs two dimensions, not the shape {shape}")
+        swapped = tuple(range(len(shape) - 2)) + (len(shape) - 1, len(shape) - 2)
+        t = from_numpy(
+            _storage_values(np.ascontiguousarray(values.reshape(shape).transpose(swapped)), dtype), dtype, device
+        )
+        return t.permute(*swapped)
     if layout == "strided":
         wide = np.repeat(values.reshape(-1), 2).reshape(shape[:-1] + (2 * shape[-1],)) if shape else values[:1]
         t = from_numpy(_storage_values(wide, dtype), dtype, device)
@@ -2225,7 +2439,11 @@ def example_problems(op: Op) -> tuple[dict[str, Any], ...]:
     mixed_layouts = ("strided", "broadcast", "dense")
     mixed = {"numel": 96, **{n: (mixed_layouts[i] if i < op.arity else "none") for i, n in enumerate(names)}}
     mixed["out"] = "strided"
-    return (dense, mixed)
+    if op.arity != 1:
+        return (dense, mixed)
+    # odd sizes (17 x 23): the tiled configs' masks on both sides
+    transposed = {"numel": 391, "x": "transposed", "y": "none", "z": "none", "out": "dense"}
+    return (dense, mixed, transposed)
 
 
 SPECS: dict[str, Any] = {}
@@ -2246,7 +2464,7 @@ def op_spec(op: Op):
         output_dtypes=_out_dtype(op),
         tuning=(flat_candidates(), DEFAULT, prune_flat),
         parts=(make_inputs_for(op), _launch_for(op), _oracle_for(op), _problem_for(op)),
-        no_bit_fields=("BLOCK", "num_warps"),
+        no_bit_fields=("BLOCK", "TILE_A", "TILE_B", "num_warps"),
         examples=example_problems(op),
         oracle_name=f"nbxcert.oracles.pointwise.{op.oracle or op.name}",
     )

@@ -85,7 +85,8 @@ def test_keys_hold_layout_classes():
     shape = (4, 6)
     x = from_numpy(_rand(shape))
     assert pw.layout_of(x, shape) == "dense"
-    assert pw.layout_of(x.T, (6, 4)) == "strided"
+    assert pw.layout_of(x.T, (6, 4)) == "transposed"
+    assert pw.layout_of(from_numpy(_rand((4, 12)))[:, ::2], shape) == "strided"
     assert pw.layout_of(from_numpy(_rand((6,))), shape) == "broadcast"
     assert pw.layout_of(2.0, shape) == "scalar" and pw.layout_of(None, shape) == "none"
     problem = pw.problem_of("add", [x, 1.5], empty((6, 4), "float64").T)
