@@ -8,7 +8,10 @@ through the output's strides (so a copy into a strided view, or an in-place op o
 index space is the output's shape with adjacent dimensions merged wherever they are contiguous in every tensor
 (`merge_dims`), at most `MAX_DIMS` of them; when every tensor is contiguous with the output's shape (DENSE) the
 kernel does no index arithmetic at all. A zero-input generator (fill, arange, linspace) is the same kernel with no
-operand: its body reads the element's index.
+operand: its body reads the element's index. One transposed operand read into a contiguous output (a transposed
+copy or cast, any unary op: layout class "transposed") has a second kernel too, `_tile_kernel`: 2-d tiles loaded
+along the operand's contiguous dimension and stored along the output's (configs `TILE_A` x `TILE_B`, legal only for
+such keys), the same expression per element.
 
 Types. An operand is loaded in its own dtype, converted to the op's common dtype (torch's: the type every operand is
 cast to, `nbxcert.kernels.promotion`), then to the compute type (`compute_dtype`). On the GPU it is torch's: half
