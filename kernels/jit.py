@@ -1,5 +1,4 @@
-"""`jit`, `tl` and `libdevice`: Triton's decorator, language module and device library (CUDA's libdevice or ROCm's
-device libs on a GPU; not runnable by the interpreter), imported only once the process's backend is chosen.
+"""`jit` and `tl`: Triton's decorator and language module, imported only once the process's backend is chosen.
 
 Triton decides when a function is decorated whether it will be compiled or interpreted (`TRITON_INTERPRET`), and it
 decorates its own language helpers (tl.zeros, tl.sum, tl.cdiv, ...) when `triton.language` is first imported. So this
@@ -17,9 +16,8 @@ select()  # before Triton's first import in this module (see the module doc)
 
 import triton  # noqa: E402 - after select(), on purpose
 import triton.language as tl  # noqa: E402 - after select(), on purpose
-from triton.language.extra import libdevice  # noqa: E402 - after select(), on purpose
 
-__all__ = ["jit", "libdevice", "tl"]
+__all__ = ["jit", "tl"]
 
 
 def jit(fn=None, **kwargs):

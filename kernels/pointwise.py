@@ -8,22 +8,27 @@ through the output's strides (so a copy into a strided view, or an in-place op o
 index space is the output's shape with adjacent dimensions merged wherever they are contiguous in every tensor
 (`merge_dims`), at most `MAX_DIMS` of them; when every tensor is contiguous with the output's shape (DENSE) the
 kernel does no index arithmetic at all. A zero-input generator (fill, arange, linspace) is the same kernel with no
-operand: its body reads the element's index.
+operand: its body reads the element's index. One transposed operand read into a contiguous output (a transposed
+copy or cast, any unary op: layout class "transposed") has a second kernel too, `_tile_kernel`: 2-d tiles loaded
+along the operand's contiguous dimension and stored along the output's (configs `TILE_A` x `TILE_B`, legal only for
+such keys), the same expression per element.
 
 Types. An operand is loaded in its own dtype, converted to the op's common dtype (torch's: the type every operand is
-cast to, `nbxcert.kernels.promotion`), then to the compute type: half precision in float32, float32 and float64 in
-float64 (under the interpreter, the ops whose half-precision results need more than its float32 functions give:
-`Op.wide`, in float64 too), integers in their
-own width with two's complement wrap-around, bool as int1. The result is rounded once into the output's dtype
-(`narrow`: round to nearest even, bfloat16 on the bits under the interpreter). A Python scalar operand is passed as
-its float64 bits (or as an int64), so no value is rounded through a float32 kernel argument.
+cast to, `nbxcert.kernels.promotion`), then to the compute type (`compute_dtype`). On the GPU it is torch's: half
+precision and float32 in float32, float64 in float64, except the ops whose float32 result would miss the float32
+tolerance (`Op.gpu_f64`, with the reason in the row: measured over every float32 input), which compute float32 in
+float64. Under the interpreter: half precision in float32 (float64 for `Op.interp_wide`), float32 and float64 in
+float64. Integers compute in their own width with two's complement wrap-around, bool as int1. The result is rounded
+once into the output's dtype (`narrow`: round to nearest even, bfloat16 on the bits under the interpreter). A Python
+scalar operand is passed as its float64 bits (or as an int64), so no value is rounded through a float32 kernel
+argument.
 
-Device functions. On a GPU the float32 compute type uses the device library's float32 functions (libdevice's
-expf, logf, tanhf, erff, expm1f, log1pf, sinf, cosf, tanf, atan2f, powf: torch's for half precision; and fmod, exact,
-for every float type), so half precision computes in float32 there. Under Triton's interpreter (no device library) the transcendental helpers are
-written out from exp, log, sin, cos and erf (tanh: its series near 0, 1 - 2 / (e^2|x| + 1) elsewhere; expm1 and
-log1p: Kahan's and Goldberg's corrections), and half precision transcendentals compute in float64 (`Op.wide`). The
-float64 compute type (the float32 and float64 dtypes) uses the written-out helpers on every backend (`DEVICE_LIB`).
+Device functions. On the GPU (the cuda and cross backends: `DEVICE_MATH`, a constexpr the launch sets from the
+backend in force) the bodies call the device's math library (`libdevice`: CUDA's accurate __nv_expf, __nv_logf,
+__nv_tanh, ..., and its exact fmod, launched without libdevice's flush-to-zero, `math_options`). Under Triton's
+interpreter (no device math library) the transcendental helpers here are written out from exp, log, sin, cos and erf
+(tanh: its series near 0, 1 - 2 / (e^2|x| + 1) elsewhere; expm1 and log1p: Kahan's and Goldberg's corrections; fmod:
+a long division on the bits).
 
 Refusals (`nbxcert.kernels.faults`): integer division or remainder by zero, and a float to integer cast of NaN, an
 infinity or a value outside the target's range, are recorded by the kernel and raised as one `LaunchError` line.
@@ -57,12 +62,16 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.common import broadcast_strides, family_spec, merge_dims, narrow, upcast
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.faults import record_fault_lanes
-from nbxcert.kernels.jit import jit, libdevice, tl
+from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.launch import KernelLaunch, cdiv, constexprs, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal
 from nbxcert.kernels.spec import Config, Inputs, KeyField, PruneResult, Reference, choose_config
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
+
+# Triton's device math library (`libdevice.exp`, ...), imported once `nbxcert.kernels.jit` above chose the backend: a
+# Triton module imported before that choice would be decorated for the wrong one
+libdevice = importlib.import_module("triton.language.extra.libdevice")
 
 MAX_DIMS = 6  # dimensions the kernel indexes after merging (torch's TensorIterator merges alike; 6 covers NCDHW+1)
 FLOATS = ("float16", "bfloat16", "float32", "float64")
@@ -126,23 +135,23 @@ def _sqrt(x):
 
 
 @jit
-def _expm1_by_hand(x):
+def _expm1(x):
     """exp(x) - 1 without cancellation near 0 (Kahan: (u - 1) x / log u, u = exp x)."""
-    u = _exp(x)
+    u = tl.exp(x)
     um1 = u - 1.0
     safe = tl.where((um1 == 0.0) | (u == float("inf")), 1.0, u)
-    r = um1 * _div(x, _log(safe))
+    r = um1 * _div(x, tl.log(safe))
     r = tl.where(um1 == -1.0, -1.0, r)
     r = tl.where(u == 1.0, x, r)
     return tl.where(u == float("inf"), u, r)
 
 
 @jit
-def _log1p_by_hand(x):
+def _log1p(x):
     """log(1 + x) without cancellation near 0 (Goldberg: log(u) x / (u - 1), u = 1 + x)."""
     u = 1.0 + x
     d = u - 1.0
-    r = _log(u) * _div(x, tl.where(d == 0.0, 1.0, d))
+    r = tl.log(u) * _div(x, tl.where(d == 0.0, 1.0, d))
     r = tl.where(d == 0.0, x, r)
     return tl.where(u == float("inf"), u, r)
 
@@ -150,7 +159,7 @@ def _log1p_by_hand(x):
 @jit
 def _sigmoid(x):
     """1 / (1 + e) for x >= 0 and e / (1 + e) for x < 0, e = exp(-|x|): no overflow on either side."""
-    e = _exp(-tl.abs(x))
+    e = tl.exp(-tl.abs(x))
     return _div(tl.where(x >= 0, 1.0, e), 1.0 + e)
 
 
@@ -171,7 +180,7 @@ TANH_C = tl.constexpr(_tanh_series())
 
 
 @jit
-def _tanh_by_hand(x):
+def _tanh(x):
     """tanh within an ulp (the interpreter's: no device library): the odd series x + x^3 (c1 + c2 x^2 + ...) near 0,
     1 - 2 / (e^2|x| + 1) elsewhere (e^2|x| overflowing gives 1); signed zeros and NaN kept."""
     a = tl.abs(x)
@@ -182,7 +191,7 @@ def _tanh_by_hand(x):
     for k in tl.static_range(TANH_TERMS - 1, 0, -1):
         p = p * s2 + _c(TANH_C[k], s)
     series = s + s * (s2 * p)
-    e = _exp(2.0 * tl.where(small, 0.0, a))
+    e = tl.exp(2.0 * tl.where(small, 0.0, a))
     far = 1.0 - _div(tl.full(a.shape, 2.0, a.dtype), e + 1.0)
     t = tl.where(small, series, far)
     t = tl.where(x < 0, -t, tl.where(x == 0, x, t))
@@ -192,7 +201,7 @@ def _tanh_by_hand(x):
 @jit
 def _softplus(x):
     """log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|))."""
-    return tl.maximum(x, 0.0) + _log1p(_exp(-tl.abs(x)))
+    return tl.maximum(x, 0.0) + _log1p(tl.exp(-tl.abs(x)))
 
 
 @jit
@@ -216,7 +225,7 @@ def _atan(t):
 
 
 @jit
-def _atan2_by_hand(y, x):
+def _atan2(y, x):
     """atan2 with C99's special cases (signed zeros, infinities)."""
     ay = tl.abs(y)
     ax = tl.abs(x)
@@ -260,7 +269,7 @@ def _pow2(j, one, BIAS: tl.constexpr, P: tl.constexpr, MIN_K: tl.constexpr, FT: 
 
 
 @jit
-def _fmod_float_by_hand(a, b):
+def _fmod_float(a, b):
     """C's fmod, exact: the significands' long division on the bits (the float64 or float32 compute type), one
     shift-subtract step per binade between a and b; the result has a's sign. Subnormals are normalized first (scaled
     by 2^P, exactly), so both significands have their leading bit at P."""
@@ -349,12 +358,12 @@ def _int_pow(x, e, BITS: tl.constexpr):
 
 
 @jit
-def _float_pow_by_hand(x, e):
+def _float_pow(x, e):
     """C99 pow: exp2(e log2 |x|), the sign of x for an odd integer e, and the standard's special cases."""
     ax = tl.abs(x)
     e_int = tl.floor(e) == e
     e_odd = e_int & ((e - 2.0 * tl.floor(e * 0.5)) != 0.0) & (tl.abs(e) < 9007199254740992.0)
-    r = _exp2(e * _log2(tl.where(ax == 0.0, 1.0, ax)))
+    r = tl.exp2(e * tl.log2(tl.where(ax == 0.0, 1.0, ax)))
     r = tl.where(ax == 0.0, tl.where(e < 0, float("inf"), 0.0), r)
     r = tl.where((x < 0) & ~e_int & (tl.abs(e) < float("inf")), _nan(x), r)
     r = tl.where((x < 0) & e_odd, -r, r)
@@ -372,155 +381,132 @@ def _float_pow_by_hand(x, e):
     return tl.where(e == 0.0, 1.0, r)
 
 
-# On a GPU (the cuda and cross backends) the float32 compute type is served by the device library's float32 functions
-# (CUDA's libdevice: __nv_expf, __nv_tanhf, __nv_erff, ...), the ones torch's kernels compute half precision with:
-# accurate to a few float32 ulps, far inside a half type's tolerance, where the hand-written float64 paths cost the GPU
-# 2-10x the op's memory time. Triton's interpreter has no device library: it runs the functions written out here, and
-# half precision computes in float64 where `Op.wide` says so (`compute_dtype`). float64 (the float32 and float64
-# dtypes' compute type) keeps the functions written out here on every backend: they are held to an ulp.
-DEVICE_LIB = tl.constexpr(not upcast())  # upcast(): the interpreter is in force
-
-
+# --- the device library on the GPU (DM: DEVICE_MATH), the helpers above under the interpreter -------------------------
+# `libdevice.f` is Triton's spelling (3.6 and 3.9) of the backend's library function for the argument's type: CUDA's
+# __nv_expf / __nv_exp, __nv_logf, __nv_tanhf, ... (the accurate ones: never the .approx instructions tl.exp, tl.log,
+# tl.sin and tl.cos lower to in float32), ROCm's ocml on AMD targets.
 @jit
-def _exp(x):
-    if DEVICE_LIB:
-        if x.dtype == tl.float32:
-            return libdevice.exp(x)
-        else:
-            return tl.exp(x)
+def _m_exp(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.exp(x)
     else:
         return tl.exp(x)
 
 
 @jit
-def _exp2(x):
-    if DEVICE_LIB:
-        if x.dtype == tl.float32:
-            return libdevice.exp2(x)
-        else:
-            return tl.exp2(x)
+def _m_exp2(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.exp2(x)
     else:
         return tl.exp2(x)
 
 
 @jit
-def _log(x):
-    if DEVICE_LIB:
-        if x.dtype == tl.float32:
-            return libdevice.log(x)
-        else:
-            return tl.log(x)
+def _m_log(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.log(x)
     else:
         return tl.log(x)
 
 
 @jit
-def _log2(x):
-    if DEVICE_LIB:
-        if x.dtype == tl.float32:
-            return libdevice.log2(x)
-        else:
-            return tl.log2(x)
+def _m_log2(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.log2(x)
     else:
         return tl.log2(x)
 
 
 @jit
-def _sin(x):
-    if DEVICE_LIB:
-        if x.dtype == tl.float32:
-            return libdevice.sin(x)
-        else:
-            return tl.sin(x)
+def _m_sin(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.sin(x)
     else:
         return tl.sin(x)
 
 
 @jit
-def _cos(x):
-    if DEVICE_LIB:
-        if x.dtype == tl.float32:
-            return libdevice.cos(x)
-        else:
-            return tl.cos(x)
+def _m_cos(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.cos(x)
     else:
         return tl.cos(x)
 
 
 @jit
-def _erf(x):
-    if DEVICE_LIB:
-        if x.dtype == tl.float32:
-            return libdevice.erf(x)
-        else:
-            return tl.math.erf(x)
+def _m_tan(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.tan(x)
+    else:
+        return _div(tl.sin(x), tl.cos(x))
+
+
+@jit
+def _m_erf(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.erf(x)
     else:
         return tl.math.erf(x)
 
 
 @jit
-def _expm1(x):
-    if DEVICE_LIB:
-        if x.dtype == tl.float32:
-            return libdevice.expm1(x)
-        else:
-            return _expm1_by_hand(x)
+def _m_expm1(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.expm1(x)
     else:
-        return _expm1_by_hand(x)
+        return _expm1(x)
 
 
 @jit
-def _log1p(x):
-    if DEVICE_LIB:
-        if x.dtype == tl.float32:
-            return libdevice.log1p(x)
-        else:
-            return _log1p_by_hand(x)
+def _m_log1p(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.log1p(x)
     else:
-        return _log1p_by_hand(x)
+        return _log1p(x)
 
 
 @jit
-def _tanh(x):
-    if DEVICE_LIB:
-        if x.dtype == tl.float32:
-            return libdevice.tanh(x)
-        else:
-            return _tanh_by_hand(x)
+def _m_tanh(x, DM: tl.constexpr):
+    if DM:
+        return libdevice.tanh(x)
     else:
-        return _tanh_by_hand(x)
+        return _tanh(x)
 
 
 @jit
-def _atan2(y, x):
-    if DEVICE_LIB:
-        if x.dtype == tl.float32:
-            return libdevice.atan2(y, x)
-        else:
-            return _atan2_by_hand(y, x)
+def _m_sigmoid(x, DM: tl.constexpr):
+    """`_sigmoid`'s form (no overflow on either side) with the device library's exp."""
+    if DM:
+        e = libdevice.exp(-tl.abs(x))
+        return _div(tl.where(x >= 0, 1.0, e), 1.0 + e)
     else:
-        return _atan2_by_hand(y, x)
+        return _sigmoid(x)
 
 
 @jit
-def _float_pow(x, e):
-    if DEVICE_LIB:
-        if x.dtype == tl.float32:
-            return libdevice.pow(x, e)
-        else:
-            return _float_pow_by_hand(x, e)
+def _m_softplus(x, DM: tl.constexpr):
+    if DM:
+        return tl.maximum(x, 0.0) + libdevice.log1p(libdevice.exp(-tl.abs(x)))
     else:
-        return _float_pow_by_hand(x, e)
+        return _softplus(x)
 
 
 @jit
-def _fmod_float(a, b):
-    """C's fmod, exact: the device library's (exact, as IEEE 754's remainder-family operations are) on a GPU, for
-    float32 and float64 alike; written out under the interpreter."""
-    if DEVICE_LIB:
-        return libdevice.fmod(a, b)
+def _m_atan2(y, x, DM: tl.constexpr):
+    """CUDA's atan2 and pow have C99's special values (CUDA C++ Programming Guide, Mathematical Functions), as
+    `_atan2` and `_float_pow` do."""
+    if DM:
+        return libdevice.atan2(y, x)
     else:
-        return _fmod_float_by_hand(a, b)
+        return _atan2(y, x)
+
+
+@jit
+def _m_pow(x, e, DM: tl.constexpr):
+    if DM:
+        return libdevice.pow(x, e)
+    else:
+        return _float_pow(x, e)
 
 
 @jit
@@ -533,22 +519,22 @@ def _no_guard(x, y, z):
 # op bodies: body(x, y, z, p0, p1, p2, i) -> result (i: the element's flat index in the output, int64)
 # ======================================================================================================================
 @jit
-def _b_copy(x, y, z, p0, p1, p2, i):
+def _b_copy(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x
 
 
 @jit
-def _b_fill(x, y, z, p0, p1, p2, i):
+def _b_fill(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return tl.where(i >= 0, p0, p0)
 
 
 @jit
-def _b_arange(x, y, z, p0, p1, p2, i):
+def _b_arange(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return p0 + i.to(p0.dtype) * p2
 
 
 @jit
-def _b_linspace(x, y, z, p0, p1, p2, i):
+def _b_linspace(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """torch's: start + i step over the first half, end - (steps - 1 - i) step over the second (steps = p2)."""
     steps = p2
     step = _div(p1 - p0, tl.maximum(steps - 1.0, 1.0))
@@ -559,7 +545,7 @@ def _b_linspace(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_abs(x, y, z, p0, p1, p2, i):
+def _b_abs(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype == tl.int1:
         return x
     else:
@@ -570,7 +556,7 @@ def _b_abs(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_neg(x, y, z, p0, p1, p2, i):
+def _b_neg(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return -x
     else:
@@ -578,83 +564,77 @@ def _b_neg(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_exp(x, y, z, p0, p1, p2, i):
-    return _exp(x)
+def _b_exp(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_exp(x, DM)
 
 
 @jit
-def _b_exp2(x, y, z, p0, p1, p2, i):
-    return _exp2(x)
+def _b_exp2(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_exp2(x, DM)
 
 
 @jit
-def _b_expm1(x, y, z, p0, p1, p2, i):
-    return _expm1(x)
+def _b_expm1(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_expm1(x, DM)
 
 
 @jit
-def _b_log(x, y, z, p0, p1, p2, i):
-    return _log(x)
+def _b_log(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_log(x, DM)
 
 
 @jit
-def _b_log2(x, y, z, p0, p1, p2, i):
-    return _log2(x)
+def _b_log2(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_log2(x, DM)
 
 
 @jit
-def _b_log1p(x, y, z, p0, p1, p2, i):
-    return _log1p(x)
+def _b_log1p(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_log1p(x, DM)
 
 
 @jit
-def _b_sqrt(x, y, z, p0, p1, p2, i):
+def _b_sqrt(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return _sqrt(x)
 
 
 @jit
-def _b_rsqrt(x, y, z, p0, p1, p2, i):
+def _b_rsqrt(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return _div(tl.full(x.shape, 1.0, x.dtype), _sqrt(x))
 
 
 @jit
-def _b_reciprocal(x, y, z, p0, p1, p2, i):
+def _b_reciprocal(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return _div(tl.full(x.shape, 1.0, x.dtype), x)
 
 
 @jit
-def _b_sin(x, y, z, p0, p1, p2, i):
-    return _sin(x)
+def _b_sin(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_sin(x, DM)
 
 
 @jit
-def _b_cos(x, y, z, p0, p1, p2, i):
-    return _cos(x)
+def _b_cos(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_cos(x, DM)
 
 
 @jit
-def _b_tan(x, y, z, p0, p1, p2, i):
-    if DEVICE_LIB:
-        if x.dtype == tl.float32:
-            return libdevice.tan(x)
-        else:
-            return _div(_sin(x), _cos(x))
-    else:
-        return _div(_sin(x), _cos(x))
+def _b_tan(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_tan(x, DM)
 
 
 @jit
-def _b_tanh(x, y, z, p0, p1, p2, i):
-    return _tanh(x)
+def _b_tanh(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_tanh(x, DM)
 
 
 @jit
-def _b_erf(x, y, z, p0, p1, p2, i):
-    return _erf(x)
+def _b_erf(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_erf(x, DM)
 
 
 @jit
-def _b_sign(x, y, z, p0, p1, p2, i):
+def _b_sign(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype == tl.int1:
         return x
     else:
@@ -666,7 +646,7 @@ def _b_sign(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_floor(x, y, z, p0, p1, p2, i):
+def _b_floor(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return tl.floor(x)
     else:
@@ -674,7 +654,7 @@ def _b_floor(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_ceil(x, y, z, p0, p1, p2, i):
+def _b_ceil(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return tl.ceil(x)
     else:
@@ -682,7 +662,7 @@ def _b_ceil(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_round(x, y, z, p0, p1, p2, i):
+def _b_round(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return _rint(x)
     else:
@@ -690,7 +670,7 @@ def _b_round(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_trunc(x, y, z, p0, p1, p2, i):
+def _b_trunc(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return _trunc(x)
     else:
@@ -698,13 +678,13 @@ def _b_trunc(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_sigmoid(x, y, z, p0, p1, p2, i):
-    return _sigmoid(x)
+def _b_sigmoid(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_sigmoid(x, DM)
 
 
 # --- activations ------------------------------------------------------------------------------------------------------
 @jit
-def _b_relu(x, y, z, p0, p1, p2, i):
+def _b_relu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return tl.where(x > 0, x, tl.where(_isnan(x), x, 0.0))
     else:
@@ -712,50 +692,50 @@ def _b_relu(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_gelu(x, y, z, p0, p1, p2, i):
-    return 0.5 * x * (1.0 + _erf(x * _c(INV_SQRT2, x)))
+def _b_gelu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return 0.5 * x * (1.0 + _m_erf(x * _c(INV_SQRT2, x), DM))
 
 
 @jit
-def _b_gelu_tanh(x, y, z, p0, p1, p2, i):
+def _b_gelu_tanh(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """0.5 x (1 + tanh(t)), t = sqrt(2/pi) (x + 0.044715 x^3), as x / (1 + exp(-2t)): the same value, with no
     cancellation of 1 + tanh for x << 0."""
     t = _c(SQRT_2_OVER_PI, x) * (x + _c(GELU_TANH_C, x) * x * x * x)
-    return _div(x, 1.0 + _exp(-2.0 * t))
+    return _div(x, 1.0 + _m_exp(-2.0 * t, DM))
 
 
 @jit
-def _b_silu(x, y, z, p0, p1, p2, i):
-    return x * _sigmoid(x)
+def _b_silu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return x * _m_sigmoid(x, DM)
 
 
 @jit
-def _b_mish(x, y, z, p0, p1, p2, i):
-    return x * _tanh(_softplus(x))
+def _b_mish(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return x * _m_tanh(_m_softplus(x, DM), DM)
 
 
 @jit
-def _b_elu(x, y, z, p0, p1, p2, i):
-    return tl.where(x > 0, x, p0 * _expm1(x))
+def _b_elu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return tl.where(x > 0, x, p0 * _m_expm1(x, DM))
 
 
 @jit
-def _b_celu(x, y, z, p0, p1, p2, i):
-    return tl.where(x > 0, x, p0 * _expm1(_div(x, p0)))
+def _b_celu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return tl.where(x > 0, x, p0 * _m_expm1(_div(x, p0), DM))
 
 
 @jit
-def _b_selu(x, y, z, p0, p1, p2, i):
-    return _c(SELU_SCALE, x) * tl.where(x > 0, x, _c(SELU_ALPHA, x) * _expm1(x))
+def _b_selu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _c(SELU_SCALE, x) * tl.where(x > 0, x, _c(SELU_ALPHA, x) * _m_expm1(x, DM))
 
 
 @jit
-def _b_leaky_relu(x, y, z, p0, p1, p2, i):
+def _b_leaky_relu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return tl.where(x > 0, x, x * p0)
 
 
 @jit
-def _b_hardsigmoid(x, y, z, p0, p1, p2, i):
+def _b_hardsigmoid(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """torch's min(max(x + 3, 0), 6) / 6; std::max and std::min return a NaN first argument, Triton's maximum and
     minimum drop it (fmax): NaN is kept explicitly."""
     r = _div(tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), tl.full(x.shape, 6.0, x.dtype))
@@ -763,35 +743,35 @@ def _b_hardsigmoid(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_hardswish(x, y, z, p0, p1, p2, i):
+def _b_hardswish(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return _div(x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), tl.full(x.shape, 6.0, x.dtype))
 
 
 @jit
-def _b_softplus(x, y, z, p0, p1, p2, i):
+def _b_softplus(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """log(1 + exp(beta x)) / beta, x itself where beta x > threshold (p0 beta, p1 threshold)."""
     bx = x * p0
-    return tl.where(bx > p1, x, _div(_softplus(bx), tl.full(x.shape, 0.0, x.dtype) + p0))
+    return tl.where(bx > p1, x, _div(_m_softplus(bx, DM), tl.full(x.shape, 0.0, x.dtype) + p0))
 
 
 @jit
-def _b_log_sigmoid(x, y, z, p0, p1, p2, i):
-    return tl.minimum(x, 0.0) - _log1p(_exp(-tl.abs(x)))
+def _b_log_sigmoid(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return tl.minimum(x, 0.0) - _m_log1p(_m_exp(-tl.abs(x), DM), DM)
 
 
 @jit
-def _b_threshold(x, y, z, p0, p1, p2, i):
+def _b_threshold(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return tl.where(x <= p0, p1, x)
 
 
 @jit
-def _b_glu(x, y, z, p0, p1, p2, i):
-    return x * _sigmoid(y)
+def _b_glu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return x * _m_sigmoid(y, DM)
 
 
 # --- binary -----------------------------------------------------------------------------------------------------------
 @jit
-def _b_add(x, y, z, p0, p1, p2, i):
+def _b_add(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype == tl.int1:
         return x | (y & (p0 != 0))
     else:
@@ -804,7 +784,7 @@ def _b_add(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_sub(x, y, z, p0, p1, p2, i):
+def _b_sub(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return tl.fma(-p0, y, x)  # one rounding, as add
     else:
@@ -812,7 +792,7 @@ def _b_sub(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_mul(x, y, z, p0, p1, p2, i):
+def _b_mul(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype == tl.int1:
         return x & y
     else:
@@ -823,7 +803,7 @@ def _b_mul(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_div(x, y, z, p0, p1, p2, i):
+def _b_div(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return _div(x, y)
 
 
@@ -834,10 +814,20 @@ def _div_guard(x, y, z):
 
 
 @jit
-def _floor_div_float(x, y):
+def _m_fmod(a, b, DM: tl.constexpr):
+    """C's fmod, exact either way: the device library's (its error bound is 0 ulp, float32 and float64 alike, as an
+    IEEE 754 remainder must be) on the GPU, the long division above under the interpreter."""
+    if DM:
+        return libdevice.fmod(a, b)
+    else:
+        return _fmod_float(a, b)
+
+
+@jit
+def _floor_div_float(x, y, DM: tl.constexpr):
     """torch's floor division of floats: (x - fmod(x, y)) / y, moved down by one where the remainder's sign differs
     from y's, then the nearest integer to that (x / y where y is 0)."""
-    mod = _fmod_float(x, y)
+    mod = _m_fmod(x, y, DM)
     div = _div(x - mod, y)
     div = tl.where((mod != 0) & ((y < 0) != (mod < 0)), div - 1.0, div)
     fl = tl.floor(div)
@@ -847,7 +837,7 @@ def _floor_div_float(x, y):
 
 
 @jit
-def _b_div_trunc(x, y, z, p0, p1, p2, i):
+def _b_div_trunc(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return _trunc(_div(x, y))
     else:
@@ -856,18 +846,18 @@ def _b_div_trunc(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_div_floor(x, y, z, p0, p1, p2, i):
+def _b_div_floor(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
-        return _floor_div_float(x, y)
+        return _floor_div_float(x, y, DM)
     else:
         q, r = _int_div_parts(x, y)
         return tl.where((r != 0) & ((r < 0) != (y < 0)), q - 1, q).to(x.dtype)
 
 
 @jit
-def _b_remainder(x, y, z, p0, p1, p2, i):
+def _b_remainder(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
-        r = _fmod_float(x, y)
+        r = _m_fmod(x, y, DM)
         return tl.where((r != 0) & ((y < 0) != (r < 0)), r + y, r)
     else:
         q, r = _int_div_parts(x, y)
@@ -875,18 +865,18 @@ def _b_remainder(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_fmod(x, y, z, p0, p1, p2, i):
+def _b_fmod(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
-        return _fmod_float(x, y)
+        return _m_fmod(x, y, DM)
     else:
         q, r = _int_div_parts(x, y)
         return r
 
 
 @jit
-def _b_pow(x, y, z, p0, p1, p2, i):
+def _b_pow(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
-        return _float_pow(x, y)
+        return _m_pow(x, y, DM)
     else:
         if x.dtype == tl.int1:
             return x | (y == 0)
@@ -895,7 +885,7 @@ def _b_pow(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_maximum(x, y, z, p0, p1, p2, i):
+def _b_maximum(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype == tl.int1:
         return x | y
     else:
@@ -906,7 +896,7 @@ def _b_maximum(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_minimum(x, y, z, p0, p1, p2, i):
+def _b_minimum(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype == tl.int1:
         return x & y
     else:
@@ -917,12 +907,12 @@ def _b_minimum(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_atan2(x, y, z, p0, p1, p2, i):
-    return _atan2(x, y)
+def _b_atan2(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
+    return _m_atan2(x, y, DM)
 
 
 @jit
-def _b_hypot(x, y, z, p0, p1, p2, i):
+def _b_hypot(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     ax = tl.abs(x)
     ay = tl.abs(y)
     hi = tl.maximum(ax, ay)
@@ -935,19 +925,19 @@ def _b_hypot(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_lerp(x, y, z, p0, p1, p2, i):
+def _b_lerp(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """torch's: start + w (end - start) for |w| < 0.5, end - (end - start)(1 - w) otherwise (w: z)."""
     d = y - x
     return tl.where(tl.abs(z) < 0.5, x + z * d, y - d * (1.0 - z))
 
 
 @jit
-def _b_addcdiv(x, y, z, p0, p1, p2, i):
+def _b_addcdiv(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x + p0 * _div(y, z)
 
 
 @jit
-def _b_addcmul(x, y, z, p0, p1, p2, i):
+def _b_addcmul(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         # torch's order: input + value (t1 t2), the product first (value t1 could underflow or overflow where the
         # product does not), fused with the sum as torch's explicit fma is; value 1 fuses the product itself
@@ -961,72 +951,72 @@ def _b_addcmul(x, y, z, p0, p1, p2, i):
 
 # --- comparisons and logic --------------------------------------------------------------------------------------------
 @jit
-def _b_eq(x, y, z, p0, p1, p2, i):
+def _b_eq(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x == y
 
 
 @jit
-def _b_ne(x, y, z, p0, p1, p2, i):
+def _b_ne(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x != y
 
 
 @jit
-def _b_lt(x, y, z, p0, p1, p2, i):
+def _b_lt(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x < y
 
 
 @jit
-def _b_le(x, y, z, p0, p1, p2, i):
+def _b_le(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x <= y
 
 
 @jit
-def _b_gt(x, y, z, p0, p1, p2, i):
+def _b_gt(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x > y
 
 
 @jit
-def _b_ge(x, y, z, p0, p1, p2, i):
+def _b_ge(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x >= y
 
 
 @jit
-def _b_logical_and(x, y, z, p0, p1, p2, i):
+def _b_logical_and(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return (x != 0) & (y != 0)
 
 
 @jit
-def _b_logical_or(x, y, z, p0, p1, p2, i):
+def _b_logical_or(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return (x != 0) | (y != 0)
 
 
 @jit
-def _b_logical_xor(x, y, z, p0, p1, p2, i):
+def _b_logical_xor(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return (x != 0) != (y != 0)
 
 
 @jit
-def _b_logical_not(x, y, z, p0, p1, p2, i):
+def _b_logical_not(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x == 0
 
 
 @jit
-def _b_bitwise_and(x, y, z, p0, p1, p2, i):
+def _b_bitwise_and(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x & y
 
 
 @jit
-def _b_bitwise_or(x, y, z, p0, p1, p2, i):
+def _b_bitwise_or(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x | y
 
 
 @jit
-def _b_bitwise_xor(x, y, z, p0, p1, p2, i):
+def _b_bitwise_xor(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     return x ^ y
 
 
 @jit
-def _b_bitwise_not(x, y, z, p0, p1, p2, i):
+def _b_bitwise_not(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype == tl.int1:
         return x == 0
     else:
@@ -1034,7 +1024,7 @@ def _b_bitwise_not(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_left_shift(x, y, z, p0, p1, p2, i):
+def _b_left_shift(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """x << y; an amount < 0 or >= the width gives 0 (torch's)."""
     W: tl.constexpr = x.dtype.primitive_bitwidth
     ok = (y >= 0) & (y < W)
@@ -1042,7 +1032,7 @@ def _b_left_shift(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_right_shift(x, y, z, p0, p1, p2, i):
+def _b_right_shift(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """x >> y (arithmetic for signed types); an amount < 0 or >= the width gives the sign fill (torch's)."""
     W: tl.constexpr = x.dtype.primitive_bitwidth
     ok = (y >= 0) & (y < W)
@@ -1055,7 +1045,7 @@ def _b_right_shift(x, y, z, p0, p1, p2, i):
 
 # --- predicates and selection -----------------------------------------------------------------------------------------
 @jit
-def _b_isnan(x, y, z, p0, p1, p2, i):
+def _b_isnan(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return _isnan(x)
     else:
@@ -1063,7 +1053,7 @@ def _b_isnan(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_isinf(x, y, z, p0, p1, p2, i):
+def _b_isinf(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return _isinf(x)
     else:
@@ -1071,7 +1061,7 @@ def _b_isinf(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_isfinite(x, y, z, p0, p1, p2, i):
+def _b_isfinite(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
         return (x == x) & ~_isinf(x)
     else:
@@ -1079,7 +1069,7 @@ def _b_isfinite(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_nan_to_num(x, y, z, p0, p1, p2, i):
+def _b_nan_to_num(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """NaN -> p0, +inf -> p1, -inf -> p2; integers unchanged."""
     if x.dtype.is_floating():
         r = tl.where(x == float("inf"), p1, tl.where(x == float("-inf"), p2, x))
@@ -1089,7 +1079,7 @@ def _b_nan_to_num(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_clamp(x, y, z, p0, p1, p2, i):
+def _b_clamp(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """min(max(x, p0), p1); NaN stays NaN (torch's)."""
     r = tl.minimum(tl.maximum(x, p0), p1)
     if x.dtype.is_floating():
@@ -1099,7 +1089,7 @@ def _b_clamp(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_clamp_min(x, y, z, p0, p1, p2, i):
+def _b_clamp_min(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     r = tl.maximum(x, p0)
     if x.dtype.is_floating():
         return tl.where(_isnan(x), x, r)
@@ -1108,7 +1098,7 @@ def _b_clamp_min(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_clamp_max(x, y, z, p0, p1, p2, i):
+def _b_clamp_max(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     r = tl.minimum(x, p0)
     if x.dtype.is_floating():
         return tl.where(_isnan(x), x, r)
@@ -1117,13 +1107,13 @@ def _b_clamp_max(x, y, z, p0, p1, p2, i):
 
 
 @jit
-def _b_where(x, y, z, p0, p1, p2, i):
+def _b_where(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """x: the condition; y where it holds, z elsewhere."""
     return tl.where(x != 0, y, z)
 
 
 @jit
-def _b_masked_fill(x, y, z, p0, p1, p2, i):
+def _b_masked_fill(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """x where the mask y is false, p0 where it holds."""
     return tl.where(y != 0, p0, x)
 
@@ -1144,7 +1134,7 @@ def _cast_guard(x, y, z):
 
 
 @jit
-def _b_cast(x, y, z, p0, p1, p2, i):
+def _b_cast(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """x itself: the conversion to the output's dtype is the store's (floats to integers truncate toward zero)."""
     return x
 
@@ -1296,6 +1286,7 @@ def _map_kernel(
     DENSE: tl.constexpr,
     BLOCK: tl.constexpr,
     UPCAST: tl.constexpr,
+    DEVICE_MATH: tl.constexpr,
 ):
     """out[idx] = BODY(x[idx], y[idx], z[idx], p0, p1, p2, flat idx) over the n elements of the output.
 
@@ -1308,7 +1299,8 @@ def _map_kernel(
     in slots 6 - (NDIM - 1) .. 5. DENSE: every tensor is contiguous with the output's shape (no index arithmetic).
     BODY: the op (a @jit function). GUARD, SITE, BOUND: lanes GUARD(x, y, z) finds bad are recorded as fault SITE
     (0: none). X_MODE..: 0 tensor, 1 float scalar, 2 integer scalar, 3 unused. X_VIA..: the common dtype each operand
-    is rounded to; X_TO..: the compute type. BLOCK: elements per program. UPCAST: interpreter backend (`narrow`)."""
+    is rounded to; X_TO..: the compute type. BLOCK: elements per program. UPCAST: interpreter backend (`narrow`).
+    DEVICE_MATH: the bodies use the device's math library (a compiled backend; `device_math`)."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < n
     if DENSE:
@@ -1343,7 +1335,103 @@ def _map_kernel(
         bad, value = GUARD(x, y, z)
         bad = bad & ok
         record_fault_lanes(fault_ptr, SITE, offs, value, BOUND, bad)
-    r = BODY(x, y, z, _param(p0, P_FLOAT, P_TO), _param(p1, P_FLOAT, P_TO), _param(p2, P_FLOAT, P_TO), offs)
+    r = BODY(
+        x, y, z, _param(p0, P_FLOAT, P_TO), _param(p1, P_FLOAT, P_TO), _param(p2, P_FLOAT, P_TO), offs, DEVICE_MATH
+    )
+    tl.store(out_ptr + oo, _to_output(r, out_ptr.dtype.element_ty, UPCAST), mask=ok)
+
+
+@jit(do_not_specialize=["yv", "zv", "p0", "p1", "p2"])
+def _tile_kernel(
+    out_ptr,
+    x_ptr,
+    fault_ptr,
+    yv,
+    zv,
+    p0,
+    p1,
+    p2,
+    size_a,
+    size_b,
+    sxa,
+    sxb,
+    soa,
+    tiles_a,
+    tiles_b,
+    n1,
+    n2,
+    n3,
+    n4,
+    sx1,
+    sx2,
+    sx3,
+    sx4,
+    so1,
+    so2,
+    so3,
+    so4,
+    BODY: tl.constexpr,
+    GUARD: tl.constexpr,
+    SITE: tl.constexpr,
+    BOUND: tl.constexpr,
+    Y_MODE: tl.constexpr,
+    Z_MODE: tl.constexpr,
+    X_VIA: tl.constexpr,
+    Y_VIA: tl.constexpr,
+    Z_VIA: tl.constexpr,
+    X_TO: tl.constexpr,
+    Y_TO: tl.constexpr,
+    Z_TO: tl.constexpr,
+    P_FLOAT: tl.constexpr,
+    P_TO: tl.constexpr,
+    NBATCH: tl.constexpr,
+    TILE_A: tl.constexpr,
+    TILE_B: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DEVICE_MATH: tl.constexpr,
+):
+    """`_map_kernel` for one tensor operand x read across its layout into a contiguous output (a transposed copy or
+    cast, any unary op): a TILE_A x TILE_B tile, dimension a the one x is contiguous along (stride sxa, 1 where it is
+    transposed), dimension b the output's innermost (stride 1). x is loaded along a and the result stored along b, both
+    coalesced (Triton converts the tile's layout between them through shared memory); each element is computed by
+    the same expression as in `_map_kernel`, so no bit differs. The grid is one-dimensional: program -> (tile along
+    a, tile along b, batch index), the batch index over the other dimensions (NBATCH of them, sizes n1.., strides
+    sx1.. and so1.., innermost first). soa: the output's stride along a. y, z: only scalars (a cast's range bounds)."""
+    pid = tl.program_id(0).to(tl.int64)
+    ta = pid % tiles_a
+    rest = pid // tiles_a
+    tb = rest % tiles_b
+    rest = rest // tiles_b
+    bx = rest * 0
+    bo = bx
+    if NBATCH > 0:
+        bx += (rest % n1) * sx1
+        bo += (rest % n1) * so1
+        rest = rest // n1
+    if NBATCH > 1:
+        bx += (rest % n2) * sx2
+        bo += (rest % n2) * so2
+        rest = rest // n2
+    if NBATCH > 2:
+        bx += (rest % n3) * sx3
+        bo += (rest % n3) * so3
+        rest = rest // n3
+    if NBATCH > 3:
+        bx += (rest % n4) * sx4
+        bo += (rest % n4) * so4
+    ra = ta * TILE_A + tl.arange(0, TILE_A).to(tl.int64)
+    rb = tb * TILE_B + tl.arange(0, TILE_B).to(tl.int64)
+    ok = (ra[:, None] < size_a) & (rb[None, :] < size_b)
+    ox = bx + ra[:, None] * sxa + rb[None, :] * sxb
+    oo = bo + ra[:, None] * soa + rb[None, :]
+    x = _operand(x_ptr, ox, ok, 0, 0, X_VIA, X_TO, UPCAST)
+    y = _operand(x_ptr, oo, ok, yv, Y_MODE, Y_VIA, Y_TO, UPCAST)
+    z = _operand(x_ptr, oo, ok, zv, Z_MODE, Z_VIA, Z_TO, UPCAST)
+    if SITE != 0:
+        bad, value = GUARD(x, y, z)
+        bad = bad & ok
+        record_fault_lanes(fault_ptr, SITE, oo, value, BOUND, bad)
+    r = BODY(x, y, z, _param(p0, P_FLOAT, P_TO), _param(p1, P_FLOAT, P_TO), _param(p2, P_FLOAT, P_TO), oo, DEVICE_MATH)
     tl.store(out_ptr + oo, _to_output(r, out_ptr.dtype.element_ty, UPCAST), mask=ok)
 
 
@@ -1355,10 +1443,12 @@ class Op:
     """One pointwise op: `name` (torch's), `arity` (tensor operands), `body`, the common dtypes it takes, torch's
     type promotion `kind`, its scalar parameters (names and defaults, p0.. in order), and what is special about it.
 
-    wide: half-precision operands compute in float64 under the interpreter (transcendentals whose written-out float32
-    versions are too coarse near their special points; on a GPU the device library's float32 functions serve).
-    guard: (the fault site, the guard) of a refused input. operand_dtypes: per operand, a fixed common dtype where the
-    operand is not promoted with the others (where's and masked_fill's bool mask)."""
+    interp_wide: under the interpreter, half-precision operands compute in float64 (there the transcendental bodies
+    are this module's own, checked in float64). gpu_f64: on the GPU, float32 operands compute in float64, for the
+    reason given ("": in float32, as torch's; see `compute_dtype`); gpu_half_f64: so do half-precision ones (else in
+    float32, torch's opmath, whose error is far below their tolerance). guard: (the fault site, the guard) of a
+    refused input. operand_dtypes: per operand, a fixed common dtype where the operand is
+    not promoted with the others (where's and masked_fill's bool mask)."""
 
     name: str
     arity: int
@@ -1366,7 +1456,9 @@ class Op:
     dtypes: tuple[str, ...]
     kind: str = "default"
     params: tuple[tuple[str, Any], ...] = ()
-    wide: bool = False
+    interp_wide: bool = False
+    gpu_f64: str = ""
+    gpu_half_f64: bool = False
     guard: tuple[int, Any] | None = None
     operand_dtypes: tuple[str | None, ...] = ()
     description: str = ""
@@ -1376,47 +1468,71 @@ class Op:
     int_floats: bool = False  # integer operands are computed as floats (kind int_to_float)
 
 
+# Measured on an H200 (Triton 3.6.0, libdevice without flush-to-zero), over every float32 input: the largest
+# |out - ref| / (tol * |ref| + half an ulp) of each float32 function, ref its float64 value, tol 2^-23 (the device
+# file's): expm1 0.72, log 0.46, log2 0.61, log1p 0.47, sin 0.96, cos 0.98, rsqrt 0.77 pass; these did not or had no
+# margin, and compute float32 in float64 on the GPU (the half types' float32 error is 2^-13 of their tolerance).
+_F32_OVER = "CUDA's float32 {} measured {} of the float32 tolerance at worst, over every float32 input"
+# (name, body, half precision in float64 under the interpreter, why float32 computes in float64 on the GPU)
 _UNARY_MATH = [
-    ("exp", _b_exp, True),
-    ("exp2", _b_exp2, True),
-    ("expm1", _b_expm1, True),
-    ("log", _b_log, True),
-    ("log2", _b_log2, True),
-    ("log1p", _b_log1p, True),
-    ("sqrt", _b_sqrt, False),
-    ("rsqrt", _b_rsqrt, False),
-    ("reciprocal", _b_reciprocal, False),
-    ("sin", _b_sin, True),
-    ("cos", _b_cos, True),
-    ("tan", _b_tan, True),
-    ("tanh", _b_tanh, True),
-    ("erf", _b_erf, True),
-    ("sigmoid", _b_sigmoid, True),
+    ("exp", _b_exp, True, _F32_OVER.format("expf", "1.22x")),
+    ("exp2", _b_exp2, True, _F32_OVER.format("exp2f", "1.71x")),
+    ("expm1", _b_expm1, True, ""),
+    ("log", _b_log, True, ""),
+    ("log2", _b_log2, True, ""),
+    ("log1p", _b_log1p, True, ""),
+    ("sqrt", _b_sqrt, False, ""),
+    ("rsqrt", _b_rsqrt, False, ""),
+    ("reciprocal", _b_reciprocal, False, ""),
+    ("sin", _b_sin, True, ""),
+    ("cos", _b_cos, True, ""),
+    ("tan", _b_tan, True, _F32_OVER.format("tanf", "1.41x")),
+    ("tanh", _b_tanh, True, _F32_OVER.format("tanhf", "1.14x")),
+    ("erf", _b_erf, True, _F32_OVER.format("erff", "1.00x (no margin)")),
+    ("sigmoid", _b_sigmoid, True, _F32_OVER.format("1 / (1 + expf(-x))", "1.42x")),
 ]
+# (name, body, params, the oracle's fixed keywords, why the GPU computes float32 in float64)
+# These chain float32 library functions (1-2 ulps each: CUDA C++ Programming Guide, Mathematical Functions) with
+# roundings, and measured over the one-epsilon tolerance in float32 (same measurement as `_UNARY_MATH`'s: gelu
+# 6.7e6x, cancelling in 1 + erf; silu and mish 104x, at subnormal results; softplus and log_sigmoid 1.22x; elu 0.63x
+# with alpha 1, before the product by another alpha); in float64 their error is 2^-29 of it.
+_CHAIN = "a chain of float32 library functions (1-2 ulps each) and roundings exceeds one float32 epsilon"
 _ACTIVATIONS = [
-    ("gelu", _b_gelu, (), (("approximate", "none"),)),
-    ("gelu_tanh", _b_gelu_tanh, (), (("approximate", "tanh"),)),
-    ("silu", _b_silu, (), ()),
-    ("mish", _b_mish, (), ()),
-    ("elu", _b_elu, (("alpha", 1.0),), ()),
-    ("celu", _b_celu, (("alpha", 1.0),), ()),
-    ("selu", _b_selu, (), ()),
-    ("leaky_relu", _b_leaky_relu, (("negative_slope", 0.01),), ()),
-    ("hardsigmoid", _b_hardsigmoid, (), ()),
-    ("hardswish", _b_hardswish, (), ()),
-    ("softplus", _b_softplus, (("beta", 1.0), ("threshold", 20.0)), ()),
-    ("log_sigmoid", _b_log_sigmoid, (), ()),
+    ("gelu", _b_gelu, (), (("approximate", "none"),), "0.5 x (1 + erf(x / sqrt 2)), cancelling for x << 0: " + _CHAIN),
+    ("gelu_tanh", _b_gelu_tanh, (), (("approximate", "tanh"),), "x / (1 + exp(-2t)), t's error times 2|t|: " + _CHAIN),
+    ("silu", _b_silu, (), (), "x sigmoid(x): " + _CHAIN),
+    ("mish", _b_mish, (), (), "tanh(log1p(exp x)): " + _CHAIN),
+    ("elu", _b_elu, (("alpha", 1.0),), (), "alpha expm1(x): " + _CHAIN),
+    ("celu", _b_celu, (("alpha", 1.0),), (), "alpha expm1(x / alpha), three roundings: " + _CHAIN),
+    ("selu", _b_selu, (), (), "scale alpha expm1(x), two rounded constants: " + _CHAIN),
+    ("leaky_relu", _b_leaky_relu, (("negative_slope", 0.01),), (), ""),
+    ("hardsigmoid", _b_hardsigmoid, (), (), ""),
+    ("hardswish", _b_hardswish, (), (), ""),
+    ("softplus", _b_softplus, (("beta", 1.0), ("threshold", 20.0)), (), "log1p(exp(beta x)) / beta: " + _CHAIN),
+    ("log_sigmoid", _b_log_sigmoid, (), (), "min(x, 0) - log1p(exp -|x|), cancelling near 0: " + _CHAIN),
 ]
 DIV_GUARD = (faults.INTEGER_DIVISOR, _div_guard)
 
 
 def _ops() -> dict[str, Op]:
     rows: list[Op] = []
-    for name, body, wide in _UNARY_MATH:
-        rows.append(Op(name, 1, body, ALL, "int_to_float", wide=wide, int_floats=True))
-    for name, body, params, oracle_params in _ACTIVATIONS:
+    for name, body, wide, gpu_f64 in _UNARY_MATH:
+        rows.append(Op(name, 1, body, ALL, "int_to_float", interp_wide=wide, gpu_f64=gpu_f64, int_floats=True))
+    for name, body, params, oracle_params, gpu_f64 in _ACTIVATIONS:
         oracle = "gelu" if name.startswith("gelu") else name
-        rows.append(Op(name, 1, body, FLOATS, params=params, wide=True, oracle=oracle, oracle_params=oracle_params))
+        rows.append(
+            Op(
+                name,
+                1,
+                body,
+                FLOATS,
+                params=params,
+                interp_wide=True,
+                gpu_f64=gpu_f64,
+                oracle=oracle,
+                oracle_params=oracle_params,
+            )
+        )
     rows += [
         Op("abs", 1, _b_abs, NUMERIC),
         Op("neg", 1, _b_neg, NUMERIC),
@@ -1427,7 +1543,7 @@ def _ops() -> dict[str, Op]:
         Op("trunc", 1, _b_trunc, NUMERIC),
         Op("relu", 1, _b_relu, NUMERIC),
         Op("threshold", 1, _b_threshold, NUMERIC, params=(("threshold", 0.0), ("value", 0.0))),
-        Op("glu", 2, _b_glu, FLOATS, wide=True),
+        Op("glu", 2, _b_glu, FLOATS, interp_wide=True, gpu_f64="x sigmoid(y): " + _F32_OVER.format("sigmoid", "1.42x")),
         Op("add", 2, _b_add, ALL, params=(("alpha", 1),)),
         Op("sub", 2, _b_sub, NUMERIC, params=(("alpha", 1),)),
         Op("mul", 2, _b_mul, ALL),
@@ -1447,6 +1563,7 @@ def _ops() -> dict[str, Op]:
             2,
             _b_div_floor,
             NUMERIC,
+            gpu_f64="the floor of the exact quotient: float32's (x - fmod(x, y)) / y can round onto the next integer",
             guard=DIV_GUARD,
             oracle="div",
             oracle_params=(("rounding_mode", "floor"),),
@@ -1457,11 +1574,28 @@ def _ops() -> dict[str, Op]:
         # float64 pow is exp2(e log2 |x|) in float64, whose error grows with |e log2 x| (125 ulps seen near the
         # range's end): it would need log2 and exp2 in double-double, which the kernel has not, so float64 is not
         # offered (refused by name); the half types and float32 compute it in float64, well within their tolerance
-        Op("pow", 2, _b_pow, tuple(d for d in NUMERIC if d != "float64"), wide=True, domain="pow"),
+        Op(
+            "pow",
+            2,
+            _b_pow,
+            tuple(d for d in NUMERIC if d != "float64"),
+            interp_wide=True,
+            gpu_f64="x^e's error is |e log x| times log's: float32's powf (up to 2 ulps) can exceed one epsilon",
+            domain="pow",
+        ),
         Op("maximum", 2, _b_maximum, ALL),
         Op("minimum", 2, _b_minimum, ALL),
-        Op("atan2", 2, _b_atan2, ALL, "int_to_float", wide=True, int_floats=True),
-        Op("hypot", 2, _b_hypot, FLOATS),
+        Op(
+            "atan2",
+            2,
+            _b_atan2,
+            ALL,
+            "int_to_float",
+            interp_wide=True,
+            gpu_f64="float32's atan2f is within 2 ulps (CUDA's table), over one epsilon near the axes",
+            int_floats=True,
+        ),
+        Op("hypot", 2, _b_hypot, FLOATS, gpu_f64="hi sqrt(1 + (lo / hi)^2): four float32 roundings exceed one epsilon"),
         Op("lerp", 3, _b_lerp, FLOATS),
         Op("addcdiv", 3, _b_addcdiv, FLOATS, params=(("value", 1.0),)),
         Op("addcmul", 3, _b_addcmul, NUMERIC, params=(("value", 1),)),
@@ -1489,7 +1623,16 @@ def _ops() -> dict[str, Op]:
         Op("where", 3, _b_where, ALL, operand_dtypes=("bool", None, None)),
         Op("masked_fill", 2, _b_masked_fill, ALL, params=(("value", 0),), operand_dtypes=(None, "bool")),
         Op("copy", 1, _b_copy, ALL),
-        Op("cast", 1, _b_cast, ALL, wide=True, guard=(faults.FLOAT_TO_INT, _cast_guard)),
+        Op(
+            "cast",
+            1,
+            _b_cast,
+            ALL,
+            interp_wide=True,
+            gpu_f64="the range guard's bounds (-2^31 - 1, ...) are exact in float64 only; the value is unchanged",
+            gpu_half_f64=True,
+            guard=(faults.FLOAT_TO_INT, _cast_guard),
+        ),
         Op("fill", 0, _b_fill, ALL, params=(("value", 0),)),
         Op("arange", 0, _b_arange, NUMERIC, params=(("start", 0), ("end", None), ("step", 1))),
         Op("linspace", 0, _b_linspace, FLOATS, params=(("start", 0.0), ("end", None), ("steps", None))),
@@ -1503,12 +1646,35 @@ OPS: dict[str, Op] = _ops()
 # ======================================================================================================================
 # types
 # ======================================================================================================================
-def compute_dtype(common: str, wide: bool = False) -> str:
-    """The type an op computes in for its common dtype: float32 for half precision (float64 where `wide`, under the
-    interpreter only: on a GPU the device library's float32 functions serve it, see DEVICE_LIB), float64 for float32
-    and float64, an integer's own type, int1 for bool."""
+def device_math() -> bool:
+    """Whether the backend in force compiles for a GPU (cuda, cross), whose bodies use the device's math library
+    (`DEVICE_MATH`); False under Triton's interpreter, which has none."""
+    return not upcast()
+
+
+def math_options() -> dict[str, Any]:
+    """Compile options of a launch with `DEVICE_MATH`: on an NVIDIA target, libdevice without flush-to-zero (Triton's
+    `enable_reflect_ftz` defaults to True, which makes __nv_expf, __nv_sinf, ... read and return float32 subnormals as
+    0: sin of the smallest subnormal would be 0, not itself; torch's CUDA build keeps them)."""
+    if not device_math():
+        return {}
+    from triton.runtime.driver import driver
+
+    return {"enable_reflect_ftz": False} if driver.active.get_current_target().backend == "cuda" else {}
+
+
+def compute_dtype(common: str, op: Op | None = None, device: bool | None = None) -> str:
+    """The type `op` computes in for its common dtype, on the GPU (`device`; None: the backend in force) or under the
+    interpreter. GPU: torch's, float32 for half precision and float32, float64 for float64; float32 in float64 where
+    `op.gpu_f64` says why, half precision too where `op.gpu_half_f64`. Interpreter (its transcendentals are this
+    module's float64 helpers): float32 for half precision (float64 where `op.interp_wide`), float64 for float32 and
+    float64. An integer computes in its own type, bool in int1."""
+    device = device_math() if device is None else device
+    if device and common in ("float16", "bfloat16", "float32"):
+        wide = op is not None and (op.gpu_half_f64 if common != "float32" else bool(op.gpu_f64))
+        return "float64" if wide else "float32"
     if common in ("float16", "bfloat16"):
-        return "float64" if wide and not DEVICE_LIB else "float32"
+        return "float64" if op is not None and op.interp_wide else "float32"
     if common in ("float32", "float64"):
         return "float64"
     return common
@@ -1572,7 +1738,7 @@ def param_arg(value: Any, compute: str) -> int:
 # ======================================================================================================================
 # layouts and dimension merging
 # ======================================================================================================================
-LAYOUTS = ("dense", "broadcast", "strided", "scalar", "none")
+LAYOUTS = ("dense", "broadcast", "transposed", "strided", "scalar", "none")
 
 
 def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
@@ -1590,7 +1756,8 @@ def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
 
 def layout_of(t: Any, shape: tuple[int, ...]) -> str:
     """How an operand reads into the broadcast `shape`: "dense" (contiguous, that very shape), "broadcast" (some
-    dimension repeated by a 0 stride), "strided" (any other view), "scalar" (a Python number), "none" (absent)."""
+    dimension repeated by a 0 stride), "transposed" (its innermost dimension not contiguous, another one is: the
+    tiled configs read it coalesced), "strided" (any other view), "scalar" (a Python number), "none" (absent)."""
     if t is None:
         return "none"
     if not isinstance(t, Tensor):
@@ -1602,6 +1769,9 @@ def layout_of(t: Any, shape: tuple[int, ...]) -> str:
         s == 0 and n > 1 for s, n in zip(t.strides, t.shape, strict=True)
     ):
         return "broadcast"
+    inner_strided = t.ndim > 1 and t.shape[-1] > 1 and t.strides[-1] != 1
+    if inner_strided and any(s == 1 and n > 1 for s, n in zip(t.strides[:-1], t.shape[:-1], strict=True)):
+        return "transposed"
     return "strided"
 
 
@@ -1613,9 +1783,20 @@ def flat_config(block: int, num_warps: int) -> Config:
     return Config.make(num_warps=num_warps, num_stages=1, BLOCK=block)
 
 
+def tile_config(tile_a: int, tile_b: int, num_warps: int) -> Config:
+    """A TILE_A x TILE_B tile per program (`_tile_kernel`): a transposed operand into a contiguous output."""
+    return Config.make(num_warps=num_warps, num_stages=1, TILE_A=tile_a, TILE_B=tile_b)
+
+
 def flat_candidates() -> tuple[Config, ...]:
-    """BLOCK {256, 512, 1024, 2048, 4096} x warps {2, 4, 8}."""
-    return tuple(flat_config(b, w) for b in (256, 512, 1024, 2048, 4096) for w in (2, 4, 8))
+    """BLOCK {256, 512, 1024, 2048, 4096} x warps {2, 4, 8}; then the tiles {32, 64} x {32, 64} x warps {4, 8}
+    (legal only where the one operand is transposed and the output contiguous: `prune_flat`)."""
+    flat = tuple(flat_config(b, w) for b in (256, 512, 1024, 2048, 4096) for w in (2, 4, 8))
+    return flat + tuple(tile_config(a, b, w) for a in (32, 64) for b in (32, 64) for w in (4, 8))
+
+
+def is_tiled(config: Config) -> bool:
+    return config.get("TILE_A") is not None
 
 
 DEFAULT = flat_config(1024, 4)
@@ -1624,10 +1805,26 @@ DEFAULT = flat_config(1024, 4)
 REGS = 16
 
 
+# the tiled kernel's: one operand and the result (2 each at float64) and two int64 offsets (2 each)
+TILE_REGS = 8
+
+
 def prune_flat(candidates: Sequence[Config], problem: Mapping[str, Any], profile) -> PruneResult:
-    """Refuse configs whose BLOCK leaves a warp without elements or needs more registers than a thread has."""
+    """Refuse configs whose BLOCK (or tile) leaves a warp without elements or needs more registers than a thread has,
+    and the tiled configs except where they apply: one operand, transposed, into a contiguous output."""
 
     def check(c: Config) -> str | None:
+        if is_tiled(c):
+            layouts = tuple(problem.get(k) for k in ("x", "y", "z", "out"))
+            if layouts != ("transposed", "none", "none", "dense"):
+                return (
+                    "a tile reads one transposed operand into a contiguous output (problem: x, y, z, out = {})".format(
+                        ", ".join(str(v) for v in layouts)
+                    )
+                )
+            b = c["TILE_A"] * c["TILE_B"]
+            what = f"a tile of {c['TILE_A']} x {c['TILE_B']}"
+            return lanes_refusal(b, c, profile, "tile") or registers_refusal(b, TILE_REGS, c, profile, what)
         b = c["BLOCK"]
         return lanes_refusal(b, c, profile, "tile") or registers_refusal(b, REGS, c, profile, f"a tile of {b}")
 
@@ -1655,12 +1852,97 @@ def _operand_strides(t: Any, shape: tuple[int, ...]) -> list[int]:
     return broadcast_strides(t, shape) if isinstance(t, Tensor) else [0] * len(shape)
 
 
+def _guard_of(op: Op, plan: Plan, out: Tensor) -> tuple[int, Any]:
+    """(the fault site, the guard) in force for a launch of `op`: none where its refusal cannot happen."""
+    site, guard = op.guard if op.guard else (0, _no_guard)
+    if site == faults.INTEGER_DIVISOR and plan.compute in FLOATS:
+        site, guard = 0, _no_guard
+    if site == faults.FLOAT_TO_INT and (out.dtype.name not in INTS or plan.compute not in FLOATS):
+        site, guard = 0, _no_guard
+    return site, guard
+
+
+def tile_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tensor) -> list[KernelLaunch]:
+    """The tiled launch (`_tile_kernel`) of a one-operand op writing the contiguous `out` from the tensor x (any
+    strides, broadcast to out's shape; y and z at most scalars: a cast's bounds). `LaunchError` for any other call:
+    a tiled config is certified only for such keys (`prune_flat`)."""
+    op = OPS[plan.op]
+    ops3 = list(operands) + [None] * (3 - len(operands))
+    x = ops3[0]
+    if not isinstance(x, Tensor) or any(isinstance(t, Tensor) for t in ops3[1:]) or not out.is_contiguous():
+        tensors = sum(isinstance(t, Tensor) for t in ops3)
+        kind = "contiguous" if out.is_contiguous() else "non-contiguous"
+        raise LaunchError(
+            f"{op.name}: config {config.label()} tiles one tensor operand into a contiguous output; this call has "
+            f"{tensors} tensor operand(s) and a {kind} output"
+        )
+    shape = tuple(out.shape)
+    sizes, (so, sx) = merge_dims(shape, out.strides, _operand_strides(x, shape))
+    if not sizes:
+        sizes, so, sx = [1], [1], [0]
+    nd = len(sizes)
+    if nd > MAX_DIMS:
+        raise LaunchError(
+            f"{op.name}: {nd} dimensions remain after merging the contiguous ones; at most {MAX_DIMS} are indexed "
+            "(make the operand contiguous first)"
+        )
+    # b: the output's innermost dimension (stride 1); a: the other one x is most nearly contiguous along
+    b = nd - 1
+    others = list(range(nd - 1))
+    a = min(others, key=lambda k: (abs(sx[k]), -k)) if others else None
+    batch = [k for k in reversed(others) if k != a]
+    size_a, sxa, soa = (sizes[a], sx[a], so[a]) if a is not None else (1, 0, 0)
+    tile_a, tile_b = config["TILE_A"], config["TILE_B"]
+    tiles_a, tiles_b = cdiv(size_a, tile_a), cdiv(sizes[b], tile_b)
+    nb = [sizes[k] for k in batch] + [1] * (4 - len(batch))
+    bsx = [sx[k] for k in batch] + [0] * (4 - len(batch))
+    bso = [so[k] for k in batch] + [0] * (4 - len(batch))
+    programs = tiles_a * tiles_b * math.prod(nb)
+    scalars = list(plan.scalars) + [None] * 3
+    modes = [sc[0] if sc is not None else UNUSED for sc in scalars[1:3]]
+    values = [sc[1] if sc is not None else 0 for sc in scalars[1:3]]
+    site, guard = _guard_of(op, plan, out)
+    compute = _TL[plan.compute]
+    key = ("tile", config, plan.op, plan.via, plan.compute, tuple(modes), plan.p_float, len(batch), site, plan.bound)
+
+    def make() -> dict:
+        kwargs = dict(
+            BODY=op.body,
+            GUARD=guard,
+            SITE=site,
+            BOUND=plan.bound,
+            Y_MODE=modes[0],
+            Z_MODE=modes[1],
+            X_VIA=_TL[plan.via[0]],
+            Y_VIA=_TL[plan.via[1]],
+            Z_VIA=_TL[plan.via[2]],
+            X_TO=tl.int1 if plan.via[0] == "bool" else compute,
+            Y_TO=compute,
+            Z_TO=compute,
+            P_FLOAT=plan.p_float,
+            P_TO=compute,
+            NBATCH=len(batch),
+            TILE_A=tile_a,
+            TILE_B=tile_b,
+            UPCAST=upcast(),
+            DEVICE_MATH=device_math(),
+        )
+        return dict(kwargs, num_warps=config.num_warps, num_stages=config.num_stages, **math_options())
+
+    kwargs = constexprs(key, make)
+    args = (out, x, faults.word(out.device), *values, *plan.params, size_a, sizes[b], sxa, sx[b], soa)
+    args += (tiles_a, tiles_b, *nb, *bsx, *bso)
+    return [KernelLaunch(_tile_kernel, (programs,), args, kwargs)]
+
+
 def map_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tensor) -> list[KernelLaunch]:
     """The launch of `plan`'s op writing `out` (any strides) from `operands` (tensors broadcast to out's shape, Python
     numbers, or None), at most three."""
     n = out.numel
     if n == 0:
         return []
+    if is_tiled(config):
+        return tile_launches(config, plan, operands, out)
     op = OPS[plan.op]
     shape = tuple(out.shape)
     ops3 = list(operands) + [None] * (3 - len(operands))
@@ -1699,11 +1981,7 @@ def map_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tenso
             ptrs.append(out)
             modes.append(UNUSED)
             values.append(0)
-    site, guard = op.guard if op.guard else (0, _no_guard)
-    if site == faults.INTEGER_DIVISOR and plan.compute in FLOATS:
-        site, guard = 0, _no_guard
-    if site == faults.FLOAT_TO_INT and (out.dtype.name not in INTS or plan.compute not in FLOATS):
-        site, guard = 0, _no_guard
+    site, guard = _guard_of(op, plan, out)
     block = config["BLOCK"]
     compute = _TL[plan.compute]
     key = (config, plan.op, plan.via, plan.compute, tuple(modes), plan.p_float, ndim, dense, site, plan.bound)
@@ -1729,8 +2007,9 @@ def map_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tenso
             DENSE=dense,
             BLOCK=block,
             UPCAST=upcast(),
+            DEVICE_MATH=device_math(),
         )
-        return dict(kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+        return dict(kwargs, num_warps=config.num_warps, num_stages=config.num_stages, **math_options())
 
     kwargs = constexprs(key, make)
     args = (out, *ptrs, faults.word(out.device), *values, *plan.params, n, *d_slots[1:])
@@ -1884,8 +2163,8 @@ def operand_values(gen: np.random.Generator, n: int, dtype: str, domain: str = "
 
 def _layout_tensor(gen, values: np.ndarray, shape: tuple[int, ...], layout: str, dtype: str, device: str) -> Tensor:
     """A tensor of `values` that reads into `shape` as `layout`: dense; broadcast (the first dimension of a shape of
-    more than one, else the one element, repeated by a 0 stride); strided (every other element of a twice-as-long
-    buffer)."""
+    more than one, else the one element, repeated by a 0 stride); transposed (a contiguous buffer with its last two
+    dimensions swapped); strided (every other element of a twice-as-long buffer)."""
     if layout == "dense":
         return from_numpy(_storage_values(values.reshape(shape), dtype), dtype, device)
     if layout == "broadcast":
@@ -1894,6 +2173,14 @@ def _layout_tensor(gen, values: np.ndarray, shape: tuple[int, ...], layout: str,
             return from_numpy(_storage_values(row, dtype), dtype, device)
         one = from_numpy(_storage_values(values[:1], dtype), dtype, device)
         return one.expand(*shape) if shape else one
+    if layout == "transposed":
+        if len(shape) < 2:
+            raise ValueError(f"a transposed operand needs two dimensions, not the shape {shape}")
+        swapped = tuple(range(len(shape) - 2)) + (len(shape) - 1, len(shape) - 2)
+        t = from_numpy(
+            _storage_values(np.ascontiguousarray(values.reshape(shape).transpose(swapped)), dtype), dtype, device
+        )
+        return t.permute(*swapped)
     if layout == "strided":
         wide = np.repeat(values.reshape(-1), 2).reshape(shape[:-1] + (2 * shape[-1],)) if shape else values[:1]
         t = from_numpy(_storage_values(wide, dtype), dtype, device)
@@ -2014,7 +2301,7 @@ def make_inputs_for(op: Op):
 
 def plan_for(op: Op, operands: Sequence[Any], common: str, out: Tensor, params: Mapping[str, Any]) -> tuple:
     """(via, compute, kernel params, p_float) of a launch of `op` whose common dtype is `common`."""
-    compute = compute_dtype(common, op.wide)
+    compute = compute_dtype(common, op)
     via = []
     for i in range(3):
         fixed = op.operand_dtypes[i] if i < len(op.operand_dtypes) else None
@@ -2072,7 +2359,7 @@ def _oracle_for(op: Op):
         out = t["out"]
         common = s["common"]
         fn = getattr(oracle_module(), op.oracle or op.name)
-        compute = compute_dtype(common, op.wide)
+        compute = compute_dtype(common, op)
         params = resolve_params(op, s["params"], out, common)
         kwargs = dict(op.oracle_params)
         if op.arity == 0:
@@ -2166,7 +2453,11 @@ def example_problems(op: Op) -> tuple[dict[str, Any], ...]:
     mixed_layouts = ("strided", "broadcast", "dense")
     mixed = {"numel": 96, **{n: (mixed_layouts[i] if i < op.arity else "none") for i, n in enumerate(names)}}
     mixed["out"] = "strided"
-    return (dense, mixed)
+    if op.arity != 1:
+        return (dense, mixed)
+    # odd sizes (17 x 23): the tiled configs' masks on both sides
+    transposed = {"numel": 391, "x": "transposed", "y": "none", "z": "none", "out": "dense"}
+    return (dense, mixed, transposed)
 
 
 SPECS: dict[str, Any] = {}
@@ -2187,7 +2478,7 @@ def op_spec(op: Op):
         output_dtypes=_out_dtype(op),
         tuning=(flat_candidates(), DEFAULT, prune_flat),
         parts=(make_inputs_for(op), _launch_for(op), _oracle_for(op), _problem_for(op)),
-        no_bit_fields=("BLOCK", "num_warps"),
+        no_bit_fields=("BLOCK", "TILE_A", "TILE_B", "num_warps"),
         examples=example_problems(op),
         oracle_name=f"nbxcert.oracles.pointwise.{op.oracle or op.name}",
     )
