@@ -1193,8 +1193,9 @@ def _param(v, P_FLOAT: tl.constexpr, TO: tl.constexpr):
 
 @jit
 def _to_output(y, DT: tl.constexpr, UPCAST: tl.constexpr):
-    """The result in the output's dtype: rounded to nearest even into a float (bfloat16 through `narrow`), != 0 into
-    bool, wrapped into an integer (a float result reaches an integer output only through `cast`, truncated)."""
+    """The result in the output's dtype: rounded to nearest even into a float (bfloat16 through `narrow`; a NaN as the
+    dtype's one quiet NaN), != 0 into bool, wrapped into an integer (a float result reaches an integer output only
+    through `cast`, truncated)."""
     if tl.int1 == DT:
         return y != 0
     else:
@@ -1209,7 +1210,10 @@ def _to_output(y, DT: tl.constexpr, UPCAST: tl.constexpr):
                 bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
                 return bits.to(tl.uint16).to(tl.bfloat16, bitcast=True)
             else:
-                return narrow(y, DT, UPCAST)
+                r = narrow(y, DT, UPCAST)
+                # one NaN for every kernel and config: a NaN's payload depends on the conversions the compiler chose
+                # (float16 -> float64 gave 0x7ff8... in one kernel, 0x7fffffffe... through float32 in another)
+                return tl.where(r != r, tl.full(r.shape, float("nan"), DT), r)
         else:
             if y.dtype.is_floating():
                 # only a cast reaches here, its refused lanes (NaN, out of range) recorded: they store 0
