@@ -140,6 +140,8 @@ class KernelSpec:
     deterministic: bool = True
     example_problems: tuple[dict[str, Any], ...] = ()  # small problems every test runs under the interpreter
     interpreter_dtypes: tuple[tuple[str, ...], ...] | None = None  # None: all `dtypes`
+    # the untuned config for a problem where it is not `default` (a kernel shape only some problems take), or None
+    default_for: Callable[[Mapping[str, Any]], Config] | None = None
 
     def __post_init__(self):
         problems = []
@@ -182,6 +184,16 @@ class KernelSpec:
                 if d not in seen:
                     seen.append(d)
         return tuple(seen)
+
+    def untuned(self, problem: Mapping[str, Any]) -> Config:
+        """What the kernel runs untuned on `problem`: `default_for(problem)` where the spec has one, else `default`;
+        always one of the candidates."""
+        if self.default_for is None:
+            return self.default
+        made = self.default_for(problem)
+        if made not in self.candidates:
+            raise ValueError(f"kernel {self.name}: its untuned config {made.label()} is not among its candidates")
+        return made
 
     def pruned_for(self, problem: Mapping[str, Any], profile) -> PruneResult:
         """The prune's verdict for one problem on one profile; a prune that keeps nothing is `PruneEmpty`."""

@@ -292,7 +292,7 @@ def config_for(
                 f"[nbxcert] {spec.name}: key {text} has no certificate for {st.profile.key}; running the kernel's "
                 "untuned default (NBXCERT_UNCERTIFIED=default)"
             )
-            cfg = spec.default
+            cfg = spec.untuned(problem)
             _record(st, text, "default")
         else:
             from nbxcert.serving.runtime_sweep import sweep_at_run_time

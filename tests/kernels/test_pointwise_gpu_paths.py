@@ -188,3 +188,29 @@ def test_gpu_kernels_call_the_accurate_device_library():
     tiled = results[("log1p", ("float32", "float32"))]
     assert tiled["calls"] == ["__nv_log1pf"] and "tile" in tiled["kernel"]
     assert not any(r["ftz"] for r in results.values())
+
+
+def test_an_uncertified_transposed_read_runs_a_tile_untuned(monkeypatch, tmp_path):
+    """The untuned config of a problem whose one operand is read transposed into a contiguous output is a tile (a
+    kept candidate there), elsewhere the flat default; served with no certificate (NBXCERT_UNCERTIFIED=default), a
+    transposed copy runs the tiled kernel."""
+    from nbxcert import serving
+
+    transposed = {"numel": 391, "x": "transposed", "y": "none", "z": "none", "out": "dense"}
+    spec = pw.SPECS["copy"]
+    assert spec.untuned(transposed) == pw.DEFAULT_TILE
+    assert spec.untuned(dict(transposed, x="strided")) == spec.untuned(spec.example_problems[0]) == pw.DEFAULT
+    assert pw.DEFAULT_TILE in spec.pruned_for(transposed, get_profile("nvidia/hopper")).kept
+    monkeypatch.setenv("NBXCERT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("NBXCERT_CERTIFIED_DIR", str(tmp_path / "empty"))
+    monkeypatch.delenv("NBXCERT_CERTIFIED_ONLY", raising=False)
+    monkeypatch.setenv("NBXCERT_UNCERTIFIED", "default")
+    serving.reset()
+    try:
+        values = _values((17, 23), "float32", 3)
+        x = from_numpy(values.T.copy(), "float32").T
+        problem = pw.problem_of("copy", [x], empty((17, 23), "float32"))
+        assert problem["x"] == "transposed"
+        assert serving.config_for(spec, problem, ("float32", "float32")) == pw.DEFAULT_TILE
+    finally:
+        serving.reset()
