@@ -14,6 +14,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from sampletools import SUBSETS, chosen, field
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import sampling
@@ -47,15 +48,18 @@ def representatives(spec) -> list:
     return picked
 
 
-# --- every kept candidate, once ---------------------------------------------------------------------------------------
+# --- every kept candidate, once (a sample of every variant, tile, dtype and k in the regular run) ---------------------
+@pytest.mark.parametrize("subset", SUBSETS)
 @pytest.mark.parametrize("name", sorted(SPECS))
-def test_every_kept_candidate_matches_on_an_awkward_shape(name, profile, backend):
+def test_every_kept_candidate_matches_on_an_awkward_shape(name, subset, profile, backend):
     spec = SPECS[name]
     kept = spec.pruned_for(problem(spec, *AWKWARD), profile).kept
     assert kept
-    for i, config in enumerate(kept):
+    kinds = [field(f) for f in ("VARIANT", "ROWS", "BLOCK_N", "CHUNK", "num_warps")]
+    turns = [len(spec.dtypes)] + ([len(AWKWARD_K)] if spec is sampling.TOPK else [])
+    for i in chosen(kept, subset, f"sampling every kept {name}", kinds=kinds, turns=turns):
         dtypes = spec.dtypes[i % len(spec.dtypes)]
-        check(spec, config, problem(spec, *AWKWARD, i), dtypes, profile, backend.device, seed=i)
+        check(spec, kept[i], problem(spec, *AWKWARD, i), dtypes, profile, backend.device, seed=i)
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
