@@ -74,9 +74,9 @@ def _failures_message(failures, runs):
 # (the regular run: every member of a sample of the num_stages groups that takes every tile field's every value,
 # every warp count and both dtypes)
 TILE_FIELDS = {
-    "flash_attention": ("BLOCK_M", "BLOCK_N", "TMA", "num_warps"),
-    "decode_attention": ("NUM_SPLITS", "BLOCK_N", "num_warps"),
-    "paged_decode_attention": ("NUM_SPLITS", "BLOCK_N", "num_warps"),
+    "flash_attention": ("BLOCK_M", "BLOCK_N", "TMA"),
+    "decode_attention": ("NUM_SPLITS", "BLOCK_N"),
+    "paged_decode_attention": ("NUM_SPLITS", "BLOCK_N"),
 }
 
 

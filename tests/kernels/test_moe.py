@@ -48,9 +48,9 @@ def _with(config: Config, **changes) -> Config:
 # --- every kept candidate on every example problem (a sample of every tile and dtype in the regular run) --------------
 # the fields whose every value the regular run's sample takes, per family
 SAMPLED_FIELDS = {
-    "moe_align": ("TILE", "STEPS", "num_warps"),
+    "moe_align": ("TILE", "STEPS"),
     "fused_moe": ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M"),
-    "moe_sum": ("BLOCK_N", "num_warps"),
+    "moe_sum": ("BLOCK_N",),
 }
 
 
