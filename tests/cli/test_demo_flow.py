@@ -1,6 +1,10 @@
 """The whole product on the CPU, through the real CLI: certify the demo workload, verify it in certified-only mode,
 gate on coverage, and see both fail by name when one key's certificate is removed. Also every certify/verify/coverage
-error path a user can meet (one line, exit code 1, no traceback)."""
+error path a user can meet (one line, exit code 1, no traceback).
+
+The regular run takes the demo's fast subset of kernels (12 keys: norms, embedding, activation, softmax, rope; every
+command is given the same `--kernels`); `-m slow` runs the same flow on the whole workload (23 keys, matmul and
+attention included)."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from reliabilitytools import DEMO_KERNELS
 
 
 def nbx(*args, env=None, timeout=900):
@@ -22,18 +27,24 @@ def nbx(*args, env=None, timeout=900):
     )
 
 
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory, backend):
+@pytest.fixture(
+    scope="module",
+    params=[pytest.param(DEMO_KERNELS, id="subset"), pytest.param(None, id="whole", marks=pytest.mark.slow)],
+)
+def demo(request, tmp_path_factory, backend):
+    """(root, certificate directory, certify's JSON summary, the workload arguments every command of the flow takes:
+    `--workload demo`, and `--kernels ...` for the subset)."""
     if backend.name != "interpreter":
         pytest.skip("the CPU conformance flow (the interpreter profile)")
     root = tmp_path_factory.mktemp("demo")
     out = root / "certs"
+    kernels = request.param
+    workload = ("--workload", "demo") + (("--kernels", kernels) if kernels else ())
     r = nbx(
         "certify",
         "--profile",
         "interpreter",
-        "--workload",
-        "demo",
+        *workload,
         "--out",
         str(out),
         "--json",
@@ -42,19 +53,19 @@ def demo(tmp_path_factory, backend):
     assert r.returncode == 0, r.stderr[-2000:]
     summary = json.loads(r.stdout)
     assert summary["totals"]["failed"] == 0 and summary["totals"]["certified"] > 10
-    return root, out, summary
+    return root, out, summary, workload
 
 
 def test_certify_writes_valid_certificates_and_a_rerun_skips_them(demo):
-    root, out, summary = demo
+    root, out, summary, workload = demo
     r = nbx("validate", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
-    r = nbx("certify", "--profile", "interpreter", "--workload", "demo", "--out", str(out), "--json")
+    r = nbx("certify", "--profile", "interpreter", *workload, "--out", str(out), "--json")
     again = json.loads(r.stdout)
     assert r.returncode == 0 and again["totals"]["skipped"] == summary["totals"]["certified"]
     # without --json, one line per key however long, also when the output is a log file, not a terminal (Rich
     # wrapped them at 80 columns there, which broke a key's line in two in the H200 logs)
-    r = nbx("certify", "--profile", "interpreter", "--workload", "demo", "--out", str(out))
+    r = nbx("certify", "--profile", "interpreter", *workload, "--out", str(out))
     n = summary["totals"]["certified"]
     lines = [line for line in r.stderr.splitlines() if line.startswith("[nbxcert] ") and "/" in line.split()[1]]
     assert r.returncode == 0 and len(lines) == n, r.stderr[-2000:]
@@ -63,9 +74,9 @@ def test_certify_writes_valid_certificates_and_a_rerun_skips_them(demo):
 
 
 def test_verify_certified_only_serves_every_key_then_fails_naming_a_removed_one(demo, tmp_path):
-    root, out, summary = demo
+    root, out, summary, workload = demo
     env = {"NBXCERT_CACHE_DIR": str(tmp_path / "cache")}
-    r = nbx("verify", "--profile", "interpreter", "--workload", "demo", "--dir", str(out), "--certified-only", env=env)
+    r = nbx("verify", "--profile", "interpreter", *workload, "--dir", str(out), "--certified-only", env=env)
     n = summary["totals"]["certified"]
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"[nbxcert] verify: {n} keys, {n} served, 0 swept at run time, 0 missing, 0 mismatched" in r.stdout
@@ -83,24 +94,24 @@ def test_verify_certified_only_serves_every_key_then_fails_naming_a_removed_one(
     removed = sorted(doc["entries"])[0]
     del doc["entries"][removed]
     path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    r = nbx("verify", "--profile", "interpreter", "--workload", "demo", "--dir", str(cut), "--certified-only", env=env)
+    r = nbx("verify", "--profile", "interpreter", *workload, "--dir", str(cut), "--certified-only", env=env)
     assert r.returncode == 1
     assert f"missing: {removed}" in r.stderr and "1 missing" in r.stdout
     assert "Traceback" not in r.stderr
     # coverage gates the same way, on the full directory and on the cut one
-    r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", str(out), "--min", "1.0")
+    r = nbx("coverage", "--profile", "interpreter", *workload, "--dir", str(out), "--min", "1.0")
     assert r.returncode == 0 and f"{n}/{n} keys certified" in r.stdout
     junit = tmp_path / "cov.xml"
-    r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", str(cut), "--junit-xml", str(junit))
+    r = nbx("coverage", "--profile", "interpreter", *workload, "--dir", str(cut), "--junit-xml", str(junit))
     assert r.returncode == 1 and f"missing: {removed}" in r.stdout
     assert f"below it, 1 more certified keys needed ({n})" in r.stdout  # 96% can round to a 96% minimum: the count
     assert junit.read_text().count("<failure") == 1
-    r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", str(cut), "--min", "0.5", "--json")
+    r = nbx("coverage", "--profile", "interpreter", *workload, "--dir", str(cut), "--min", "0.5", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["missing"] == [removed]
 
 
 def test_index_build_and_check_then_a_corrupt_index_is_refused_and_rebuilt(demo, tmp_path):
-    root, out, summary = demo
+    root, out, summary, workload = demo
     cache = tmp_path / "cache"
     r = nbx("index", "build", str(out), "--cache", str(cache))
     assert r.returncode == 0 and "cpu/interpreter cpu:" in r.stdout
@@ -157,17 +168,17 @@ def test_error_paths_are_one_line_with_exit_code_1(args, message):
 
 def test_verify_shards_split_the_keys_and_together_cover_them(demo, tmp_path):
     """`verify --shard i/n` (one per GPU of a host) verifies a deterministic share; the shares add up to every key."""
-    root, out, summary = demo
+    root, out, summary, workload = demo
     env = {"NBXCERT_CACHE_DIR": str(tmp_path / "cache")}
     n = summary["totals"]["certified"]
     seen = 0
     for i in range(2):
-        args = ("verify", "--profile", "interpreter", "--workload", "demo", "--dir", str(out), "--certified-only")
+        args = ("verify", "--profile", "interpreter", *workload, "--dir", str(out), "--certified-only")
         r = nbx(*args, "--shard", f"{i}/2", "--json", env=env)
         assert r.returncode == 0, r.stderr[-2000:]
         doc = json.loads(r.stdout)
         assert doc["served"] == doc["keys"] and not doc["missing"] and not doc["mismatched"]
         seen += doc["keys"]
     assert seen == n
-    r = nbx("verify", "--profile", "interpreter", "--workload", "demo", "--shard", "2/2", env=env)
+    r = nbx("verify", "--profile", "interpreter", *workload, "--shard", "2/2", env=env)
     assert r.returncode == 1 and "--shard '2/2': need 0 <= i < n" in r.stderr and "Traceback" not in r.stderr

@@ -18,6 +18,7 @@ import time
 import crosstools
 import numpy as np
 import pytest
+from sampletools import SUBSETS, chosen, field
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import matmul as mm
@@ -47,38 +48,47 @@ def _representatives(spec, kept):
     return reps
 
 
-# --- every kept candidate, once ---------------------------------------------------------------------------------------
+# --- every kept candidate, once (a sample of every kind, tile and dtype in the regular run) ---------------------------
+@pytest.mark.parametrize("subset", SUBSETS)
 @pytest.mark.parametrize("name", list(SPECS))
-def test_every_kept_candidate_matches_oracle(name, profile, backend):
+def test_every_kept_candidate_matches_oracle(name, subset, profile, backend):
     _interpreter_only(backend)
     spec = SPECS[name]
     problem = spec.example_problems[0]
     kept = spec.pruned_for(problem, profile).kept
     assert len(kept) == len(spec.candidates)  # the interpreter states no limit, and it emulates TMA
+    tiles = [field(f) for f in ("KIND", "BLOCK_M", "BLOCK_N", "K_BYTES", "BLOCK_K", "SPLIT_K")]
+    picked = chosen(kept, subset, f"matmul every kept {name}", kinds=tiles, turns=[len(spec.dtypes)])
     failures = []
-    for i, config in enumerate(kept):
+    for i in picked:
         dtypes = spec.dtypes[i % len(spec.dtypes)]  # every candidate once, the dtypes in turn
-        verdicts = run_checked(spec, config, problem, dtypes, profile, seed=i, device="cpu")
+        verdicts = run_checked(spec, kept[i], problem, dtypes, profile, seed=i, device="cpu")
         if not all_ok(verdicts):
             failures.append(first_report(verdicts))
-    assert not failures, f"{len(failures)} of {len(kept)} candidates mismatch:\n" + "\n\n".join(failures[:3])
+    assert not failures, f"{len(failures)} of {len(picked)} candidates mismatch:\n" + "\n\n".join(failures[:3])
 
 
 # --- one candidate per kind, every example problem and dtype ---------------------------------------------------------
+# (the regular run gives each (representative, problem) pair one dtype in turn: each representative meets every dtype
+# over the three or four problems, and each problem every dtype where three kinds are kept; -m slow: every pair in
+# every dtype)
+@pytest.mark.parametrize("subset", SUBSETS)
 @pytest.mark.parametrize("name", list(SPECS))
-def test_representatives_on_every_example_and_dtype(name, profile, backend):
+def test_representatives_on_every_example_and_dtype(name, subset, profile, backend):
     _interpreter_only(backend)
     spec = SPECS[name]
     failures, runs = [], 0
     for p_index, problem in enumerate(spec.example_problems):
         kept = spec.pruned_for(problem, profile).kept
-        for config in _representatives(spec, kept):
-            for dtypes in spec.dtypes:
+        for c, config in enumerate(_representatives(spec, kept)):
+            for d, dtypes in enumerate(spec.dtypes):
+                if subset == "sample" and d != (c + p_index) % len(spec.dtypes):
+                    continue
                 verdicts = run_checked(spec, config, problem, dtypes, profile, seed=100 + p_index, device="cpu")
                 runs += 1
                 if not all_ok(verdicts):
                     failures.append(first_report(verdicts))
-    assert runs >= len(spec.example_problems) * len(spec.dtypes)
+    assert runs >= len(spec.example_problems) * (len(spec.dtypes) if subset == "every" else 1)
     assert not failures, f"{len(failures)} of {runs} runs mismatch:\n" + "\n\n".join(failures[:3])
 
 

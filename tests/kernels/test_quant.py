@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from sampletools import SUBSETS, chosen, field
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import quant
@@ -30,15 +31,18 @@ def check(spec, config, prob, dtypes, profile, device, seed=0):
     assert all_ok(verdicts), first_report(verdicts)
 
 
+# the regular run: a sample taking every tile field's every value and both dtypes per format; -m slow: every candidate
+@pytest.mark.parametrize("subset", SUBSETS)
 @pytest.mark.parametrize("name", sorted(SPECS))
-def test_every_kept_candidate_matches_at_a_small_shape(name, profile, backend):
+def test_every_kept_candidate_matches_at_a_small_shape(name, subset, profile, backend):
     spec = SPECS[name]
+    kinds = [field(f) for f in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K")]
     for i, fmt in enumerate(quant.FORMATS):
         prob = {"M": SMALL_M[name][i], "N": 72, "K": 256, "format": fmt}
         kept = spec.pruned_for(prob, profile).kept
         assert kept
-        for j, config in enumerate(kept):
-            check(spec, config, prob, spec.dtypes[(i + j) % 2], profile, backend.device, seed=j)
+        for j in chosen(kept, subset, f"quant every kept {name} {fmt}", kinds=kinds, turns=[2]):
+            check(spec, kept[j], prob, spec.dtypes[(i + j) % 2], profile, backend.device, seed=j)
 
 
 @pytest.mark.parametrize("fmt", quant.FORMATS)

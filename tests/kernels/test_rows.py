@@ -19,6 +19,7 @@ from pathlib import Path
 import crosstools
 import numpy as np
 import pytest
+from sampletools import SUBSETS, chosen, field
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import rows
@@ -70,15 +71,18 @@ def representatives(spec) -> list:
     return picked
 
 
-# --- every kept candidate, once --------------------------------------------------------------------------------------
+# --- every kept candidate, once (a sample of every variant, tile and dtype in the regular run) ------------------------
+@pytest.mark.parametrize("subset", SUBSETS)
 @pytest.mark.parametrize("name", sorted(SPECS))
-def test_every_kept_candidate_matches_on_an_awkward_shape(name, profile, backend):
+def test_every_kept_candidate_matches_on_an_awkward_shape(name, subset, profile, backend):
     spec = SPECS[name]
     kept = spec.pruned_for(problem(spec, *AWKWARD), profile).kept
     assert kept
-    for i, config in enumerate(kept):
+    kinds = [field(f) for f in sorted({k for c in kept for k, _ in c.kwargs})]
+    turns = [len(spec.dtypes), len(rows.MASKS), len(REDUCE_FLAGS)]  # dtypes, softmax's masks, row_reduce's ops
+    for i in chosen(kept, subset, f"rows every kept {name}", kinds=kinds, turns=turns):
         dtypes = spec.dtypes[i % len(spec.dtypes)]
-        check(spec, config, problem(spec, *AWKWARD, i), dtypes, profile, backend.device, seed=i)
+        check(spec, kept[i], problem(spec, *AWKWARD, i), dtypes, profile, backend.device, seed=i)
 
 
 # --- representative configs x shapes x dtypes ------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from sampletools import SUBSETS, chosen, field
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import sampling
@@ -47,25 +48,36 @@ def representatives(spec) -> list:
     return picked
 
 
-# --- every kept candidate, once ---------------------------------------------------------------------------------------
+# --- every kept candidate, once (a sample of every variant, tile, dtype and k in the regular run) ---------------------
+@pytest.mark.parametrize("subset", SUBSETS)
 @pytest.mark.parametrize("name", sorted(SPECS))
-def test_every_kept_candidate_matches_on_an_awkward_shape(name, profile, backend):
+def test_every_kept_candidate_matches_on_an_awkward_shape(name, subset, profile, backend):
     spec = SPECS[name]
     kept = spec.pruned_for(problem(spec, *AWKWARD), profile).kept
     assert kept
-    for i, config in enumerate(kept):
+    kinds = [field(f) for f in ("VARIANT", "ROWS", "BLOCK_N", "CHUNK")]
+    turns = [len(spec.dtypes)] + ([len(AWKWARD_K)] if spec is sampling.TOPK else [])
+    for i in chosen(kept, subset, f"sampling every kept {name}", kinds=kinds, turns=turns):
         dtypes = spec.dtypes[i % len(spec.dtypes)]
-        check(spec, config, problem(spec, *AWKWARD, i), dtypes, profile, backend.device, seed=i)
+        check(spec, kept[i], problem(spec, *AWKWARD, i), dtypes, profile, backend.device, seed=i)
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_representatives_on_every_example_problem_and_dtype(name, profile, backend):
+# topk's full matrix (36 runs, the costliest under the interpreter) runs under -m slow; the regular run gives each
+# (representative, problem) pair one dtype in turn, so every representative and every problem still meets every dtype
+@pytest.mark.parametrize(
+    "name, subset",
+    [(n, "every") for n in sorted(SPECS) if n != "topk"]
+    + [("topk", "sample"), pytest.param("topk", "every", marks=pytest.mark.slow)],
+)
+def test_representatives_on_every_example_problem_and_dtype(name, subset, profile, backend):
     spec = SPECS[name]
-    for config in representatives(spec):
+    for c, config in enumerate(representatives(spec)):
         for p, prob in enumerate(spec.example_problems + ({"n_rows": 1, "n_cols": 1, "k": 1},)):
             prob = {k: v for k, v in prob.items() if k in spec.problem_args}
-            for dtypes in spec.dtypes:
-                check(spec, config, prob, dtypes, profile, backend.device, seed=p)
+            turn = (c + p) % len(spec.dtypes)
+            for d, dtypes in enumerate(spec.dtypes):
+                if subset == "every" or d == turn:
+                    check(spec, config, prob, dtypes, profile, backend.device, seed=p)
 
 
 # --- order: ties by the lowest index, NaN first -----------------------------------------------------------------------
@@ -125,14 +137,27 @@ def test_infinities_and_nans(name, profile, backend):
             check(spec, config, prob, dtypes, profile, backend.device, inputs=inputs)
 
 
+# (chunk, tile, chunks): the regular run's geometry is the 17-chunk one scaled down (a quarter of the chunk and tile:
+# 5 chunks x 64 = 320 > 256 candidates in the combine), the same structure in a third of the interpreted tile steps
+RADIX_GEOMETRIES = [
+    pytest.param((1024, 256, 5), id="5-chunks"),
+    pytest.param((4096, 1024, 17), id="17-chunks", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("geometry", RADIX_GEOMETRIES)
 @pytest.mark.parametrize("values", ["ties", "special", "equal"])
-def test_radix_topk_over_several_tiles_in_both_steps(values, profile, backend):
+def test_radix_topk_over_several_tiles_in_both_steps(values, geometry, profile, backend):
     """The radix variant with a tile smaller than its chunk (4 tiles per chunk) and more candidates than one tile
-    holds in the combine (17 chunks x 64 = 1088 > 1024), which no shipped candidate reaches at these sizes; on equal
-    values the lowest indices win across the tiles and chunks."""
-    config = sampling.radix_config(4096, 1024, 4)
-    prob = {"n_rows": 1, "n_cols": 17 * 4096 - 100, "k": 64}
+    holds in the combine (17 chunks x 64 = 1088 > 1024, or 5 x 64 = 320 > 256), which no shipped candidate reaches
+    at these sizes; the last chunk partly full; on equal values the lowest indices win across the tiles and chunks."""
+    chunk, tile, chunks = geometry
+    assert chunk == 4 * tile and chunks * 64 > tile
+    config = sampling.radix_config(chunk, tile, 4)
+    prob = {"n_rows": 1, "n_cols": chunks * chunk - 100, "k": 64}
     inputs = sampling.topk_inputs(prob, ("float32",), 4, backend.device, values=values)
+    # chunks smaller than any candidate's: the workspace the inputs hold is sized for those, this one for `chunk`
+    inputs.tensors["workspace"] = sampling.split_workspace(1, prob["n_cols"], 64, backend.device, chunk=chunk)
     check(sampling.TOPK, config, prob, ("float32",), profile, backend.device, inputs=inputs)
     if values == "equal":
         assert np.array_equal(inputs.tensors["indices"].numpy()[0], np.arange(64))
