@@ -3,9 +3,9 @@
 A family keeps tens of candidates, and judging each against its oracle under Triton's interpreter costs seconds. The
 regular run judges a sample that still reaches every branch the candidates take: every value of every field the
 caller names as a kind (a variant, a tile size, a split count) and every turn of every rotation the test makes by
-position (`i % n`: the dtypes, the problems it spreads over the candidates) is taken at least once. The candidates are
-drawn by a random generator seeded with the test's own name, so the sample is the same on every run and every
-machine, and differs between the tests that share a family. `-m slow` judges all of them.
+position (`i % n`: the dtypes, the flags it spreads over the candidates) is taken at least once. The candidates are
+drawn by a random generator seeded with a string naming the test and its case, so the sample is the same on every run
+and every machine, and differs between the tests and cases that share a family. `-m slow` judges all of them.
 
 Usage: parametrize over `SUBSETS` and iterate over `chosen(...)`; the result holds positions in `kept`, so a test's
 seeds and dtype turns stay what they are in the full run.
