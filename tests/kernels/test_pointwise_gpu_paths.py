@@ -214,3 +214,11 @@ def test_an_uncertified_transposed_read_runs_a_tile_untuned(monkeypatch, tmp_pat
         assert serving.config_for(spec, problem, ("float32", "float32")) == pw.DEFAULT_TILE
     finally:
         serving.reset()
+
+
+def test_an_untuned_config_outside_the_candidates_is_refused_by_name():
+    import dataclasses
+
+    spec = dataclasses.replace(pw.SPECS["copy"], default_for=lambda problem: pw.flat_config(128, 1))
+    with pytest.raises(ValueError, match="kernel pw_copy: its untuned config .* is not among its candidates"):
+        spec.untuned(spec.example_problems[0])
