@@ -15,3 +15,11 @@ def check(r: subprocess.CompletedProcess, code: int, must=(), must_not=()) -> st
     for line in must_not:
         assert line not in text, f"unexpected {line!r} in:\n{text}"
     return text
+
+
+def check_json(r: subprocess.CompletedProcess, code: int, must=(), must_not=()):
+    """`check`, then the JSON document the command wrote on stdout (stderr may carry heartbeat lines on a slow run)."""
+    import json
+
+    check(r, code, must, must_not)
+    return json.loads(r.stdout)

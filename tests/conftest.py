@@ -1,8 +1,8 @@
 """Test-wide setup: the backend is chosen before any kernel module is imported, and `gpu` tests skip cleanly.
 
 With no usable NVIDIA GPU the interpreter backend is chosen (CI); on a GPU machine the cuda backend is, and the
-`gpu`-marked tests run. Tests never import torch: at the end of the run `pytest_sessionfinish` fails it if torch was
-imported into the test process (benchmarks' torch peers run in processes of their own).
+`gpu`-marked tests run. Tests never import torch: a test after which torch is loaded in its process fails (benchmarks'
+torch peers run in processes of their own).
 """
 
 from __future__ import annotations
@@ -66,8 +66,9 @@ def profile(backend):
     return match_nvidia(cuda.device_info(0).compute_capability)[0]
 
 
-def pytest_sessionfinish(session, exitstatus):
-    """nbxcert never imports torch, and nor does its test run: a test process that ends with torch loaded fails."""
-    if "torch" in sys.modules:
-        print("\ntorch was imported into the test process: nbxcert and its tests must run without it", file=sys.stderr)
-        session.exitstatus = 1
+@pytest.fixture(autouse=True)
+def _no_torch():
+    """nbxcert never imports torch, and nor does its test run: the test after which torch is loaded fails, by name (in
+    every test process, the workers of `pytest -n` included)."""
+    yield
+    assert "torch" not in sys.modules, "torch was imported into this test process: nbxcert and its tests run without it"

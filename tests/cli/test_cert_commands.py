@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clitools import check
+from clitools import check, check_json
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SPEC = ("--spec", "faulty_kernels")
@@ -56,7 +56,7 @@ def test_validate_a_clean_directory_prints_one_line_and_exits_0(certs, tmp_path)
     r = nbx("validate", tmp_path, *SPEC)
     check(r, 0)
     assert r.stdout.strip().splitlines() == ["1 file, 2 entries, 0 problems"]
-    doc = json.loads(check(nbx("validate", tmp_path, *SPEC, "--json"), 0))
+    doc = check_json(nbx("validate", tmp_path, *SPEC, "--json"), 0)
     assert (doc["files"], doc["entries"], doc["problems"]) == (1, 2, [])
 
 
@@ -237,7 +237,7 @@ def test_show_searches_the_serving_path_first_directory_wins(certs, tmp_path):
     r = nbx(
         "show", certs.probe_key(300), "--profile", "interpreter", "--json", env={"NBXCERT_CERTIFIED_DIR": f"{a}:{b}"}
     )
-    (shown,) = json.loads(check(r, 0))
+    (shown,) = check_json(r, 0)
     assert shown["dir"] == str(a) and shown["shadowed"] == [str(b)]
     assert shown["entry"]["winner"]["timing"]["median_us"] == 1000.0
     assert shown["summary"]["winner"] == "BLOCK=64,FAULT=0,warps=4,stages=1"
@@ -286,7 +286,7 @@ def test_diff_lists_added_removed_and_changed_winners(certs, tmp_path):
             "1.500",
         ],
     )
-    doc = json.loads(check(nbx("diff", old, new, "--json"), 0))["profiles"]["cpu/interpreter"]
+    doc = check_json(nbx("diff", old, new, "--json"), 0)["profiles"]["cpu/interpreter"]
     assert [a["key"] for a in doc["added"]] == [k(4)] and [a["key"] for a in doc["removed"]] == [k(1)]
     (changed,) = doc["changed"]
     assert changed["key"] == k(3) and changed["ratio"] == pytest.approx(1.5)
@@ -318,7 +318,7 @@ def test_merge_shards_keeps_the_faster_of_duplicates_and_is_idempotent(certs, tm
 
     path = out / "cpu" / "interpreter" / "fault_probe.float32.json"
     before = path.stat().st_mtime_ns
-    doc = json.loads(check(nbx("merge", out, s1, s2, *SPEC, "--json"), 0))
+    doc = check_json(nbx("merge", out, s1, s2, *SPEC, "--json"), 0)
     assert doc["totals"]["unchanged"] == 3 and doc["written"] == [] and path.stat().st_mtime_ns == before
 
 

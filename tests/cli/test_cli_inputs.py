@@ -19,7 +19,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from clitools import check
+from clitools import check, check_json
 from typer.testing import CliRunner
 
 from nbxcert import cli
@@ -414,7 +414,7 @@ def test_coverage_json_gives_a_record_per_key(tmp_path):
         "--min",
         "0.5",
     )
-    doc = json.loads(check(r, 0))
+    doc = check_json(r, 0)
     assert len(doc["results"]) == doc["keys"] == 24 and doc["dirs"] == [str(SHIPPED)]
     certified = [x for x in doc["results"] if x["verdict"] == "certified"]
     assert len(certified) == 23 and all(x["config"] and x["error"]["max_scaled"] <= 1 for x in certified)

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clitools import check
+from clitools import check, check_json
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PROFILE = "nvidia/hopper"
@@ -272,7 +272,7 @@ def test_triton_autotune_cache_is_read_by_triton_without_benchmarking(user_certs
     out = tmp_path / "cache"
     args = ("export", "--format", "triton-autotune", "--profile", "hopper", "--dir", user_certs, "--out", out)
     r = nbx(*args, "--spec", "user_kernel", "--json", env=RUN_ENV, drop=NOT_INTERPRETED)
-    report = json.loads(check(r, 0))
+    report = check_json(r, 0)
     manifest = json.loads((out / "autotune_manifest.json").read_text())
     assert [w["file"] for w in report["written"]] == list(manifest["files"])
     [(rel, item)] = manifest["files"].items()

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from clitools import check
+from clitools import check, check_json
 
 from nbxcert.stale import rule_choice
 
@@ -88,7 +88,7 @@ def test_stale_lists_the_stale_keys_writes_them_as_a_keys_file_and_exits_1(tmp_p
     assert "BLOCK=32,warps=4,stages=1" in text
     assert [json.loads(line) for line in keys.read_text().splitlines()] == [{"key": stale_key}]
 
-    doc = json.loads(check(nbx("stale", tmp_path, "--profile", "hopper", "--json"), 1))
+    doc = check_json(nbx("stale", tmp_path, "--profile", "hopper", "--json"), 1)
     assert (doc["profile"], doc["entries"], doc["judged"]) == ("nvidia/hopper", 2, 2)
     (s,) = doc["stale"]
     assert s["key"] == stale_key and s["ratio"] == pytest.approx(46.56 / 26.0) and s["chosen_us"] == 26.0
