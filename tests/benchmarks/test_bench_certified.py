@@ -212,7 +212,7 @@ def test_the_common_prefix_ratio_compares_the_same_launches():
 
 
 def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp_path, monkeypatch):
-    """On the interpreter, the demo's first three launches: the certified runs serve them (no sweep), the swept run
+    """On the interpreter, the demo's first two launches: the certified runs serve them (no sweep), the swept run
     sweeps; with a limit the swept run cannot meet, it is cut and reports the launches it reached (possibly none)."""
     monkeypatch.setenv("NBXCERT_BACKEND", "interpreter")
     out = tmp_path / "cold.json"
@@ -223,7 +223,7 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
         "--dir",
         str(ROOT / "certificates"),
         "--max-launches",
-        "3",
+        "2",
         "--certified-limit",
         "300",
         "--sweep-limit",
@@ -234,7 +234,7 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
     assert bc.main(args) == 0
     result = json.loads(out.read_text())
     for run in ("certified", "certified_warmed", "certified_restart", "runtime_sweep"):
-        assert result[run]["launches"] == 3 and len(result[run]["elapsed"]) == 3, result[run]
+        assert result[run]["launches"] == 2 and len(result[run]["elapsed"]) == 2, result[run]
         assert result[run]["elapsed"] == sorted(result[run]["elapsed"])
     # where the certified run's time before its first launch went, in order
     startup = result["certified"]["startup_s"]
@@ -246,7 +246,7 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
     assert result["warm"] == "background" and warmed["background_done"]
     assert warmed["background_compiled"] == 23 and warmed["background_failed"] == 0
     prefix = result["speedup_over_common_prefix"]
-    assert prefix["launches"] == 3 and prefix["ratio"] > 1.0
+    assert prefix["launches"] == 2 and prefix["ratio"] > 1.0
     assert not result["speedup_is_lower_bound"]
     # the blocking warm-up (--warm block): the winners compiled before the first launch, its time counted apart
     block = bc._cold_run(
