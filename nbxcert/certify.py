@@ -20,6 +20,7 @@ from typing import Any
 
 from nbxcert import certificates
 from nbxcert._version import __version__
+from nbxcert.ahead import AheadPool, compile_requests
 from nbxcert.errors import ProfileMismatch, UsageError
 from nbxcert.fingerprint import code_digest
 from nbxcert.kernels.spec import get_spec
@@ -265,21 +266,41 @@ def certify(
     # one runner on a GPU (timings must not overlap); one per core under the interpreter (CPU timings, recorded as such)
     n_runners = 1 if choice.name == "cuda" else (jobs or os.cpu_count() or 1)
     runners = [Worker(env, list(modules)) for _ in range(n_runners)]
-    compiler = CompilePool(env, list(modules), jobs or os.cpu_count() or 1) if choice.name == "cuda" else None
+    pool = compile_pool(choice.name, env, list(modules), jobs or os.cpu_count() or 1)
     timeout_s = timeout_s or TIMEOUT_S[choice.name]
+    # the next key's candidates compile while this key's are checked and timed on the GPU (`nbxcert.ahead`)
+    compiler = AheadPool(pool, timeout_s) if pool is not None else None
+
+    def made_by(spec) -> dict:
+        return dict(prov, code=code_digest(spec, profile))
+
+    def done_before(key: LaunchKey) -> bool:
+        spec = specs[key.kernel]
+        old = certificates.existing_entry(
+            out_dir, profile.key, key.kernel, spec.output_dtypes(key.dtypes)[0], key.text()
+        )
+        return old is not None and not force and same_card(old["provenance"], made_by(spec))
+
+    def compile_next(after: int) -> None:
+        """Submit the compile of the next key to sweep after `todo[after]` (the pool is free: its compile is done)."""
+        assert compiler is not None
+        nxt = next((k for k in todo[after + 1 :] if not done_before(k)), None)
+        if nxt is not None:
+            compiler.submit(compile_requests(specs[nxt.kernel], nxt, profile, seed))
+
     try:
-        for key in todo:
+        for i, key in enumerate(todo):
             spec = specs[key.kernel]
             out_dtype = spec.output_dtypes(key.dtypes)[0]
-            old = certificates.existing_entry(out_dir, profile.key, key.kernel, out_dtype, key.text())
-            made_by = dict(prov, code=code_digest(spec, profile))
-            if old is not None and not force and same_card(old["provenance"], made_by):
+            if done_before(key):
                 kr = KeyReport(key.text(), "skipped", reason="already certified for this card, versions and code")
             else:
+                if compiler is not None:
+                    compiler.after_compile = lambda i=i: compile_next(i)
                 result = sweep_key(spec, key, profile, runners, compiler, seed, timeout_s, progress)
                 kr = _key_report(result)
                 if result.winner is not None:
-                    entry = entry_of(result, spec, profile, made_by, seed)
+                    entry = entry_of(result, spec, profile, made_by(spec), seed)
                     certificates.add_entry(out_dir, profile.key, key.kernel, out_dtype, key.text(), entry)
             report.keys.append(kr)
             if on_key:
@@ -297,6 +318,11 @@ def certify(
         if compiler is not None:
             compiler.close()
     return report
+
+
+def compile_pool(backend: str, env: dict[str, str], modules: list[str], jobs: int) -> CompilePool | None:
+    """The compile workers of a certify run: on the GPU only (the interpreter compiles nothing)."""
+    return CompilePool(env, modules, jobs) if backend == "cuda" else None
 
 
 def _key_report(result: SweepResult) -> KeyReport:

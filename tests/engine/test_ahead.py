@@ -1,0 +1,158 @@
+"""Compiling the next key while this one is checked and timed (`nbxcert.ahead`): the requests made ahead are the
+sweep's own, a sweep takes them only when they are, and `certify` submits each next key's compile as soon as the key
+before it has compiled."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from nbxcert import ahead, certify
+from nbxcert.keys import parse_key
+from nbxcert.profiles import get_profile
+from nbxcert.sweep import sweep_key
+from nbxcert.worker import CompilePool
+
+INTERPRETED = {"NBXCERT_BACKEND": "interpreter", "TRITON_INTERPRET": "1"}
+
+# one key of each family whose prune differs at the two ends of a bucket or by the device file's limits (hopper)
+HOPPER_KEYS = [
+    "matmul[K=4096,M=512,N=6144,aligned=1,trans_a=0,trans_b=1;float16,float16]@v1",
+    "matmul[K=3584,M=1,N=152064,aligned=1,trans_a=0,trans_b=1;bfloat16,bfloat16]@v1",
+    "flash_attention[aligned=1,batch=1,causal=1,head_dim=128,heads=28,kv_heads=4,kv_len=16,q_len=2;float16]@v1",
+    "decode_attention[batch=64,head_dim=128,heads=28,kv_heads=4,kv_len=4096;bfloat16]@v1",
+    "rmsnorm[n_cols=3584,n_rows=2;float16,float16]@v1",
+    "softmax[mask=none,n_cols=152064,n_rows=1;float16]@v1",
+    "fused_moe[K=4096,M=4096,N=28672,experts=8,mul_weight=0,pair_rows=0,top_k=2;bfloat16,bfloat16]@v1",
+    "conv2d[C=640,H=32,K=640,R=3,S=3,W=32,batch=4,bias=1,dilation=1,groups=1,layout=nchw,padding=1,stride=1;float16]@v1",
+]
+
+
+class _Recorded(Exception):
+    pass
+
+
+class _Recorder:
+    """A compile pool that keeps what the sweep asks for, then ends the sweep."""
+
+    def __init__(self):
+        self.requests = None
+
+    def compile_all(self, requests, timeout_s):
+        self.requests = requests
+        raise _Recorded
+
+
+class _IdleRunner:
+    """A runner that prepares nothing (the sweep ends at its compile)."""
+
+    def request(self, message, timeout_s):
+        return {"status": "prepared", "seconds": {}}
+
+    def kill(self):
+        pass
+
+
+@pytest.mark.parametrize("text", HOPPER_KEYS, ids=lambda t: t.split("[")[0])
+def test_the_requests_made_ahead_are_the_ones_the_sweep_asks_for(text):
+    from nbxcert.kernels.spec import get_spec
+
+    profile = get_profile("nvidia/hopper")
+    key = parse_key(text)
+    spec = get_spec(key.kernel)
+    recorder = _Recorder()
+    with pytest.raises(_Recorded):
+        sweep_key(spec, key, profile, _IdleRunner(), recorder, seed=11, timeout_s=10)
+    made = ahead.compile_requests(spec, key, profile, seed=11)
+    assert made == recorder.requests and made
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = CompilePool(INTERPRETED, [], 2)
+    yield p
+    p.close()
+
+
+def _requests(n: int, tag: str) -> list[dict]:
+    key = parse_key("rmsnorm[n_cols=64,n_rows=8;float16,float16]@v1")
+    from nbxcert.kernels.spec import get_spec
+
+    reqs = ahead.compile_requests(get_spec(key.kernel), key, get_profile("cpu/interpreter"), seed=1)[:n]
+    return [{**r, "tag": tag} for r in reqs]
+
+
+def test_a_sweep_takes_the_set_submitted_for_it_and_calls_its_hook_once(pool):
+    p = ahead.AheadPool(pool, 30)
+    calls = []
+    mine = _requests(3, "a")
+    p.submit(mine)
+    p.after_compile = lambda: calls.append("hook")
+    replies = p.compile_all(mine, 30)
+    assert [r["status"] for r in replies] == ["compiled"] * 3
+    assert (p.submitted, p.used, calls) == (1, 1, ["hook"])
+    # the hook is for one key only: the next compile calls none unless it is set again
+    p.compile_all(mine, 30)
+    assert calls == ["hook"] and p.used == 1
+
+
+def test_a_set_submitted_for_another_key_is_waited_for_and_not_used(pool):
+    p = ahead.AheadPool(pool, 30)
+    p.submit(_requests(2, "other"))
+    replies = p.compile_all(_requests(3, "mine"), 30)
+    assert len(replies) == 3 and all(r["status"] == "compiled" for r in replies)
+    assert (p.submitted, p.used) == (1, 0)
+    p.submit(_requests(2, "left"))
+    p.close()  # a set nobody took is waited for before the pool closes
+    assert all(not w.process or not w.process.is_alive() for w in pool.workers)
+
+
+def test_a_cancelled_compile_drains_at_once_and_starts_no_worker_again():
+    pool = CompilePool(INTERPRETED, [], 2)
+    try:
+        pending = ahead.Pending(pool, _requests(1, "x") * 400, 30)
+        time.sleep(0.5)
+        t0 = time.perf_counter()
+        pending.cancel()
+        assert time.perf_counter() - t0 < 5
+        replies = pending.result()
+        assert len(replies) == 400
+        assert any(r["reason"] == "the compile ahead was cancelled" for r in replies if r["status"] == "crash")
+        assert all(w.process is None or not w.process.is_alive() for w in pool.workers)
+    finally:
+        pool.close()
+
+
+def test_certify_compiles_each_next_key_while_the_one_before_is_judged(tmp_path, monkeypatch):
+    """In a certify run with a compile pool (on the interpreter a compile is a no-op, so a pool is forced here), the
+    compile of key k+1 is submitted before key k is recorded, and every key after the first takes its set."""
+    events: list[tuple[str, str]] = []
+    made: list[ahead.AheadPool] = []
+
+    class Watched(ahead.AheadPool):
+        def __init__(self, *a):
+            super().__init__(*a)
+            made.append(self)
+
+        def submit(self, requests):
+            events.append(("submit", requests[0]["spec"] + str(sorted(requests[0]["problems"]["timing"].items()))))
+            super().submit(requests)
+
+    monkeypatch.setattr(certify, "AheadPool", Watched)
+    monkeypatch.setattr(certify, "compile_pool", lambda backend, env, modules, jobs: CompilePool(env, modules, 2))
+    texts = [
+        "rmsnorm[n_cols=64,n_rows=2;float16,float16]@v1",
+        "silu_and_mul[d=128,n_rows=2;float16]@v1",
+        "embedding[dim=64,n_tokens=2;float16,int32]@v1",
+    ]
+    keys = [parse_key(t) for t in texts]
+    report = certify.certify(
+        "interpreter", keys, tmp_path / "out", jobs=1, on_key=lambda kr: events.append(("done", kr.key))
+    )
+    assert [k.status for k in report.keys] == ["certified"] * 3
+    (p,) = made
+    assert (p.submitted, p.used) == (2, 2)
+    # key 2's compile was submitted inside key 1's sweep, before key 1 was recorded; key 3's inside key 2's
+    assert [e[0] for e in events] == ["submit", "done", "submit", "done", "done"]
+    assert events[0][1].startswith("silu_and_mul") and events[2][1].startswith("embedding")
