@@ -27,6 +27,11 @@ Fields read (transformers' configuration classes name them; the defaults are the
     max_position_embeddings                    -> caps the phases' sizes (below)
     num_local_experts (mixtral), num_experts (qwen3_moe), num_experts_per_tok, moe_intermediate_size (qwen3_moe;
     mixtral's experts are `intermediate_size` wide: MixtralBlockSparseTop2MLP) -> experts, top_k, moe_intermediate
+    quantization_config                        -> quantization: quant_method gptq with bits 4, group_size 128 and
+                                                  desc_act false (absent: false) is `gptq-int4-g128`; awq with bits
+                                                  4, group_size 128, zero_point true and version gemm (absent: true,
+                                                  gemm) is `awq-int4-g128`; any other method or value is refused
+                                                  naming its field (`quantization_config.bits`, ...)
 
 Rules of the model type (what transformers' modeling code does with no field to say so):
 
@@ -145,7 +150,6 @@ _MOE_FIELDS = {
 }
 _GEMMA_FIELDS = ("hidden_activation",)
 _REFUSED_FIELDS = {
-    "quantization_config": "quantized weights launch the dequantizing kernels, not the matmuls a workload lists",
     "text_config": "a multimodal model's wrapper: give the text model's own config",
 }
 
@@ -186,6 +190,7 @@ def workload_of(config: Any, path: str) -> Workload:
     if model_type not in MODEL_TYPES:
         raise get.fail("model_type", f"'{model_type}' is not mapped (mapped: {', '.join(MODEL_TYPES)})")
     known = {*_READ, *_NO_LAUNCH, *_MOE_FIELDS.get(model_type, ()), *(_GEMMA_FIELDS if model_type == "gemma" else ())}
+    known.add("quantization_config")
     for field in config:
         if field in _REFUSED_FIELDS:
             raise get.fail(field, _REFUSED_FIELDS[field])
@@ -235,6 +240,8 @@ def workload_of(config: Any, path: str) -> Workload:
         model["qk_norm"] = True
     if model_type in MOE_TYPES:
         model.update(_experts(get, model_type, config))
+    if "quantization_config" in config:
+        model["quantization"] = _quantization(get, config["quantization_config"])
     positions = get.size("max_position_embeddings")
     if positions < KV_MIN:
         raise get.fail("max_position_embeddings", f"{positions} is below the shortest KV length covered ({KV_MIN})")
@@ -291,6 +298,33 @@ class _Fields:
         if not isinstance(v, bool):
             raise self.fail(field, f"must be true or false, got {v!r}")
         return v
+
+
+def _quantization(get: _Fields, q: Any) -> str:
+    """The workload's `quantization` of a checkpoint's `quantization_config` as transformers writes it: GPTQ (4 bits,
+    group size 128, no act-order) or AWQ (4 bits, group size 128, zero points, GEMM packing); any other is refused
+    naming what the dequantizing kernels do not serve."""
+    field = "quantization_config"
+    if not isinstance(q, dict):
+        raise get.fail(field, f"must be an object, got {type(q).__name__}")
+    method, bits, group = q.get("quant_method"), q.get("bits"), q.get("group_size")
+    if method not in ("gptq", "awq"):
+        raise get.fail(f"{field}.quant_method", f"{method!r}: the dequantizing kernels serve gptq and awq checkpoints")
+    if bits != 4 or isinstance(bits, bool):
+        raise get.fail(f"{field}.bits", f"{bits!r}: {method} checkpoints are served at 4 bits")
+    if group != 128 or isinstance(group, bool):
+        raise get.fail(f"{field}.group_size", f"{group!r}: the int4 kernels' group size is 128")
+    if method == "gptq":
+        if q.get("desc_act", False) is not False:
+            act_order = f"{q['desc_act']!r}: act-order (groups over permuted rows) is not served"
+            raise get.fail(f"{field}.desc_act", act_order)
+        return "gptq-int4-g128"
+    if q.get("zero_point", True) is not True:
+        raise get.fail(f"{field}.zero_point", f"{q['zero_point']!r}: the int4 kernels subtract a zero point")
+    version = q.get("version", "gemm")
+    if not isinstance(version, str) or version.lower() != "gemm":
+        raise get.fail(f"{field}.version", f"{version!r}: AWQ's GEMM packing is the one repacked for the kernels")
+    return "awq-int4-g128"
 
 
 def _activation(get: _Fields, model_type: str) -> str:

@@ -12,8 +12,13 @@ matmul, `moe_align` (one key per block size fused_moe's candidates align to, sin
 picks it), `fused_moe` gate/up, `silu_and_mul` on each (token, expert) pair, `fused_moe` down with the router
 weights, `moe_sum`; the routing is the `softmax` over the experts' logits and the `topk` of its probabilities (the
 renormalisation of the k weights some models apply is not listed). `qk_norm` (Qwen3) adds the per-head RMSNorm of
-q and k after their projection. A workload without these
-fields makes exactly the launches it made before they existed.
+q and k after their projection. `quantization` makes the decoder layers' four projections (qkv, output, gate/up,
+down) dequantizing products of quantized weights, as a model served from a quantized checkpoint launches them:
+`dequant_gemv` for up to `GEMV_MAX_M` (4) tokens, `dequant_matmul` above (`nbxcert.kernels.quant`); the embedding and
+the LM head keep the activations' dtype, as the published checkpoints keep them. Its values name the checkpoint
+formats the kernels serve (QUANTIZATIONS): GPTQ int4 with group size 128 and no act-order, AWQ int4 with group size 128
+(repacked once into GPTQ's layout when the weights load: `awq_to_gptq`, so its keys are GPTQ's), and int8 per output
+channel. A workload without these fields makes exactly the launches it made before they existed.
 """
 
 from __future__ import annotations
@@ -47,7 +52,9 @@ MODEL_FIELDS = {
     "qkv_bias": bool,
 }
 PHASE_FIELDS = ("prefill_tokens", "decode_batch", "kv_lens")
-OPTIONAL_MODEL_FIELDS = {"experts": int, "top_k": int, "moe_intermediate": int, "qk_norm": bool}
+OPTIONAL_MODEL_FIELDS = {"experts": int, "top_k": int, "moe_intermediate": int, "qk_norm": bool, "quantization": str}
+# a checkpoint format -> the dequantizing kernels' `format` (kernels/quant.py's module doc says what each stores)
+QUANTIZATIONS = {"gptq-int4-g128": "int4", "awq-int4-g128": "int4", "int8-per-channel": "int8"}
 MOE_FIELDS = ("experts", "top_k", "moe_intermediate")
 
 
@@ -143,11 +150,37 @@ def workload_from_doc(doc: Any, path: str) -> Workload:
     if given and model["top_k"] > model["experts"]:
         raise _fail(path, "model.top_k", f"{model['top_k']} is more than experts={model['experts']}")
     dtypes, phases = _dtypes_and_phases(path, doc, ("float16", "bfloat16", "float32"), "", PHASE_FIELDS)
+    if "quantization" in model:
+        _check_quantization(path, model, dtypes)
     for k in PHASE_FIELDS:
         _check_sizes(path, f"phases.{k}", phases[k])
     if not isinstance(doc["name"], str) or not doc["name"]:
         raise _fail(path, "name", "must be a non-empty string")
     return Workload(doc["name"], path, doc["source"], dict(model), tuple(dtypes), dict(phases))
+
+
+def _check_quantization(path: str, model: dict, dtypes) -> None:
+    """A quantized model's format is one the dequantizing kernels serve, and its projections meet their shapes."""
+    q = model["quantization"]
+    if q not in QUANTIZATIONS:
+        raise _fail(path, "model.quantization", f"unknown format '{q}' (one of {', '.join(QUANTIZATIONS)})")
+    if "experts" in model:
+        raise _fail(path, "model.quantization", "no dequantizing kernel serves a mixture of experts' fused_moe")
+    if model["qkv_bias"]:
+        raise _fail(path, "model.quantization", "the dequantizing kernels add no bias, and qkv_bias is true")
+    bad = [d for d in dtypes if d not in ("float16", "bfloat16")]
+    if bad:
+        raise _fail(path, "dtypes", f"{bad[0]}: the dequantizing kernels' activations are float16 or bfloat16")
+    h, d = model["hidden"], model["head_dim"]
+    qkv = (model["heads"] + 2 * model["kv_heads"]) * d
+    inputs = {"hidden": h, "intermediate": model["intermediate"], "heads x head_dim": model["heads"] * d}
+    outputs = {"hidden": h, "2 x intermediate": 2 * model["intermediate"], "(heads + 2 kv_heads) x head_dim": qkv}
+    for name, k in inputs.items():
+        if k % 128:
+            raise _fail(path, "model.quantization", f"a projection's K ({name} = {k}) is not a multiple of 128")
+    for name, n in outputs.items():
+        if n % 8:
+            raise _fail(path, "model.quantization", f"a projection's N ({name} = {n}) is not a multiple of 8")
 
 
 def _check_names(path: str, where: str, given: dict, known) -> None:
@@ -266,7 +299,14 @@ def launches(w: Workload, profile) -> list[Launch]:
     out = _LaunchList()
     add = out.add
 
-    def matmul(tokens, n, k, dt, where, bias=False):
+    def matmul(tokens, n, k, dt, where, bias=False, projection=False):
+        if projection and "quantization" in m:
+            from nbxcert.kernels.quant import GEMV_MAX_M
+
+            kernel = "dequant_gemv" if tokens <= GEMV_MAX_M else "dequant_matmul"
+            fmt = QUANTIZATIONS[m["quantization"]]
+            add(kernel, {"M": tokens, "N": n, "K": k, "format": fmt}, (dt,), f"{where} ({m['quantization']})")
+            return
         # activations [tokens, k] row-major times a weight stored [n, k] (nn.Linear's layout): B = Wᵀ is
         # column-major; model dimensions are multiples of 8, so operands are 16-byte aligned (TMA-legal)
         problem = {"M": tokens, "N": n, "K": k, "trans_a": 0, "trans_b": 1, "aligned": 1}
@@ -278,26 +318,26 @@ def launches(w: Workload, profile) -> list[Launch]:
     def layer(tokens, dt, attention):
         add("embedding", {"n_tokens": tokens, "dim": h}, (dt, "int32"), "token embedding")
         add(norm, {"n_rows": tokens, "n_cols": h}, (dt, dt), "input norm")
-        matmul(tokens, qkv, h, dt, "qkv projection", bias=m["qkv_bias"])
+        matmul(tokens, qkv, h, dt, "qkv projection", bias=m["qkv_bias"], projection=True)
         rope = {"n_tokens": tokens, "n_heads": nh, "n_kv_heads": nkv, "head_dim": d, "rot_dim": d, "style": m["rope"]}
         if m.get("qk_norm"):
             add(norm, {"n_rows": tokens * nh, "n_cols": d}, (dt, dt), "q norm (per head)")
             add(norm, {"n_rows": tokens * nkv, "n_cols": d}, (dt, dt), "k norm (per head)")
         add("rope", rope, (dt,), "rotary embedding")
         attention()
-        matmul(tokens, h, nh * d, dt, "output projection")
+        matmul(tokens, h, nh * d, dt, "output projection", projection=True)
         add(f"add_{norm}", {"n_rows": tokens, "n_cols": h}, (dt, dt), "post-attention residual + norm")
         if "experts" in m:
             moe_block(tokens, dt)
             add(f"add_{norm}", {"n_rows": tokens, "n_cols": h}, (dt, dt), "residual + next norm")
             return
-        matmul(tokens, 2 * inter, h, dt, "gate/up projection")
+        matmul(tokens, 2 * inter, h, dt, "gate/up projection", projection=True)
         if m["activation"] == "silu":
             add("silu_and_mul", {"n_rows": tokens, "d": inter}, (dt,), "SwiGLU")
         else:
             approximate = "tanh" if m["activation"] == "gelu_tanh" else "none"
             add("gelu_and_mul", {"n_rows": tokens, "d": inter, "approximate": approximate}, (dt,), "GeGLU")
-        matmul(tokens, h, inter, dt, "down projection")
+        matmul(tokens, h, inter, dt, "down projection", projection=True)
         add(f"add_{norm}", {"n_rows": tokens, "n_cols": h}, (dt, dt), "residual + next norm")
 
     def moe_block(tokens, dt):

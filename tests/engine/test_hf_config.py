@@ -157,7 +157,7 @@ def test_a_missing_dtype_is_refused_naming_it(tmp_path):
         ("Meta-Llama-3-8B", "num_key_value_heads", 5, "does not divide"),
         ("Meta-Llama-3-8B", "hidden_size", 4096.0, "positive integer"),
         ("Meta-Llama-3-8B", "pretraining_tp", 2, "slices"),
-        ("Meta-Llama-3-8B", "quantization_config", {"quant_method": "awq"}, "dequantizing"),
+        ("Meta-Llama-3-8B", "quantization_config", ["gptq"], "must be an object"),
         ("Meta-Llama-3-8B", "num_experts", 8, "not a field nbxcert maps for model_type llama"),
         ("Meta-Llama-3-8B", "max_position_embeddings", 64, "below the shortest KV length"),
         ("Phi-3-mini-4k-instruct", "partial_rotary_factor", 0.75, "whole head"),
@@ -237,3 +237,32 @@ def test_any_edit_of_a_config_is_a_workload_or_one_refusal(tmp_path, name, edits
         assert "\n" not in str(e) and "field '" in str(e), str(e)
         return
     assert w.dtypes and w.model["heads"] % w.model["kv_heads"] == 0
+
+
+# --- quantized checkpoints: quantization_config as transformers writes it --------------------------------------------
+GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True, "damp_percent": 0.01}
+AWQ = {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True, "version": "gemm"}
+
+
+@pytest.mark.parametrize("q, shipped", [(GPTQ, "llama-3-8b-gptq-int4"), (AWQ, "llama-3-8b-awq-int4")])
+def test_a_quantized_checkpoints_config_gives_the_shipped_quantized_workloads_keys(tmp_path, hopper, q, shipped):
+    config = {**published("Meta-Llama-3-8B"), "quantization_config": q, "torch_dtype": "float16"}
+    got = workload_keys(load_hf_config(written(tmp_path, config)), hopper)
+    assert [k.text() for k in got] == [k.text() for k in workload_keys(load_workload(shipped), hopper)]
+
+
+@pytest.mark.parametrize(
+    "q, field, says",
+    [
+        ({**GPTQ, "quant_method": "bitsandbytes"}, "quantization_config.quant_method", "gptq and awq"),
+        ({**GPTQ, "bits": 8}, "quantization_config.bits", "8: gptq checkpoints are served at 4 bits"),
+        ({**AWQ, "group_size": 64}, "quantization_config.group_size", "group size is 128"),
+        ({**GPTQ, "group_size": -1}, "quantization_config.group_size", "-1"),
+        ({**GPTQ, "desc_act": True}, "quantization_config.desc_act", "act-order"),
+        ({**AWQ, "zero_point": False}, "quantization_config.zero_point", "zero point"),
+        ({**AWQ, "version": "gemv"}, "quantization_config.version", "GEMM packing"),
+    ],
+)
+def test_a_quantization_it_cannot_serve_is_refused_naming_the_field(tmp_path, q, field, says):
+    line = refusal(written(tmp_path, {**published("Meta-Llama-3-8B"), "quantization_config": q}))
+    assert f"field '{field}'" in line and says in line, line
