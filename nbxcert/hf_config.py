@@ -305,25 +305,30 @@ def _quantization(get: _Fields, q: Any) -> str:
     group size 128, no act-order) or AWQ (4 bits, group size 128, zero points, GEMM packing); any other is refused
     naming what the dequantizing kernels do not serve."""
     field = "quantization_config"
+    hint = (
+        "the dequantizing kernels serve GPTQ (no act-order) and AWQ at 4 bits, group size 128: serve such a checkpoint"
+    )
     if not isinstance(q, dict):
-        raise get.fail(field, f"must be an object, got {type(q).__name__}")
+        raise get.fail(field, f"must be an object, got {type(q).__name__}", hint)
     method, bits, group = q.get("quant_method"), q.get("bits"), q.get("group_size")
     if method not in ("gptq", "awq"):
-        raise get.fail(f"{field}.quant_method", f"{method!r}: the dequantizing kernels serve gptq and awq checkpoints")
+        raise get.fail(
+            f"{field}.quant_method", f"{method!r}: the dequantizing kernels serve gptq and awq checkpoints", hint
+        )
     if bits != 4 or isinstance(bits, bool):
-        raise get.fail(f"{field}.bits", f"{bits!r}: {method} checkpoints are served at 4 bits")
+        raise get.fail(f"{field}.bits", f"{bits!r}: {method} checkpoints are served at 4 bits", hint)
     if group != 128 or isinstance(group, bool):
-        raise get.fail(f"{field}.group_size", f"{group!r}: the int4 kernels' group size is 128")
+        raise get.fail(f"{field}.group_size", f"{group!r}: the int4 kernels' group size is 128", hint)
     if method == "gptq":
         if q.get("desc_act", False) is not False:
             act_order = f"{q['desc_act']!r}: act-order (groups over permuted rows) is not served"
-            raise get.fail(f"{field}.desc_act", act_order)
+            raise get.fail(f"{field}.desc_act", act_order, hint)
         return "gptq-int4-g128"
     if q.get("zero_point", True) is not True:
-        raise get.fail(f"{field}.zero_point", f"{q['zero_point']!r}: the int4 kernels subtract a zero point")
+        raise get.fail(f"{field}.zero_point", f"{q['zero_point']!r}: the int4 kernels subtract a zero point", hint)
     version = q.get("version", "gemm")
     if not isinstance(version, str) or version.lower() != "gemm":
-        raise get.fail(f"{field}.version", f"{version!r}: AWQ's GEMM packing is the one repacked for the kernels")
+        raise get.fail(f"{field}.version", f"{version!r}: AWQ's GEMM packing is the one repacked for the kernels", hint)
     return "awq-int4-g128"
 
 

@@ -254,7 +254,7 @@ def test_a_quantized_checkpoints_config_gives_the_shipped_quantized_workloads_ke
 @pytest.mark.parametrize(
     "q, field, says",
     [
-        ({**GPTQ, "quant_method": "bitsandbytes"}, "quantization_config.quant_method", "gptq and awq"),
+        ({**GPTQ, "quant_method": "bitsandbytes"}, "quantization_config.quant_method", "serve gptq and awq"),
         ({**GPTQ, "bits": 8}, "quantization_config.bits", "8: gptq checkpoints are served at 4 bits"),
         ({**AWQ, "group_size": 64}, "quantization_config.group_size", "group size is 128"),
         ({**GPTQ, "group_size": -1}, "quantization_config.group_size", "-1"),
