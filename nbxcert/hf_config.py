@@ -305,9 +305,7 @@ def _quantization(get: _Fields, q: Any) -> str:
     group size 128, no act-order) or AWQ (4 bits, group size 128, zero points, GEMM packing); any other is refused
     naming what the dequantizing kernels do not serve."""
     field = "quantization_config"
-    hint = (
-        "the dequantizing kernels serve GPTQ (no act-order) and AWQ at 4 bits, group size 128: serve such a checkpoint"
-    )
+    hint = "serve a GPTQ (no act-order) or AWQ checkpoint of 4 bits, group size 128: the formats the kernels take"
     if not isinstance(q, dict):
         raise get.fail(field, f"must be an object, got {type(q).__name__}", hint)
     method, bits, group = q.get("quant_method"), q.get("bits"), q.get("group_size")
