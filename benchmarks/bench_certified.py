@@ -702,11 +702,14 @@ def _profile_top(fn, calls: int, sync, top: int = 30) -> list[str]:
 
 
 # --- sweep throughput -------------------------------------------------------------------------------------------------
+# a key's line: `in T s (compile a, checks b, timing c, record d; in the runners, inputs and oracle e)` (the wall
+# parts add up to T; logs before 2026-12 had `compile, oracle, checks, timing` as the parts)
 KEY_LINE = re.compile(
     r"\[nbxcert\] \d+/\d+ (?P<status>certified|failed|skipped)\s*(?P<key>\S+?@v\d+)"
-    r"(?:\s*in\s*(?P<total>[\d.]+)\s*s\s*\(compile\s*(?P<compile>[\d.]+),\s*oracle\s*(?P<oracle>[\d.]+),\s*"
-    r"checks\s*(?P<checks>[\d.]+),\s*timing\s*(?P<timing>[\d.]+)\))?"
+    r"(?:\s*in\s*(?P<total>[\d.]+)\s*s\s*\((?P<parts>[^)]*)\))?"
 )
+PART = re.compile(r"(?P<name>[a-z]+)\s*(?P<seconds>[\d.]+)")
+WALL_PARTS = ("compile", "oracle", "checks", "timing", "record")
 # Triton's own report of a crashed ptxas (the kernel's whole PTX between two rules), which a compile worker printed
 # into certify logs before nbxcert captured it
 PTXAS_DUMP = re.compile(r"^={20,}$.*?^please share the reproducer above with Triton project\.$", re.M | re.S)
@@ -733,10 +736,16 @@ def unwrap_log(text: str) -> str:
 def parse_log(text: str) -> list[dict]:
     rows = []
     for m in KEY_LINE.finditer(unwrap_log(text)):
-        row = {"status": m["status"], "key": m["key"]}
-        for f in ("total", "compile", "oracle", "checks", "timing"):
-            if m[f] is not None:
-                row[f] = float(m[f])
+        row: dict = {"status": m["status"], "key": m["key"]}
+        if m["total"] is not None:
+            row["total"] = float(m["total"])
+            wall, _, inner = m["parts"].partition(";")
+            for p in PART.finditer(wall):
+                if p["name"] in WALL_PARTS:
+                    row[p["name"]] = float(p["seconds"])
+            found = PART.findall(inner)
+            if found:  # the work inside the runners: a diagnosis, not a part of the key's wall time
+                row["runner_oracle"] = float(found[-1][1])
         rows.append(row)
     return rows
 
@@ -763,7 +772,8 @@ def throughput(args) -> dict:
         ),
         default=0.0,
     )
-    shares = {f: (sum(r[f] for r in rows) / busy if busy else 0.0) for f in ("compile", "oracle", "checks", "timing")}
+    parts = [f for f in WALL_PARTS if any(f in r for r in rows)]
+    shares = {f: (sum(r.get(f, 0.0) for r in rows) / busy if busy else 0.0) for f in parts}
     return {
         "logs": [str(p) for p in args.logs],
         "workload": args.workload,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -38,6 +39,32 @@ def test_a_certify_log_is_read_line_by_line():
         "timing": 0.5,
     }
     assert "total" not in rows[1]
+
+
+def test_todays_certify_line_is_read_with_its_parts_and_the_runners_work_apart(tmp_path):
+    # as `nbxcert certify` writes a key now: wall parts compile, checks, timing and record (an H200 log of 2026-12-04)
+    text = (
+        "[nbxcert] 6/526 certified matmul[K=3584,M=1,N=3584,aligned=1,trans_a=0,trans_b=1;float16,float16]@v1 in 4.7 s "
+        "(compile 3.1, checks 1.2, timing 0.4, record 0.0; in the runners, inputs and oracle 0.6): BLOCK_M=16\n"
+        "[nbxcert] 7/526 certified add_rmsnorm[n_cols=3584,n_rows=1;float16,float16]@v1 in 1.3 s "
+        "(compile 0.4, checks 0.3, timing 0.6, record 0.0; in the runners, inputs and oracle 0.0): ROWS=1\n"
+    )
+    rows = bc.parse_log(text)
+    assert rows[0] == {
+        "status": "certified",
+        "key": "matmul[K=3584,M=1,N=3584,aligned=1,trans_a=0,trans_b=1;float16,float16]@v1",
+        "total": 4.7,
+        "compile": 3.1,
+        "checks": 1.2,
+        "timing": 0.4,
+        "record": 0.0,
+        "runner_oracle": 0.6,
+    }
+    log = tmp_path / "certify.log"
+    log.write_text(text)
+    result = bc.throughput(argparse.Namespace(logs=[str(log)], workload=None, profile="hopper"))
+    assert result["keys_certified"] == 2 and result["keys_per_minute"] == pytest.approx(60 * 2 / 6.0)
+    assert result["shares"] == pytest.approx({"compile": 3.5 / 6, "checks": 1.5 / 6, "timing": 1.0 / 6, "record": 0.0})
 
 
 def test_a_log_wrapped_at_80_columns_with_a_ptxas_dump_is_read_too():
