@@ -111,13 +111,16 @@ def test_a_set_submitted_for_another_key_is_waited_for_and_not_used(pool):
 def test_a_cancelled_compile_drains_at_once_and_starts_no_worker_again():
     pool = CompilePool(INTERPRETED, [], 2)
     try:
-        pending = ahead.Pending(pool, _requests(1, "x") * 400, 30)
-        time.sleep(0.5)
+        pending = ahead.Pending(pool, _requests(1, "x") * 5000, 30)
+        deadline = time.monotonic() + 60  # both workers started (a worker starting during the cancel would live on)
+        while not all(w.process is not None and w.process.is_alive() for w in pool.workers):
+            assert time.monotonic() < deadline, "the compile workers did not start"
+            time.sleep(0.01)
         t0 = time.perf_counter()
         pending.cancel()
         assert time.perf_counter() - t0 < 5
         replies = pending.result()
-        assert len(replies) == 400
+        assert len(replies) == 5000
         assert any(r["reason"] == "the compile ahead was cancelled" for r in replies if r["status"] == "crash")
         assert all(w.process is None or not w.process.is_alive() for w in pool.workers)
     finally:
