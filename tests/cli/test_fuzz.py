@@ -596,7 +596,7 @@ from typer.testing import CliRunner  # noqa: E402
 from nbxcert import cli as nbxcert_cli  # noqa: E402
 from nbxcert import options as nbx_options  # noqa: E402
 
-CLI_CI_EXAMPLES = int(os.environ.get("NBXCERT_FUZZ_CLI_CI_EXAMPLES", "25"))  # per command: a few hundred in all
+CLI_CI_EXAMPLES = int(os.environ.get("NBXCERT_FUZZ_CLI_CI_EXAMPLES", "12"))  # per command, each a process of its own
 CLI_WORK = WORK / "cli"
 TEMPLATE = CLI_WORK / "template"
 SHIPPED = Path(str(resources.files("nbxcert.shipped_certificates")))
