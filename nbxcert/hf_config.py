@@ -137,6 +137,7 @@ _READ = (
     "pretraining_tp",
     "partial_rotary_factor",
     "use_mrope",
+    "quantization_config",
 )
 _MOE_FIELDS = {
     "mixtral": ("num_local_experts", "num_experts_per_tok"),
@@ -190,7 +191,6 @@ def workload_of(config: Any, path: str) -> Workload:
     if model_type not in MODEL_TYPES:
         raise get.fail("model_type", f"'{model_type}' is not mapped (mapped: {', '.join(MODEL_TYPES)})")
     known = {*_READ, *_NO_LAUNCH, *_MOE_FIELDS.get(model_type, ()), *(_GEMMA_FIELDS if model_type == "gemma" else ())}
-    known.add("quantization_config")
     for field in config:
         if field in _REFUSED_FIELDS:
             raise get.fail(field, _REFUSED_FIELDS[field])

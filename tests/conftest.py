@@ -47,14 +47,14 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def backend():
     from nbxcert.kernels.backends import select
 
     return select()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def profile(backend):
     """The profile kernels are judged at: cpu/interpreter under the interpreter, the GPU's own profile on a GPU."""
     from nbxcert.profiles import get_profile, match_nvidia

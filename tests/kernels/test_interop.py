@@ -210,7 +210,7 @@ def test_capsule_dropped_unconsumed_is_released():
 def test_consumer_freed_during_unwinding_does_not_crash():
     # A deleter written as a Python callback (a ctypes thunk) crashes the interpreter when a consumer runs it with an
     # exception in flight, as here: numpy's array is a temporary popped while ValueError unwinds. Run apart, so that a
-    # crash fails this test and not the whole session.
+    # crash fails this test and not the whole test run.
     code = textwrap.dedent(
         """
         import gc, weakref

@@ -697,7 +697,7 @@ FAKE_STATE = {
 MEMORY_STATE = {"_pools": dict, "_stats": dict, "_kept": collections.OrderedDict, "_driver": None, "_driver_pid": -1}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def fake_libcuda_path(tmp_path_factory) -> Path:
     compiler = shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
@@ -1338,7 +1338,7 @@ def test_fake_install_sets_driver_and_allocator_once(fake, monkeypatch):
         assert _allocation._allocator.get() is triton_cuda._scratch_allocator
         return first
 
-    # In a copied context, so that Triton's allocator ContextVar is untouched for the rest of the session.
+    # In a copied context, so that Triton's allocator ContextVar is untouched for the rest of the test run.
     driver = contextvars.copy_context().run(install_twice)
     assert isinstance(driver, triton_cuda.NbxcertCudaDriver)
 
