@@ -822,6 +822,8 @@ def _make_gemv_inputs(problem: Mapping[str, Any], dtypes: tuple[str, ...], seed:
 
 
 def _oracle_mm(inputs: Inputs) -> dict[str, Reference]:
+    from nbxcert.kernels.products import product_for  # the oracle's float64 product: host or GPU
+
     h = inputs.host()
     a, b = (h["a"], h["b"]) if "a" in h else (h["x"], h["w"])
     out_eps = finfo(inputs.tensors["out"].dtype)["eps"]
@@ -834,6 +836,7 @@ def _oracle_mm(inputs: Inputs) -> dict[str, Reference]:
         activation_name=inputs.scalars.get("activation", "none"),
         acc_eps=ACC_EPS,
         out_eps=out_eps,
+        product=product_for(inputs.tensors["out"].device),
     )
     return {"out": Reference(value, scale)}
 

@@ -729,6 +729,8 @@ def _launch_moe_inputs(config: Config, inputs: Inputs) -> None:
 
 
 def _oracle_moe(inputs: Inputs) -> dict[str, Reference]:
+    from nbxcert.kernels.products import product_for  # the oracle's float64 product: host or GPU
+
     t, s = inputs.tensors, inputs.scalars
     value, scale = _oracle.fused_moe(
         t["a"].float64(),
@@ -739,6 +741,7 @@ def _oracle_moe(inputs: Inputs) -> dict[str, Reference]:
         mul_weight=bool(s["mul_weight"]),
         acc_eps=ACC_EPS,
         out_eps=finfo(t["out"].dtype)["eps"],
+        product=product_for(t["out"].device),
     )
     return {"out": Reference(value, scale)}
 

@@ -500,6 +500,8 @@ def _launcher(gemv: bool):
 
 
 def _quant_oracle(inputs: Inputs) -> dict[str, Reference]:
+    from nbxcert.kernels.products import product_for  # the oracle's float64 product: host or GPU
+
     t = inputs.tensors
     qz = t["qzeros"].numpy() if "qzeros" in t else None
     value, scale = _oracle.dequant_matmul(
@@ -511,6 +513,7 @@ def _quant_oracle(inputs: Inputs) -> dict[str, Reference]:
         GROUP,
         acc_eps=ACC_EPS,
         out_eps=finfo(get_dtype(t["out"].dtype.name))["eps"],
+        product=product_for(t["out"].device),
     )
     return {"out": Reference(value, scale)}
 

@@ -321,8 +321,15 @@ def certify(
 
 
 def compile_pool(backend: str, env: dict[str, str], modules: list[str], jobs: int) -> CompilePool | None:
-    """The compile workers of a certify run: on the GPU only (the interpreter compiles nothing)."""
-    return CompilePool(env, modules, jobs) if backend == "cuda" else None
+    """The compile workers of a certify run: on the GPU only (the interpreter compiles nothing). Each allocates a
+    key's shape-only inputs and frees them before the next key's; it keeps no freed block aside for a size it will not
+    ask again (COMPILE_WORKER_ENV), so sixteen workers that met a 7B model's largest keys do not hold the device's
+    memory that the runner's checks need."""
+    return CompilePool({**env, **COMPILE_WORKER_ENV}, modules, jobs) if backend == "cuda" else None
+
+
+# What a compile worker's environment adds to the run's: freed blocks go back to its pool (`memory.kept_per_size`).
+COMPILE_WORKER_ENV = {"NBXCERT_MEMORY_KEPT_PER_SIZE": "0"}
 
 
 def _key_report(result: SweepResult) -> KeyReport:

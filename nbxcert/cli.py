@@ -284,6 +284,14 @@ def _root(
     quiet_interpreter()  # the interpreter's numpy warnings leaked into certify's and verify's output
 
 
+def _oracle_products() -> str:
+    """Which float64 product the oracles of this run use (`kernels.products`), for certify's and verify's log."""
+    from nbxcert.kernels import products
+    from nbxcert.kernels.backends import select
+
+    return products.describe(select().device)
+
+
 def _yes(flag: bool) -> str:
     return "[green]yes[/green]" if flag else "[red]no[/red]"
 
@@ -329,6 +337,8 @@ def doctor(json_out: JsonReportOption = False):
     for name, version in report.versions.items():
         t.add_row(_cell(name), _cell(version))
     t.add_row("torch importable", f"{'yes' if report.torch_importable else 'no'} (information only: never imported)")
+    if report.oracle_products:
+        t.add_row("oracle products", _cell(report.oracle_products))
     _certificate_rows(t, report.certificates)
     for p in report.problems:
         t.add_row("[red]problem[/red]", _cell(p))
@@ -524,6 +534,7 @@ def certify(
     if how != "exact":
         print(f"[nbxcert] notice: this device runs on the {prof.key} profile by a {how} match", file=sys.stderr)
     total = len(found)
+    print(f"[nbxcert] oracle products: {_oracle_products()}", file=sys.stderr)
     with _Heartbeat(f"certify {prof.key}", f"0/{total} keys done") as beat:
         finished = [0]
 

@@ -72,6 +72,7 @@ class DoctorReport:
     cuda_version: str = ""
     versions: dict[str, str] = field(default_factory=dict)
     torch_importable: bool = False
+    oracle_products: str = ""  # `kernels.products.describe`: numpy on the host, or cuBLAS on the GPU
     problems: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
     certificates: dict = field(default_factory=dict)  # `check_certificates`: which apply here, which are rejected
@@ -196,7 +197,18 @@ def run_doctor(pci_root: Path = PCI_ROOT) -> DoctorReport:
         report.advice.append("NBXCERT_BACKEND=interpreter is set: kernels run on the CPU although a GPU is usable")
     if report.backend_usable:
         report.certificates = check_certificates(report)
+        report.oracle_products = _oracle_products(choice)
     return report
+
+
+def _oracle_products(choice) -> str:
+    from nbxcert.errors import NbxcertError
+    from nbxcert.kernels import products
+
+    try:
+        return products.describe(choice.device, choice.name)
+    except NbxcertError as e:  # NBXCERT_ORACLE_PRODUCTS=device with no libcublas, or a bad value: doctor says so
+        return f"unusable: {e}"
 
 
 MAX_LISTED = 50  # rejected certifications and invalid files listed one by one (all are counted)

@@ -31,6 +31,7 @@ An activation `f` with Lipschitz constant L moves an error in z by at most L tim
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -73,18 +74,20 @@ def addmm(
     activation_name: str = "none",
     acc_eps: float,
     out_eps: float,
+    product: Callable[[np.ndarray, np.ndarray], np.ndarray] = np.matmul,
 ) -> tuple[np.ndarray, np.ndarray]:
     """act(beta·bias + alpha·(a @ b)) and its error scale, both float64.
 
     a: [..., M, K]; b: [..., K, N] (leading dimensions broadcast); bias: broadcastable to the result, or None.
-    `acc_eps`, `out_eps`: the accumulator's and the output type's epsilons (see the module docstring)."""
+    `acc_eps`, `out_eps`: the accumulator's and the output type's epsilons (see the module docstring). `product`: the
+    float64 matrix product of two float64 arrays (numpy's; or an equal one computed elsewhere, as a GPU's DGEMM)."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"inner dimensions differ: a {a.shape}, b {b.shape}")
     k = a.shape[-1]
-    z = alpha * np.matmul(a, b)
-    scale_z = abs(alpha) * np.matmul(np.abs(a), np.abs(b))
+    z = alpha * product(a, b)
+    scale_z = abs(alpha) * product(np.abs(a), np.abs(b))
     if bias is not None:
         bias = np.asarray(bias, dtype=np.float64)
         z = z + beta * bias
@@ -94,6 +97,13 @@ def addmm(
     return value, np.broadcast_to(scale, value.shape).copy()
 
 
-def matmul(a: np.ndarray, b: np.ndarray, *, acc_eps: float, out_eps: float) -> tuple[np.ndarray, np.ndarray]:
+def matmul(
+    a: np.ndarray,
+    b: np.ndarray,
+    *,
+    acc_eps: float,
+    out_eps: float,
+    product: Callable[[np.ndarray, np.ndarray], np.ndarray] = np.matmul,
+) -> tuple[np.ndarray, np.ndarray]:
     """a @ b and its error scale (a: [..., M, K], b: [..., K, N], leading dimensions broadcast)."""
-    return addmm(a, b, None, acc_eps=acc_eps, out_eps=out_eps)
+    return addmm(a, b, None, acc_eps=acc_eps, out_eps=out_eps, product=product)

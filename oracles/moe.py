@@ -21,6 +21,8 @@ terms by `growth` exactly as `oracles.matmul` states it (Higham and Mary's proba
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from nbxcert.oracles.matmul import growth
@@ -55,8 +57,10 @@ def fused_moe(
     mul_weight: bool,
     acc_eps: float,
     out_eps: float,
+    product: Callable[[np.ndarray, np.ndarray], np.ndarray] = np.matmul,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Each pair's expert output [P, N] and its error scale, float64.
+    """Each pair's expert output [P, N] and its error scale, float64 (`product`: the float64 matrix product, as
+    `oracles.matmul.addmm` takes it).
 
     a: [M, K] (or [P, K] with `pair_rows`); w: [E, N, K] (each expert's weight as nn.Linear stores it, out x in);
     topk_weights, topk_ids: [M, top_k]. A pair whose expert is outside [0, E) is not computed (NaN: never compared,
@@ -77,8 +81,8 @@ def fused_moe(
         pairs = np.flatnonzero(ids == e)
         rows = a[pairs if pair_rows else pairs // top_k]
         factor = weights[pairs][:, None] if mul_weight else 1.0
-        value[pairs] = factor * (rows @ w[e].T)
-        scale[pairs] = np.abs(factor) * (np.abs(rows) @ np.abs(w[e]).T)
+        value[pairs] = factor * product(rows, w[e].T)
+        scale[pairs] = np.abs(factor) * product(np.abs(rows), np.abs(w[e]).T)
     return value, scale * growth(k, acc_eps, out_eps)
 
 

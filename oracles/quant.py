@@ -16,6 +16,8 @@ to near zero is judged against the size of its terms.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from nbxcert.oracles.matmul import matmul
@@ -57,8 +59,18 @@ def dequantize(fmt: str, qweight, scales, qzeros=None, group: int = 128) -> np.n
 
 
 def dequant_matmul(
-    x, fmt: str, qweight, scales, qzeros=None, group: int = 128, *, acc_eps: float, out_eps: float
+    x,
+    fmt: str,
+    qweight,
+    scales,
+    qzeros=None,
+    group: int = 128,
+    *,
+    acc_eps: float,
+    out_eps: float,
+    product: Callable[[np.ndarray, np.ndarray], np.ndarray] = np.matmul,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """X @ dequantize(W) and its error scale |X| @ |W| (widened for a float32 accumulation as `oracles.matmul`)."""
+    """X @ dequantize(W) and its error scale |X| @ |W| (widened for a float32 accumulation as `oracles.matmul`;
+    `product` as there)."""
     w = dequantize(fmt, qweight, scales, qzeros, group)
-    return matmul(np.asarray(x, dtype=np.float64), w, acc_eps=acc_eps, out_eps=out_eps)
+    return matmul(np.asarray(x, dtype=np.float64), w, acc_eps=acc_eps, out_eps=out_eps, product=product)

@@ -100,7 +100,22 @@ _counted: Any = None
 _driver: Any = None  # the loaded driver (`cuda.driver()`), bound when the first pool is made
 _driver_pid = -1  # the process that bound it
 
-KEPT_PER_SIZE = 2  # blocks of one size kept for one stream's next allocations (0: every free goes to the pool)
+
+def kept_per_size() -> int:
+    """The blocks of one size kept for one stream's next allocations: NBXCERT_MEMORY_KEPT_PER_SIZE (a whole number;
+    0: every free goes to the pool), else 2. A process that allocates each size once, as a sweep's compile workers do
+    (a key's shape-only inputs, then the next key's), keeps none, so what it frees is reused rather than held."""
+    from nbxcert.errors import UsageError
+
+    text = os.environ.get("NBXCERT_MEMORY_KEPT_PER_SIZE", "").strip()
+    if not text:
+        return 2
+    if not text.isdigit():
+        raise UsageError(f"NBXCERT_MEMORY_KEPT_PER_SIZE={text} is not a whole number of blocks")
+    return int(text)
+
+
+KEPT_PER_SIZE = kept_per_size()  # blocks of one size kept for one stream's next allocations
 KEPT_SIZES = 64  # (device, stream, size) keys kept at most; the least recently used is given back to the pool
 # (device, stream, size) -> [(ptr, the Stream object or None), ...], in the order of last use
 _kept: collections.OrderedDict[tuple[int, int, int], list] = collections.OrderedDict()

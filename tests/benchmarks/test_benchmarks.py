@@ -85,3 +85,165 @@ def test_the_oracle_benchmark_times_this_oracle_beside_another_file(tmp_path):
         ["other", "prefill"],
     ]
     assert lines[4].endswith("0.00e+00") and lines[5].endswith("0.00e+00")
+
+
+@pytest.fixture
+def bench_autotune(monkeypatch):
+    from nbxcert.kernels.spec import unregister
+
+    monkeypatch.syspath_prepend(str(BENCH))
+    module = importlib.import_module("bench_autotune")
+    yield module
+    for name in ("bench_autotune", "autotune_specs"):
+        sys.modules.pop(name, None)
+    unregister("matmul_tiled")  # the restricted spec stays out of the registry other tests iterate over
+
+
+AUTOTUNE_FAMILIES = ["matmul", "rmsnorm", "silu_and_mul"]
+# small problems at which each family's launch is compared with nbxcert's own (a layout of each kind for matmul)
+AUTOTUNE_PROBLEMS = {
+    "matmul": [
+        {"M": 1, "N": 48, "K": 64, "trans_a": 0, "trans_b": 1, "aligned": 1},
+        {"M": 5, "N": 40, "K": 40, "trans_a": 0, "trans_b": 1, "aligned": 1},
+        {"M": 6, "N": 24, "K": 40, "trans_a": 1, "trans_b": 0, "aligned": 1},
+    ],
+    "rmsnorm": [{"n_rows": 1, "n_cols": 300}, {"n_rows": 5, "n_cols": 1000}],
+    "silu_and_mul": [{"n_rows": 1, "d": 300}, {"n_rows": 5, "d": 70}],
+}
+
+
+def _constexpr_names(kernel) -> tuple[set, list]:
+    """(the constexpr parameters, the others in order) of a Triton kernel's Python function."""
+    import inspect
+
+    params = inspect.signature(kernel.fn).parameters.values()
+    constexprs = {p.name for p in params if "constexpr" in str(p.annotation)}
+    return constexprs, [p.name for p in params if p.name not in constexprs]
+
+
+def test_the_autotune_plan_is_three_families_of_one_kernel_each(bench_autotune, tmp_path):
+    """bench_autotune.py's plan: >= 20 float16 keys of three families of a shipped workload, every family's candidates
+    one Triton kernel with one signature (the same triton.Config fields for every candidate of every key, and with
+    the constexprs passed alike, exactly the kernel's constexprs); the keys file the certify process reads parses and
+    names the specs certified (matmul's restricted copy), and a fresh process with the benchmark's environment
+    imports the spec module and takes the file."""
+    import json
+    import subprocess
+
+    from nbxcert.keyfile import gather_keys, read_keys
+    from nbxcert.profiles import get_profile
+
+    hopper = get_profile("hopper")
+    plan = bench_autotune.build_plan("qwen2.5-7b", hopper, AUTOTUNE_FAMILIES, 7, "float16")
+    assert len(plan) >= 20 and len({item["key"] for item in plan}) == len(plan)
+    for family in AUTOTUNE_FAMILIES:
+        fam = bench_autotune.FAMILIES[family]
+        items = [item for item in plan if item["family"] == family]
+        assert len(items) == 7 and {item["kernel"] for item in items} == {fam.kernel}
+        assert all(item["key"].startswith(fam.spec + "[") and item["dtypes"][0] == "float16" for item in items)
+        fields = {frozenset(c["kwargs"]) for item in items for c in item["configs"]}
+        fixed = {frozenset(item["fixed"]) for item in items}
+        assert len(fields) == 1 and len(fixed) == 1, (family, fields, fixed)
+        assert all(item["configs"] for item in items)
+        (names,), (alike,) = fields, fixed
+        constexprs, others = _constexpr_names(bench_autotune.kernel_of(fam.kernel))
+        assert not names & alike and names | alike == constexprs, (family, names, alike, constexprs)
+        assert set(fam.sizes) <= set(others)
+        json.dumps(items)  # the peer reads the plan as JSON
+    assert {item["key"].split("[")[0] for item in plan} == {"matmul_tiled", "rmsnorm", "silu_and_mul"}
+
+    keys_path = bench_autotune.write_keys_file(plan, tmp_path / "keys.jsonl")
+    assert [k.text() for k in read_keys(keys_path)] == [item["key"] for item in plan]
+    assert [k.text() for k in gather_keys(hopper, keys_file=keys_path)] == [item["key"] for item in plan]
+    env = bench_autotune.side_env(tmp_path / "triton-cache")
+    keys_cmd = [sys.executable, "-m", "nbxcert", "keys", "--profile", "hopper", "--keys", str(keys_path)]
+    r = subprocess.run(keys_cmd + ["--spec", "autotune_specs", "--json"], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert [json.loads(line)["key"] for line in r.stdout.splitlines()] == [item["key"] for item in plan]
+    # certify takes the command line (no GPU here: it stops at the profile, after parsing every option)
+    cmd = bench_autotune.ours_command("hopper", keys_path, tmp_path / "certs")
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert r.returncode == 1 and "wrong profile" in r.stderr and "No such option" not in r.stderr, r.stderr[-2000:]
+
+
+class _Launched(Exception):
+    pass
+
+
+@pytest.mark.parametrize("family", AUTOTUNE_FAMILIES)
+def test_the_autotune_peer_launches_as_nbxcert_does(bench_autotune, family):
+    """For every candidate of the spec certified, at small problems, the kernel, grid, positional arguments and
+    constexprs the peer passes (the family's `args`, `grid`, `tuning` and `fixed`, on the tensors nbxcert makes)
+    are those nbxcert's own launch passes (seen before the launch, which is then stopped)."""
+    from nbxcert.kernels.launch import observing
+    from nbxcert.kernels.spec import get_spec
+    from nbxcert.kernels.tensor import Tensor
+
+    bench_autotune.build_plan("qwen2.5-7b", _hopper(), [family], 1, "float16")  # registers the restricted spec
+    fam = bench_autotune.FAMILIES[family]
+    spec, kernel = get_spec(fam.spec), bench_autotune.kernel_of(fam.kernel)
+    seen = []
+
+    def stop(kernel, grid, args, kwargs):
+        seen.append((kernel, grid, args, kwargs))
+        raise _Launched
+
+    import triton.language as tl
+
+    for problem in AUTOTUNE_PROBLEMS[family]:
+        dtypes = ("float16",) * len(spec.dtype_args)
+        inputs = spec.make_inputs(problem, dtypes, 0, "cpu")
+        fixed = fam.fixed(problem, "float16")
+        assert {n: bench_autotune.constexpr_value(bench_autotune._json_value(v), tl) for n, v in fixed.items()} == fixed
+        for config in spec.candidates:
+            seen.clear()
+            with observing(stop), pytest.raises(_Launched):
+                spec.launch(config, inputs)
+            (launched, grid, args, kwargs) = seen[0]
+            tuning = fam.tuning(config, problem, "float16")
+            meta = {**tuning, **fixed}
+            assert launched is kernel, (config.label(), launched)
+            assert kwargs == {**meta, "num_warps": config.num_warps, "num_stages": config.num_stages}, config.label()
+            assert tuple(grid) == fam.grid(problem, meta), (config.label(), grid)
+            ours = fam.args(inputs.tensors, problem)
+            assert len(ours) == len(args), config.label()
+            for i, (a, b) in enumerate(zip(ours, args, strict=True)):
+                if isinstance(b, Tensor):
+                    assert a is b, (config.label(), i)
+                else:
+                    assert type(a) is type(b) and a == b, (config.label(), i, a, b)
+
+
+def _hopper():
+    from nbxcert.profiles import get_profile
+
+    return get_profile("hopper")
+
+
+def test_the_autotune_comparison_and_table(bench_autotune):
+    """Both sides' results, shaped as the GPU run makes them, give rows, family and overall totals and the process
+    ratio the target is judged on."""
+    plan = [
+        {"family": "matmul", "key": "k1", "configs": [{}] * 4},
+        {"family": "matmul", "key": "k2", "configs": [{}] * 4},
+        {"family": "rmsnorm", "key": "k3", "configs": [{}] * 2},
+    ]
+    report = {
+        "keys": [
+            {"key": k, "status": "certified", "winner": "w", "seconds": {"total": s}, "counts": {}}
+            for k, s in (("k1", 2.0), ("k2", 1.0), ("k3", 0.5))
+        ]
+    }
+    peer = {"wall_s": 60.0, "keys": [{"key": k, "seconds": s} for k, s in (("k1", 8.0), ("k2", 4.0), ("k3", 1.0))]}
+    result = bench_autotune.compare(plan, {"wall_s": 10.0, "report": report}, peer)
+    assert [(r["key"], r["family"], r["candidates"], r["ratio"]) for r in result["rows"]] == [
+        ("k1", "matmul", 4, 4.0),
+        ("k2", "matmul", 4, 4.0),
+        ("k3", "rmsnorm", 2, 2.0),
+    ]
+    assert result["families"]["matmul"] == {"keys": 2, "ours_s": 3.0, "autotune_s": 12.0, "ratio": 4.0}
+    assert result["total"]["ratio"] == 13.0 / 3.5 and result["process_ratio"] == 6.0 and result["met"]
+    lines = bench_autotune.table(result)
+    assert len(lines) == 3 + 2 + 2 and lines[-1].endswith("x6.00 (target >= 5x: met)")
+    with pytest.raises(SystemExit, match="missing"):
+        bench_autotune.compare(plan, {"wall_s": 10.0, "report": {"keys": report["keys"][:2]}}, peer)

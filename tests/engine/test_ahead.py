@@ -159,3 +159,23 @@ def test_certify_compiles_each_next_key_while_the_one_before_is_judged(tmp_path,
     # key 2's compile was submitted inside key 1's sweep, before key 1 was recorded; key 3's inside key 2's
     assert [e[0] for e in events] == ["submit", "done", "submit", "done", "done"]
     assert events[0][1].startswith("silu_and_mul") and events[2][1].startswith("embedding")
+
+
+def test_compile_workers_keep_no_freed_block(monkeypatch):
+    """A certify run's compile workers give every freed block back to their pool (each key's shape-only inputs are
+    sizes they will not ask again), so they do not hold the device memory the runner's checks need."""
+    from nbxcert import certify
+    from nbxcert.errors import UsageError
+    from nbxcert.kernels.backends import memory
+
+    made = {}
+    monkeypatch.setattr(certify, "CompilePool", lambda env, modules, jobs: made.update(env=env) or "pool")
+    assert certify.compile_pool("cuda", {"NBXCERT_BACKEND": "cuda"}, [], 2) == "pool"
+    assert made["env"] == {"NBXCERT_BACKEND": "cuda", "NBXCERT_MEMORY_KEPT_PER_SIZE": "0"}
+    assert certify.compile_pool("interpreter", {}, [], 2) is None
+    for text, want in (("0", 0), ("", 2), (" 3 ", 3)):
+        monkeypatch.setenv("NBXCERT_MEMORY_KEPT_PER_SIZE", text)
+        assert memory.kept_per_size() == want
+    monkeypatch.setenv("NBXCERT_MEMORY_KEPT_PER_SIZE", "some")
+    with pytest.raises(UsageError, match="NBXCERT_MEMORY_KEPT_PER_SIZE=some is not a whole number of blocks"):
+        memory.kept_per_size()

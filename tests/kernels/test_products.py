@@ -1,0 +1,148 @@
+"""The oracles' float64 products: the choice (NBXCERT_ORACLE_PRODUCTS), cuBLAS's search and the row-major DGEMM that
+`backends.cublas.matmul64` issues (checked here against a column-major DGEMM written in numpy, on host memory), and on
+a GPU the device products against numpy's."""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from nbxcert.errors import BackendUnavailable, UsageError
+from nbxcert.kernels import products
+from nbxcert.kernels.backends import cublas
+
+
+def _doubles(address: int, count: int) -> np.ndarray:
+    return np.ctypeslib.as_array((ctypes.c_double * count).from_address(address))
+
+
+class FakeCublas:
+    """A column-major DGEMM over host memory, as cuBLAS's reference semantics state it (op N only)."""
+
+    path = "fake-libcublas"
+
+    def __init__(self):
+        self.calls = []
+
+    def create(self, handle_ref):
+        return 0
+
+    def set_stream(self, handle, stream):
+        return 0
+
+    def dgemm(self, handle, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc):
+        assert (ta, tb) == (cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N)
+        self.calls.append((m, n, k, lda, ldb, ldc))
+        a_cm = _doubles(a, lda * k).reshape(k, lda).T[:m, :]  # column j of A starts at j * lda
+        b_cm = _doubles(b, ldb * n).reshape(n, ldb).T[:k, :]
+        c_cm = _doubles(c, ldc * n).reshape(n, ldc).T
+        c_cm[:m, :n] = alpha._obj.value * (a_cm @ b_cm)
+        return 0
+
+
+@pytest.fixture
+def host_cuda(monkeypatch):
+    """`matmul64` on cpu tensors: no stream, nothing to wait for."""
+    from nbxcert.kernels.backends import cuda
+
+    monkeypatch.setattr(cuda, "current_stream", lambda index=None: 0)
+    monkeypatch.setattr(cuda, "synchronize", lambda: None)
+
+
+@pytest.mark.parametrize(
+    "a_shape,b_shape",
+    [((3, 5), (5, 7)), ((1, 9), (9, 1)), ((2, 4, 6), (6, 3)), ((4, 6), (2, 6, 5)), ((2, 1, 3, 4), (5, 4, 2))],
+)
+def test_matmul64_issues_the_row_major_product(a_shape, b_shape, host_cuda):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(a_shape), rng.standard_normal(b_shape)
+    lib = FakeCublas()
+    got = cublas.matmul64(a, b, "cpu", lib)
+    assert got.shape == np.matmul(a, b).shape
+    np.testing.assert_allclose(got, np.matmul(a, b), rtol=1e-13, atol=1e-13)
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    assert set(lib.calls) == {(n, m, k, n, k, n)}  # C^T = B^T A^T, each in its row-major memory
+
+
+def test_matmul64_empty_and_vector_shapes_are_numpys(host_cuda):
+    lib = FakeCublas()
+    assert cublas.matmul64(np.ones((3, 0)), np.ones((0, 4)), "cpu", lib).tolist() == [[0.0] * 4] * 3
+    np.testing.assert_array_equal(cublas.matmul64(np.ones(3), np.ones((3, 2)), "cpu", lib), [3.0, 3.0])
+    assert lib.calls == []
+    with pytest.raises(ValueError):
+        cublas.matmul64(np.ones((2, 3)), np.ones((4, 2)), "cpu", lib)
+
+
+def test_choice_is_checked(monkeypatch):
+    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "gpu")
+    with pytest.raises(UsageError, match="NBXCERT_ORACLE_PRODUCTS=gpu is not one of auto, host, device"):
+        products.choice()
+    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", " Host ")
+    assert products.choice() == "host"
+    monkeypatch.delenv("NBXCERT_ORACLE_PRODUCTS")
+    assert products.choice() == "auto"
+
+
+def test_host_inputs_take_numpys_product(monkeypatch, backend):
+    if backend.name == "cuda":
+        pytest.skip("the interpreter's choice")
+    monkeypatch.delenv("NBXCERT_ORACLE_PRODUCTS", raising=False)
+    assert products.product_for("cpu") is np.matmul
+    assert products.describe("cpu") == "numpy on the host (the interpreter backend has no GPU)"
+    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "device")
+    with pytest.raises(UsageError, match="cuBLAS products need an NVIDIA GPU"):
+        products.product_for("cpu")
+    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "host")
+    assert products.describe("cpu") == "numpy on the host (NBXCERT_ORACLE_PRODUCTS=host)"
+
+
+def test_a_missing_library_names_where_it_was_looked_for(monkeypatch, tmp_path):
+    missing = str(tmp_path / "libcublas.so.99")
+    monkeypatch.setenv("NBXCERT_CUBLAS", missing)
+    monkeypatch.setattr(cublas, "_loaded", [])
+    assert cublas.candidates() == [missing]
+    with pytest.raises(
+        BackendUnavailable, match=f"no libcublas could be loaded \\(tried {missing}\\) from NBXCERT_CUBLAS"
+    ):
+        cublas.load()
+
+
+def test_the_search_covers_the_cuda_wheels(monkeypatch, tmp_path):
+    wheel = tmp_path / "nvidia" / "cu13" / "lib"
+    wheel.mkdir(parents=True)
+    for name in ("libcublas.so.13", "libcublasLt.so.13"):
+        (wheel / name).write_bytes(b"")
+    monkeypatch.delenv("NBXCERT_CUBLAS", raising=False)
+    monkeypatch.setattr(cublas.site, "getsitepackages", lambda: [str(tmp_path)])
+    found = cublas.candidates()
+    assert found[: len(cublas.NAMES)] == list(cublas.NAMES)
+    assert str(wheel / "libcublas.so.13") in found
+    assert not any("Lt" in f for f in found)
+
+
+@pytest.mark.gpu
+def test_device_products_equal_numpys(backend):
+    rng = np.random.default_rng(1)
+    for a_shape, b_shape in [((4096, 3584), (3584, 4608)), ((7, 129), (129, 33)), ((3, 64, 128), (128, 80))]:
+        a, b = rng.standard_normal(a_shape), rng.standard_normal(b_shape)
+        got = cublas.matmul64(a, b, backend.device)
+        np.testing.assert_allclose(got, np.matmul(a, b), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.gpu
+def test_a_matmul_oracle_on_the_device_equals_the_hosts(monkeypatch, backend, profile):
+    from nbxcert.kernels.spec import get_spec, load_all
+
+    load_all()
+    spec = get_spec("matmul")
+    problem = {"M": 300, "N": 520, "K": 1000, "aligned": 1, "trans_a": 0, "trans_b": 1}
+    inputs = spec.make_inputs(problem, ("bfloat16", "bfloat16"), 0, backend.device)
+    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "host")
+    host = spec.oracle(inputs)["out"]
+    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "device")
+    assert products.describe(backend.device).startswith("cuBLAS DGEMM on ")
+    device = spec.oracle(inputs)["out"]
+    np.testing.assert_allclose(device.value, host.value, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(device.scale, host.scale, rtol=1e-12, atol=0)
