@@ -3,14 +3,17 @@
 The float64 references in `nbxcert.oracles` take their matrix product as an argument (`product=`, numpy's `matmul` by
 default). A kernel family's oracle adapter asks `product_for(device)` for the one to hand them:
 
-    NBXCERT_ORACLE_PRODUCTS=auto     (default) the GPU the inputs lie on, through cuBLAS (`backends.cublas`), when the
-                                     backend is cuda and libcublas loads; numpy on the host otherwise
-    NBXCERT_ORACLE_PRODUCTS=host     numpy on the host, always
-    NBXCERT_ORACLE_PRODUCTS=device   cuBLAS on the GPU; an error naming where libcublas was looked for if none loads
+    NBXCERT_ORACLE_PRODUCTS=host     (default) numpy on the host
+    NBXCERT_ORACLE_PRODUCTS=device   cuBLAS on the GPU the inputs lie on (`backends.cublas`); an error naming where
+                                     libcublas was looked for if none loads, or if the inputs are not on a GPU
 
 Both are float64 products of the same float64 operands (only the summation order differs: a relative difference near
-1e-16), so a verdict does not depend on the choice; its time does (a 7B model's largest matmul key: seconds of numpy
-against a fraction of a second). `describe(device)` says which is in force, for `nbxcert doctor` and `certify`.
+1e-16), so a verdict does not depend on the choice; its time does, both ways. The device's product moves the float64
+operands to the GPU and the result back: on an H200, qwen2.5-7b's decode LM-head keys (M 32 to 64 tokens, N 152064,
+K 3584: a 4.4 GB float64 weight for 0.14 TFLOP) took 18 to 21 s a key with it against 13 to 15 s with numpy
+(benchmarks/README.md, throughput), so the host's is the default; the prefill keys, where the product's arithmetic
+outweighs its transfer, are not measured yet. `describe(device)` says which is in force, for `nbxcert doctor` and
+`certify`.
 """
 
 from __future__ import annotations
@@ -20,14 +23,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nbxcert.errors import BackendUnavailable, UsageError
+from nbxcert.errors import UsageError
 
-CHOICES = ("auto", "host", "device")
+CHOICES = ("host", "device")
 
 
 def choice() -> str:
-    """NBXCERT_ORACLE_PRODUCTS, checked (default `auto`)."""
-    text = os.environ.get("NBXCERT_ORACLE_PRODUCTS", "").strip().lower() or "auto"
+    """NBXCERT_ORACLE_PRODUCTS, checked (default `host`)."""
+    text = os.environ.get("NBXCERT_ORACLE_PRODUCTS", "").strip().lower() or "host"
     if text not in CHOICES:
         raise UsageError(f"NBXCERT_ORACLE_PRODUCTS={text} is not one of {', '.join(CHOICES)}")
     return text
@@ -41,22 +44,16 @@ def _on_gpu(device, backend: str | None = None) -> bool:
 
 def product_for(device) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The float64 matrix product for an oracle whose inputs lie on `device` (see the module's table)."""
-    wanted = choice()
-    if wanted == "host" or not _on_gpu(device):
-        if wanted == "device" and not _on_gpu(device):
-            raise UsageError(
-                f"NBXCERT_ORACLE_PRODUCTS=device, but the inputs lie on {device} with the "
-                f"{_backend_name()} backend: cuBLAS products need an NVIDIA GPU"
-            )
+    if choice() == "host":
         return np.matmul
+    if not _on_gpu(device):
+        raise UsageError(
+            f"NBXCERT_ORACLE_PRODUCTS=device, but the inputs lie on {device} with the "
+            f"{_backend_name()} backend: cuBLAS products need an NVIDIA GPU"
+        )
     from nbxcert.kernels.backends import cublas
 
-    try:
-        lib = cublas.load()
-    except BackendUnavailable:
-        if wanted == "device":
-            raise
-        return np.matmul
+    lib = cublas.load()
     name = str(device)
     return lambda a, b: cublas.matmul64(a, b, name, lib)
 
@@ -68,19 +65,15 @@ def _backend_name() -> str:
 
 
 def describe(device, backend: str | None = None) -> str:
-    """One line: which product the oracles use for inputs on `device`, and why (`backend`: the backend's name, when
-    the caller knows it without fixing the process's)."""
-    wanted = choice()
-    if wanted == "host":
-        return "numpy on the host (NBXCERT_ORACLE_PRODUCTS=host)"
+    """One line: which product the oracles use for inputs on `device` (`backend`: the backend's name, when the caller
+    knows it without fixing the process's). NBXCERT_ORACLE_PRODUCTS=device with no GPU or no libcublas raises."""
+    if choice() == "host":
+        return "numpy on the host (NBXCERT_ORACLE_PRODUCTS=device: cuBLAS on the GPU)"
     if not _on_gpu(device, backend):
-        return f"numpy on the host (the {backend or _backend_name()} backend has no GPU)"
+        raise UsageError(
+            f"NBXCERT_ORACLE_PRODUCTS=device, but the {backend or _backend_name()} backend has no GPU: "
+            "cuBLAS products need an NVIDIA GPU"
+        )
     from nbxcert.kernels.backends import cublas
 
-    try:
-        lib = cublas.load()
-    except BackendUnavailable as e:
-        if wanted == "device":
-            raise
-        return f"numpy on the host ({e}; NBXCERT_CUBLAS names a libcublas)"
-    return f"cuBLAS DGEMM on {device} ({lib.path})"
+    return f"cuBLAS DGEMM on {device} ({cublas.load().path})"

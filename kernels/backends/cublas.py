@@ -34,7 +34,6 @@ NAMES = ("libcublas.so", "libcublas.so.13", "libcublas.so.12")
 
 _lock = threading.Lock()
 _loaded: list[Any] = []  # [Cublas] once loaded in this process
-_handles: dict[tuple[int, int], ctypes.c_void_p] = {}  # (process, device) -> cublasHandle_t
 
 
 class Cublas:
@@ -42,6 +41,7 @@ class Cublas:
 
     def __init__(self, lib: Any, path: str):
         self.path = path
+        self.handles: dict[tuple[int, int], ctypes.c_void_p] = {}  # (process, device) -> this library's handle
         p, i, d = ctypes.c_void_p, ctypes.c_int, ctypes.c_double
         pd = ctypes.POINTER(d)
         self.create = _bind(lib, "cublasCreate_v2", [ctypes.POINTER(p)])
@@ -120,11 +120,16 @@ def load() -> Cublas:
 def _handle(lib: Cublas, device: int) -> ctypes.c_void_p:
     """This process's cuBLAS handle for `device` (made in its context, which nbxcert keeps current on this thread)."""
     key = (os.getpid(), device)
-    handle = _handles.get(key)
+    handle = lib.handles.get(key)
     if handle is None:
         handle = ctypes.c_void_p()
         _check(lib.create(ctypes.byref(handle)), "cublasCreate_v2", lib.path)
-        _handles[key] = handle
+        if not handle.value:
+            raise BackendUnavailable(
+                f"cublasCreate_v2 of {lib.path} made no handle (a stub library?)",
+                hint="point NBXCERT_CUBLAS at the real libcublas, or run with NBXCERT_ORACLE_PRODUCTS=host",
+            )
+        lib.handles[key] = handle
     return handle
 
 

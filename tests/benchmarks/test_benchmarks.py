@@ -245,5 +245,8 @@ def test_the_autotune_comparison_and_table(bench_autotune):
     assert result["total"]["ratio"] == 13.0 / 3.5 and result["process_ratio"] == 6.0 and result["met"]
     lines = bench_autotune.table(result)
     assert len(lines) == 3 + 2 + 2 and lines[-1].endswith("x6.00 (target >= 5x: met)")
+    summary = '[nbxcert] a line\n{\n  "keys": [\n    {"key": "k1"}\n  ]\n}\n'
+    assert bench_autotune.last_json(summary) == {"keys": [{"key": "k1"}]}
+    assert bench_autotune.last_json("Traceback ...\n{ not json\n") is None
     with pytest.raises(SystemExit, match="missing"):
         bench_autotune.compare(plan, {"wall_s": 10.0, "report": {"keys": report["keys"][:2]}}, peer)

@@ -25,8 +25,10 @@ class FakeCublas:
 
     def __init__(self):
         self.calls = []
+        self.handles = {}
 
     def create(self, handle_ref):
+        handle_ref._obj.value = 0x1234
         return 0
 
     def set_stream(self, handle, stream):
@@ -66,6 +68,24 @@ def test_matmul64_issues_the_row_major_product(a_shape, b_shape, host_cuda):
     assert set(lib.calls) == {(n, m, k, n, k, n)}  # C^T = B^T A^T, each in its row-major memory
 
 
+def test_each_library_uses_its_own_handle(host_cuda):
+    """A handle is its library's: one made by another libcublas (or a stand-in) is never handed to this one."""
+    first, second = FakeCublas(), FakeCublas()
+    seen = []
+    second.create = lambda handle_ref: setattr(handle_ref._obj, "value", 0x5678) or 0
+    second.set_stream = lambda handle, stream: seen.append(handle.value) or 0
+    cublas.matmul64(np.ones((2, 2)), np.ones((2, 2)), "cpu", first)
+    cublas.matmul64(np.ones((2, 2)), np.ones((2, 2)), "cpu", second)
+    assert seen == [0x5678]
+
+
+def test_a_library_without_a_handle_is_refused(host_cuda):
+    lib = FakeCublas()
+    lib.create = lambda handle_ref: 0  # a stub: success, no handle
+    with pytest.raises(BackendUnavailable, match="cublasCreate_v2 of fake-libcublas made no handle"):
+        cublas.matmul64(np.ones((2, 2)), np.ones((2, 2)), "cpu", lib)
+
+
 def test_matmul64_empty_and_vector_shapes_are_numpys(host_cuda):
     lib = FakeCublas()
     assert cublas.matmul64(np.ones((3, 0)), np.ones((0, 4)), "cpu", lib).tolist() == [[0.0] * 4] * 3
@@ -77,25 +97,23 @@ def test_matmul64_empty_and_vector_shapes_are_numpys(host_cuda):
 
 def test_choice_is_checked(monkeypatch):
     monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "gpu")
-    with pytest.raises(UsageError, match="NBXCERT_ORACLE_PRODUCTS=gpu is not one of auto, host, device"):
+    with pytest.raises(UsageError, match="NBXCERT_ORACLE_PRODUCTS=gpu is not one of host, device"):
         products.choice()
-    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", " Host ")
-    assert products.choice() == "host"
+    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", " Device ")
+    assert products.choice() == "device"
     monkeypatch.delenv("NBXCERT_ORACLE_PRODUCTS")
-    assert products.choice() == "auto"
+    assert products.choice() == "host"
 
 
-def test_host_inputs_take_numpys_product(monkeypatch, backend):
-    if backend.name == "cuda":
-        pytest.skip("the interpreter's choice")
+def test_numpy_is_the_default_and_device_needs_a_gpu(monkeypatch, backend):
     monkeypatch.delenv("NBXCERT_ORACLE_PRODUCTS", raising=False)
-    assert products.product_for("cpu") is np.matmul
-    assert products.describe("cpu") == "numpy on the host (the interpreter backend has no GPU)"
+    assert products.product_for(backend.device) is np.matmul
+    assert products.describe(backend.device) == "numpy on the host (NBXCERT_ORACLE_PRODUCTS=device: cuBLAS on the GPU)"
     monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "device")
     with pytest.raises(UsageError, match="cuBLAS products need an NVIDIA GPU"):
         products.product_for("cpu")
-    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "host")
-    assert products.describe("cpu") == "numpy on the host (NBXCERT_ORACLE_PRODUCTS=host)"
+    with pytest.raises(UsageError, match="NBXCERT_ORACLE_PRODUCTS=device, but the interpreter backend has no GPU"):
+        products.describe("cpu", "interpreter")
 
 
 def test_a_missing_library_names_where_it_was_looked_for(monkeypatch, tmp_path):
