@@ -822,22 +822,23 @@ def _make_gemv_inputs(problem: Mapping[str, Any], dtypes: tuple[str, ...], seed:
 
 
 def _oracle_mm(inputs: Inputs) -> dict[str, Reference]:
-    from nbxcert.kernels.products import product_for  # the oracle's float64 product: host or GPU
+    from nbxcert.kernels.products import device_products  # the oracle's float64 products: host or GPU
 
-    h = inputs.host()
-    a, b = (h["a"], h["b"]) if "a" in h else (h["x"], h["w"])
-    out_eps = finfo(inputs.tensors["out"].dtype)["eps"]
-    value, scale = _oracle.addmm(
-        a,
-        b,
-        h.get("bias"),
-        alpha=inputs.scalars.get("alpha", 1.0),
-        beta=inputs.scalars.get("beta", 1.0),
-        activation_name=inputs.scalars.get("activation", "none"),
-        acc_eps=ACC_EPS,
-        out_eps=out_eps,
-        product=product_for(inputs.tensors["out"].device),
-    )
+    t = inputs.tensors
+    a, b = (t["a"], t["b"]) if "a" in t else (t["x"], t["w"])
+    bias = t["bias"].float64() if "bias" in t else None
+    terms = {
+        "alpha": inputs.scalars.get("alpha", 1.0),
+        "beta": inputs.scalars.get("beta", 1.0),
+        "activation_name": inputs.scalars.get("activation", "none"),
+        "acc_eps": ACC_EPS,
+        "out_eps": finfo(t["out"].dtype)["eps"],
+    }
+    made = device_products(a, b)
+    if made is None:  # widened on the host, only the operands (not the output to be written)
+        value, scale = _oracle.addmm(a.float64(), b.float64(), bias, **terms)
+    else:
+        value, scale = _oracle.addmm_of(*made, a.shape[-1], bias, **terms)
     return {"out": Reference(value, scale)}
 
 

@@ -8,12 +8,13 @@ default). A kernel family's oracle adapter asks `product_for(device)` for the on
                                      libcublas was looked for if none loads, or if the inputs are not on a GPU
 
 Both are float64 products of the same float64 operands (only the summation order differs: a relative difference near
-1e-16), so a verdict does not depend on the choice; its time does, both ways. The device's product moves the float64
-operands to the GPU and the result back: on an H200, qwen2.5-7b's decode LM-head keys (M 32 to 64 tokens, N 152064,
-K 3584: a 4.4 GB float64 weight for 0.14 TFLOP) took 18 to 21 s a key with it against 13 to 15 s with numpy
-(benchmarks/README.md, throughput), so the host's is the default; the prefill keys, where the product's arithmetic
-outweighs its transfer, are not measured yet. `describe(device)` says which is in force, for `nbxcert doctor` and
-`certify`.
+1e-16), so a verdict does not depend on the choice; its time does, both ways. matmul's oracle (matmul, addmm, bmm,
+baddbmm, the GEMV) takes `device_products`: its operands are widened on the GPU where they lie, so no float64 operand
+crosses; the dequantizing products and fused MoE take `product_for`, whose float64 operands (made on the host) cross
+to the GPU and the products back. That crossing made qwen2.5-7b's decode LM-head keys slower on an H200 (M 32 to 64
+tokens, N 152064, K 3584: a 4.4 GB float64 weight for 0.14 TFLOP; 18 to 21 s a key against 13 to 15 s with numpy,
+benchmarks/README.md, throughput), so the host's is the default until the products from the operands as they lie are
+measured. `describe(device)` says which is in force, for `nbxcert doctor` and `certify`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nbxcert.errors import UsageError
+from nbxcert.kernels.jit import jit, tl
 
 CHOICES = ("host", "device")
 
@@ -56,6 +58,90 @@ def product_for(device) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     lib = cublas.load()
     name = str(device)
     return lambda a, b: cublas.matmul64(a, b, name, lib)
+
+
+def device_products(a, b, lib=None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(a @ b, |a| @ |b|) in float64 for operand tensors as they lie ([..., M, K] and [..., K, N] views of 16- or
+    32-bit floats, leading dimensions broadcast), computed on their GPU: each operand widened to float64 there by
+    `_widen_kernel` (its absolute value beside it), the products by DGEMM, the two results copied back. None when the
+    host computes them (NBXCERT_ORACLE_PRODUCTS=host): the caller widens the operands on the host, as before. No
+    float64 operand crosses to the GPU, so a decode LM-head key's 4.4 GB weight costs a widening on the device."""
+    if choice() == "host":
+        return None
+    if not _on_gpu(a.device):
+        raise UsageError(
+            f"NBXCERT_ORACLE_PRODUCTS=device, but the inputs lie on {a.device} with the "
+            f"{_backend_name()} backend: cuBLAS products need an NVIDIA GPU"
+        )
+    from nbxcert.kernels.backends import cublas
+
+    return products_on_device(a, b, cublas.load() if lib is None else lib)
+
+
+def products_on_device(a, b, lib) -> tuple[np.ndarray, np.ndarray]:
+    """`device_products` with cuBLAS `lib` (a stand-in in tests, where the "device" is the interpreter's host)."""
+    from nbxcert.kernels.backends import cublas, cuda
+    from nbxcert.kernels.tensor import empty
+
+    if a.dim() < 2 or b.dim() < 2 or a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"operands a {tuple(a.shape)} and b {tuple(b.shape)} do not multiply")
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    lead = tuple(np.broadcast_shapes(tuple(a.shape[:-2]), tuple(b.shape[:-2])))
+    nb = int(np.prod(lead, dtype=np.int64)) if lead else 1
+    shape = (*lead, m, n)
+    if nb * m * n == 0 or k == 0:
+        return np.zeros(shape), np.zeros(shape)
+    a64, a_abs = _widened(a.expand(*lead, m, k) if lead else a, nb)
+    b64, b_abs = _widened(b.expand(*lead, k, n) if lead else b, nb)
+    z, z_abs = (empty((nb, m, n), "float64", a.device) for _ in range(2))
+    index = a.device.index or 0
+    cublas.gemm(lib, index, a64.data_ptr(), b64.data_ptr(), z.data_ptr(), nb, m, n, k)
+    cublas.gemm(lib, index, a_abs.data_ptr(), b_abs.data_ptr(), z_abs.data_ptr(), nb, m, n, k)
+    if a.device.type == "cuda":
+        cuda.synchronize()
+    return z.numpy().reshape(shape), z_abs.numpy().reshape(shape)
+
+
+WIDEN_BLOCK = 1024
+
+
+@jit
+def _widen_kernel(src, dst, dst_abs, rows, cols, s_b, s_r, s_c, BF16_BITS: tl.constexpr, BLOCK: tl.constexpr):
+    """dst[b] = float64(src[b]) and dst_abs[b] = |dst[b]|, contiguous [rows, cols], for the batch of program axis 1;
+    src element (b, r, c) at b * s_b + r * s_r + c * s_c (its 16-bit patterns when BF16_BITS, widened by a shift)."""
+    pid = tl.program_id(0)
+    batch = tl.program_id(1).to(tl.int64)
+    offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    inside = offs < rows * cols
+    at = batch * s_b + (offs // cols) * s_r + (offs % cols) * s_c
+    if BF16_BITS:
+        bits = tl.load(src + at, mask=inside, other=0).to(tl.int32) & 0xFFFF
+        x = (bits << 16).to(tl.float32, bitcast=True).to(tl.float64)
+    else:
+        x = tl.load(src + at, mask=inside, other=0.0).to(tl.float64)
+    to = batch * rows * cols + offs
+    tl.store(dst + to, x, mask=inside)
+    tl.store(dst_abs + to, tl.abs(x), mask=inside)
+
+
+def _widened(t, nb: int):
+    """The [nb, rows, cols] float64 contiguous copies of a (batched) matrix view `t` and of its absolute values."""
+    from nbxcert.kernels.launch import cdiv
+    from nbxcert.kernels.tensor import Tensor, empty
+
+    rows, cols = t.shape[-2], t.shape[-1]
+    s_b = t.strides[0] if t.dim() == 3 else 0
+    if t.dim() > 3:  # leading dimensions folded into one (a broadcast view's stride-0 dimensions are copied out)
+        t = t.contiguous().reshape(nb, rows, cols)
+        s_b = t.strides[0]
+    s_r, s_c = t.strides[-2], t.strides[-1]
+    wide, wide_abs = (empty((nb, rows, cols), "float64", t.device) for _ in range(2))
+    bf16 = t.dtype.name == "bfloat16"
+    if bf16:  # the same bytes read as int16 (same element size, same strides), as `judge` reads them
+        t = Tensor(t.untyped_storage(), t.shape, t.strides, "int16", t.storage_offset())
+    grid = (cdiv(rows * cols, WIDEN_BLOCK), nb)
+    _widen_kernel[grid](t, wide, wide_abs, rows, cols, s_b, s_r, s_c, BF16_BITS=bf16, BLOCK=WIDEN_BLOCK)
+    return wide, wide_abs
 
 
 def _backend_name() -> str:

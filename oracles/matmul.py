@@ -85,9 +85,34 @@ def addmm(
     b = np.asarray(b, dtype=np.float64)
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"inner dimensions differ: a {a.shape}, b {b.shape}")
-    k = a.shape[-1]
-    z = alpha * product(a, b)
-    scale_z = abs(alpha) * product(np.abs(a), np.abs(b))
+    return addmm_of(
+        product(a, b),
+        product(np.abs(a), np.abs(b)),
+        a.shape[-1],
+        bias,
+        alpha=alpha,
+        beta=beta,
+        activation_name=activation_name,
+        acc_eps=acc_eps,
+        out_eps=out_eps,
+    )
+
+
+def addmm_of(
+    ab: np.ndarray,
+    abs_ab: np.ndarray,
+    k: int,
+    bias: np.ndarray | None = None,
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    activation_name: str = "none",
+    acc_eps: float,
+    out_eps: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`addmm` from its two float64 products, made elsewhere: ab = a @ b and abs_ab = |a| @ |b| over K terms."""
+    z = alpha * np.asarray(ab, dtype=np.float64)
+    scale_z = abs(alpha) * np.asarray(abs_ab, dtype=np.float64)
     if bias is not None:
         bias = np.asarray(bias, dtype=np.float64)
         z = z + beta * bias

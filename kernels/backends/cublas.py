@@ -143,6 +143,17 @@ def dgemm_row_major(lib: Cublas, handle, a_ptr: int, b_ptr: int, c_ptr: int, m: 
     _check(status, "cublasDgemm_v2", lib.path)
 
 
+def gemm(lib: Cublas, device: int, a_ptr: int, b_ptr: int, c_ptr: int, nb: int, m: int, n: int, k: int) -> None:
+    """C[i] = A[i] @ B[i] for i < nb, float64 row-major contiguous batches on `device`, queued on this thread's
+    stream (the caller synchronises before reading C)."""
+    from nbxcert.kernels.backends import cuda
+
+    handle = _handle(lib, device)
+    _check(lib.set_stream(handle, ctypes.c_void_p(cuda.current_stream(device))), "cublasSetStream_v2", lib.path)
+    for i in range(nb):
+        dgemm_row_major(lib, handle, a_ptr + i * m * k * 8, b_ptr + i * k * n * 8, c_ptr + i * m * n * 8, m, n, k)
+
+
 def matmul64(a: np.ndarray, b: np.ndarray, device: str, lib: Cublas | None = None) -> np.ndarray:
     """a @ b (float64, leading dimensions broadcast as `np.matmul`'s) computed by DGEMM on `device` ('cuda:i')."""
     from nbxcert.kernels.backends import cuda
@@ -165,13 +176,7 @@ def matmul64(a: np.ndarray, b: np.ndarray, device: str, lib: Cublas | None = Non
     # one upload of each operand (every batch), one result buffer; a batch is an offset into them
     a_dev, b_dev = from_numpy(a_all, "float64", dev), from_numpy(b_all, "float64", dev)
     c_dev = empty((a_all.shape[0], m, n), "float64", dev)
-    handle = _handle(lib, dev.index)
-    _check(lib.set_stream(handle, ctypes.c_void_p(cuda.current_stream(dev.index))), "cublasSetStream_v2", lib.path)
-    for i in range(a_all.shape[0]):
-        dgemm_row_major(
-            lib, handle, a_dev.data_ptr() + i * m * k * 8, b_dev.data_ptr() + i * k * n * 8,
-            c_dev.data_ptr() + i * m * n * 8, m, n, k,
-        )  # fmt: skip
+    gemm(lib, dev.index, a_dev.data_ptr(), b_dev.data_ptr(), c_dev.data_ptr(), a_all.shape[0], m, n, k)
     cuda.synchronize()
     out[...] = c_dev.numpy().reshape(out.shape)
     return out

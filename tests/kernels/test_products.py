@@ -164,3 +164,40 @@ def test_a_matmul_oracle_on_the_device_equals_the_hosts(monkeypatch, backend, pr
     device = spec.oracle(inputs)["out"]
     np.testing.assert_allclose(device.value, host.value, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(device.scale, host.scale, rtol=1e-12, atol=0)
+
+
+MM_PROBLEMS = [
+    ({"M": 5, "N": 7, "K": 9, "aligned": 1, "trans_a": 0, "trans_b": 1}, "float16"),
+    ({"M": 4, "N": 3, "K": 17, "aligned": 0, "trans_a": 1, "trans_b": 0}, "bfloat16"),
+    ({"M": 3, "N": 6, "K": 8, "aligned": 1, "trans_a": 0, "trans_b": 0, "batch": 2, "bcast_b": 1}, "float32"),
+]
+
+
+@pytest.mark.parametrize("problem,dtype", MM_PROBLEMS)
+def test_products_from_the_operands_as_they_lie(problem, dtype, host_cuda, backend):
+    """The operands widened where they lie (`_widen_kernel`: strided, transposed, unaligned and broadcast views, 16-bit
+    patterns for bfloat16) and multiplied by the row-major DGEMM give numpy's products of the host's widening."""
+    if backend.name != "interpreter":
+        pytest.skip("the interpreter's host memory stands in for the device here")
+    from nbxcert.kernels.matmul import _make_mm_inputs
+
+    inputs = _make_mm_inputs(problem, (dtype, dtype), 3, backend.device)
+    a, b = inputs.tensors["a"], inputs.tensors["b"]
+    lib = FakeCublas()
+    ab, abs_ab = products.products_on_device(a, b, lib)
+    a64, b64 = a.float64(), b.float64()
+    np.testing.assert_allclose(ab, a64 @ b64, rtol=1e-13, atol=1e-12)
+    np.testing.assert_allclose(abs_ab, np.abs(a64) @ np.abs(b64), rtol=1e-13, atol=1e-12)
+    assert len(lib.calls) == 2 * problem.get("batch", 1)
+
+
+def test_addmm_of_its_products_is_addmm():
+    from nbxcert.oracles import matmul as oracle
+
+    rng = np.random.default_rng(2)
+    a, b, bias = rng.standard_normal((6, 40)), rng.standard_normal((40, 5)), rng.standard_normal(5)
+    terms = {"alpha": 0.5, "beta": -2.0, "activation_name": "gelu_tanh", "acc_eps": 2.0**-23, "out_eps": 2.0**-10}
+    value, scale = oracle.addmm(a, b, bias, **terms)
+    value_of, scale_of = oracle.addmm_of(a @ b, np.abs(a) @ np.abs(b), 40, bias, **terms)
+    np.testing.assert_array_equal(value_of, value)
+    np.testing.assert_array_equal(scale_of, scale)
