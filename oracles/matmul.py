@@ -69,33 +69,20 @@ def addmm(
     b: np.ndarray,
     bias: np.ndarray | None = None,
     *,
-    alpha: float = 1.0,
-    beta: float = 1.0,
-    activation_name: str = "none",
-    acc_eps: float,
-    out_eps: float,
     product: Callable[[np.ndarray, np.ndarray], np.ndarray] = np.matmul,
+    **terms,
 ) -> tuple[np.ndarray, np.ndarray]:
     """act(beta·bias + alpha·(a @ b)) and its error scale, both float64.
 
     a: [..., M, K]; b: [..., K, N] (leading dimensions broadcast); bias: broadcastable to the result, or None.
-    `acc_eps`, `out_eps`: the accumulator's and the output type's epsilons (see the module docstring). `product`: the
-    float64 matrix product of two float64 arrays (numpy's; or an equal one computed elsewhere, as a GPU's DGEMM)."""
+    `terms`: `addmm_of`'s (alpha, beta, activation_name; acc_eps and out_eps, the accumulator's and the output type's
+    epsilons, see the module docstring). `product`: the float64 matrix product of two float64 arrays (numpy's; or an
+    equal one computed elsewhere, as a GPU's DGEMM)."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.shape[-1] != b.shape[-2]:
         raise ValueError(f"inner dimensions differ: a {a.shape}, b {b.shape}")
-    return addmm_of(
-        product(a, b),
-        product(np.abs(a), np.abs(b)),
-        a.shape[-1],
-        bias,
-        alpha=alpha,
-        beta=beta,
-        activation_name=activation_name,
-        acc_eps=acc_eps,
-        out_eps=out_eps,
-    )
+    return addmm_of(product(a, b), product(np.abs(a), np.abs(b)), a.shape[-1], bias, **terms)
 
 
 def addmm_of(
