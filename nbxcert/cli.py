@@ -285,7 +285,7 @@ def _root(
 
 
 def _oracle_products() -> str:
-    """Which float64 product the oracles of this run use (`kernels.products`), for certify's and verify's log."""
+    """Which float64 product the oracles of this run use (`kernels.products`), for certify's log."""
     from nbxcert.kernels import products
     from nbxcert.kernels.backends import select
 

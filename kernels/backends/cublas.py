@@ -3,15 +3,21 @@
 The oracles' largest work is a float64 matrix product: a matmul key's A @ B and |A| @ |B| at a 7B model's prefill
 sizes (4096 x 3584 x 37888, 2.2 TFLOP for the pair) take numpy many seconds on a machine's cores, and a sweep asks for
 them at each bucket's smallest and largest member. cuBLAS's DGEMM is an independent float64 implementation (IEEE
-double arithmetic in NVIDIA's library, no part of nbxcert or Triton) that a Hopper GPU runs at tens of TFLOP/s.
-`matmul64(a, b, device)` takes float64 numpy arrays and returns their product as a float64 numpy array, as
-`np.matmul` does (leading dimensions broadcast): the operands go to the device, each product is one DGEMM on this
-thread's stream, the result comes back. Only the summation order differs from numpy's (a relative difference near
-1e-16, far below any tolerance a kernel is judged at).
+double arithmetic in NVIDIA's library, no part of nbxcert or Triton) that a Hopper GPU runs at tens of TFLOP/s. Used
+when NBXCERT_ORACLE_PRODUCTS=device (`nbxcert.kernels.products`, which says when and why):
 
-Which library (`load`): the path in NBXCERT_CUBLAS, else the first of `libcublas.so`, `libcublas.so.13`,
-`libcublas.so.12` that the dynamic linker loads, then those of the CUDA wheels beside this Python
-(`site-packages/nvidia/*/lib`, `nvidia/cu*/lib`), then `$CUDA_HOME/lib64` and `/usr/local/cuda/lib64`.
+- `gemm(lib, device, a, b, c, nb, m, n, k)`: C = A @ B for float64 row-major batches already on the device, each one
+  DGEMM queued on this thread's stream (`products.device_products` widens a kernel's operands there first);
+- `matmul64(a, b, device)`: the same for float64 numpy arrays, as `np.matmul` (leading dimensions broadcast): the
+  operands go to the device, the product comes back.
+
+Only the summation order differs from numpy's (a relative difference near 1e-16, far below any tolerance a kernel is
+judged at).
+
+Which library (`load`): the path in NBXCERT_CUBLAS, else the first of `libcublas.so.13`, `libcublas.so.12`,
+`libcublas.so` that the dynamic linker loads, then those of the CUDA wheels beside this Python
+(`site-packages/nvidia/*/lib`, `nvidia/cu*/lib`), then `$CUDA_HOME/lib64` and `/usr/local/cuda/lib64`. A library
+whose `cublasCreate_v2` makes no handle (a link-time stub) is refused by name.
 """
 
 from __future__ import annotations
@@ -30,14 +36,14 @@ from nbxcert.errors import BackendUnavailable
 
 CUBLAS_STATUS_SUCCESS = 0
 CUBLAS_OP_N = 0
-NAMES = ("libcublas.so", "libcublas.so.13", "libcublas.so.12")
+NAMES = ("libcublas.so.13", "libcublas.so.12", "libcublas.so")
 
 _lock = threading.Lock()
 _loaded: list[Any] = []  # [Cublas] once loaded in this process
 
 
 class Cublas:
-    """A loaded libcublas with the functions `matmul64` calls bound (argtypes, restype), and where it came from."""
+    """A loaded libcublas with the functions `gemm` calls bound (argtypes, restype), and where it came from."""
 
     def __init__(self, lib: Any, path: str):
         self.path = path
