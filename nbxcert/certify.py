@@ -134,9 +134,34 @@ def memory_class(profile, prov: dict[str, Any]) -> str:
 
 def same_card(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether a stored certification was made on the same card, driver and Triton with the same code (then a rerun
-    skips it): the same `code` digest (`nbxcert.fingerprint`) when both hold one, else the same nbxcert version."""
-    fields = certificates.CARD_FIELDS + ("code" if "code" in a and "code" in b else "nbxcert",)
-    return all(a.get(f) == b.get(f) for f in fields)
+    skips it)."""
+    return all(a.get(f) == b.get(f) for f in certificates.CARD_FIELDS) and same_code(a, b)
+
+
+def same_code(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two provenances name the same code: the same `code` digest (`nbxcert.fingerprint`) when both hold one,
+    else the same nbxcert version."""
+    field = "code" if "code" in a and "code" in b else "nbxcert"
+    return a.get(field) == b.get(field)
+
+
+def older_code(profile, entries: dict[str, dict], keys) -> list[str]:
+    """The texts of `keys` (LaunchKeys) whose entry in `entries` was made by code that has changed since: a `certify`
+    of them sweeps them again (until then they are served as they are)."""
+    from nbxcert import __version__
+    from nbxcert.kernels.spec import get_spec
+
+    now: dict[str, dict[str, str]] = {}
+    older = []
+    for k in keys:
+        entry = entries.get(k.text())
+        if entry is None:
+            continue
+        if k.kernel not in now:
+            now[k.kernel] = {"code": code_digest(get_spec(k.kernel), profile), "nbxcert": __version__}
+        if not same_code(entry.get("provenance", {}), now[k.kernel]):
+            older.append(k.text())
+    return older
 
 
 def in_shard(key: LaunchKey, shard: tuple[int, int] | None) -> bool:

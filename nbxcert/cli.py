@@ -773,6 +773,7 @@ def coverage(
                     "fraction": report.fraction,
                     "min": min_fraction,
                     "missing": report.missing,
+                    "older_code": report.older_code,
                     "results": _verdicts(report.results),
                 },
                 indent=2,
@@ -788,6 +789,11 @@ def coverage(
         if report.fraction < min_fraction:  # the keys it takes, since a rounded percentage can read as the minimum
             needed = math.ceil(min_fraction * len(report.keys) - 1e-9)
             line += f": below it, {needed - len(report.certified)} more certified keys needed ({needed})"
+        if report.older_code:
+            line += (
+                f"; {len(report.older_code)} of the certified made by code that has changed since "
+                "(served as they are; certify sweeps them again)"
+            )
         print(line)
     raise typer.Exit(0 if report.fraction >= min_fraction else 1)
 

@@ -196,6 +196,7 @@ class CoverageReport:
     missing: list[str]
     results: list[KeyVerdict] = field(default_factory=list)  # one per key, in order
     dirs: list[str] = field(default_factory=list)
+    older_code: list[str] = field(default_factory=list)  # certified keys whose entry code has changed since
 
     @property
     def fraction(self) -> float:
@@ -248,6 +249,9 @@ def coverage(profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] 
             err = {k: entry["error"][k] for k in ("max_scaled", "max_abs", "max_rel")}
             label = config_label(entry["winner"]["config"])
             report.results.append(KeyVerdict(t, "certified", "certificate", label, err))
+    from nbxcert.certify import older_code
+
+    report.older_code = older_code(profile, have, keys)
     return report
 
 

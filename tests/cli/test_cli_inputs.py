@@ -420,6 +420,7 @@ def test_coverage_json_gives_a_record_per_key(tmp_path):
     assert len(certified) == 23 and all(x["config"] and x["error"]["max_scaled"] <= 1 for x in certified)
     (gap,) = [x for x in doc["results"] if x["verdict"] == "missing"]
     assert gap["key"] == missing and "not certified for cpu/interpreter in" in gap["reason"]
+    assert set(doc["older_code"]) <= {x["key"] for x in certified}  # made by code changed since: certified ones only
 
 
 def test_merge_into_a_path_under_a_file_is_one_line(probe_dir, tmp_path):

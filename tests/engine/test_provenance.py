@@ -164,3 +164,27 @@ def test_on_the_gpu_the_driver_major_is_compared(backend):
     assert serving.provenance_differences(older, here) == [
         f"made with driver {int(here.driver_major) - 1}, this machine's driver is {here.driver_major}"
     ]
+
+
+def test_older_code_names_the_entries_certify_would_sweep_again():
+    """`coverage` reports certified keys whose entry was made by code that has changed since: by the code digest when
+    the entry holds one, else by nbxcert's version."""
+    from nbxcert import __version__
+    from nbxcert.certify import older_code
+    from nbxcert.fingerprint import code_digest
+    from nbxcert.kernels.spec import get_spec, load_all
+    from nbxcert.keys import parse_key
+    from nbxcert.profiles import get_profile
+
+    load_all()
+    profile = get_profile("cpu/interpreter")
+    keys = [parse_key(f"rmsnorm[n_cols={n},n_rows=4;float16,float16]@v1") for n in (64, 128, 256, 512, 1024)]
+    now = code_digest(get_spec("rmsnorm"), profile)
+    provenances = [
+        {"code": now, "nbxcert": "0.0.1"},  # the same code, whatever the version
+        {"code": "0" * 16, "nbxcert": __version__},  # other code
+        {"nbxcert": __version__},  # no digest: this version
+        {"nbxcert": "0.0.1"},  # no digest: another version
+    ]
+    entries = {k.text(): {"provenance": p} for k, p in zip(keys, provenances, strict=False)}  # the 5th: not certified
+    assert older_code(profile, entries, keys) == [keys[1].text(), keys[3].text()]
