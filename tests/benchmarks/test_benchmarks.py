@@ -250,3 +250,217 @@ def test_the_autotune_comparison_and_table(bench_autotune):
     assert bench_autotune.last_json("Traceback ...\n{ not json\n") is None
     with pytest.raises(SystemExit, match="missing"):
         bench_autotune.compare(plan, {"wall_s": 10.0, "report": {"keys": report["keys"][:2]}}, peer)
+
+
+@pytest.fixture
+def bench_quant(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCH))
+    module = importlib.import_module("bench_quant")
+    yield module
+    sys.modules.pop("bench_quant", None)
+
+
+def _gptq_int4(k: int, n: int, dtype: str, seed: int = 0):
+    """A GPTQ int4 weight as nbxcert's cases make it: (qweight, scales as values of `dtype`, qzeros, q, z)."""
+    import numpy as np
+
+    from nbxcert.kernels.quant import pack_int4_cols, pack_int4_rows
+
+    gen = np.random.default_rng(seed)
+    q = gen.integers(0, 16, (k, n))
+    z = gen.integers(0, 16, (k // 128, n))
+    s = np.abs(gen.standard_normal((k // 128, n))) * 0.01 + 0.002
+    s = s.astype(np.float16).astype(np.float64) if dtype == "float16" else _bf16(s)
+    return pack_int4_rows(q), s, pack_int4_cols(z), q, z
+
+
+def _bf16(a):
+    """float64 values of `a` rounded to bfloat16, independently of the benchmark's helper: the nearest of the two
+    bfloat16 neighbours (float32 bits truncated, and that plus one unit), ties to the even one."""
+    import numpy as np
+
+    a = np.asarray(a, dtype=np.float32)
+    bits = a.view(np.uint32) & np.uint32(0xFFFF0000)
+    low = bits.view(np.float32).astype(np.float64)
+    high = (bits + np.uint32(0x10000)).view(np.float32).astype(np.float64)
+    exact = a.astype(np.float64)
+    pick_high = (np.abs(high - exact) < np.abs(exact - low)) | (
+        (np.abs(high - exact) == np.abs(exact - low)) & ((bits >> np.uint32(16)) & np.uint32(1)).astype(bool)
+    )
+    return np.where(pick_high, high, low)
+
+
+def _tinygemm_weight(nibbles, scales_and_zeros, group: int = 128):
+    """The [K, N] weight torch's tinygemm computes with, by its source (aten/src/ATen/native/cuda/int4mm.cu): byte j
+    of row n holds k = 2 j in its high nibble and k = 2 j + 1 in its low one; w = (u - 8) * scale + zero, scale and
+    zero of group k // group at [g, n, 0] and [g, n, 1] (in float64 here: the bfloat16 fma's own rounding left out)."""
+    import numpy as np
+
+    n, half = nibbles.shape
+    u = np.empty((n, 2 * half), dtype=np.float64)
+    u[:, 0::2] = nibbles >> 4
+    u[:, 1::2] = nibbles & 0xF
+    g = np.arange(2 * half) // group
+    scale, zero = scales_and_zeros[g, :, 0], scales_and_zeros[g, :, 1]
+    return (u.T - 8) * scale + zero
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_quant_tinygemm_operands_compute_the_gptq_weight(bench_quant, dtype):
+    """nbxcert's GPTQ int4 weight converted for torch's tinygemm dequantizes, by tinygemm's formula, to the oracle's
+    weight within the one bfloat16 rounding of each operand: |w_tinygemm - w| <= 2^-8 |(8 - z) s| with bfloat16 scales
+    (the scale is exact, the zero (8 - z) s rounded once), plus 2^-8 |q - 8| s with float16 scales (rounded to
+    bfloat16 too); 2^-15 more for the rounding's float32 step."""
+    import numpy as np
+
+    from nbxcert.oracles.quant import dequantize
+
+    k, n = 512, 48
+    qweight, s, qzeros, q, z = _gptq_int4(k, n, dtype)
+    nibbles, sz = bench_quant.tinygemm_operands(qweight, s, qzeros, 128)
+    assert nibbles.dtype == np.uint8 and nibbles.shape == (n, k // 2) and nibbles.flags.c_contiguous
+    assert sz.dtype == np.float32 and sz.shape == (k // 128, n, 2) and sz.flags.c_contiguous
+    assert not (sz.view(np.uint32) & np.uint32(0xFFFF)).any()  # bfloat16 values: torch takes them exactly
+    got = _tinygemm_weight(nibbles, sz.astype(np.float64))
+    want = dequantize("int4", qweight, s, qzeros, 128)
+    g = np.arange(k) // 128
+    bound = np.abs((8 - z[g]) * s[g])
+    if dtype == "float16":
+        bound = bound + np.abs(q - 8) * s[g]
+    err = np.abs(got - want)
+    assert (err <= bound * 2.0**-8 * (1 + 2.0**-15)).all(), float((err / np.maximum(bound, 1e-300)).max())
+    assert err.max() > 0  # the rounding is there, so the bound is what is tested
+    if dtype == "bfloat16":
+        assert np.array_equal(sz[..., 0], s.astype(np.float32))  # the scales pass unchanged
+
+
+def test_the_quant_tinygemm_nibble_order_is_the_packing_ops(bench_quant):
+    """The even k goes to the high nibble, as `_convert_weight_to_int4pack`'s comment ("v[0]H") and PyTorch's own
+    tests (`w[:, ::2] << 4 | w[:, 1::2]`) have it; the zero point (8 - z) s and the scale land at [g, n, 1] and
+    [g, n, 0]."""
+    import numpy as np
+
+    from nbxcert.kernels.quant import pack_int4_cols, pack_int4_rows
+
+    k, n = 128, 8
+    q = np.zeros((k, n), dtype=np.int64)
+    q[0, 3], q[1, 3], q[126, 5], q[127, 5] = 1, 2, 14, 15
+    z = np.full((1, n), 8)
+    z[0, 2] = 3
+    s = np.full((1, n), 0.5)
+    nibbles, sz = bench_quant.tinygemm_operands(pack_int4_rows(q), s, pack_int4_cols(z), 128)
+    assert nibbles[3, 0] == 0x12 and nibbles[5, 63] == 0xEF and nibbles[0, 0] == 0
+    assert sz[0, 2].tolist() == [0.5, 2.5] and sz[0, 0].tolist() == [0.5, 0.0]
+
+
+def test_the_quant_benchmark_refuses_bad_shapes_in_one_line(bench_quant):
+    import numpy as np
+
+    qweight = np.zeros((64, 16), dtype=np.int32)  # K = 512, N = 16
+    with pytest.raises(ValueError, match=r"^tinygemm_operands: qweight \[64, 16\] needs scales \[4, 16\]"):
+        bench_quant.tinygemm_operands(qweight, np.ones((3, 16)), np.zeros((4, 2), dtype=np.int32))
+    with pytest.raises(ValueError, match="^int8pack_operands: qweight must be int8"):
+        bench_quant.int8pack_operands(np.zeros((4, 4), dtype=np.int32), np.ones(4))
+
+
+def test_the_quant_bfloat16_rounding_is_to_nearest_even(bench_quant):
+    import numpy as np
+
+    ulp = 2.0**-7  # bfloat16's spacing in [1, 2)
+    a = np.array([1 + ulp / 2, 1 + 1.5 * ulp, 1 + 0.6 * ulp, -(1 + 0.4 * ulp), 3.0e-3, 65504.0, 0.0])
+    got = bench_quant.bfloat16_values(a)
+    assert got.tolist() == [1.0, 1 + 2 * ulp, 1 + ulp, -1.0, float(_bf16(3.0e-3)), 65536.0, 0.0]
+    x = np.random.default_rng(1).standard_normal(10000) * 10.0 ** np.random.default_rng(2).integers(-6, 6, 10000)
+    assert np.array_equal(bench_quant.bfloat16_values(x).astype(np.float64), _bf16(x))
+
+
+def test_the_quant_int8pack_operands_compute_the_int8_weight(bench_quant):
+    """torch's `_weight_int8pack_mm` computes out[b, n] = sum_k x[b, k] w[n, k] * scale[n] (int8mm.cu): with the
+    converted operands that is X @ the oracle's int8 weight."""
+    import numpy as np
+
+    from nbxcert.oracles.quant import dequantize
+
+    gen = np.random.default_rng(0)
+    q = gen.integers(-127, 128, (64, 24)).astype(np.int8)
+    s = (np.abs(gen.standard_normal(24)) * 0.001 + 0.0005).astype(np.float16)
+    w_nk, scale = bench_quant.int8pack_operands(q, s)
+    assert w_nk.dtype == np.int8 and w_nk.shape == (24, 64) and w_nk.flags.c_contiguous
+    assert np.array_equal(w_nk.T.astype(np.float64) * scale.astype(np.float64), dequantize("int8", q, s))
+
+
+def test_the_quant_peer_script_compiles_and_names_torchs_kernels(bench_quant):
+    """The peer's source compiles, names the two int4 ops and the int8 one by their aten names, carries the
+    conversion the tests above check, and keeps the dense `x @ w`; every case has a key of its own and the peer the
+    right kind."""
+    code = compile(bench_quant.PEER_SCRIPT, "bench_quant peer", "exec")
+    assert code is not None
+    script = bench_quant.PEER_SCRIPT
+    for name in ("torch.ops.aten._convert_weight_to_int4pack(", "torch.ops.aten._weight_int4pack_mm(x, w, GROUP, sz)"):
+        assert name in script
+    assert "torch.ops.aten._weight_int8pack_mm(x, w, s)" in script and "x @ w" in script
+    assert "def tinygemm_operands(" in script and "def int8pack_operands(" in script and "INNER_K_TILES = 8" in script
+    keys = [bench_quant.case_key(f, d, m, n, k) for _, f, d, m, n, k in bench_quant.CASES]
+    assert len(set(keys)) == len(keys)
+    kinds = {(f, d): bench_quant.quant_peer(f, d)[0] for _, f, d, *_ in bench_quant.CASES}
+    assert kinds == {
+        ("int4", "float16"): None,
+        ("int4", "bfloat16"): bench_quant.TINYGEMM,
+        ("int8", "float16"): bench_quant.INT8PACK,
+    }
+    # every bfloat16 int4 case has its float16 twin, so both peers are seen at the same shape
+    twins = {(k_, m, n, k) for k_, f, d, m, n, k in bench_quant.CASES if f == "int4" and d == "float16"}
+    assert {(k_, m, n, k) for k_, f, d, m, n, k in bench_quant.CASES if d == "bfloat16"} <= twins
+
+
+def _quant_result(bench_quant, fmt, dtype, got, check="ok"):
+    best = Config.make(num_warps=4, num_stages=1, BLOCK_K=128, BLOCK_N=64, SPLIT_K=8)
+    return {
+        "kernel": "dequant_gemv",
+        "format": fmt,
+        "shape": {"M": 1, "N": 14336, "K": 4096},
+        "dtype": dtype,
+        "best_label": best.label(),
+        "best_ms": 0.02,
+        "effective_GBps": 1500.0,
+        **bench_quant.peer_fields(fmt, dtype, 0.02, got),
+        "check": check,
+    }
+
+
+def test_the_quant_rows_say_which_peer_and_keep_both_times(bench_quant):
+    """Results shaped as a GPU run makes them: a bfloat16 int4 case timed against tinygemm and the dense matmul, a
+    float16 one against the dense matmul only (and why), an int8 case whose peer raised, one whose peer's output is
+    off the oracle, one without torch and one whose peer's output went unchecked; the table says which peer each row
+    has and prints the failures."""
+    r_bf16 = _quant_result(bench_quant, "int4", "bfloat16", {"dense_ms": 0.04, "quant_ms": 0.01, "quant_check": 3e-3})
+    assert r_bf16["peer"] == bench_quant.TINYGEMM == r_bf16["quant_peer"]
+    assert r_bf16["speedup_vs_quant_peer"] == 0.5 and r_bf16["speedup_vs_dense_peer"] == 2.0
+    assert r_bf16["dense_peer"] == "torch bfloat16 matmul on the dequantized weight"
+    r_fp16 = _quant_result(bench_quant, "int4", "float16", {"dense_ms": 0.04})
+    assert r_fp16["peer"] == "torch float16 matmul on the dequantized weight" == r_fp16["dense_peer"]
+    assert r_fp16["quant_peer"] is None and "bfloat16" in r_fp16["quant_peer_none"]
+    r_int8 = _quant_result(bench_quant, "int8", "float16", {"dense_ms": 0.04, "quant_error": "RuntimeError: no kernel"})
+    assert r_int8["peer"] == r_int8["dense_peer"] and r_int8["quant_peer"] == bench_quant.INT8PACK
+    assert r_int8["quant_peer_ms"] is None and r_int8["quant_peer_error"] == "RuntimeError: no kernel"
+    r_off = _quant_result(bench_quant, "int4", "bfloat16", {"dense_ms": 0.04, "quant_ms": 0.01, "quant_check": 0.7})
+    r_none = _quant_result(bench_quant, "int4", "bfloat16", None, check="mismatch\nmore")
+    assert r_none["peer"] == r_none["dense_peer"] and r_none["dense_peer_ms"] is None
+
+    r_unchecked = _quant_result(
+        bench_quant, "int4", "bfloat16", {"quant_ms": 0.01, "quant_check_error": "ModuleNotFoundError: no nbxcert"}
+    )
+    assert r_unchecked["peer"] == bench_quant.TINYGEMM and r_unchecked["quant_peer_error"] is None
+
+    lines = bench_quant.table([r_bf16, r_fp16, r_int8, r_off, r_none, r_unchecked])
+    assert lines[0] == bench_quant.HEADER and set(lines[1]) == {"-"}
+    body = lines[2:]
+    assert body[0].split()[:4] == ["dequant_gemv", "int4", "bfloat16", "1x14336x4096"]
+    assert " tinygemm " in body[0] and "0.50x" in body[0] and "2.00x" in body[0] and "SPLIT_K=8" in body[0]
+    assert " - " in body[1] and "2.00x" in body[1] and "0.50x" not in body[1]
+    assert " int8pack " in body[2] and body[3] == "  int8pack failed: RuntimeError: no kernel"
+    assert body[5].startswith("  tinygemm output off the oracle by 7.00e-01")
+    assert body[6].split()[6:11] == ["tinygemm", "-", "-", "-", "-"] and body[7] == "  CHECK FAILED: mismatch"
+    assert body[9] == "  tinygemm output not checked: ModuleNotFoundError: no nbxcert"
+    assert any(bench_quant.TINYGEMM in line for line in lines) and any(bench_quant.INT8PACK in line for line in lines)
+    assert all(len(line) <= 200 for line in lines)
