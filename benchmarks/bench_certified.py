@@ -774,6 +774,7 @@ def throughput(args) -> dict:
     )
     parts = [f for f in WALL_PARTS if any(f in r for r in rows)]
     shares = {f: (sum(r.get(f, 0.0) for r in rows) / busy if busy else 0.0) for f in parts}
+    inside = [r for r in rows if "runner_oracle" in r]
     return {
         "logs": [str(p) for p in args.logs],
         "workload": args.workload,
@@ -782,6 +783,11 @@ def throughput(args) -> dict:
         "keys_per_minute_per_shard": 60.0 * len(rows) / busy if busy else None,
         "keys_per_minute": 60.0 * len(rows) / wall if wall else None,
         "shares": shares,
+        # the runner's inputs and float64 oracle, as a share of the key time of the lines that report it: the part
+        # of the `compile` wait spent on them when the pool had compiled ahead (a diagnosis, not a wall part)
+        "runners_inputs_and_oracle_share": (
+            sum(r["runner_oracle"] for r in inside) / sum(r["total"] for r in inside) if inside else None
+        ),
     }
 
 

@@ -65,6 +65,7 @@ def test_todays_certify_line_is_read_with_its_parts_and_the_runners_work_apart(t
     result = bc.throughput(argparse.Namespace(logs=[str(log)], workload=None, profile="hopper"))
     assert result["keys_certified"] == 2 and result["keys_per_minute"] == pytest.approx(60 * 2 / 6.0)
     assert result["shares"] == pytest.approx({"compile": 3.5 / 6, "checks": 1.5 / 6, "timing": 1.0 / 6, "record": 0.0})
+    assert result["runners_inputs_and_oracle_share"] == pytest.approx(0.6 / 6.0)
 
 
 def test_a_log_wrapped_at_80_columns_with_a_ptxas_dump_is_read_too():
