@@ -90,12 +90,13 @@ def tinygemm_operands(qweight, scales, qzeros, group: int = 128):
     `nbxcert.oracles.quant`; W[k, n] = (q - z) s) as torch's tinygemm takes it: (uint8 [N, K/2], the input of
     `_convert_weight_to_int4pack`; float32 [K/G, N, 2] of bfloat16 values, `_weight_int4pack_mm`'s qScaleAndZeros).
 
-    Read in PyTorch's aten/src/ATen/native/cuda/int4mm.cu: the packing op takes [n][k / 2] uint8, the even k in the
-    high nibble ("v[0]H" is k 0) as its torch tests and torchao pack it (`w[:, ::2] << 4 | w[:, 1::2]`); the kernel
-    reads nibbles u in 0..15 as u - 8 (magic 0x4300 | u = 128 + u, then - 136) and dequantizes
-    fma(u - 8, scale, zero) in bfloat16, scale at [g][n][0], zero at [g][n][1]. So the nibbles stay GPTQ's q and
-    (q - 8) s + (8 - z) s = (q - z) s: scale = s, zero = (8 - z) s, each rounded once to bfloat16 (|error| <= 2^-8 of
-    its size)."""
+    Read in PyTorch's aten/src/ATen/native/cuda/int4mm.cu: the packing op takes [n][k / 2] uint8 (torch >= 2.5; int32
+    [n][k] before), the even k in the high nibble ("v[0]H" is k 0), as PyTorch's tests (`_group_quantize_tensor` in
+    torch/testing/_internal/common_quantization.py) and torchao pack it: `w[:, ::2] << 4 | w[:, 1::2]`. The kernel
+    reads a nibble u in 0..15 as u - 8 (0x4300 | u is bfloat16 128 + u, then - 136) and dequantizes with
+    __hfma2(u - 8, scale, zero) in bfloat16, scale at [g][n][0] and zero at [g][n][1] (the code adds the zero; a
+    comment there saying "- zero" is not what runs). So the nibbles stay GPTQ's q, and (q - 8) s + (8 - z) s =
+    (q - z) s: scale = s, zero = (8 - z) s, each rounded once to bfloat16 (|error| <= 2^-8 of its size)."""
     qw = np.ascontiguousarray(qweight, dtype=np.int32).view(np.uint32)
     qz = np.ascontiguousarray(qzeros, dtype=np.int32).view(np.uint32)
     s = np.asarray(scales, dtype=np.float64)

@@ -78,7 +78,7 @@ case "$SET" in
     step tests_families 600 "${TESTS[@]}" tests/kernels/test_sampling.py tests/kernels/test_quant.py \
       tests/kernels/test_moe.py tests/kernels/test_vision.py
     step bench_sampling 120 python3 benchmarks/bench_sampling.py --warmup 10 --rep 40 --out "$dest/bench_sampling.json"
-    step bench_quant 120 python3 benchmarks/bench_quant.py --warmup 10 --rep 40 --out "$dest/bench_quant.json"
+    step bench_quant 240 python3 benchmarks/bench_quant.py --warmup 10 --rep 40 --out "$dest/bench_quant.json"
     step bench_vision 120 python3 benchmarks/bench_vision.py --warmup 10 --rep 40 --out "$dest/bench_vision.json"
     step bench_moe 900 python3 benchmarks/bench_moe.py --warmup-ms 10 --rep-ms 40 --out "$dest/bench_moe.json"
     ;;
