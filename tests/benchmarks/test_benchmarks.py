@@ -3,6 +3,7 @@ measurements, so it is exercised here on the CPU with results shaped as the GPU 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 from pathlib import Path
@@ -14,12 +15,21 @@ from nbxcert.kernels.spec import Config
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+@contextlib.contextmanager
+def bench_module(monkeypatch, name: str, *also: str):
+    """A benchmark script imported as a module (benchmarks/ on the path), and forgotten afterwards with `also`."""
+    monkeypatch.syspath_prepend(str(BENCH))
+    try:
+        yield importlib.import_module(name)
+    finally:
+        for gone in (name, *also):
+            sys.modules.pop(gone, None)
+
+
 @pytest.fixture
 def bench_elementwise(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    module = importlib.import_module("bench_elementwise")
-    yield module
-    sys.modules.pop("bench_elementwise", None)
+    with bench_module(monkeypatch, "bench_elementwise") as module:
+        yield module
 
 
 def _result(bench, name, problem, dtypes, torch_ms, check="ok"):
@@ -91,11 +101,8 @@ def test_the_oracle_benchmark_times_this_oracle_beside_another_file(tmp_path):
 def bench_autotune(monkeypatch):
     from nbxcert.kernels.spec import unregister
 
-    monkeypatch.syspath_prepend(str(BENCH))
-    module = importlib.import_module("bench_autotune")
-    yield module
-    for name in ("bench_autotune", "autotune_specs"):
-        sys.modules.pop(name, None)
+    with bench_module(monkeypatch, "bench_autotune", "autotune_specs") as module:
+        yield module
     unregister("matmul_tiled")  # the restricted spec stays out of the registry other tests iterate over
 
 
@@ -254,10 +261,8 @@ def test_the_autotune_comparison_and_table(bench_autotune):
 
 @pytest.fixture
 def bench_quant(monkeypatch):
-    monkeypatch.syspath_prepend(str(BENCH))
-    module = importlib.import_module("bench_quant")
-    yield module
-    sys.modules.pop("bench_quant", None)
+    with bench_module(monkeypatch, "bench_quant") as module:
+        yield module
 
 
 def _gptq_int4(k: int, n: int, dtype: str, seed: int = 0):
