@@ -14,7 +14,8 @@ crosses; the dequantizing products and fused MoE take `product_for`, whose float
 to the GPU and the products back. That crossing made qwen2.5-7b's decode LM-head keys slower on an H200 (M 32 to 64
 tokens, N 152064, K 3584: a 4.4 GB float64 weight for 0.14 TFLOP; 18 to 21 s a key against 13 to 15 s with numpy,
 benchmarks/README.md, throughput), so the host's is the default until the products from the operands as they lie are
-measured (`benchmarks/gpu_oracle_products.sh` times both sides on the same keys). `describe(device)` says which is in force, for `nbxcert doctor` and `certify`.
+measured (`benchmarks/gpu_oracle_products.sh` times both sides on the same keys). `describe(device)` says which is in
+force, for `nbxcert doctor` and `certify`.
 """
 
 from __future__ import annotations
