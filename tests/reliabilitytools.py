@@ -44,7 +44,7 @@ def demo_keys(kernels: str | None = DEMO_KERNELS) -> set[str]:
 
 
 def certify_process(out: Path, log: Path, *args: str) -> subprocess.Popen:
-    """`nbxcert certify ARGS` into `out`, in a session of its own (its workers share its process group)."""
+    """`nbxcert certify ARGS` into `out`, leading a new process group that its workers join (one signal reaches all)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("NBXCERT_")}
     env.update(INTERPRETER_ENV)
     cmd = [sys.executable, "-m", "nbxcert", "certify", "--profile", "interpreter", "--out", str(out), "--json"]

@@ -10,13 +10,13 @@
 #
 #   bash tests/run_fuzz.sh OUTDIR [EXAMPLES=10000] [SHARDS=4] [JOBS=cores]
 set -euo pipefail
-out=${1:?usage: tests/run_fuzz.sh OUTDIR [EXAMPLES] [SHARDS] [JOBS]}
+outdir=${1:?usage: tests/run_fuzz.sh OUTDIR [EXAMPLES] [SHARDS] [JOBS]}
 examples=${2:-10000}
 shards=${3:-4}
 jobs=${4:-$(nproc)}
 python=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
-mkdir -p "$out"
+mkdir -p "$outdir"
 per=$(( (examples + shards - 1) / shards ))
 # slowest first (seconds per 800 cases in tests/FUZZ.md), then the rest in collection order
 first="validate stale merge diff index_build census verify kernels certify"
@@ -24,26 +24,26 @@ all=$(NBXCERT_BACKEND=interpreter "$python" -m pytest tests/cli/test_fuzz.py -m 
   -p no:cacheprovider 2>/dev/null | sed -n 's/^tests\/cli\/test_fuzz.py::test_cli_\(.*\)_fuzz$/\1/p')
 order=$( (for c in $first; do echo "$all" | grep -qx "$c" && echo "$c"; done; echo "$all") | awk '!seen[$0]++')
 if [ -n "${FUZZ_COMMANDS:-}" ]; then order=$FUZZ_COMMANDS; fi  # only these commands (test stems), in this order
-for c in $order; do for s in $(seq 1 "$shards"); do echo "$c $s"; done; done > "$out/shards.txt"
+for c in $order; do for s in $(seq 1 "$shards"); do echo "$c $s"; done; done > "$outdir/shards.txt"
 if [ -n "${FUZZ_AFTER:-}" ]; then  # the summary of a cut run: only its shards that did not pass run here
-  grep -vxFf <(awk '$3 == "passed" {print $1, $2}' "$FUZZ_AFTER") "$out/shards.txt" > "$out/shards.left" || true
-  mv "$out/shards.left" "$out/shards.txt"
+  grep -vxFf <(awk '$3 == "passed" {print $1, $2}' "$FUZZ_AFTER") "$outdir/shards.txt" > "$outdir/shards.left" || true
+  mv "$outdir/shards.left" "$outdir/shards.txt"
 fi
 deadline=$(( $(date +%s) + ${FUZZ_SECONDS:-1000000000} ))
-export out per python deadline
+export outdir per python deadline
 run_shard() {
-  local name=$1 seed=$2 base="$out/test_cli_$1_fuzz-$2" left rc=0
+  local name=$1 seed=$2 base="$outdir/test_cli_$1_fuzz-$2" left rc=0
   left=$(( deadline - $(date +%s) ))
-  if [ "$left" -le 0 ]; then echo "$name $seed not started" >> "$out/summary.txt"; return 0; fi
+  if [ "$left" -le 0 ]; then echo "$name $seed not started" >> "$outdir/summary.txt"; return 0; fi
   timeout "$left" env NBXCERT_BACKEND=interpreter NBXCERT_FUZZ_EXAMPLES=$per NBXCERT_FUZZ_REPORT="$base.jsonl" \
       "$python" -m pytest "tests/cli/test_fuzz.py::test_cli_${name}_fuzz" -m fuzz -q -p no:cacheprovider \
       --hypothesis-seed="$seed" > "$base.log" 2>&1 || rc=$?
   case $rc in
-    0) echo "$name $seed passed" >> "$out/summary.txt" ;;
-    124) echo "$name $seed timed out" >> "$out/summary.txt" ;;
-    *) echo "$name $seed FAILED" >> "$out/summary.txt" ;;
+    0) echo "$name $seed passed" >> "$outdir/summary.txt" ;;
+    124) echo "$name $seed timed out" >> "$outdir/summary.txt" ;;
+    *) echo "$name $seed FAILED" >> "$outdir/summary.txt" ;;
   esac
 }
 export -f run_shard
-xargs -P "$jobs" -L 1 bash -c 'run_shard "$0" "$1"' < "$out/shards.txt"
-echo "$(grep -c passed "$out/summary.txt" || true) shards passed, $(grep -c FAILED "$out/summary.txt" || true) failed"
+xargs -P "$jobs" -L 1 bash -c 'run_shard "$0" "$1"' < "$outdir/shards.txt"
+echo "$(grep -c passed "$outdir/summary.txt" || true) shards passed, $(grep -c FAILED "$outdir/summary.txt" || true) failed"
