@@ -49,11 +49,7 @@ def product_for(device) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The float64 matrix product for an oracle whose inputs lie on `device` (see the module's table)."""
     if choice() == "host":
         return np.matmul
-    if not _on_gpu(device):
-        raise UsageError(
-            f"NBXCERT_ORACLE_PRODUCTS=device, but the inputs lie on {device} with the "
-            f"{_backend_name()} backend: cuBLAS products need an NVIDIA GPU"
-        )
+    _require_gpu(device)
     from nbxcert.kernels.backends import cublas
 
     lib = cublas.load()
@@ -69,11 +65,7 @@ def device_products(a, b, lib=None) -> tuple[np.ndarray, np.ndarray] | None:
     float64 operand crosses to the GPU, so a decode LM-head key's 4.4 GB weight costs a widening on the device."""
     if choice() == "host":
         return None
-    if not _on_gpu(a.device):
-        raise UsageError(
-            f"NBXCERT_ORACLE_PRODUCTS=device, but the inputs lie on {a.device} with the "
-            f"{_backend_name()} backend: cuBLAS products need an NVIDIA GPU"
-        )
+    _require_gpu(a.device)
     from nbxcert.kernels.backends import cublas
 
     return products_on_device(a, b, cublas.load() if lib is None else lib)
@@ -145,6 +137,15 @@ def _widened(t, nb: int):
     return wide, wide_abs
 
 
+def _require_gpu(device, backend: str | None = None) -> None:
+    """NBXCERT_ORACLE_PRODUCTS=device is in force: refuse inputs that do not lie on a GPU of the cuda backend."""
+    if not _on_gpu(device, backend):
+        raise UsageError(
+            f"NBXCERT_ORACLE_PRODUCTS=device, but the inputs lie on {device} with the "
+            f"{backend or _backend_name()} backend: cuBLAS products need an NVIDIA GPU"
+        )
+
+
 def _backend_name() -> str:
     from nbxcert.kernels.backends import select
 
@@ -156,11 +157,7 @@ def describe(device, backend: str | None = None) -> str:
     knows it without fixing the process's). NBXCERT_ORACLE_PRODUCTS=device with no GPU or no libcublas raises."""
     if choice() == "host":
         return "numpy on the host (NBXCERT_ORACLE_PRODUCTS=device: cuBLAS on the GPU)"
-    if not _on_gpu(device, backend):
-        raise UsageError(
-            f"NBXCERT_ORACLE_PRODUCTS=device, but the {backend or _backend_name()} backend has no GPU: "
-            "cuBLAS products need an NVIDIA GPU"
-        )
+    _require_gpu(device, backend)
     from nbxcert.kernels.backends import cublas
 
     return f"cuBLAS DGEMM on {device} ({cublas.load().path})"

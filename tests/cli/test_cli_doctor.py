@@ -39,6 +39,7 @@ def test_doctor_json_tells_the_truth_about_this_machine():
     assert r.returncode == (0 if report["backend_usable"] else 1)
     assert report["versions"]["nbxcert"] == __version__
     assert isinstance(report["torch_importable"], bool)
+    assert report["oracle_products"].startswith("numpy on the host")  # the default, GPU or not
     if has_gpu:
         assert report["cuda_gpus"] and report["cuda_gpus"][0]["profile"].startswith("nvidia/")
     else:
@@ -72,6 +73,18 @@ def test_doctor_with_forced_bad_backend_exits_1_with_one_line():
     assert r.returncode == 1
     assert "NBXCERT_BACKEND=tpu is not a backend" in r.stdout
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.skipif(os.path.exists("/dev/nvidia0"), reason="this case is the machine without a GPU")
+def test_device_products_without_a_gpu_are_refused_before_any_work(tmp_path):
+    """certify names the float64 product its oracles use; the GPU's, asked for where there is none, is one line."""
+    env = {"NBXCERT_BACKEND": "interpreter", "TRITON_INTERPRET": "1"}
+    key = ("--key", "rmsnorm[n_cols=64,n_rows=4;float16,float16]@v1", "--out", str(tmp_path / "c"))
+    r = nbx("certify", "--profile", "interpreter", *key, env={**env, "NBXCERT_ORACLE_PRODUCTS": "device"})
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "cuBLAS products need an NVIDIA GPU" in r.stderr and not (tmp_path / "c").exists()
+    r = nbx("doctor", "--json", env={**env, "NBXCERT_ORACLE_PRODUCTS": "device"})
+    assert json.loads(r.stdout)["oracle_products"].startswith("unusable: NBXCERT_ORACLE_PRODUCTS=device")
 
 
 def test_error_is_one_line_and_debug_shows_traceback():

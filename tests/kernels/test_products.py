@@ -112,7 +112,7 @@ def test_numpy_is_the_default_and_device_needs_a_gpu(monkeypatch, backend):
     monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "device")
     with pytest.raises(UsageError, match="cuBLAS products need an NVIDIA GPU"):
         products.product_for("cpu")
-    with pytest.raises(UsageError, match="NBXCERT_ORACLE_PRODUCTS=device, but the interpreter backend has no GPU"):
+    with pytest.raises(UsageError, match="lie on cpu with the interpreter backend: cuBLAS products need an NVIDIA GPU"):
         products.describe("cpu", "interpreter")
 
 
