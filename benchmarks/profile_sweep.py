@@ -1,0 +1,121 @@
+"""Where a key's sweep spends its time: the runner's work for one key, in this process, phase by phase and under
+cProfile. A diagnosis of certification throughput, not a certificate: nothing is written but the report.
+
+    python3 benchmarks/profile_sweep.py --key "matmul[...]@v1" [--key ...] --out DIR [--profile hopper] [--jobs N]
+
+For each key: its kept candidates are compiled in a pool first (Triton's cache), then, in this process, as the runner
+does them: the inputs and the oracle of each checked problem (`runner.prepared_for`), every candidate's first launch
+(its kernel loaded from the cache), every candidate checked at both ends of the bucket, every candidate screen-timed,
+the first four full-timed, and the first one run again for reproducibility. DIR/summary.json has each phase's wall
+seconds per key; DIR/profile_<n>.txt the cProfile of the checks, screens, timings and runs again (by own time and by
+cumulative time). Needs the cuda backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import sys
+import time
+
+from common import cuda_device, write_json
+
+
+def _phase(seconds: dict, name: str, t0: float) -> float:
+    now = time.perf_counter()
+    seconds[name] = round(seconds.get(name, 0.0) + now - t0, 4)
+    return now
+
+
+def profile_key(text: str, profile, jobs: int, seed: int, report_path: str) -> dict:
+    from nbxcert import runner
+    from nbxcert.ahead import compile_requests
+    from nbxcert.certify import COMPILE_WORKER_ENV
+    from nbxcert.kernels.spec import Config, get_spec
+    from nbxcert.keys import check_key, parse_key
+    from nbxcert.worker import CompilePool
+
+    key = parse_key(text)
+    spec = get_spec(key.kernel)
+    key = check_key(spec, key, profile)
+    requests = compile_requests(spec, key, profile, seed)
+    seconds: dict[str, float] = {}
+    t = time.perf_counter()
+    pool = CompilePool({"NBXCERT_BACKEND": "cuda", **COMPILE_WORKER_ENV}, [], jobs)
+    try:
+        compiled = pool.compile_all(requests, 600.0)
+    finally:
+        pool.close()
+    t = _phase(seconds, "compile_pool", t)
+    configs = [
+        Config.from_dict(r["config"]) for r, c in zip(requests, compiled, strict=True) if c["status"] == "compiled"
+    ]
+    base = {k: v for k, v in requests[0].items() if k not in ("op", "config")} if requests else {}
+    device = runner._device()
+    dtypes = tuple(key.dtypes)
+    problems = base["problems"]
+    oracle = 0.0
+    for role in runner._roles(problems):
+        prepared, _made = runner.prepared_for(spec, problems[role], dtypes, profile, seed, device)
+        oracle += prepared.oracle_seconds
+    t = _phase(seconds, "inputs_and_oracle", t)
+    seconds["of_which_oracle"] = round(oracle, 4)
+    for c in configs:  # each kernel loaded from the cache, its first launch
+        runner.handle({**base, "op": "check", "config": c.as_dict()})
+    t = _phase(seconds, "first_launches", t)
+    prof = cProfile.Profile()
+    prof.enable()
+    t = time.perf_counter()
+    verdicts = [runner.handle({**base, "op": "check", "config": c.as_dict()}) for c in configs]
+    t = _phase(seconds, "checks", t)
+    screens = [runner._timed(spec, c, problems, dtypes, profile, seed, device, "screen") for c in configs]
+    t = _phase(seconds, "screens", t)
+    order = sorted(range(len(configs)), key=lambda i: screens[i]["median_us"])
+    for i in order[:4]:
+        runner._timed(spec, configs[i], problems, dtypes, profile, seed, device, "final")
+    t = _phase(seconds, "full_timings_4", t)
+    if order:
+        runner.handle({**base, "op": "repro", "config": configs[order[0]].as_dict(), "runs": 3})
+    _phase(seconds, "runs_again", t)
+    prof.disable()
+    gpu_screen_ms = sum(s["median_us"] * s["reps"] for s in screens) / 1e3
+    with open(report_path, "w") as f:
+        f.write(f"{key.text()}\n{json.dumps(seconds)}\n")
+        for by in ("tottime", "cumulative"):
+            out = io.StringIO()
+            pstats.Stats(prof, stream=out).sort_stats(by).print_stats(45)
+            f.write(f"\n=== by {by}\n{out.getvalue()}")
+    return {
+        "key": key.text(),
+        "candidates": len(configs),
+        "correct": sum(v["status"] == "correct" for v in verdicts),
+        "seconds": seconds,
+        "screens_kernel_ms": round(gpu_screen_ms, 2),
+        "screen_reps": [s["reps"] for s in screens],
+    }
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--key", action="append", required=True, help="a launch key's text (repeatable)")
+    parser.add_argument("--out", required=True, help="the directory the report is written to")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile workers (default: every core)")
+    parser.add_argument("--seed", type=int, default=20261129)
+    args = parser.parse_args(argv)
+    _choice, info, profile, match = cuda_device("profile_sweep.py")
+    os.makedirs(args.out, exist_ok=True)
+    rows = []
+    for n, text in enumerate(args.key):
+        row = profile_key(text, profile, args.jobs, args.seed, os.path.join(args.out, f"profile_{n}.txt"))
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    write_json(os.path.join(args.out, "summary.json"), {"device": info.name, "profile": profile.key, "keys": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
