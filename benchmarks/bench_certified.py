@@ -702,14 +702,15 @@ def _profile_top(fn, calls: int, sync, top: int = 30) -> list[str]:
 
 
 # --- sweep throughput -------------------------------------------------------------------------------------------------
-# a key's line: `in T s (compile a, checks b, timing c, record d; in the runners, inputs and oracle e)` (the wall
-# parts add up to T; logs before 2026-12 had `compile, oracle, checks, timing` as the parts)
+# a key's line: `in T s (compile a, inputs b, oracle c, checks d, timing e, record f)` (the wall parts add up to T;
+# logs of 2026-12-04 had `compile, checks, timing, record; in the runners, inputs and oracle e`, the runner's inputs
+# and oracle inside the compile part; logs before 2026-12 had `compile, oracle, checks, timing`)
 KEY_LINE = re.compile(
     r"\[nbxcert\] \d+/\d+ (?P<status>certified|failed|skipped)\s*(?P<key>\S+?@v\d+)"
     r"(?:\s*in\s*(?P<total>[\d.]+)\s*s\s*\((?P<parts>[^)]*)\))?"
 )
 PART = re.compile(r"(?P<name>[a-z]+)\s*(?P<seconds>[\d.]+)")
-WALL_PARTS = ("compile", "oracle", "checks", "timing", "record")
+WALL_PARTS = ("compile", "inputs", "oracle", "checks", "timing", "record")
 # Triton's own report of a crashed ptxas (the kernel's whole PTX between two rules), which a compile worker printed
 # into certify logs before nbxcert captured it
 PTXAS_DUMP = re.compile(r"^={20,}$.*?^please share the reproducer above with Triton project\.$", re.M | re.S)
@@ -744,8 +745,10 @@ def parse_log(text: str) -> list[dict]:
                 if p["name"] in WALL_PARTS:
                     row[p["name"]] = float(p["seconds"])
             found = PART.findall(inner)
-            if found:  # the work inside the runners: a diagnosis, not a part of the key's wall time
+            if found:  # 2026-12-04's logs: the runner's inputs and oracle, inside the compile part
                 row["runner_oracle"] = float(found[-1][1])
+            elif "inputs" in row:  # the inputs and oracle as wall parts of their own
+                row["runner_oracle"] = row["inputs"] + row.get("oracle", 0.0)
         rows.append(row)
     return rows
 

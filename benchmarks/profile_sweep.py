@@ -8,7 +8,8 @@ does them: the inputs and the oracle of each checked problem (`runner.prepared_f
 (its kernel loaded from the cache), every candidate checked at both ends of the bucket, every candidate screen-timed,
 the first four full-timed, and the first one run again for reproducibility. DIR/summary.json has each phase's wall
 seconds per key; DIR/profile_<n>.txt the cProfile of the checks, screens, timings and runs again (by own time and by
-cumulative time). Needs the cuda backend.
+cumulative time) with --cprofile; with --compare N, the first N candidates' screens timed both through the timer's
+replay of the launch and through the family's launch. Needs the cuda backend.
 """
 
 from __future__ import annotations
@@ -31,7 +32,39 @@ def _phase(seconds: dict, name: str, t0: float) -> float:
     return now
 
 
-def profile_key(text: str, profile, jobs: int, seed: int, report_path: str) -> dict:
+def _both_ways(spec, config, problems, dtypes, profile, seed, device) -> dict:
+    """One candidate's screen timed through `launch.replay_of` (as the sweep times it) and through the family's launch
+    (`spec.launch`, Triton's dispatch), alternating, twice each: each way's medians in us and its wall seconds. The
+    same GPU work either way: the medians should agree within the runs' own spread."""
+    from nbxcert import runner
+    from nbxcert.kernels import launch
+    from nbxcert.kernels.backends import triton_cuda
+
+    prepared, _ = runner.prepared_for(spec, problems["timing"], dtypes, profile, seed, device)
+    warmup_ms, rep_ms, most = runner.SCREEN_MS
+    flush = 2 * max(s.l2_bytes for s in profile.skus)
+    out: dict = {"config": config.label(), "replayed_us": [], "dispatched_us": []}
+    out.update(replayed_s=0.0, dispatched_s=0.0)
+    for _ in range(2):
+        for way in ("replayed", "dispatched"):
+            inputs = prepared.restore()
+
+            def dispatched(inputs=inputs) -> None:
+                spec.launch(config, inputs)
+
+            fn = launch.replay_of(dispatched, list(inputs.tensors.values())) if way == "replayed" else dispatched
+            if fn is None:
+                return {"config": config.label(), "replayed": "not replayable"}
+            t0 = time.perf_counter()
+            times = triton_cuda.time_events(fn, warmup_ms, rep_ms, flush_bytes=flush, max_repetitions=most)
+            out[f"{way}_s"] += time.perf_counter() - t0
+            out[f"{way}_us"].append(round(runner.summary(times.times_ms, "")["median_us"], 3))
+    return out
+
+
+def profile_key(
+    text: str, profile, jobs: int, seed: int, report_path: str, with_cprofile: bool = False, compare: int = 0
+) -> dict:
     from nbxcert import runner
     from nbxcert.ahead import compile_requests
     from nbxcert.certify import COMPILE_WORKER_ENV
@@ -67,8 +100,9 @@ def profile_key(text: str, profile, jobs: int, seed: int, report_path: str) -> d
     for c in configs:  # each kernel loaded from the cache, its first launch
         runner.handle({**base, "op": "check", "config": c.as_dict()})
     t = _phase(seconds, "first_launches", t)
-    prof = cProfile.Profile()
-    prof.enable()
+    prof = cProfile.Profile() if with_cprofile else None
+    if prof is not None:
+        prof.enable()
     t = time.perf_counter()
     verdicts = [runner.handle({**base, "op": "check", "config": c.as_dict()}) for c in configs]
     t = _phase(seconds, "checks", t)
@@ -81,15 +115,18 @@ def profile_key(text: str, profile, jobs: int, seed: int, report_path: str) -> d
     if order:
         runner.handle({**base, "op": "repro", "config": configs[order[0]].as_dict(), "runs": 3})
     _phase(seconds, "runs_again", t)
-    prof.disable()
+    if prof is not None:
+        prof.disable()
+    compared = [_both_ways(spec, c, problems, dtypes, profile, seed, device) for c in configs[:compare]]
     gpu_screen_ms = sum(s["median_us"] * s["reps"] for s in screens) / 1e3
     with open(report_path, "w") as f:
         f.write(f"{key.text()}\n{json.dumps(seconds)}\n")
-        for by in ("tottime", "cumulative"):
+        for by in ("tottime", "cumulative") if prof is not None else ():
             out = io.StringIO()
             pstats.Stats(prof, stream=out).sort_stats(by).print_stats(45)
             f.write(f"\n=== by {by}\n{out.getvalue()}")
     return {
+        "dispatched_against_replayed": compared,
         "key": key.text(),
         "candidates": len(configs),
         "correct": sum(v["status"] == "correct" for v in verdicts),
@@ -105,12 +142,17 @@ def main(argv=None) -> int:
     parser.add_argument("--out", required=True, help="the directory the report is written to")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile workers (default: every core)")
     parser.add_argument("--seed", type=int, default=20261129)
+    parser.add_argument("--cprofile", action="store_true", help="profile the checks and timings (slows them)")
+    parser.add_argument(
+        "--compare", type=int, default=0, help="time this many candidates' screens replayed and dispatched"
+    )
     args = parser.parse_args(argv)
     _choice, info, profile, match = cuda_device("profile_sweep.py")
     os.makedirs(args.out, exist_ok=True)
     rows = []
     for n, text in enumerate(args.key):
-        row = profile_key(text, profile, args.jobs, args.seed, os.path.join(args.out, f"profile_{n}.txt"))
+        path = os.path.join(args.out, f"profile_{n}.txt")
+        row = profile_key(text, profile, args.jobs, args.seed, path, args.cprofile, args.compare)
         print(json.dumps(row), flush=True)
         rows.append(row)
     write_json(os.path.join(args.out, "summary.json"), {"device": info.name, "profile": profile.key, "keys": rows})

@@ -1035,10 +1035,43 @@ def _expand(form, ptr: int, dtype, meta, nvidia_driver) -> list:
     return expanded
 
 
+def replay_of(fn: Callable[[], Any], tensors: Sequence[Tensor]) -> Callable[[], None] | None:
+    """Run `fn()` once while its launches are recorded; return a callable that queues the same launches again on the
+    same `tensors` the way a served call's plan does (`CallPlan`: on a GPU straight into each compiled kernel's
+    launcher, none of the family's host code or Triton's dispatch run again), or None where the call cannot be
+    replayed: it read device data to the host, copied or synchronised, passed something a plan cannot place, or a
+    recording was already on. The GPU runs the same kernels on the same arguments either way, so a timing of the
+    replay is a timing of `fn`'s kernels at a fraction of its host cost. Memory `fn` allocated is allocated again by
+    each replay, as `fn` does; a replay that cannot run at that moment (a profiler's launch hooks) runs `fn`."""
+    if _recording.state.rec is not None:
+        fn()
+        return None
+    with _recording.recording() as rec:
+        fn()
+    if rec.host_work is not None:
+        return None
+    held = tuple(tensors)
+    plan = CallPlan.of(rec, held, None)
+    if plan is None:  # an argument not traced to one tensor (two start at its address): each kept as it is, since
+        held = ()  # the replay is on the same tensors
+        plan = CallPlan.of(rec, held, None)
+    if plan is None:
+        return None
+
+    def again() -> None:
+        if plan.replay(held) is _NOT_NOW:
+            fn()
+
+    return again
+
+
 def run_all(launches: Sequence[KernelLaunch]) -> None:
     """Make the launches, in order."""
     for launch in launches:
         launch()
+
+
+COMPILE_ONLY_ELEMENTS = 64  # the workspace a launch is handed inside `triton_cuda.compiling_only()`
 
 
 class SplitWorkspace:
@@ -1059,7 +1092,13 @@ class SplitWorkspace:
         `lock`, and queue the kernels that use it before letting go. On the CPU, a buffer of its own each time."""
         if device.type == "cpu":
             return empty((max(elements, 1),), "float32", device)
-        from nbxcert.kernels.backends import cuda
+        from nbxcert.kernels.backends import cuda, triton_cuda
+
+        if triton_cuda.compiling_now():
+            # a compile worker's launch queues nothing: the kernel compiles for a buffer's address, never its size.
+            # Kept at full size, a 16-way split of a 4096 x 37888 product (9.9 GB) stayed in each of 16 workers
+            # and left the runner's checks out of device memory.
+            return empty((COMPILE_ONLY_ELEMENTS,), "float32", device)
 
         key = (str(device), cuda.current_stream(device.index))
         buf = self._buffers.get(key)

@@ -188,12 +188,10 @@ def _key_line(kr, bar, task) -> str:
     s = kr.seconds or {}
     line = f"[nbxcert] {done}/{total} {kr.status} {kr.key}"
     if s:
-        # wall-time parts that add up to the key's time (`sweep.sweep_key`): compile (the inputs and the oracle's
-        # answers made alongside), checks, timing, record
-        parts = [(n, s.get(n)) for n in ("compile", "checks", "timing", "record")]
+        # wall-time parts that add up to the key's time (`sweep.sweep_key`): compile (its wait beyond the inputs and
+        # the oracle, made meanwhile), inputs, oracle, checks, timing, record
+        parts = [(n, s.get(n)) for n in ("compile", "inputs", "oracle", "checks", "timing", "record")]
         line += f" in {s.get('total', 0.0):.1f} s (" + ", ".join(f"{n} {v:.1f}" for n, v in parts if v is not None)
-        if s.get("runner_oracle") is not None:
-            line += f"; in the runners, inputs and oracle {s['runner_oracle']:.1f}"
         line += ")"
     if kr.winner:
         line += f": {kr.winner}"

@@ -231,9 +231,10 @@ def sweep_key(
         progress(f"{key.text()}: compiling {len(kept)} candidates ({len(outcomes)} pruned)")
     runners = runner if isinstance(runner, list) else [runner]
     inner: dict[str, float] = {}
+    # the first runner makes the inputs, the oracle's answers and the judges while the pool compiles (the interpreter
+    # compiles nothing: then before the checks); a fault here is met again, and refused, by the checks that follow
+    prep = _Background(runners[0], {**base, "op": "prepare", "config": spec.default.as_dict()}, timeout_s)
     if compiler is not None:
-        # the runner is idle while the pool compiles: it makes the inputs, the oracle's answers and the judges now
-        prep = _Background(runners[0], {**base, "op": "prepare", "config": spec.default.as_dict()}, timeout_s)
         try:
             compiled = compiler.compile_all([{**base, "op": "compile", "config": c.as_dict()} for c in kept], timeout_s)
         except BaseException:
@@ -241,9 +242,11 @@ def sweep_key(
                 r.kill()
             prep.join(10.0)
             raise
-        _add_seconds(inner, prep.join())
     else:
         compiled = [{"status": "compiled"} for _ in kept]
+    prepared = prep.join()
+    _add_seconds(inner, prepared)
+    made = {k: float((prepared.get("seconds") or {}).get(k, 0.0)) for k in ("inputs", "oracle")}
     t_compiled = time.perf_counter()
     runnable = []
     for c, reply in zip(kept, compiled, strict=False):
@@ -294,12 +297,16 @@ def sweep_key(
     order = {c: i for i, c in enumerate(spec.candidates)}
     outcomes.sort(key=lambda o: order[o.config])
     t_end = time.perf_counter()
-    # Where the key's wall time went, in parts that add up to it: the compile (the runner makes the inputs, the
-    # oracle's answers and the judges alongside), the checks of every candidate, the timing of the finalists and the
-    # winner's runs again, and the record. The runner_* figures are work inside the runners, summed over runners that
-    # run at once (so they may exceed the wall time): a diagnosis, not parts of it.
+    # Where the key's wall time went, in parts that add up to it: the first runner's inputs and oracle's answers (and
+    # judges), the compile's wait beyond them (the pool compiles meanwhile; with the prune and the requests' round
+    # trips), the checks of every candidate (under the interpreter, other runners make their own inputs within their
+    # first check), the timing of the finalists and the winner's runs again, and the record. The runner_* figures are
+    # work inside the runners, summed over runners that run at once (so they may exceed the wall time): a diagnosis,
+    # not parts of it.
     seconds = {
-        "compile": t_compiled - t_start,
+        "compile": max(0.0, t_compiled - t_start - made["inputs"] - made["oracle"]),
+        "inputs": made["inputs"],
+        "oracle": made["oracle"],
         "checks": t_checked - t_compiled,
         "timing": t_run - t_checked,
         "record": t_end - t_run,

@@ -39,9 +39,11 @@ def _classify(exc: BaseException) -> str:
     """The refusal reason of an exception raised while compiling or running a candidate."""
     name = type(exc).__name__
     module = type(exc).__module__
-    from nbxcert.errors import CudaError
+    from nbxcert.errors import CudaError, DeviceOutOfMemory
 
     if name == "OutOfResources" or "OutOfResources" in name:
+        return "resources"
+    if isinstance(exc, DeviceOutOfMemory):  # nbxcert's pool gave back what it kept and the device still had no room
         return "resources"
     if isinstance(exc, CudaError):
         # out of device memory: the problem with this candidate does not fit the device now (a refusal by resources;

@@ -184,6 +184,24 @@ class _HostWaited(Exception):
     """`fn` waited for the device (or queued too slowly) inside a held batch: time it ungated instead."""
 
 
+def _events(device: int, n: int) -> list[cuda.Event]:
+    """`n` timing events of `device`, from this thread's kept ones (made once, recorded again by every timing that
+    follows: a timing of 1000 repetitions no longer creates and destroys 2000 driver events)."""
+    kept = _tls.__dict__.setdefault("events", {}).setdefault(device, [])
+    while len(kept) < n:
+        kept.append(cuda.Event(device))
+    return kept[:n]
+
+
+def _flush_buffer(device: int, nbytes: int) -> FlushBuffer:
+    """This thread's L2 flush buffer of `nbytes` on `device`, allocated once (the last size asked is kept)."""
+    buffers = _tls.__dict__.setdefault("flush", {})
+    buffer = buffers.get(device)
+    if buffer is None or buffer.nbytes != _align_up(max(int(nbytes), 4), 4):
+        buffers[device] = buffer = FlushBuffer(nbytes, device)
+    return buffer
+
+
 def _gate(device: int) -> cuda.StreamGate:
     gates = _tls.__dict__.setdefault("gates", {})
     if device not in gates:
@@ -216,7 +234,7 @@ def time_events(
     stream = current_stream(device)
     flush = None
     if flush_bytes is None or flush_bytes > 0:
-        flush = FlushBuffer(flush_bytes_for(device) if flush_bytes is None else flush_bytes, device)
+        flush = _flush_buffer(device, flush_bytes_for(device) if flush_bytes is None else flush_bytes)
     if max_repetitions is None:
         max_repetitions = MAX_REPETITIONS
 
@@ -260,7 +278,7 @@ def _timed(fn, stream, flush, warmup_ms, rep_ms, max_repetitions, gate) -> list[
             repetition()
         end.record(stream)
 
-    start, end = cuda.Event(device), cuda.Event(device)
+    start, end = _events(device, 2)
     held(estimate_batch)
     end.synchronize()
     # A floor of the event resolution (0.5 us), so an empty fn cannot divide by zero.
@@ -271,7 +289,8 @@ def _timed(fn, stream, flush, warmup_ms, rep_ms, max_repetitions, gate) -> list[
     n_repeat = min(max(1, int(rep_ms / estimate_ms)), cap)
     for _ in range(n_warmup):
         fn()
-    pairs = [(cuda.Event(device), cuda.Event(device)) for _ in range(n_repeat)]
+    kept = _events(device, 2 + 2 * n_repeat)[2:]
+    pairs = list(zip(kept[0::2], kept[1::2], strict=True))
     step = GATE_BATCH if gate is not None else n_repeat
 
     def queue(batch) -> None:
@@ -387,6 +406,11 @@ def compiling_only() -> Iterator[None]:
         yield
     finally:
         _compiling_only.on = before
+
+
+def compiling_now() -> bool:
+    """Whether this thread is inside `compiling_only()`: its launches queue nothing."""
+    return bool(_compiling_only.on)
 
 
 class Launcher(CudaLauncher):

@@ -41,8 +41,34 @@ def test_a_certify_log_is_read_line_by_line():
     assert "total" not in rows[1]
 
 
-def test_todays_certify_line_is_read_with_its_parts_and_the_runners_work_apart(tmp_path):
-    # as `nbxcert certify` writes a key now: wall parts compile, checks, timing and record (an H200 log of 2026-12-04)
+def test_a_certify_line_with_inputs_and_oracle_as_parts_is_read(tmp_path):
+    # as `nbxcert certify` writes a key now: compile, inputs, oracle, checks, timing and record, adding up to the total
+    text = (
+        "[nbxcert] 6/526 certified matmul[K=3584,M=1,N=3584,aligned=1,trans_a=0,trans_b=1;float16,float16]@v1 in 2.0 s "
+        "(compile 0.2, inputs 0.4, oracle 0.3, checks 0.6, timing 0.5, record 0.0): BLOCK_M=16\n"
+    )
+    rows = bc.parse_log(text)
+    assert rows[0] == {
+        "status": "certified",
+        "key": "matmul[K=3584,M=1,N=3584,aligned=1,trans_a=0,trans_b=1;float16,float16]@v1",
+        "total": 2.0,
+        "compile": 0.2,
+        "inputs": 0.4,
+        "oracle": 0.3,
+        "checks": 0.6,
+        "timing": 0.5,
+        "record": 0.0,
+        "runner_oracle": pytest.approx(0.7),
+    }
+    log = tmp_path / "certify.log"
+    log.write_text(text)
+    result = bc.throughput(argparse.Namespace(logs=[str(log)], workload=None, profile="hopper"))
+    assert result["shares"]["inputs"] == pytest.approx(0.2) and result["shares"]["oracle"] == pytest.approx(0.15)
+    assert result["runners_inputs_and_oracle_share"] == pytest.approx(0.35)
+
+
+def test_a_certify_line_of_2026_12_04_is_read_with_its_parts_and_the_runners_work_apart(tmp_path):
+    # as `nbxcert certify` wrote a key on 2026-12-04: wall parts compile, checks, timing and record (an H200 log)
     text = (
         "[nbxcert] 6/526 certified matmul[K=3584,M=1,N=3584,aligned=1,trans_a=0,trans_b=1;float16,float16]@v1 in 4.7 s "
         "(compile 3.1, checks 1.2, timing 0.4, record 0.0; in the runners, inputs and oracle 0.6): BLOCK_M=16\n"

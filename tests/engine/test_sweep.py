@@ -58,8 +58,11 @@ def test_one_sweep_refuses_each_fault_with_its_reason_and_certifies_the_good_one
     assert runner.restarts >= 2, "the crashed and the hung worker were both replaced"
     # where the key's time went: wall-time parts that add up to it (the runners' own figures are apart)
     s = result.seconds
-    parts = [s[n] for n in ("compile", "checks", "timing", "record")]
+    parts = [s[n] for n in ("compile", "inputs", "oracle", "checks", "timing", "record")]
     assert all(p >= 0 for p in parts) and abs(sum(parts) - s["total"]) < 1e-6, s
+    # the first runner's inputs and oracle were made before the checks, and are what it reported making
+    assert s["inputs"] > 0 and s["oracle"] > 0
+    assert s["inputs"] <= s["runner_inputs"] and s["oracle"] <= s["runner_oracle"]
 
 
 def _o(label_kwargs, median, spread=0.0, warps=4, stages=2, reps=10):

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from nbxcert import worker
-from nbxcert.errors import CudaError
+from nbxcert.errors import CudaError, DeviceOutOfMemory
 
 
 def test_output_written_to_the_stdout_descriptor_is_captured_not_shown(capfd):
@@ -56,6 +56,9 @@ def _cuda_error(status: int):
 def test_out_of_device_memory_is_a_refusal_by_resources_other_driver_errors_a_crash():
     assert worker._classify(_cuda_error(2)) == "resources"
     assert worker._classify(_cuda_error(700)) == "crash"  # an illegal address
+    # nbxcert's pool gave back what it kept and tried again: the candidate does not fit the device now, and the
+    # worker's context stays usable (a crash once, it cost the H200's prefill keys a worker each)
+    assert worker._classify(DeviceOutOfMemory("out of memory on cuda:0: asked for 9941811200 bytes")) == "resources"
 
 
 def _compile_inputs_with(monkeypatch, make):

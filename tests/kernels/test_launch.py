@@ -85,3 +85,99 @@ def test_observing_sees_a_calls_launches_in_full_and_replayed_and_stops_after(mo
     assert len(seen) == 2 and seen[0] == seen[1]
     rows.rmsnorm(x, w)
     assert len(seen) == 2
+
+
+# One spec of each family whose launch the sweep times, at its first example problem (every shipped spec's launch is
+# replayed by the test after it).
+REPLAYED = ("matmul", "rmsnorm", "rope", "softmax", "embedding", "silu_and_mul", "flash_attention", "decode_attention")
+
+
+def _replayed_bits(spec, profile, backend):
+    """(the outputs' bits after the launch, after its replay) from the same starting bytes, or None where the launch
+    cannot be replayed."""
+    from nbxcert.kernels.check import prepare
+    from nbxcert.kernels.launch import replay_of
+
+    problem, dtypes = spec.example_problems[0], spec.dtypes[0]
+    prepared = prepare(spec, problem, dtypes, profile, 3, backend.device)
+
+    def bits():
+        return [prepared.inputs.tensors[n].contiguous().numpy().tobytes() for n in prepared.inputs.outputs]
+
+    inputs = prepared.restore()
+    again = replay_of(lambda: spec.launch(spec.default, inputs), list(inputs.tensors.values()))
+    launched = bits()
+    if again is None:
+        return None
+    prepared.restore()  # the same starting bytes (in-place kernels), the outputs poisoned again
+    again()
+    return launched, bits()
+
+
+@pytest.mark.parametrize("name", REPLAYED)
+def test_a_timed_launch_replays_the_same_kernels_on_the_same_arguments(name, profile, backend):
+    """`launch.replay_of` is how the sweep's timer repeats a candidate's launch: the same launches as a served plan
+    replays them, with none of the family's host code. From the same starting bytes the replay writes every output
+    bit for bit as the launch did (a replay that skipped a kernel, or ran one on other arguments, would not)."""
+    from nbxcert.kernels.spec import get_spec
+
+    made = _replayed_bits(get_spec(name), profile, backend)
+    assert made is not None, f"{name}'s launch is not replayable"
+    launched, replayed = made
+    assert replayed == launched
+
+
+def test_every_shipped_launch_replays_to_the_same_bits(profile, backend):
+    from nbxcert.kernels.spec import load_all
+
+    shipped = [
+        s for s in load_all().values() if s.launch.__module__.startswith("nbxcert.kernels.") and s.example_problems
+    ]
+    differ, unreplayable = [], []
+    for spec in shipped:
+        made = _replayed_bits(spec, profile, backend)
+        if made is None:
+            unreplayable.append(spec.name)
+        elif made[0] != made[1]:
+            differ.append(spec.name)
+    assert differ == []
+    assert unreplayable == []
+
+
+def test_a_launch_that_reads_the_device_back_is_not_replayed(backend):
+    """A launch tied to its data (it read a tensor to the host) gives no replay: what it launches may depend on what
+    it read, so the timer times the launch itself."""
+    import numpy as np
+
+    from nbxcert.kernels import rows
+    from nbxcert.kernels.launch import replay_of
+    from nbxcert.kernels.tensor import from_numpy
+
+    x = from_numpy(np.ones((2, 64), np.float32), "float32", backend.device)
+    w = from_numpy(np.ones(64, np.float32), "float32", backend.device)
+    calls = []
+
+    def fn():
+        calls.append(float(x.numpy()[0, 0]))  # a host read
+        rows.rmsnorm(x, w, 1e-6)
+
+    assert replay_of(fn, [x, w]) is None
+    assert calls == [1.0]  # run once, recorded, not replayed
+
+
+@pytest.mark.gpu
+def test_a_compile_only_launch_gets_a_small_split_workspace_and_keeps_none():
+    """A compile worker's launch queues nothing, so the split workspace it is handed is a few elements, and the
+    shared grow-only buffer does not grow: a 16-way split of a 4096 x 37888 product once kept 9.9 GB in each of
+    sixteen compile workers."""
+    from nbxcert.kernels import launch
+    from nbxcert.kernels.backends import triton_cuda
+    from nbxcert.kernels.tensor import as_device
+
+    device = as_device("cuda:0")
+    before = dict(launch.SPLIT_WORKSPACE._buffers)
+    with triton_cuda.compiling_only():
+        buf = launch.SPLIT_WORKSPACE.get(16 * 4096 * 37888, device)
+    assert buf.numel == launch.COMPILE_ONLY_ELEMENTS
+    assert launch.SPLIT_WORKSPACE._buffers == before
+    assert launch.SPLIT_WORKSPACE.get(1024, device).numel >= 1024  # outside it: the real buffer

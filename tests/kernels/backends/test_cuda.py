@@ -1288,6 +1288,8 @@ def test_fake_gated_timing_frees_memory_dropped_inside_a_batch(fake, monkeypatch
     (not leaked), and the timing stays gated."""
     triton_cuda = _fresh_triton_cuda(monkeypatch)
     cuda.use_device(0)
+    # a first timing makes the thread's flush buffer, kept for the timings after it (one allocation, not one each)
+    triton_cuda.time_events(lambda: None, warmup_ms=0.5, rep_ms=1.0, flush_bytes=4096, max_repetitions=5)
     before = fake.fake_live_allocations()
 
     def allocates():
