@@ -3,18 +3,19 @@
 The float64 references in `nbxcert.oracles` take their matrix product as an argument (`product=`, numpy's `matmul` by
 default). A kernel family's oracle adapter asks `product_for(device)` for the one to hand them:
 
-    NBXCERT_ORACLE_PRODUCTS=host     (default) numpy on the host
+    NBXCERT_ORACLE_PRODUCTS=auto     (default) cuBLAS where the inputs lie on a GPU of the cuda backend and libcublas
+                                     loads, else numpy; `certify` and `doctor` print which is in force and why
+    NBXCERT_ORACLE_PRODUCTS=host     numpy on the host
     NBXCERT_ORACLE_PRODUCTS=device   cuBLAS on the GPU the inputs lie on (`backends.cublas`); an error naming where
                                      libcublas was looked for if none loads, or if the inputs are not on a GPU
 
 Both are float64 products of the same float64 operands (only the summation order differs: a relative difference near
-1e-16), so a verdict does not depend on the choice; its time does, both ways. matmul's oracle (matmul, addmm, bmm,
-baddbmm, the GEMV) takes `device_products`: its operands are widened on the GPU where they lie, so no float64 operand
-crosses; the dequantizing products and fused MoE take `product_for`, whose float64 operands (made on the host) cross
-to the GPU and the products back. That crossing made qwen2.5-7b's decode LM-head keys slower on an H200 (M 32 to 64
-tokens, N 152064, K 3584: a 4.4 GB float64 weight for 0.14 TFLOP; 18 to 21 s a key against 13 to 15 s with numpy,
-benchmarks/README.md, throughput), so the host's is the default until the products from the operands as they lie are
-measured (`benchmarks/gpu_oracle_products.sh` times both sides on the same keys). `describe(device)` says which is in
+1e-16), so a verdict does not depend on the choice; its time does. matmul's oracle (matmul, addmm, bmm, baddbmm, the
+GEMV) takes `device_products`: its operands are widened on the GPU where they lie, so no float64 operand crosses; the
+dequantizing products and fused MoE take `product_for`, whose float64 operands (made on the host) cross to the GPU and
+the products back. Measured on an H200 (benchmarks/README.md, throughput): a decode LM-head key of qwen2.5-7b (64
+tokens, a 152064 x 3584 weight) made its inputs and oracle in 3.6 s with the GPU's products against 20.0 s with
+numpy's, whose float64 widening of the weight was 17 s of it; hence the default. `describe(device)` says which is in
 force, for `nbxcert doctor` and `certify`.
 """
 
@@ -28,15 +29,40 @@ import numpy as np
 from nbxcert.errors import UsageError
 from nbxcert.kernels.jit import jit, tl
 
-CHOICES = ("host", "device")
+CHOICES = ("auto", "host", "device")
 
 
 def choice() -> str:
-    """NBXCERT_ORACLE_PRODUCTS, checked (default `host`)."""
-    text = os.environ.get("NBXCERT_ORACLE_PRODUCTS", "").strip().lower() or "host"
+    """NBXCERT_ORACLE_PRODUCTS, checked (default `auto`)."""
+    text = os.environ.get("NBXCERT_ORACLE_PRODUCTS", "").strip().lower() or "auto"
     if text not in CHOICES:
         raise UsageError(f"NBXCERT_ORACLE_PRODUCTS={text} is not one of {', '.join(CHOICES)}")
     return text
+
+
+def in_force(device, backend: str | None = None) -> tuple[str, str]:
+    """("host" or "device", why) for inputs on `device`: NBXCERT_ORACLE_PRODUCTS's choice, `auto` resolved (device
+    where the inputs lie on a GPU of the cuda backend and libcublas loads). `device` chosen outright refuses inputs
+    that are not on a GPU, and a libcublas that does not load, with an error naming it."""
+    chosen = choice()
+    if chosen == "host":
+        return "host", "NBXCERT_ORACLE_PRODUCTS=host"
+    if chosen == "device":
+        _require_gpu(device, backend)
+        from nbxcert.kernels.backends import cublas
+
+        cublas.load()
+        return "device", "NBXCERT_ORACLE_PRODUCTS=device"
+    if not _on_gpu(device, backend):
+        return "host", "the inputs are not on a GPU"
+    from nbxcert.errors import BackendUnavailable
+    from nbxcert.kernels.backends import cublas
+
+    try:
+        cublas.load()
+    except BackendUnavailable as e:
+        return "host", f"no libcublas: {e}"
+    return "device", "a GPU with libcublas"
 
 
 def _on_gpu(device, backend: str | None = None) -> bool:
@@ -47,9 +73,8 @@ def _on_gpu(device, backend: str | None = None) -> bool:
 
 def product_for(device) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """The float64 matrix product for an oracle whose inputs lie on `device` (see the module's table)."""
-    if choice() == "host":
+    if in_force(device)[0] == "host":
         return np.matmul
-    _require_gpu(device)
     from nbxcert.kernels.backends import cublas
 
     lib = cublas.load()
@@ -61,11 +86,10 @@ def device_products(a, b, lib=None) -> tuple[np.ndarray, np.ndarray] | None:
     """(a @ b, |a| @ |b|) in float64 for operand tensors as they lie ([..., M, K] and [..., K, N] views of 16- or
     32-bit floats, leading dimensions broadcast), computed on their GPU: each operand widened to float64 there by
     `_widen_kernel` (its absolute value beside it), the products by DGEMM, the two results copied back. None when the
-    host computes them (NBXCERT_ORACLE_PRODUCTS=host): the caller widens the operands on the host, as before. No
+    host computes them (`in_force`: host): the caller widens the operands on the host, as before. No
     float64 operand crosses to the GPU, so a decode LM-head key's 4.4 GB weight costs a widening on the device."""
-    if choice() == "host":
+    if in_force(a.device)[0] == "host":
         return None
-    _require_gpu(a.device)
     from nbxcert.kernels.backends import cublas
 
     return products_on_device(a, b, cublas.load() if lib is None else lib)
@@ -154,10 +178,11 @@ def _backend_name() -> str:
 
 def describe(device, backend: str | None = None) -> str:
     """One line: which product the oracles use for inputs on `device` (`backend`: the backend's name, when the caller
-    knows it without fixing the process's). NBXCERT_ORACLE_PRODUCTS=device with no GPU or no libcublas raises."""
-    if choice() == "host":
-        return "numpy on the host (NBXCERT_ORACLE_PRODUCTS=device: cuBLAS on the GPU)"
-    _require_gpu(device, backend)
+    knows it without fixing the process's), and why. NBXCERT_ORACLE_PRODUCTS=device with no GPU or no libcublas
+    raises."""
+    where, why = in_force(device, backend)
+    if where == "host":
+        return f"numpy on the host ({why}; NBXCERT_ORACLE_PRODUCTS=device: cuBLAS on the GPU)"
     from nbxcert.kernels.backends import cublas
 
-    return f"cuBLAS DGEMM on {device} ({cublas.load().path})"
+    return f"cuBLAS DGEMM on {device} ({cublas.load().path}; {why}; NBXCERT_ORACLE_PRODUCTS=host: numpy)"

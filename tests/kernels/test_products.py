@@ -97,23 +97,43 @@ def test_matmul64_empty_and_vector_shapes_are_numpys(host_cuda):
 
 def test_choice_is_checked(monkeypatch):
     monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "gpu")
-    with pytest.raises(UsageError, match="NBXCERT_ORACLE_PRODUCTS=gpu is not one of host, device"):
+    with pytest.raises(UsageError, match="NBXCERT_ORACLE_PRODUCTS=gpu is not one of auto, host, device"):
         products.choice()
     monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", " Device ")
     assert products.choice() == "device"
     monkeypatch.delenv("NBXCERT_ORACLE_PRODUCTS")
-    assert products.choice() == "host"
+    assert products.choice() == "auto"
 
 
-def test_numpy_is_the_default_and_device_needs_a_gpu(monkeypatch, backend):
+def test_auto_is_the_default_numpy_off_a_gpu_and_device_needs_one(monkeypatch):
     monkeypatch.delenv("NBXCERT_ORACLE_PRODUCTS", raising=False)
-    assert products.product_for(backend.device) is np.matmul
-    assert products.describe(backend.device) == "numpy on the host (NBXCERT_ORACLE_PRODUCTS=device: cuBLAS on the GPU)"
+    assert products.in_force("cpu", "interpreter") == ("host", "the inputs are not on a GPU")
+    assert products.product_for("cpu") is np.matmul
+    assert products.describe("cpu", "interpreter") == (
+        "numpy on the host (the inputs are not on a GPU; NBXCERT_ORACLE_PRODUCTS=device: cuBLAS on the GPU)"
+    )
+    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "host")
+    assert products.in_force("cuda:0", "cuda") == ("host", "NBXCERT_ORACLE_PRODUCTS=host")
     monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "device")
     with pytest.raises(UsageError, match="cuBLAS products need an NVIDIA GPU"):
         products.product_for("cpu")
     with pytest.raises(UsageError, match="lie on cpu with the interpreter backend: cuBLAS products need an NVIDIA GPU"):
         products.describe("cpu", "interpreter")
+
+
+def test_auto_on_a_gpu_without_libcublas_says_why_it_uses_numpy(monkeypatch, tmp_path):
+    """`auto` on a GPU whose machine has no libcublas: numpy's products, and the line certify and doctor print says
+    why; `device` chosen outright is refused there, naming where libcublas was looked for."""
+    missing = str(tmp_path / "libcublas.so.99")
+    monkeypatch.setenv("NBXCERT_CUBLAS", missing)
+    monkeypatch.setattr(cublas, "_loaded", [])
+    monkeypatch.delenv("NBXCERT_ORACLE_PRODUCTS", raising=False)
+    where, why = products.in_force("cuda:0", "cuda")
+    assert where == "host" and why.startswith("no libcublas: no libcublas could be loaded") and missing in why
+    assert products.describe("cuda:0", "cuda").startswith("numpy on the host (no libcublas: ")
+    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "device")
+    with pytest.raises(BackendUnavailable, match="no libcublas could be loaded"):
+        products.in_force("cuda:0", "cuda")
 
 
 def test_a_missing_library_names_where_it_was_looked_for(monkeypatch, tmp_path):
