@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from nbxcert.kernels import draws
 from nbxcert.kernels import dtypes as D
 from nbxcert.kernels import inputs as I
 from nbxcert.kernels.spec import load_all
@@ -142,7 +143,6 @@ def test_chunked_encode_and_decode_equal_the_one_shot_conversions(name, monkeypa
 def test_shape_only_zeroed_gives_zeros_and_real_integers(monkeypatch):
     """A cold start's launch inputs: float tensors zeros (run, never judged), integer draws real. Unfilled memory is
     made to read 7 here, so zeros can only come from `zeroed`."""
-    from nbxcert.kernels import inputs as I
     from nbxcert.kernels.tensor import full
 
     monkeypatch.setattr(I, "empty", lambda shape, dtype, device: full(shape, 7.0, dtype, device))
@@ -154,3 +154,48 @@ def test_shape_only_zeroed_gives_zeros_and_real_integers(monkeypatch):
         ids = I.randint(gen, (6,), 0, 1000, "int32", "cpu")
     assert not a.numpy().any() and not b.numpy().any()
     assert ids.numpy().any() and ids.numpy().max() < 1000
+
+
+def _drawn(dtype, seed=11, shape=(3, 5, 7, 64), scale=1.5, nan_where=None):
+    from nbxcert.kernels.backends import select
+
+    gen = np.random.default_rng(seed)
+    return draws.device_normal(gen, shape, dtype, select().device, scale, nan_where)
+
+
+def test_a_device_draw_depends_on_the_seed_alone_and_looks_normal():
+    """A draw made where a tensor lies (`draws.device_normal`; here under the interpreter, which runs the same
+    kernel as a GPU): the same generator state gives the same values, another gives others; they are normal, scaled, and
+    the generator gave one draw for the seed."""
+    a, b, c = _drawn("float32").numpy(), _drawn("float32").numpy(), _drawn("float32", seed=12).numpy()
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    assert a.dtype == np.float32 and a.shape == (3, 5, 7, 64) and np.isfinite(a).all()
+    assert abs(a.mean()) < 0.1 and abs(a.std() / 1.5 - 1.0) < 0.05
+    gen = np.random.default_rng(11)
+    gen.integers(1 << 32, 1 << 62)
+    after = np.random.default_rng(11)
+    from nbxcert.kernels.backends import select
+
+    draws.device_normal(after, (4,), "float32", select().device)
+    assert gen.integers(1 << 30) == after.integers(1 << 30)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_device_draw_rounds_its_float32_values_once_to_nearest_even(dtype):
+    """float16 and bfloat16 draws are the float32 draw of the same seed, rounded once to nearest even (bfloat16 by its
+    bits, as the interpreter stores it): compared bit for bit with numpy's rounding of the float32 values."""
+    wide = _drawn("float32").numpy()
+    got = _drawn(dtype).numpy()  # float16 values, or bfloat16's 16-bit patterns
+    want = wide.astype(np.float16) if dtype == "float16" else D.float32_to_bfloat16_bits(wide)
+    assert got.dtype == want.dtype and np.array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def test_a_device_draw_puts_nan_exactly_where_the_mask_holds():
+    """A cache's positions past each sequence's length (a mask that broadcasts over heads and the head dimension):
+    NaN there and nowhere else, as the host's draw puts them."""
+    lengths = np.array([2, 7, 4])
+    past = np.arange(7)[None, None, :, None] >= lengths[:, None, None, None]
+    got = _drawn("float32", nan_where=past).numpy()
+    assert np.array_equal(np.isnan(got), np.broadcast_to(past, got.shape))
+    with pytest.raises(ValueError):
+        _drawn("float32", nan_where=np.zeros((2, 1, 1, 1), bool))  # does not broadcast to 3 sequences
