@@ -8,8 +8,8 @@ scales them, puts NaN where a mask says (a cache's positions past a sequence's l
 tensor's dtype. The values depend on the seed alone: the same on the GPU and under Triton's interpreter, but for the
 last bit of a transcendental's rounding in the Box-Muller transform.
 
-Not yet what `kernels.inputs.randn` uses for a large tensor on a GPU: it is measured there first (a change of the
-input makers re-certifies every kernel).
+`kernels.inputs.randn` draws this way every tensor of at least ON_GPU_FROM elements on a GPU (the host's float64
+draws of a 4096 x 3584 activation alone took 0.3 s).
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 
-# The dtypes a device draw makes.
+# The dtypes a device draw makes, and the least element count `inputs.randn` draws on a GPU.
 ON_DEVICE = ("float16", "bfloat16", "float32")
+ON_GPU_FROM = 1 << 16
 NORMAL_BLOCK = 1024
 MASK_DIMS = 4  # a `nan_where` mask of a device draw: at most this many dimensions
 

@@ -10,8 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from nbxcert.kernels import draws
 from nbxcert.kernels.dtypes import get_dtype
-from nbxcert.kernels.tensor import Tensor, empty, from_numpy, zeros
+from nbxcert.kernels.tensor import Tensor, as_device, empty, from_numpy, zeros
 
 _SHAPE_ONLY = contextvars.ContextVar("nbxcert_shape_only", default=False)
 _ZEROED = contextvars.ContextVar("nbxcert_shape_only_zeroed", default=False)
@@ -103,12 +104,21 @@ def _large_normal(gen: np.random.Generator, shape) -> np.ndarray:
 
 
 def randn(gen: np.random.Generator, shape, dtype, device: str, scale: float = 1.0, nan_where=None) -> Tensor:
-    """Normal values times `scale`, rounded once into `dtype` (undefined values under `shape_only`); float32 draws
-    in parallel parts for a tensor of at least LARGE elements. `nan_where`: a boolean array broadcast to `shape`,
-    NaN where it holds (a cache's positions past a sequence's length, so a read past it shows)."""
+    """Normal values times `scale`, rounded once into `dtype` (undefined values under `shape_only`). On a GPU a
+    tensor of at least `draws.ON_GPU_FROM` elements (of a dtype `draws.ON_DEVICE` names, at most `draws.MASK_DIMS`
+    dimensions) is drawn where it lies (`draws.device_normal`); on the host, float32 draws in parallel parts for one
+    of at least LARGE elements. `nan_where`: a boolean array broadcast to `shape`, NaN where it holds (a cache's
+    positions past a sequence's length, so a read past it shows)."""
     if _SHAPE_ONLY.get():
         return _unfilled(shape, dtype, device)
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if (
+        math.prod(shape) >= draws.ON_GPU_FROM
+        and get_dtype(dtype).name in draws.ON_DEVICE
+        and len(shape) <= draws.MASK_DIMS
+        and _on_gpu(device)
+    ):
+        return draws.device_normal(gen, shape, dtype, device, scale, nan_where)
     if math.prod(shape) >= LARGE:
         values = _large_normal(gen, shape)
         values *= np.float32(scale)
@@ -117,6 +127,15 @@ def randn(gen: np.random.Generator, shape, dtype, device: str, scale: float = 1.
     if nan_where is not None:
         np.copyto(values, np.nan, where=np.broadcast_to(nan_where, shape))
     return from_numpy(values, get_dtype(dtype), device)
+
+
+def _on_gpu(device) -> bool:
+    """Whether `device` is a GPU of the cuda backend (not the interpreter's host)."""
+    if as_device(device).type != "cuda":
+        return False
+    from nbxcert.kernels.backends import select
+
+    return select().name == "cuda"
 
 
 def uniform(gen: np.random.Generator, shape, dtype, device: str, low: float = -1.0, high: float = 1.0) -> Tensor:

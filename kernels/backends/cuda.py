@@ -31,6 +31,7 @@ import os
 import re
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -1190,6 +1191,43 @@ class MappedHostWords:
         self.ptr = self.device_ptr = mapped.value  # `ptr`: as a DeviceAllocation reads, for a storage over it
 
 
+class _Watchdog:
+    """One daemon thread that calls `open(forced=True)` when an armed hold outlives its time limit; `arm` and
+    `disarm` cost the holding thread a lock and a notify, never a thread's start."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._armed: tuple[int, float, Callable[..., None]] | None = None
+        self._count = 0
+        threading.Thread(target=self._run, name="nbxcert-gate-watchdog", daemon=True).start()
+
+    def arm(self, limit_s: float, open_gate: Callable[..., None]) -> int:
+        with self._cond:
+            self._count += 1
+            self._armed = (self._count, time.monotonic() + limit_s, open_gate)
+            self._cond.notify()
+            return self._count
+
+    def disarm(self, token: int) -> None:
+        with self._cond:
+            if self._armed is not None and self._armed[0] == token:
+                self._armed = None
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                if self._armed is None:
+                    self._cond.wait()
+                    continue
+                token, deadline, open_gate = self._armed
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                self._armed = None
+                open_gate(forced=True)
+
+
 class StreamGate:
     """Holds a stream at a point until the host opens it, so a batch of work queued behind it runs back to back.
 
@@ -1209,6 +1247,7 @@ class StreamGate:
         self._target = 0
         self._lock = threading.Lock()
         self.forced = False  # the last hold was opened by its time limit, not by `open()`
+        self._watchdog: _Watchdog | None = None
 
     @property
     def shut(self) -> bool:
@@ -1245,15 +1284,18 @@ class StreamGate:
     @contextlib.contextmanager
     def holding(self, stream: Stream | int, limit_s: float) -> Iterator[StreamGate]:
         """Hold `stream` for the block; open the gate when it ends, or after `limit_s` seconds from another thread
-        (`forced` then says so: the block took longer than its limit to queue its work)."""
+        (`forced` then says so: the block took longer than its limit to queue its work). The other thread is the
+        gate's one watchdog, started with its first hold: a thread started for every hold cost the holding thread
+        its start-up wait each time, milliseconds on a host whose cores are busy compiling."""
         self.hold(stream)
-        timer = threading.Timer(limit_s, self.open, kwargs={"forced": True})
-        timer.daemon = True
-        timer.start()
+        watchdog = self._watchdog
+        if watchdog is None:
+            watchdog = self._watchdog = _Watchdog()
+        token = watchdog.arm(limit_s, self.open)
         try:
             yield self
         finally:
-            timer.cancel()
+            watchdog.disarm(token)
             self.open()
             _tls.gates -= 1
             if not _tls.gates:

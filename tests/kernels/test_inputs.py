@@ -199,3 +199,15 @@ def test_a_device_draw_puts_nan_exactly_where_the_mask_holds():
     assert np.array_equal(np.isnan(got), np.broadcast_to(past, got.shape))
     with pytest.raises(ValueError):
         _drawn("float32", nan_where=np.zeros((2, 1, 1, 1), bool))  # does not broadcast to 3 sequences
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_randn_draws_a_large_tensor_where_it_lies():
+    """The input makers' `randn` on a GPU: a tensor of at least `draws.ON_GPU_FROM` elements is the device draw of
+    the same generator state; a smaller one is the host's."""
+    big, small = (4, 64, 256), (3, 7)
+    a = I.randn(np.random.default_rng(3), big, "bfloat16", "cuda:0", 2.0).numpy()
+    b = draws.device_normal(np.random.default_rng(3), big, "bfloat16", "cuda:0", 2.0).numpy()
+    assert np.array_equal(a, b)
+    host = I.randn(np.random.default_rng(3), small, "float16", "cuda:0").numpy()
+    assert np.array_equal(host, I.randn(np.random.default_rng(3), small, "float16", "cpu").numpy())

@@ -1309,6 +1309,28 @@ def test_fake_gated_timing_frees_memory_dropped_inside_a_batch(fake, monkeypatch
     assert fake.fake_live_host_allocations() == hosts + 1
 
 
+def test_fake_gate_holds_start_one_watchdog_not_a_thread_each(fake, monkeypatch):
+    """Each hold arms the gate's one watchdog thread (started with its first hold) instead of starting a timer thread:
+    the holding thread waited for each timer's start-up, milliseconds a hold on a host busy compiling, three holds
+    per screened candidate."""
+    triton_cuda = _fresh_triton_cuda(monkeypatch)
+    cuda.use_device(0)
+    gate = cuda.StreamGate(0)
+    started = []
+    start = threading.Thread.start
+
+    def counted(self):
+        started.append(self.name)
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", counted)
+    for _ in range(50):
+        with gate.holding(triton_cuda.current_stream(0), 5.0):
+            pass
+    assert started == ["nbxcert-gate-watchdog"]
+    assert not gate.shut and not gate.forced
+
+
 def test_fake_gate_opened_by_its_time_limit(fake, monkeypatch):
     """A host too slow to queue a batch within GATE_LIMIT_S: the gate is opened from another thread, and the timing
     is taken again ungated, said by `gated` False."""
