@@ -70,6 +70,9 @@ case "$SET" in
     step tests_core 150 "${TESTS[@]}" tests/kernels/test_judge.py tests/engine/test_warm.py \
       tests/engine/test_sweep_faults.py tests/engine/test_provenance.py
     step tests_rows_elementwise 230 "${TESTS[@]}" tests/kernels/test_rows.py tests/kernels/test_elementwise.py
+    # the sweep's timing replay and the inputs' device draws, on this GPU (not marked gpu: they run everywhere)
+    step tests_replay_draws 200 "${NOTORCH[@]}" python3 -m pytest -q -p no:cacheprovider \
+      tests/kernels/test_launch.py tests/kernels/test_inputs.py -k "timed_launch_replays or not_replayed or device_draw or draws_a_large or compile_only"
     if [ "${AUTOTUNE:-1}" = 1 ]; then
       step bench_autotune 190 python3 benchmarks/bench_autotune.py --keys 2 --out "$dest/bench_autotune.json"
     fi
