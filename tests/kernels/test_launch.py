@@ -88,8 +88,19 @@ def test_observing_sees_a_calls_launches_in_full_and_replayed_and_stops_after(mo
 
 
 # One spec of each family whose launch the sweep times, at its first example problem (every shipped spec's launch is
-# replayed by the test after it).
-REPLAYED = ("matmul", "rmsnorm", "rope", "softmax", "embedding", "silu_and_mul", "flash_attention", "decode_attention")
+# replayed by the test after it); upsample_nearest2d's inputs hold two tensors that start at one address, so its
+# replay keeps every argument as recorded.
+REPLAYED = (
+    "matmul",
+    "rmsnorm",
+    "rope",
+    "softmax",
+    "embedding",
+    "silu_and_mul",
+    "flash_attention",
+    "decode_attention",
+    "upsample_nearest2d",
+)
 
 
 def _replayed_bits(spec, profile, backend):
