@@ -1,12 +1,14 @@
-"""Compiling the next key while this one is checked and timed.
+"""Compiling the next keys while this one is checked and timed.
 
 A key's sweep compiles every kept candidate in the pool (CPU), then checks and times them in the one GPU runner; the
 pool is idle while the GPU works and the GPU idle while the pool compiles. `certify` therefore hands `sweep_key` an
-`AheadPool` in place of its `CompilePool`: once a key's compile has returned, the next key's compile requests are
-submitted on a thread of their own, and that key's sweep finds its replies waiting (or waits only for what is left).
+`AheadPool` in place of its `CompilePool`: once a key's compile has returned, the compile requests of the next
+AHEAD_KEYS keys are queued, each set driven over the pool's workers in turn on a thread of their own, and each key's
+sweep finds its replies waiting (or waits only for what is left). A key whose compile takes long (a flash attention
+key's first compile, 38 s of an H200 run's cold cache) then starts while the keys before it are checked.
 
 Nothing here changes what is judged: a key's sweep asks for exactly the compiles it would ask for without this, and a
-submitted set is used only when it equals what the sweep asks for (else the sweep compiles as before). This module is
+queued set is used only when it equals what the sweep asks for (else the sweep's own set goes first). This module is
 not an input of a certificate's code digest (`fingerprint.ENGINE_MODULES`): scheduling compiles earlier decides no
 verdict.
 """
@@ -14,6 +16,7 @@ verdict.
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -44,88 +47,124 @@ class _Stoppable:
         return self.worker.request(message, timeout_s)
 
 
-class Pending:
-    """Compile requests driven over the pool's workers on a thread of its own. The pool takes no other request until
-    `result()` or `cancel()` has returned."""
+# How many keys' compiles `certify` keeps queued ahead of the key being swept.
+AHEAD_KEYS = 4
 
-    def __init__(self, pool: CompilePool, requests: list[dict[str, Any]], timeout_s: float):
+
+class _Set:
+    """One key's compile requests, queued; `replies` (or `error`) once `done` is set."""
+
+    def __init__(self, requests: list[dict[str, Any]]):
         self.requests = requests
-        self._pool = pool
-        self._stop = threading.Event()
-        self._replies: list[dict] | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(timeout_s,), name="nbxcert-compile-ahead", daemon=True)
-        self._thread.start()
-
-    def _run(self, timeout_s: float) -> None:
-        workers = [_Stoppable(w, self._stop) for w in self._pool.workers]
-        try:
-            replies = drive_all(workers, self.requests, timeout_s)
-            no_reply = {"status": "crash", "reason": "no reply from the compile worker"}
-            self._replies = [r if r is not None else no_reply for r in replies]
-        except BaseException as exc:  # handed to whoever waits for the result, never printed by the thread
-            self._error = exc
-
-    def result(self) -> list[dict]:
-        """One reply per request, in order, as `CompilePool.compile_all` gives them."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._replies is not None
-        return self._replies
-
-    def cancel(self) -> None:
-        """Stop now (the run was interrupted): no request is sent any more, and the workers are killed under the ones
-        in flight."""
-        self._stop.set()
-        self._pool.kill()
-        self._thread.join(timeout=10)
+        self.replies: list[dict] | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
 
 
 class AheadPool:
-    """What `sweep.sweep_key` is given as its compile pool in a certify run: `compile_all` answers from the compile
-    submitted ahead when it asked for exactly these requests, then calls `after_compile()` (set by the caller for the
-    key being swept: it submits the next key's compile). `submitted` counts the sets submitted ahead and `used` the
-    ones a sweep took."""
+    """What `sweep.sweep_key` is given as its compile pool in a certify run: `submit` queues a key's compile requests
+    (driven over the pool's workers one set after another, on a thread of their own); `compile_all` answers from a
+    set queued with exactly these requests (moved to the front if it has not started) or queues its own first, then
+    calls `after_compile()` (set by the caller for the key being swept: it queues the next keys' compiles).
+    `submitted` counts the sets queued ahead and `used` the ones a sweep took."""
 
     def __init__(self, pool: CompilePool, timeout_s: float):
         self.pool = pool
         self.timeout_s = timeout_s
         self.after_compile: Callable[[], None] | None = None
-        self._pending: Pending | None = None
         self.submitted = 0
         self.used = 0
+        self._cond = threading.Condition()
+        self._queue: deque[_Set] = deque()  # not started
+        self._running: _Set | None = None
+        self._finished: list[_Set] = []  # done, not taken by a sweep yet
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def submit(self, requests: list[dict[str, Any]]) -> None:
-        self._settle()
-        self._pending = Pending(self.pool, requests, self.timeout_s)
+        self._enqueue(_Set(requests), front=False)
         self.submitted += 1
 
     def compile_all(self, requests: list[dict[str, Any]], timeout_s: float) -> list[dict]:
-        pending = self._pending
-        replies = pending.result() if pending is not None else None  # interrupted here, `kill` still cancels it
-        self._pending = None
-        if pending is not None and pending.requests == requests:
-            self.used += 1
-        else:  # nothing submitted for this key, or another key's set (a key a concurrent run certified meanwhile)
-            replies = self.pool.compile_all(requests, timeout_s)
+        with self._cond:
+            found = next((q for q in self._finished if q.requests == requests), None)
+            if found is None and self._running is not None and self._running.requests == requests:
+                found = self._running
+            if found is None:
+                found = next((q for q in self._queue if q.requests == requests), None)
+                if found is not None:  # this key's set goes before the keys after it
+                    self._queue.remove(found)
+                    self._queue.appendleft(found)
+            if found is not None:
+                self.used += 1
+        if found is None:  # nothing queued for this key, or another key's sets (a key a concurrent run certified)
+            found = _Set(requests)
+            self._enqueue(found, front=True)
+        found.done.wait()  # interrupted here, `kill` still cancels the sets
+        with self._cond:
+            if found in self._finished:
+                self._finished.remove(found)
+        if found.error is not None:
+            raise found.error
         hook, self.after_compile = self.after_compile, None
         if hook is not None:
             hook()
-        return replies
+        assert found.replies is not None
+        return found.replies
 
-    def _settle(self) -> None:
-        """Wait for a set submitted ahead that no sweep took (the pool takes one set at a time)."""
-        if self._pending is not None:
-            self._pending.result()
-            self._pending = None
+    def _enqueue(self, queued: _Set, front: bool) -> None:
+        with self._cond:
+            if self._stop.is_set():
+                queued.error = RuntimeError("the compile pool was closed")
+                queued.done.set()
+                return
+            (self._queue.appendleft if front else self._queue.append)(queued)
+            self._cond.notify()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="nbxcert-compile-ahead", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        workers = [_Stoppable(w, self._stop) for w in self.pool.workers]
+        no_reply = {"status": "crash", "reason": "no reply from the compile worker"}
+        while True:
+            with self._cond:
+                while not self._queue and not self._stop.is_set():
+                    self._cond.wait()
+                if self._stop.is_set():
+                    return
+                current = self._running = self._queue.popleft()
+            try:
+                replies = drive_all(workers, current.requests, self.timeout_s)
+                current.replies = [r if r is not None else no_reply for r in replies]
+            except BaseException as exc:  # handed to the sweep that waits for it, never printed by the thread
+                current.error = exc
+            with self._cond:
+                self._running = None
+                self._finished.append(current)
+            current.done.set()
+
+    def _stopped(self, why: str) -> None:
+        """Stop taking sets; every set not started is answered with an error nobody reads (no sweep waits)."""
+        with self._cond:
+            self._stop.set()
+            left, self._queue = list(self._queue), deque()
+            self._cond.notify_all()
+        for queued in left:
+            queued.error = RuntimeError(why)
+            queued.done.set()
 
     def kill(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.cancel()
+        """Stop now (the run was interrupted): no request is sent any more, and the workers are killed under the ones
+        in flight."""
+        self._stopped("the compile ahead was cancelled")
         self.pool.kill()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
 
     def close(self) -> None:
-        self._settle()
+        """The run is over: sets not started are dropped, the one in flight is waited for, the pool closed."""
+        self._stopped("the compile pool was closed")
+        if self._thread is not None:
+            self._thread.join()
         self.pool.close()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbxcert import certificates
+from nbxcert import ahead, certificates
 from nbxcert._version import __version__
 from nbxcert.ahead import AheadPool, compile_requests
 from nbxcert.errors import ProfileMismatch, UsageError
@@ -293,7 +293,7 @@ def certify(
     runners = [Worker(env, list(modules)) for _ in range(n_runners)]
     pool = compile_pool(choice.name, env, list(modules), jobs or os.cpu_count() or 1)
     timeout_s = timeout_s or TIMEOUT_S[choice.name]
-    # the next key's candidates compile while this key's are checked and timed on the GPU (`nbxcert.ahead`)
+    # the next keys' candidates compile while this key's are checked and timed on the GPU (`nbxcert.ahead`)
     compiler = AheadPool(pool, timeout_s) if pool is not None else None
 
     def made_by(spec) -> dict:
@@ -306,12 +306,21 @@ def certify(
         )
         return old is not None and not force and same_card(old["provenance"], made_by(spec))
 
+    queued: set[int] = set()  # the keys (indices into todo) whose compiles were queued ahead
+
     def compile_next(after: int) -> None:
-        """Submit the compile of the next key to sweep after `todo[after]` (the pool is free: its compile is done)."""
+        """Queue the compiles of the next AHEAD_KEYS keys to sweep after `todo[after]`, those not queued yet."""
         assert compiler is not None
-        nxt = next((k for k in todo[after + 1 :] if not done_before(k)), None)
-        if nxt is not None:
-            compiler.submit(compile_requests(specs[nxt.kernel], nxt, profile, seed))
+        count = 0
+        for j in range(after + 1, len(todo)):
+            if count >= ahead.AHEAD_KEYS:
+                break
+            if done_before(todo[j]):
+                continue
+            count += 1
+            if j not in queued:
+                queued.add(j)
+                compiler.submit(compile_requests(specs[todo[j].kernel], todo[j], profile, seed))
 
     try:
         for i, key in enumerate(todo):

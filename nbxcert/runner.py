@@ -61,9 +61,13 @@ def summary(times_ms: list[float], kind: str) -> dict[str, Any]:
 # certified winner, runner-up and default are measured alike. Triton's `do_bench` spends 25 + 100 ms on every config.
 # Each budget: ms of warm-up, ms of timed repetitions, and at most this many of each. Behind the stream gate a kernel
 # of 3 us would otherwise be called 10000 times in a full budget, each call costing the host its launch (30-40 us on
-# the H200's host) and the GPU its L2 flush. The screen only ranks; a median over 1000 repetitions has a standard
-# error well under 1% of a steady kernel's time.
-SCREEN_MS = (1.0, 4.0, 100)
+# the H200's host) and the GPU its L2 flush. A median over 1000 repetitions has a standard error well under 1% of a
+# steady kernel's time. The screen only picks the finalists (those within FINAL_BAND, 15%, of its fastest, and at
+# least two): over 2 ms of repetitions (40 of a 50 us kernel; at most 50) its median's standard error is about a
+# seventh of the runs' 20-80% spread (`sweep.median_se`), a few tenths of a percent for a steady kernel, far inside
+# that band. Screening every candidate of an H200 sweep (82 for a 7B model's matmul) was a third of a key's time
+# at 1 + 4 ms and 100 repetitions each.
+SCREEN_MS = (0.5, 2.0, 50)
 FULL_MS = (5.0, 30.0, 1000)
 # How many prepared problems a runner keeps (a key has two: its bucket's smallest and largest members).
 PREPARED_KEPT = 4

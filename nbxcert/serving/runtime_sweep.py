@@ -95,17 +95,20 @@ def sweep_at_run_time(
     return winner.config
 
 
+RUNTIME_REPETITIONS = 100  # a run-time sweep's repetitions of one candidate, at most
+
+
 def _time(runtime: RuntimeLaunch, cfg) -> dict:
     """One candidate's timing, summarised as a sweep's are: CUDA events on a GPU, one launch's CPU time under the
     interpreter."""
     from nbxcert.kernels.backends import select
-    from nbxcert.runner import SCREEN_MS, summary
+    from nbxcert.runner import summary
 
     if select().name == "cuda":
         from nbxcert.kernels.backends import triton_cuda
 
-        # 5 + 20 ms, at most the sweep's screen count of repetitions (each one is a host launch)
-        timed = triton_cuda.time_events(lambda: runtime.run(cfg), 5.0, 20.0, max_repetitions=SCREEN_MS[2])
+        # 5 + 20 ms, at most RUNTIME_REPETITIONS repetitions (each one is a host launch)
+        timed = triton_cuda.time_events(lambda: runtime.run(cfg), 5.0, 20.0, max_repetitions=RUNTIME_REPETITIONS)
         return summary(timed.times_ms, "cuda_events_gated" if timed.gated else "cuda_events_waiting")
     t0 = time.perf_counter()
     runtime.run(cfg)

@@ -108,28 +108,44 @@ def test_a_set_submitted_for_another_key_is_waited_for_and_not_used(pool):
     assert all(not w.process or not w.process.is_alive() for w in pool.workers)
 
 
+def test_a_queued_set_goes_first_when_its_key_is_swept(pool):
+    """Sets queued for the next keys run in turn; the key being swept takes its own (moved to the front when it has
+    not started), and the others stay queued for their keys."""
+    p = ahead.AheadPool(pool, 30)
+    sets = [_requests(n, tag) for n, tag in ((1, "a"), (2, "b"), (3, "c"))]  # told apart by their lengths
+    for one in sets:
+        p.submit(one)
+    assert len(p.compile_all(sets[2], 30)) == 3
+    assert len(p.compile_all(sets[0], 30)) == 1
+    assert len(p.compile_all(sets[1], 30)) == 2
+    assert (p.submitted, p.used) == (3, 3)
+    p.close()
+
+
 def test_a_cancelled_compile_drains_at_once_and_starts_no_worker_again():
     pool = CompilePool(INTERPRETED, [], 2)
+    p = ahead.AheadPool(pool, 30)
     try:
-        pending = ahead.Pending(pool, _requests(1, "x") * 5000, 30)
+        p.submit(_requests(1, "x") * 5000)
+        p.submit(_requests(1, "y") * 10)  # queued behind it, never started
         deadline = time.monotonic() + 60  # both workers started (a worker starting during the cancel would live on)
         while not all(w.process is not None and w.process.is_alive() for w in pool.workers):
             assert time.monotonic() < deadline, "the compile workers did not start"
             time.sleep(0.01)
         t0 = time.perf_counter()
-        pending.cancel()
+        p.kill()
         assert time.perf_counter() - t0 < 5
-        replies = pending.result()
-        assert len(replies) == 5000
-        assert any(r["reason"] == "the compile ahead was cancelled" for r in replies if r["status"] == "crash")
         assert all(w.process is None or not w.process.is_alive() for w in pool.workers)
     finally:
         pool.close()
 
 
-def test_certify_compiles_each_next_key_while_the_one_before_is_judged(tmp_path, monkeypatch):
+@pytest.mark.parametrize("depth", [1, ahead.AHEAD_KEYS])
+def test_certify_compiles_each_next_key_while_the_one_before_is_judged(tmp_path, monkeypatch, depth):
     """In a certify run with a compile pool (on the interpreter a compile is a no-op, so a pool is forced here), the
-    compile of key k+1 is submitted before key k is recorded, and every key after the first takes its set."""
+    compiles of the next AHEAD_KEYS keys are queued before key k is recorded, each once, and every key after the
+    first takes its set."""
+    monkeypatch.setattr(ahead, "AHEAD_KEYS", depth)
     events: list[tuple[str, str]] = []
     made: list[ahead.AheadPool] = []
 
@@ -156,9 +172,12 @@ def test_certify_compiles_each_next_key_while_the_one_before_is_judged(tmp_path,
     assert [k.status for k in report.keys] == ["certified"] * 3
     (p,) = made
     assert (p.submitted, p.used) == (2, 2)
-    # key 2's compile was submitted inside key 1's sweep, before key 1 was recorded; key 3's inside key 2's
-    assert [e[0] for e in events] == ["submit", "done", "submit", "done", "done"]
-    assert events[0][1].startswith("silu_and_mul") and events[2][1].startswith("embedding")
+    if depth == 1:  # key 2's compile was queued inside key 1's sweep, before key 1 was recorded; key 3's inside key 2's
+        assert [e[0] for e in events] == ["submit", "done", "submit", "done", "done"]
+        assert events[0][1].startswith("silu_and_mul") and events[2][1].startswith("embedding")
+    else:  # both queued inside key 1's sweep
+        assert [e[0] for e in events] == ["submit", "submit", "done", "done", "done"]
+        assert events[0][1].startswith("silu_and_mul") and events[1][1].startswith("embedding")
 
 
 def test_compile_workers_keep_no_freed_block(monkeypatch):
