@@ -49,6 +49,7 @@ from nbxcert.kernels import faults
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.common import family_spec
+from nbxcert.kernels.dtypes import bfloat16_bits_to_float32
 from nbxcert.kernels.faults import record_fault, record_fault_lanes
 from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.launch import SPLIT_WORKSPACE, KernelLaunch, cdiv, next_power_of_2, served
@@ -1136,9 +1137,19 @@ def _decode_launch(config: Config, inputs: Inputs) -> None:
     _run(decode_launches(config, *(t[n] for n in DECODE_TENSORS), inputs.scalars["scale"], t["workspace"]))
 
 
+def _exact_values(t) -> np.ndarray:
+    """A tensor's values in a numpy float type that holds them exactly and is no wider than it must be (float16 as
+    float16, bfloat16 as float32): the attention oracle widens a cache to float64 one slice at a time."""
+    if t.dtype.name == "float16" or t.dtype.name == "float32":
+        return t.numpy()
+    if t.dtype.name == "bfloat16":
+        return bfloat16_bits_to_float32(t.numpy())
+    return t.float64()
+
+
 def _decode_oracle(inputs: Inputs) -> dict[str, Reference]:
     t = inputs.tensors
-    k, v = t["k_cache"].float64(), t["v_cache"].float64()
+    k, v = _exact_values(t["k_cache"]), _exact_values(t["v_cache"])
     lengths = t["lengths"].numpy()
     ref, err = _oracle.decode_attention(t["q"].float64(), k, v, lengths, inputs.scalars["scale"])
     return {"out": Reference(ref, err)}
@@ -1195,8 +1206,8 @@ def _paged_oracle(inputs: Inputs) -> dict[str, Reference]:
     t = inputs.tensors
     ref, err = _oracle.paged_decode_attention(
         t["q"].float64(),
-        t["k_pool"].float64(),
-        t["v_pool"].float64(),
+        _exact_values(t["k_pool"]),
+        _exact_values(t["v_pool"]),
         t["block_table"].numpy(),
         t["lengths"].numpy(),
         inputs.scalars["scale"],

@@ -30,6 +30,12 @@ STACK_ELEMENTS = 1 << 22
 CAUSAL_ROWS = 512
 
 
+def _floats(x) -> np.ndarray:
+    """`x` as a numpy array of floating values, as it is when it is one (every float widens to float64 exactly)."""
+    x = np.asarray(x)
+    return x if np.issubdtype(x.dtype, np.floating) else x.astype(np.float64)
+
+
 def _one_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray, scale: float, abs_v=None):
     """q [M, D], k and v [N, D], visible [M, N] bool -> (out [M, D], error scale [M, D]). `abs_v`: |v| if the caller
     has it already."""
@@ -58,8 +64,9 @@ def attention(
     keys at or past a sequence's length are masked (None: every key is visible). Returns (out, error scale), both
     float64 [batch, heads, q_len, head_dim]."""
     q = np.asarray(q, dtype=np.float64)
-    k = np.asarray(k, dtype=np.float64)
-    v = np.asarray(v, dtype=np.float64)
+    # k and v are widened to float64 one (batch, KV head) at a time, up to the sequence's length: a decode batch's
+    # float16 caches are gigabytes in float64, and positions past a length are never read
+    k, v = _floats(k), _floats(v)
     batch, heads, q_len, head_dim = q.shape
     kv_heads, kv_len = k.shape[1], k.shape[2]
     if heads % kv_heads:
@@ -78,7 +85,7 @@ def attention(
         # positions at or past a sequence's length are not part of it (their contents may be anything, NaN too)
         n = kv_len if kv_lengths is None else int(kv_lengths[b])
         for kh in range(kv_heads):  # query heads kh * group .. (kh + 1) * group - 1 share KV head kh
-            kb, vb = k[b, kh, :n], v[b, kh, :n]
+            kb, vb = k[b, kh, :n].astype(np.float64), v[b, kh, :n].astype(np.float64)
             abs_v = np.abs(vb)
             first = kh * group
             if group * q_len * n <= STACK_ELEMENTS:
@@ -126,16 +133,15 @@ def paged_decode_attention(
     [batch, max_blocks] physical block ids, position `t` of sequence `b` living at
     `pool[block_table[b, t // block_size], t % block_size]`; lengths: [batch]. Entries of the table past a sequence's
     last block are never read. Returns (out, error scale), float64 [batch, heads, head_dim]."""
-    k_pool = np.asarray(k_pool, dtype=np.float64)
-    v_pool = np.asarray(v_pool, dtype=np.float64)
+    k_pool, v_pool = _floats(k_pool), _floats(v_pool)  # gathered as they are, widened by `attention`
     table = np.asarray(block_table).astype(np.int64)
     lengths = np.asarray(lengths).astype(np.int64)
     batch = table.shape[0]
     block_size, kv_heads, head_dim = k_pool.shape[1:]
     longest = int(lengths.max()) if batch else 0
     # gather each sequence's cache into a contiguous [batch, kv_heads, longest, head_dim] array
-    k = np.zeros((batch, kv_heads, longest, head_dim))
-    v = np.zeros_like(k)
+    k = np.zeros((batch, kv_heads, longest, head_dim), dtype=k_pool.dtype)
+    v = np.zeros((batch, kv_heads, longest, head_dim), dtype=v_pool.dtype)
     for b in range(batch):
         t = np.arange(int(lengths[b]))
         block = table[b, t // block_size]
