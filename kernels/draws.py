@@ -29,7 +29,9 @@ NORMAL_BLOCK = 1024
 MASK_DIMS = 4  # a `nan_where` mask of a device draw: at most this many dimensions
 
 
-@jit
+# Sizes, strides and the seed are not specialised on (their value 1 or their divisibility by 16 would compile a kernel
+# for each kind of shape a certify run meets, each compile in the runner's way)
+@jit(do_not_specialize=["n", "seed", "d1", "d2", "d3", "m0", "m1", "m2", "m3"])
 def _normal_kernel(
     out,
     mask,
