@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Certification throughput on this machine's GPU, measured the way benchmarks/README.md reports it, into an output
+# directory:
+#
+#   WORKLOAD=llama-3-8b CERTIFY_S=300 bash benchmarks/gpu_throughput.sh OUTDIR
+#
+# 1. the sweep's timing replay and the inputs' device draws checked on this GPU (their tests; torch hidden);
+# 2. `profile_sweep.py` over three keys of WORKLOAD (PROFILE_KEYS: their texts, one a line; default a decode matmul,
+#    an LM-head matmul and a decode attention key of llama-3-8b), with --compare 4: each phase's seconds, and screens
+#    replayed against dispatched;
+# 3. `gpu_certify.sh` of WORKLOAD into certificates/nvidia/$PROFILE, stopped after CERTIFY_S seconds (default 300;
+#    a rerun resumes), then `bench_certified.py throughput` of its log: keys a minute and each part's share.
+#
+# Needs one NVIDIA GPU of the profile (PROFILE, default hopper). OUTDIR gets tests.txt, profile/ (summary.json and a
+# report per key), certify/ (gpu_certify.sh's files) and throughput.json; summary.txt has the lines that matter.
+USAGE="[WORKLOAD=...] [CERTIFY_S=S] [PROFILE_KEYS=...] bash benchmarks/gpu_throughput.sh OUTDIR"
+source "$(dirname "$0")/gpu_outdir.sh"
+PROFILE=${PROFILE:-hopper}
+WORKLOAD=${WORKLOAD:-llama-3-8b}
+source "$(dirname "$0")/gpu_env.sh"
+PROFILE_KEYS=${PROFILE_KEYS:-"matmul[K=4096,M=1,N=28672,aligned=1,trans_a=0,trans_b=1;float16,float16]@v1
+matmul[K=4096,M=64,N=128256,aligned=1,trans_a=0,trans_b=1;float16,float16]@v1
+decode_attention[batch=32,head_dim=128,heads=32,kv_heads=8,kv_len=4096;float16]@v1"}
+: > "$dest/summary.txt"
+ON_GPU="timed_launch_replays or not_replayed or device_draw or draws_a_large or compile_only"
+PYTHONPATH=/tmp/notorch python3 -m pytest -q -p no:cacheprovider \
+  tests/kernels/test_launch.py tests/kernels/test_inputs.py -k "$ON_GPU" > "$dest/tests.txt" 2>&1
+echo "tests: $(tail -1 "$dest/tests.txt")" | tee -a "$dest/summary.txt"
+asked=()
+while read -r key; do [ -n "$key" ] && asked+=(--key "$key"); done <<< "$PROFILE_KEYS"
+PYTHONPATH=/tmp/notorch python3 benchmarks/profile_sweep.py "${asked[@]}" --out "$dest/profile" --compare 4 \
+  > "$dest/profile.txt" 2>&1
+grep '^{' "$dest/profile.txt" | cut -c1-400 | tee -a "$dest/summary.txt"
+WORKLOADS=$WORKLOAD CERTIFY_S=${CERTIFY_S:-300} bash "$(dirname "$0")/gpu_certify.sh" "$dest/certify" \
+  > "$dest/certify.txt" 2>&1
+python3 benchmarks/bench_certified.py throughput "$dest/certify/certify_shard0.log" > "$dest/throughput.json" 2>&1
+grep -E '"keys_certified"|"keys_per_minute"|"shares"' -A7 "$dest/throughput.json" | head -12 \
+  | tee -a "$dest/summary.txt"
