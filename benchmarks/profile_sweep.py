@@ -33,32 +33,21 @@ def _phase(seconds: dict, name: str, t0: float) -> float:
 
 
 def _both_ways(spec, config, problems, dtypes, profile, seed, device) -> dict:
-    """One candidate's screen timed through `launch.replay_of` (as the sweep times it) and through the family's launch
-    (`spec.launch`, Triton's dispatch), alternating, twice each: each way's medians in us and its wall seconds. The
-    same GPU work either way: the medians should agree within the runs' own spread."""
+    """One candidate's screen timed as the sweep times it (`runner.time_launch`, the launch replayed) and through the
+    family's launch (`replay=False`, Triton's dispatch), alternating, twice each: each way's medians in us and its
+    wall seconds. The same GPU work either way: the medians should agree within the runs' own spread."""
     from nbxcert import runner
-    from nbxcert.kernels import launch
-    from nbxcert.kernels.backends import triton_cuda
 
     prepared, _ = runner.prepared_for(spec, problems["timing"], dtypes, profile, seed, device)
-    warmup_ms, rep_ms, most = runner.SCREEN_MS
-    flush = 2 * max(s.l2_bytes for s in profile.skus)
     out: dict = {"config": config.label(), "replayed_us": [], "dispatched_us": []}
     out.update(replayed_s=0.0, dispatched_s=0.0)
     for _ in range(2):
         for way in ("replayed", "dispatched"):
             inputs = prepared.restore()
-
-            def dispatched(inputs=inputs) -> None:
-                spec.launch(config, inputs)
-
-            fn = launch.replay_of(dispatched, list(inputs.tensors.values())) if way == "replayed" else dispatched
-            if fn is None:
-                return {"config": config.label(), "replayed": "not replayable"}
             t0 = time.perf_counter()
-            times = triton_cuda.time_events(fn, warmup_ms, rep_ms, flush_bytes=flush, max_repetitions=most)
+            timing = runner.time_launch(spec, config, inputs, profile, runner.SCREEN_MS, replay=way == "replayed")
             out[f"{way}_s"] += time.perf_counter() - t0
-            out[f"{way}_us"].append(round(runner.summary(times.times_ms, "")["median_us"], 3))
+            out[f"{way}_us"].append(round(timing["median_us"], 3))
     return out
 
 

@@ -11,8 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from nbxcert.kernels import draws
+from nbxcert.kernels.backends import on_gpu
 from nbxcert.kernels.dtypes import get_dtype
-from nbxcert.kernels.tensor import Tensor, as_device, empty, from_numpy, zeros
+from nbxcert.kernels.tensor import Tensor, empty, from_numpy, zeros
 
 _SHAPE_ONLY = contextvars.ContextVar("nbxcert_shape_only", default=False)
 _ZEROED = contextvars.ContextVar("nbxcert_shape_only_zeroed", default=False)
@@ -116,7 +117,7 @@ def randn(gen: np.random.Generator, shape, dtype, device: str, scale: float = 1.
         math.prod(shape) >= draws.ON_GPU_FROM
         and get_dtype(dtype).name in draws.ON_DEVICE
         and len(shape) <= draws.MASK_DIMS
-        and _on_gpu(device)
+        and on_gpu(device)
     ):
         return draws.device_normal(gen, shape, dtype, device, scale, nan_where)
     if math.prod(shape) >= LARGE:
@@ -127,15 +128,6 @@ def randn(gen: np.random.Generator, shape, dtype, device: str, scale: float = 1.
     if nan_where is not None:
         np.copyto(values, np.nan, where=np.broadcast_to(nan_where, shape))
     return from_numpy(values, get_dtype(dtype), device)
-
-
-def _on_gpu(device) -> bool:
-    """Whether `device` is a GPU of the cuda backend (not the interpreter's host)."""
-    if as_device(device).type != "cuda":
-        return False
-    from nbxcert.kernels.backends import select
-
-    return select().name == "cuda"
 
 
 def uniform(gen: np.random.Generator, shape, dtype, device: str, low: float = -1.0, high: float = 1.0) -> Tensor:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from nbxcert.errors import UsageError
+from nbxcert.kernels.backends import on_gpu
 from nbxcert.kernels.jit import jit, tl
 
 CHOICES = ("auto", "host", "device")
@@ -53,7 +54,7 @@ def in_force(device, backend: str | None = None) -> tuple[str, str]:
 
         cublas.load()
         return "device", "NBXCERT_ORACLE_PRODUCTS=device"
-    if not _on_gpu(device, backend):
+    if not on_gpu(device, backend):
         return "host", "the inputs are not on a GPU"
     from nbxcert.errors import BackendUnavailable
     from nbxcert.kernels.backends import cublas
@@ -63,12 +64,6 @@ def in_force(device, backend: str | None = None) -> tuple[str, str]:
     except BackendUnavailable as e:
         return "host", f"no libcublas: {e}"
     return "device", "a GPU with libcublas"
-
-
-def _on_gpu(device, backend: str | None = None) -> bool:
-    from nbxcert.kernels.tensor import as_device
-
-    return (backend or _backend_name()) == "cuda" and as_device(device).type == "cuda"
 
 
 def product_for(device) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
@@ -163,7 +158,7 @@ def _widened(t, nb: int):
 
 def _require_gpu(device, backend: str | None = None) -> None:
     """NBXCERT_ORACLE_PRODUCTS=device is in force: refuse inputs that do not lie on a GPU of the cuda backend."""
-    if not _on_gpu(device, backend):
+    if not on_gpu(device, backend):
         raise UsageError(
             f"NBXCERT_ORACLE_PRODUCTS=device, but the inputs lie on {device} with the "
             f"{backend or _backend_name()} backend: cuBLAS products need an NVIDIA GPU"

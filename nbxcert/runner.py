@@ -110,7 +110,9 @@ def _add(total: dict[str, float], part: dict[str, float]) -> None:
         total[k] = total.get(k, 0.0) + v
 
 
-def time_launch(spec, config: Config, inputs, profile, budget: tuple[float, float, int] = FULL_MS) -> dict[str, Any]:
+def time_launch(
+    spec, config: Config, inputs, profile, budget: tuple[float, float, int] = FULL_MS, replay: bool = True
+) -> dict[str, Any]:
     """Median/min/spread of the launch with CUDA events, the L2 flushed before every repetition with a buffer twice
     the largest L2 of the profile's SKUs (a device-file fact), the repetitions queued behind a held stream so the
     host's launch is not timed (kind `cuda_events_gated`; `cuda_events_waiting` for a launch that waits for the
@@ -119,7 +121,8 @@ def time_launch(spec, config: Config, inputs, profile, budget: tuple[float, floa
     Each repetition queues the launch's kernels through `launch.replay_of` where the launch allows it: the same
     kernels on the same arguments, without the family's host code and Triton's dispatch, whose 100-300 us a
     repetition kept the GPU waiting between batches of gated repetitions (a screen of 82 matmul candidates took 2 s
-    on an H200 for 0.2 s of kernels). What the events time is the same GPU work either way."""
+    on an H200 for 0.2 s of kernels). What the events time is the same GPU work either way; `replay` False times the
+    family's launch itself (`benchmarks/profile_sweep.py --compare` sets both side by side)."""
     from nbxcert.kernels import launch
     from nbxcert.kernels.backends import triton_cuda
 
@@ -129,7 +132,7 @@ def time_launch(spec, config: Config, inputs, profile, budget: tuple[float, floa
     def fn() -> None:
         spec.launch(config, inputs)
 
-    again = launch.replay_of(fn, list(inputs.tensors.values()))
+    again = launch.replay_of(fn, list(inputs.tensors.values())) if replay else None
     timed = triton_cuda.time_events(again or fn, warmup_ms, rep_ms, flush_bytes=2 * l2, max_repetitions=most)
     return summary(timed.times_ms, "cuda_events_gated" if timed.gated else "cuda_events_waiting")
 

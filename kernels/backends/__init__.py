@@ -113,6 +113,14 @@ def triton_language_mode() -> str | None:
     return "interpreted" if isinstance(tl.standard.zeros_like, InterpretedFunction) else "compiled"
 
 
+def on_gpu(device, backend: str | None = None) -> bool:
+    """Whether `device` is a GPU of the cuda backend (`backend`: the backend's name, when the caller knows it without
+    fixing the process's; else the one selected), not the interpreter's host."""
+    from nbxcert.kernels.tensor import as_device
+
+    return as_device(device).type == "cuda" and (backend or select().name) == "cuda"
+
+
 def device_info(index: int = 0):
     """What the device kernels launch on says of itself (`cuda.DeviceInfo`): the driver's answer, or the stand-in of a
     backend with no such device (persistent kernels size their grid by its `multiprocessor_count`)."""
