@@ -108,9 +108,9 @@ def test_a_set_submitted_for_another_key_is_waited_for_and_not_used(pool):
     assert all(not w.process or not w.process.is_alive() for w in pool.workers)
 
 
-def test_a_queued_set_goes_first_when_its_key_is_swept(pool):
-    """Sets queued for the next keys run in turn; the key being swept takes its own (moved to the front when it has
-    not started), and the others stay queued for their keys."""
+def test_each_queued_set_is_taken_by_its_own_key_in_any_order(pool):
+    """Sets queued for the next keys run in turn; each key's sweep takes its own set, whatever the order the keys
+    are swept in, and a pool that is closed refuses a compile in one line."""
     p = ahead.AheadPool(pool, 30)
     sets = [_requests(n, tag) for n, tag in ((1, "a"), (2, "b"), (3, "c"))]  # told apart by their lengths
     for one in sets:
@@ -120,6 +120,8 @@ def test_a_queued_set_goes_first_when_its_key_is_swept(pool):
     assert len(p.compile_all(sets[1], 30)) == 2
     assert (p.submitted, p.used) == (3, 3)
     p.close()
+    with pytest.raises(RuntimeError, match="the compile pool was closed"):
+        p.compile_all(sets[0], 30)
 
 
 def test_a_cancelled_compile_drains_at_once_and_starts_no_worker_again():
