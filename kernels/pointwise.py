@@ -24,11 +24,15 @@ scalar operand is passed as its float64 bits (or as an int64), so no value is ro
 argument.
 
 Device functions. On the GPU (the cuda and cross backends: `DEVICE_MATH`, a constexpr the launch sets from the
-backend in force) the bodies call the device's math library (`libdevice`: CUDA's accurate __nv_expf, __nv_logf,
-__nv_tanh, ..., and its exact fmod, launched without libdevice's flush-to-zero, `math_options`). Under Triton's
-interpreter (no device math library) the transcendental helpers here are written out from exp, log, sin, cos and erf
-(tanh: its series near 0, 1 - 2 / (e^2|x| + 1) elsewhere; expm1 and log1p: Kahan's and Goldberg's corrections; fmod:
-a long division on the bits).
+backend in force, `math_level`) the bodies call the device's math library (`libdevice`: CUDA's accurate __nv_expf,
+__nv_logf, __nv_tanh, ..., and its exact fmod, launched without libdevice's flush-to-zero, `math_options`), except
+where a float16 or bfloat16 result is computed in float32 on an NVIDIA GPU: there exp, log, log2, log1p, expm1, rsqrt,
+reciprocal, sigmoid, silu, softplus, log_sigmoid, mish, elu, celu, selu, gelu (tanh form), glu and pow, and for
+float16 sin, cos, tan and hypot, take this module's half-precision helpers (`_h_*`: the GPU's approximate
+instructions and short series, checked over every 16-bit input; round takes the exact rint instruction on any
+float). Under Triton's interpreter (no device math library) the transcendental helpers here are written out from exp,
+log, sin, cos and erf (tanh: its series near 0, 1 - 2 / (e^2|x| + 1) elsewhere; expm1 and log1p: Kahan's and
+Goldberg's corrections; fmod: a long division on the bits).
 
 Refusals (`nbxcert.kernels.faults`): integer division or remainder by zero, and a float to integer cast of NaN, an
 infinity or a value outside the target's range, are recorded by the kernel and raised as one `LaunchError` line.
@@ -358,12 +362,18 @@ def _int_pow(x, e, BITS: tl.constexpr):
 
 
 @jit
-def _float_pow(x, e):
-    """C99 pow: exp2(e log2 |x|), the sign of x for an odd integer e, and the standard's special cases."""
+def _float_pow(x, e, DM: tl.constexpr):
+    """C99 pow: exp2(e log2 |x|), the sign of x for an odd integer e, and the standard's special cases. For a
+    half-precision result (DM), log2 is `_h_log2` (relative near 1, where a large e would magnify an absolute error)
+    and exp2 ex2.approx: within 2^-17 of the result over the exponents a 16-bit result can have."""
     ax = tl.abs(x)
     e_int = tl.floor(e) == e
     e_odd = e_int & ((e - 2.0 * tl.floor(e * 0.5)) != 0.0) & (tl.abs(e) < 9007199254740992.0)
-    r = tl.exp2(e * tl.log2(tl.where(ax == 0.0, 1.0, ax)))
+    if DM % 10 >= HALF_MATH:
+        lg = _h_log2(tl.where(ax == 0.0, 1.0, ax), DM)
+    else:
+        lg = tl.log2(tl.where(ax == 0.0, 1.0, ax))
+    r = tl.exp2(e * lg)
     r = tl.where(ax == 0.0, tl.where(e < 0, float("inf"), 0.0), r)
     r = tl.where((x < 0) & ~e_int & (tl.abs(e) < float("inf")), _nan(x), r)
     r = tl.where((x < 0) & e_odd, -r, r)
@@ -381,13 +391,196 @@ def _float_pow(x, e):
     return tl.where(e == 0.0, 1.0, r)
 
 
+# --- half precision on the GPU (DM >= HALF_MATH): float32 algorithms whose error is far below a 16-bit tolerance ----
+# A float16 or bfloat16 result is judged at its type's epsilon (2^-10, 2^-7) besides its final rounding, 2^13 and 2^16
+# times float32's. There CUDA's accurate float32 functions spend up to 96 instructions an element (log 38, softplus
+# 84, sin 93, against abs's 13: sm_90's SASS, `benchmarks/sass_pointwise.py`) on accuracy the result cannot hold,
+# and an op reading and writing 16-bit values is held to that rate, not to the memory's. These helpers keep the
+# float32 compute type and take the GPU's approximate instructions (ex2.approx through tl.exp, lg2.approx,
+# rsqrt.approx, div.full: each within a few float32 ulps, subnormals kept, as `math_options` launches them) where
+# their error is a relative one, and short series (exact rational coefficients, rounded once) where a result must
+# keep its relative accuracy near a zero of the function (log near 1, log1p and expm1 near 0, sin and cos after the
+# reduction). tanh and erf keep CUDA's (their half-precision forms took no fewer instructions).
+# `tests/kernels/test_pointwise_half.py` runs every helper under the interpreter over every float16 and bfloat16 input
+# against its oracle (the approximate instructions there are numpy's exact ones: DM + EMULATED; the float32 result
+# within 2^-8 of the tolerance before its rounding, 2^-9.3 at worst), and on the GPU each op served over the same
+# inputs, the instructions' own error included.
+# DM: HALF_MATH for a float16 result, HALF_BF16 for a bfloat16 one (sin, cos, tan and hypot: float16's range only).
+HALF_MATH = tl.constexpr(2)
+HALF_BF16 = tl.constexpr(3)
+EMULATED = tl.constexpr(10)  # added to DM by the tests: the half algorithms under the interpreter
+LN2 = tl.constexpr(0.6931471805599453)
+LOG2E = tl.constexpr(1.4426950408889634)
+FLT_MIN = tl.constexpr(1.1754943508222875e-38)  # float32's least normal, 2^-126: bfloat16 has subnormals below it
+TWO_24 = tl.constexpr(16777216.0)
+
+
+def _series(coefficient, terms: int) -> tuple[float, ...]:
+    """`terms` coefficients (Fractions from `coefficient(k)`, k = 0, 1, ...) rounded once to float64."""
+    return tuple(float(Fraction(coefficient(k))) for k in range(terms))
+
+
+# Each series stops where its remainder is below 2^-19 of the result (2^-9 of float16's tolerance):
+# log1p(t) / t = sum (-t)^k / (k + 1): at |t| <= 1/8, 6 terms leave 8^-6 / 7 = 2^-20.8; log(1 + t) near t = 0 takes
+# the same series at |t| <= 1/16, 5 terms leaving 16^-5 / 6 = 2^-22.6. expm1(x) / x = sum x^k / (k + 1)!: at
+# |x| <= 1/4, 5 terms leave 4^-5 / 6! = 2^-19.5.
+LOG1P_AT = tl.constexpr(0.125)
+LOG1P_TERMS = tl.constexpr(6)
+LOG_NEAR_ONE = tl.constexpr(0.0625)
+LOG_TERMS = tl.constexpr(5)
+LOG1P_C = tl.constexpr(_series(lambda k: Fraction((-1) ** k, k + 1), 6))
+EXPM1_AT = tl.constexpr(0.25)
+EXPM1_C = tl.constexpr(_series(lambda k: Fraction(1, math.factorial(k + 1)), 5))
+
+
+@jit
+def _p_log2(x, DM: tl.constexpr):
+    """log2 of a float32: lg2.approx (`libdevice.fast_log2f`) on the GPU; numpy's, exact, under the interpreter
+    (DM >= EMULATED: the half algorithms tried there)."""
+    if DM < EMULATED:
+        return libdevice.fast_log2f(x)
+    else:
+        return tl.log2(x)
+
+
+@jit
+def _p_rsqrt(x, DM: tl.constexpr):
+    """1 / sqrt(x) of a float32: rsqrt.approx (`libdevice.rsqrt`) on the GPU; exact under the interpreter."""
+    if DM < EMULATED:
+        return libdevice.rsqrt(x)
+    else:
+        return 1.0 / tl.sqrt(x)
+
+
+@jit
+def _q(x, y, DM: tl.constexpr):
+    """x / y: div.full (a few float32 ulps) for a half-precision result, else rounded to nearest (`_div`)."""
+    if DM % 10 >= HALF_MATH:
+        return x / y
+    else:
+        return _div(x, y)
+
+
+@jit
+def _h_poly(t, C: tl.constexpr, TERMS: tl.constexpr):
+    """C[0] + C[1] t + ... + C[TERMS - 1] t^(TERMS - 1) by Horner's rule, in t's type."""
+    p = tl.zeros_like(t) + _c(C[TERMS - 1], t)
+    for k in tl.static_range(TERMS - 2, -1, -1):
+        p = p * t + _c(C[k], t)
+    return p
+
+
+@jit
+def _h_log2_far(x, DM: tl.constexpr):
+    """log2(x) away from 1 by lg2.approx; a subnormal x (bfloat16 has them) is scaled by 2^24 first, exactly."""
+    sub = x < _c(FLT_MIN, x)
+    return _p_log2(tl.where(sub, x * _c(TWO_24, x), x), DM) - tl.where(sub, 24.0, 0.0)
+
+
+@jit
+def _h_log1p_near(t, TERMS: tl.constexpr):
+    """log(1 + t) near 0, relative: t (1 - t/2 + t^2/3 - ...), TERMS terms; -0.0 stays -0.0."""
+    return t * _h_poly(t, LOG1P_C, TERMS)
+
+
+@jit
+def _h_log(x, DM: tl.constexpr):
+    """log(x): the series of log(1 + t) at t = x - 1 (exact) where |t| <= 1/16 (log(x) there is t's size, so an
+    absolute error would be a large relative one), lg2.approx times ln 2 elsewhere (|log x| > 0.06)."""
+    t = x - 1.0
+    return tl.where(tl.abs(t) <= _c(LOG_NEAR_ONE, t), _h_log1p_near(t, LOG_TERMS), _h_log2_far(x, DM) * _c(LN2, x))
+
+
+@jit
+def _h_log2(x, DM: tl.constexpr):
+    """log2(x), as `_h_log`: the series times log2(e) near 1, lg2.approx elsewhere."""
+    t = x - 1.0
+    return tl.where(tl.abs(t) <= _c(LOG_NEAR_ONE, t), _h_log1p_near(t, LOG_TERMS) * _c(LOG2E, t), _h_log2_far(x, DM))
+
+
+@jit
+def _h_log1p(t, DM: tl.constexpr):
+    """log(1 + t): the series where |t| <= 1/8, else log of u = 1 + t (rounded: a relative 2^-24 of u, at most
+    2^-21 of |log u| > 0.11 there)."""
+    u = 1.0 + t
+    return tl.where(tl.abs(t) <= _c(LOG1P_AT, t), _h_log1p_near(t, LOG1P_TERMS), _h_log2_far(u, DM) * _c(LN2, u))
+
+
+@jit
+def _h_expm1(x, DM: tl.constexpr):
+    """e^x - 1: x (1 + x/2 + x^2/6 + ...) where |x| <= 1/4, else exp(x) - 1 (|e^x - 1| > 0.22 there, at most 4.5
+    times the error of e^x); -0.0 stays -0.0, -inf gives -1."""
+    near = x * _h_poly(x, EXPM1_C, 5)
+    return tl.where(tl.abs(x) <= _c(EXPM1_AT, x), near, tl.exp(x) - 1.0)
+
+
+@jit
+def _h_sigmoid(x, DM: tl.constexpr):
+    """1 / (1 + e) for x >= 0, e / (1 + e) for x < 0, e = exp(-|x|) (div.full: a few float32 ulps); e itself below
+    x = -20, where 1 + e is 1 in float32 (and e may be subnormal)."""
+    e = tl.exp(-tl.abs(x))
+    q = tl.where(x >= 0, 1.0, e) / (1.0 + e)
+    return tl.where(x < -20.0, e, q)
+
+
+@jit
+def _h_softplus(x, DM: tl.constexpr):
+    """log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), the log1p of a value in (0, 1]."""
+    return tl.maximum(x, 0.0) + _h_log1p(tl.exp(-tl.abs(x)), DM)
+
+
+# sin and cos of a float16 x (|x| <= 65504): x = j pi/2 + r, |r| <= pi/4 (j = rint(x 2/pi) < 2^16), r from pi/2 in
+# two float32 parts (Cody and Waite): x - j P1 is exact (both are multiples of 2^-24 and it is below 1) and the second
+# part is one fma, so r keeps its relative accuracy where x lies next to a multiple of pi/2 (sin x then as small as
+# r): the part left out, pi/2 - P1 - P2 = -1.7e-15, costs j times that, 7.2e-11, 2^-19.7 of the least normal float16.
+# sin r and cos r by their Taylor series: at |r| <= pi/4 the remainders are (pi/4)^8 / 9! = 2^-21.3 and
+# (pi/4)^10 / 10! = 2^-25.3 of the result. A bfloat16 x (up to 3.4e38) keeps CUDA's reduction.
+TWO_OVER_PI = tl.constexpr(0.6366197723675814)
+PIO2_1 = tl.constexpr(1.5707963705062866)  # float32(pi/2)
+PIO2_2 = tl.constexpr(-4.371138828673793e-08)  # float32(pi/2 - PIO2_1)
+SIN_C = tl.constexpr(_series(lambda k: Fraction((-1) ** k, math.factorial(2 * k + 1)), 4))
+COS_C = tl.constexpr(_series(lambda k: Fraction((-1) ** k, math.factorial(2 * k)), 5))
+
+
+@jit
+def _h_sincos(x, DM: tl.constexpr):
+    """(sin x, cos x) of a float16 x in float32 (see above); NaN for an infinite or NaN x; sin(-0.0) = -0.0."""
+    if DM < EMULATED:
+        j = libdevice.rint(x * _c(TWO_OVER_PI, x))
+    else:
+        j = _rint(x * _c(TWO_OVER_PI, x))
+    r = tl.fma(j, -_c(PIO2_1, x), x)
+    r = tl.fma(j, -_c(PIO2_2, x), r)
+    r2 = r * r
+    s = r * _h_poly(r2, SIN_C, 4)
+    c = _h_poly(r2, COS_C, 5)
+    q = tl.where(tl.abs(j) < 65536.0, j, 0.0).to(tl.int32) & 3
+    sin = tl.where((q & 1) == 0, s, c)
+    sin = tl.where(q >= 2, -sin, sin)
+    cos = tl.where((q & 1) == 0, c, s)
+    cos = tl.where((q == 1) | (q == 2), -cos, cos)
+    return tl.where(x == 0.0, x, sin), cos
+
+
+@jit
+def _h_mish(x, DM: tl.constexpr):
+    """x tanh(softplus(x)) = x n / (n + 2), n = e^x (e^x + 2) (tanh(log(1 + e^x)) written out); x itself past x = 20
+    (the quotient is 1 in float32), x e^x below x = -20 (it is e^x there, which may be subnormal)."""
+    e = tl.exp(x)
+    n = e * (e + 2.0)
+    r = x * (n / (n + 2.0))
+    return tl.where(x > 20.0, x, tl.where(x < -20.0, x * e, r))
+
+
 # --- the device library on the GPU (DM: DEVICE_MATH), the helpers above under the interpreter -------------------------
 # `libdevice.f` is Triton's spelling (3.6 and 3.9) of the backend's library function for the argument's type: CUDA's
 # __nv_expf / __nv_exp, __nv_logf, __nv_tanhf, ... (the accurate ones: never the .approx instructions tl.exp, tl.log,
 # tl.sin and tl.cos lower to in float32), ROCm's ocml on AMD targets.
 @jit
 def _m_exp(x, DM: tl.constexpr):
-    if DM:
+    if DM % 10 >= HALF_MATH:
+        return tl.exp(x)  # ex2.approx (x log2 e) on the GPU: below 2^-17 of e^x over a 16-bit type's range
+    elif DM:
         return libdevice.exp(x)
     else:
         return tl.exp(x)
@@ -403,7 +596,9 @@ def _m_exp2(x, DM: tl.constexpr):
 
 @jit
 def _m_log(x, DM: tl.constexpr):
-    if DM:
+    if DM % 10 >= HALF_MATH:
+        return _h_log(x, DM)
+    elif DM:
         return libdevice.log(x)
     else:
         return tl.log(x)
@@ -411,7 +606,9 @@ def _m_log(x, DM: tl.constexpr):
 
 @jit
 def _m_log2(x, DM: tl.constexpr):
-    if DM:
+    if DM % 10 >= HALF_MATH:
+        return _h_log2(x, DM)
+    elif DM:
         return libdevice.log2(x)
     else:
         return tl.log2(x)
@@ -419,7 +616,9 @@ def _m_log2(x, DM: tl.constexpr):
 
 @jit
 def _m_sin(x, DM: tl.constexpr):
-    if DM:
+    if DM % 10 == HALF_MATH:
+        return _h_sincos(x, DM)[0]
+    elif DM:
         return libdevice.sin(x)
     else:
         return tl.sin(x)
@@ -427,7 +626,9 @@ def _m_sin(x, DM: tl.constexpr):
 
 @jit
 def _m_cos(x, DM: tl.constexpr):
-    if DM:
+    if DM % 10 == HALF_MATH:
+        return _h_sincos(x, DM)[1]
+    elif DM:
         return libdevice.cos(x)
     else:
         return tl.cos(x)
@@ -435,7 +636,10 @@ def _m_cos(x, DM: tl.constexpr):
 
 @jit
 def _m_tan(x, DM: tl.constexpr):
-    if DM:
+    if DM % 10 == HALF_MATH:
+        sin, cos = _h_sincos(x, DM)
+        return sin / cos
+    elif DM:
         return libdevice.tan(x)
     else:
         return _div(tl.sin(x), tl.cos(x))
@@ -451,7 +655,9 @@ def _m_erf(x, DM: tl.constexpr):
 
 @jit
 def _m_expm1(x, DM: tl.constexpr):
-    if DM:
+    if DM % 10 >= HALF_MATH:
+        return _h_expm1(x, DM)
+    elif DM:
         return libdevice.expm1(x)
     else:
         return _expm1(x)
@@ -459,7 +665,9 @@ def _m_expm1(x, DM: tl.constexpr):
 
 @jit
 def _m_log1p(x, DM: tl.constexpr):
-    if DM:
+    if DM % 10 >= HALF_MATH:
+        return _h_log1p(x, DM)
+    elif DM:
         return libdevice.log1p(x)
     else:
         return _log1p(x)
@@ -476,7 +684,9 @@ def _m_tanh(x, DM: tl.constexpr):
 @jit
 def _m_sigmoid(x, DM: tl.constexpr):
     """`_sigmoid`'s form (no overflow on either side) with the device library's exp."""
-    if DM:
+    if DM % 10 >= HALF_MATH:
+        return _h_sigmoid(x, DM)
+    elif DM:
         e = libdevice.exp(-tl.abs(x))
         return _div(tl.where(x >= 0, 1.0, e), 1.0 + e)
     else:
@@ -485,7 +695,9 @@ def _m_sigmoid(x, DM: tl.constexpr):
 
 @jit
 def _m_softplus(x, DM: tl.constexpr):
-    if DM:
+    if DM % 10 >= HALF_MATH:
+        return _h_softplus(x, DM)
+    elif DM:
         return tl.maximum(x, 0.0) + libdevice.log1p(libdevice.exp(-tl.abs(x)))
     else:
         return _softplus(x)
@@ -503,10 +715,12 @@ def _m_atan2(y, x, DM: tl.constexpr):
 
 @jit
 def _m_pow(x, e, DM: tl.constexpr):
-    if DM:
+    if DM % 10 >= HALF_MATH:
+        return _float_pow(x, e, DM)
+    elif DM:
         return libdevice.pow(x, e)
     else:
-        return _float_pow(x, e)
+        return _float_pow(x, e, DM)
 
 
 @jit
@@ -600,12 +814,20 @@ def _b_sqrt(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
 
 @jit
 def _b_rsqrt(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
-    return _div(tl.full(x.shape, 1.0, x.dtype), _sqrt(x))
+    if DM % 10 >= HALF_MATH:
+        # rsqrt.approx; a subnormal x (bfloat16's) scaled by 2^24 first, the result by 2^12 after (both exact)
+        sub = x < _c(FLT_MIN, x)
+        return _p_rsqrt(tl.where(sub, x * _c(TWO_24, x), x), DM) * tl.where(sub, 4096.0, 1.0)
+    else:
+        return _div(tl.full(x.shape, 1.0, x.dtype), _sqrt(x))
 
 
 @jit
 def _b_reciprocal(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
-    return _div(tl.full(x.shape, 1.0, x.dtype), x)
+    if DM % 10 >= HALF_MATH:
+        return 1.0 / x  # div.full: a few float32 ulps
+    else:
+        return _div(tl.full(x.shape, 1.0, x.dtype), x)
 
 
 @jit
@@ -664,7 +886,10 @@ def _b_ceil(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
 @jit
 def _b_round(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
-        return _rint(x)
+        if DM > 0 and DM < EMULATED:
+            return libdevice.rint(x)  # round half to even, exact: one instruction (cvt.rni) on an NVIDIA GPU
+        else:
+            return _rint(x)
     else:
         return x
 
@@ -701,7 +926,7 @@ def _b_gelu_tanh(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """0.5 x (1 + tanh(t)), t = sqrt(2/pi) (x + 0.044715 x^3), as x / (1 + exp(-2t)): the same value, with no
     cancellation of 1 + tanh for x << 0."""
     t = _c(SQRT_2_OVER_PI, x) * (x + _c(GELU_TANH_C, x) * x * x * x)
-    return _div(x, 1.0 + _m_exp(-2.0 * t, DM))
+    return _q(x, 1.0 + _m_exp(-2.0 * t, DM), DM)
 
 
 @jit
@@ -711,7 +936,10 @@ def _b_silu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
 
 @jit
 def _b_mish(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
-    return x * _m_tanh(_m_softplus(x, DM), DM)
+    if DM % 10 >= HALF_MATH:
+        return _h_mish(x, DM)
+    else:
+        return x * _m_tanh(_m_softplus(x, DM), DM)
 
 
 @jit
@@ -721,7 +949,7 @@ def _b_elu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
 
 @jit
 def _b_celu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
-    return tl.where(x > 0, x, p0 * _m_expm1(_div(x, p0), DM))
+    return tl.where(x > 0, x, p0 * _m_expm1(_q(x, p0, DM), DM))
 
 
 @jit
@@ -751,7 +979,7 @@ def _b_hardswish(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
 def _b_softplus(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """log(1 + exp(beta x)) / beta, x itself where beta x > threshold (p0 beta, p1 threshold)."""
     bx = x * p0
-    return tl.where(bx > p1, x, _div(_m_softplus(bx, DM), tl.full(x.shape, 0.0, x.dtype) + p0))
+    return tl.where(bx > p1, x, _q(_m_softplus(bx, DM), tl.full(x.shape, 0.0, x.dtype) + p0, DM))
 
 
 @jit
@@ -913,15 +1141,19 @@ def _b_atan2(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
 
 @jit
 def _b_hypot(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
-    ax = tl.abs(x)
-    ay = tl.abs(y)
-    hi = tl.maximum(ax, ay)
-    lo = tl.minimum(ax, ay)
-    r = _div(lo, tl.where(hi == 0, 1.0, hi))
-    h = hi * _sqrt(1.0 + r * r)
-    h = tl.where(hi == 0, hi, h)
+    if DM % 10 == HALF_MATH:
+        # float16 operands: their squares are exact in float32 and their sum cannot overflow; one fma, one sqrt
+        h = tl.sqrt(tl.fma(x, x, y * y))
+    else:
+        ax = tl.abs(x)
+        ay = tl.abs(y)
+        hi = tl.maximum(ax, ay)
+        lo = tl.minimum(ax, ay)
+        r = _div(lo, tl.where(hi == 0, 1.0, hi))
+        h = hi * _sqrt(1.0 + r * r)
+        h = tl.where(hi == 0, hi, h)
     h = tl.where(_isnan(x) | _isnan(y), _nan(x), h)
-    return tl.where((ax == float("inf")) | (ay == float("inf")), float("inf"), h)
+    return tl.where((tl.abs(x) == float("inf")) | (tl.abs(y) == float("inf")), float("inf"), h)
 
 
 @jit
@@ -1656,6 +1888,28 @@ def device_math() -> bool:
     return not upcast()
 
 
+HALF_TYPES = ("float16", "bfloat16")
+
+
+def math_level(plan: Plan, out: Tensor) -> int:
+    """A launch's DEVICE_MATH: 0 under the interpreter (this module's helpers); on a GPU 1 (the device library), or
+    where the op computes in float32 for a float16 or bfloat16 common dtype into an output of the same type on an
+    NVIDIA target, the half-precision helpers (their approximate instructions are NVIDIA's): HALF_MATH for float16,
+    HALF_BF16 for bfloat16."""
+    if not device_math():
+        return 0
+    common = plan.via[0]
+    if plan.compute == "float32" and common in HALF_TYPES and out.dtype.name == common and _nvidia():
+        return HALF_MATH.value if common == "float16" else HALF_BF16.value
+    return 1
+
+
+def _nvidia() -> bool:
+    from triton.runtime.driver import driver
+
+    return driver.active.get_current_target().backend == "cuda"
+
+
 def math_options() -> dict[str, Any]:
     """Compile options of a launch with `DEVICE_MATH`: on an NVIDIA target, libdevice without flush-to-zero (Triton's
     `enable_reflect_ftz` defaults to True, which makes __nv_expf, __nv_sinf, ... read and return float32 subnormals as
@@ -1917,7 +2171,9 @@ def tile_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tens
     values = [sc[1] if sc is not None else 0 for sc in scalars[1:3]]
     site, guard = _guard_of(op, plan, out)
     compute = _TL[plan.compute]
+    level = math_level(plan, out)
     key = ("tile", config, plan.op, plan.via, plan.compute, tuple(modes), plan.p_float, len(batch), site, plan.bound)
+    key += (level,)
 
     def make() -> dict:
         kwargs = dict(
@@ -1939,7 +2195,7 @@ def tile_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tens
             TILE_A=tile_a,
             TILE_B=tile_b,
             UPCAST=upcast(),
-            DEVICE_MATH=device_math(),
+            DEVICE_MATH=level,
         )
         return dict(kwargs, num_warps=config.num_warps, num_stages=config.num_stages, **math_options())
 
@@ -1998,7 +2254,8 @@ def map_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tenso
     site, guard = _guard_of(op, plan, out)
     block = config["BLOCK"]
     compute = _TL[plan.compute]
-    key = (config, plan.op, plan.via, plan.compute, tuple(modes), plan.p_float, ndim, dense, site, plan.bound)
+    level = math_level(plan, out)
+    key = (config, plan.op, plan.via, plan.compute, tuple(modes), plan.p_float, ndim, dense, site, plan.bound, level)
 
     def make() -> dict:
         kwargs = dict(
@@ -2021,7 +2278,7 @@ def map_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tenso
             DENSE=dense,
             BLOCK=block,
             UPCAST=upcast(),
-            DEVICE_MATH=device_math(),
+            DEVICE_MATH=level,
         )
         return dict(kwargs, num_warps=config.num_warps, num_stages=config.num_stages, **math_options())
 

@@ -723,6 +723,14 @@ def pow(a, b, *, dtype: str):  # torch's name (shadows the builtin in this modul
         negative = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 != 0, -1, 1), 0))
         return _int_result(np.where(b < 0, negative, _int_pow(a, np.maximum(b, 0))), dtype)
     ref = _extended(np.power, a, b)
+    # an infinite base by C99's rules (F.9.4.4), not the C library's powl: glibc's gives pow(-inf, -2^63) = +inf
+    # (-2^63 is an even integer: the result is +0)
+    a, b = np.broadcast_arrays(a, b)
+    odd = np.isfinite(b) & (np.floor(b) == b) & (np.abs(b) < 2.0**53) & (np.fmod(b, 2.0) != 0)
+    with np.errstate(invalid="ignore"):
+        magnitude = np.where(b < 0, 0.0, np.inf)
+    signed = np.where((a < 0) & odd, -magnitude, magnitude)
+    ref = np.where(np.isinf(a) & (b != 0) & ~np.isnan(b), signed, ref)
     return _float_result(ref, np.abs(ref), dtype)
 
 

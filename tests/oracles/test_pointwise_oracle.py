@@ -403,6 +403,13 @@ SPECIAL = [
         {},
         [1.0, 1.0, 1.0, INF, -INF, NAN, -512.0, 0.0],
     ),
+    # an infinite base (C99 F.9.4.4): -2^63 is even (glibc's powl(-inf, -2^63) is +inf), -3 and 3 odd
+    (
+        "pow",
+        [[-INF, -INF, -INF, -INF, INF, INF, -INF], [-(2.0**63), -3.0, 3.0, 2.0**63, -0.5, 0.5, NAN]],
+        {},
+        [0.0, -0.0, -INF, INF, 0.0, INF, NAN],
+    ),
     (
         "remainder",
         [[5.0, -5.0, 5.0, -5.0, 5.0, -5.0, INF, 4.0], [3.0, 3.0, -3.0, -3.0, INF, INF, 3.0, 0.0]],

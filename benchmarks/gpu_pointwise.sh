@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The pointwise library on this machine's GPU, measured the way benchmarks/README.md reports it, into an output
+# directory:
+#
+#   bash benchmarks/gpu_pointwise.sh OUTDIR
+#
+# 1. the half-precision paths checked on this GPU: each op with one served over every float16 and bfloat16 input
+#    (tests/kernels/test_pointwise_half.py; torch hidden);
+# 2. `bench_pointwise.py` with each key's untuned config (NBXCERT_UNCERTIFIED=default), recording the keys it forms
+#    (NBXCERT_KEY_RECORD);
+# 3. `nbxcert certify` of those keys for PROFILE (default hopper) into certificates/ (a rerun resumes);
+# 4. `bench_pointwise.py` again, every key served from its certificate.
+#
+# Needs one NVIDIA GPU of the profile, and torch for the bench's peer (BENCH_ARGS adds arguments, e.g. --no-torch).
+# OUTDIR gets tests.txt, untuned.json/.txt, keys.jsonl, certify.log, certified.json/.txt, certificates.tar.gz (the
+# profile's pointwise certificates) and summary.txt (the lines that matter).
+USAGE="[PROFILE=hopper] [BENCH_ARGS=...] bash benchmarks/gpu_pointwise.sh OUTDIR"
+source "$(dirname "$0")/gpu_outdir.sh"
+PROFILE=${PROFILE:-hopper}
+source "$(dirname "$0")/gpu_env.sh"
+: > "$dest/summary.txt"
+PYTHONPATH=/tmp/notorch python3 -m pytest -q -p no:cacheprovider tests/kernels/test_pointwise_half.py -m gpu \
+  > "$dest/tests.txt" 2>&1
+echo "half-precision paths, every 16-bit input: $(tail -1 "$dest/tests.txt")" | tee -a "$dest/summary.txt"
+rm -f "$dest/keys.jsonl"
+NBXCERT_UNCERTIFIED=default NBXCERT_KEY_RECORD="$dest/keys.jsonl" python3 benchmarks/bench_pointwise.py \
+  --out "$dest/untuned.json" ${BENCH_ARGS:-} > "$dest/untuned.txt" 2>&1
+echo "untuned: $(tail -1 "$dest/untuned.txt")" | tee -a "$dest/summary.txt"
+start=$(date +%s)
+PYTHONPATH=/tmp/notorch python3 -m nbxcert certify --profile "$PROFILE" --keys "$dest/keys.jsonl" --out certificates \
+  --jobs "$JOBS" > "$dest/certify.log" 2>&1
+rc=$?
+echo "certify: $(wc -l < "$dest/keys.jsonl") keys, exit $rc, $(( $(date +%s) - start )) s: $(tail -1 "$dest/certify.log")" \
+  | tee -a "$dest/summary.txt"
+python3 benchmarks/bench_pointwise.py --out "$dest/certified.json" ${BENCH_ARGS:-} > "$dest/certified.txt" 2>&1
+echo "certified: $(tail -1 "$dest/certified.txt")" | tee -a "$dest/summary.txt"
+tar czf "$dest/certificates.tar.gz" $(find certificates -path "*/$PROFILE/*" -name 'pw_*.json')
+echo "certificates: $(tar tzf "$dest/certificates.tar.gz" | wc -l) files in certificates.tar.gz" | tee -a "$dest/summary.txt"
