@@ -1,12 +1,15 @@
 """Instructions per element of each pointwise op compiled for an NVIDIA GPU, on a machine with no GPU: a diagnosis of
 why an op reading and writing 16-bit values runs below the memory's speed (the work per element), never a speed.
 
-Each op's kernel is cross-compiled (`nbxcert.kernels.backends.cross`) at its first example problem with the untuned
-config (BLOCK 1024, 4 warps: 8 elements a thread) for the target of `--arch` (default 90), and its SASS read by
-Triton's own `nvdisasm`; the count leaves out NOPs. MUFU (the special-function unit: ex2, lg2, rsqrt, rcp) is
+Each op's kernel is cross-compiled (`nbxcert.kernels.backends.cross`) at its first example problem's layouts with
+`--numel` elements (default 2^20: a multiple of 16, as a large tensor's count usually is, so Triton can prove whole
+vectors in bounds and load 16 bytes at once; the example's own 37 elements load one at a time) and the untuned config
+(BLOCK 1024, 4 warps: 8 elements a thread) for the target of `--arch` (default 90), and its SASS read by Triton's own
+`nvdisasm`; the count leaves out NOPs. MUFU (the special-function unit: ex2, lg2, rsqrt, rcp) is
 counted beside it: it issues at a quarter of the FMA pipe's rate, on a pipe of its own.
 
-    python3 benchmarks/sass_pointwise.py [--ops log,exp,...] [--dtypes float16,bfloat16] [--arch 90] [--out F.json]
+    python3 benchmarks/sass_pointwise.py [--ops log,exp,...] [--dtypes float16,bfloat16] [--numel N] [--arch 90]
+        [--out F.json]
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ def main(argv=None) -> int:
     parser.add_argument("--ops", default=DEFAULT_OPS, help="comma-separated op names (pw_<name> specs)")
     parser.add_argument("--dtypes", default="float16,bfloat16", help="comma-separated common dtypes")
     parser.add_argument("--arch", type=int, default=90, help="the sm_ architecture to compile for (default 90)")
+    parser.add_argument("--numel", type=int, default=1 << 20, help="elements of each tensor (default 2^20)")
     parser.add_argument("--out", help="write the counts as JSON to this path")
     args = parser.parse_args(argv)
     os.environ.setdefault("NBXCERT_BACKEND", "interpreter")  # no GPU here: nothing must try libcuda
@@ -66,7 +70,7 @@ def main(argv=None) -> int:
             dtypes = next((d for d in spec.dtypes if d[0] == dtype), None)
             if dtypes is None:
                 continue
-            inputs = spec.make_inputs(spec.example_problems[0], dtypes, 0, "cpu")
+            inputs = spec.make_inputs(dict(spec.example_problems[0], numel=args.numel), dtypes, 0, "cpu")
             with cross.recording() as launched:
                 spec.launch(pointwise.DEFAULT, inputs)
             code = _instructions(launched[0].compiled.asm["cubin"], nvdisasm)
@@ -86,7 +90,12 @@ def main(argv=None) -> int:
                 flush=True,
             )
     if args.out:
-        meta = {"arch": args.arch, "triton": triton.__version__, "config": pointwise.DEFAULT.label()}
+        meta = {
+            "arch": args.arch,
+            "triton": triton.__version__,
+            "config": pointwise.DEFAULT.label(),
+            "numel": args.numel,
+        }
         Path(args.out).write_text(json.dumps({**meta, "elements_a_thread": elements, "ops": rows}, indent=1) + "\n")
     return 0
 

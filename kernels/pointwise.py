@@ -393,8 +393,8 @@ def _float_pow(x, e, DM: tl.constexpr):
 
 # --- half precision on the GPU (DM >= HALF_MATH): float32 algorithms whose error is far below a 16-bit tolerance ----
 # A float16 or bfloat16 result is judged at its type's epsilon (2^-10, 2^-7) besides its final rounding, 2^13 and 2^16
-# times float32's. There CUDA's accurate float32 functions spend up to 96 instructions an element (log 38, softplus
-# 84, sin 93, against abs's 13: sm_90's SASS, `benchmarks/sass_pointwise.py`) on accuracy the result cannot hold,
+# times float32's. There CUDA's accurate float32 functions spend up to 90 instructions an element (log 33, softplus
+# 80, sin 88, against abs's 6: sm_90's SASS, `benchmarks/sass_pointwise.py`) on accuracy the result cannot hold,
 # and an op reading and writing 16-bit values is held to that rate, not to the memory's. These helpers keep the
 # float32 compute type and take the GPU's approximate instructions (ex2.approx through tl.exp, lg2.approx,
 # rsqrt.approx, div.full: each within a few float32 ulps, subnormals kept, as `math_options` launches them) where
@@ -453,6 +453,16 @@ def _p_rsqrt(x, DM: tl.constexpr):
 
 
 @jit
+def _q_scalar(x, p, DM: tl.constexpr):
+    """x / p for a scalar parameter p: for a half-precision result x times 1 / p (two float32 roundings, the
+    reciprocal made once), else rounded to nearest (`_div`)."""
+    if DM % 10 >= HALF_MATH:
+        return x * (1.0 / p)
+    else:
+        return _div(x, tl.full(x.shape, 0.0, x.dtype) + p)
+
+
+@jit
 def _q(x, y, DM: tl.constexpr):
     """x / y: div.full (a few float32 ulps) for a half-precision result, else rounded to nearest (`_div`)."""
     if DM % 10 >= HALF_MATH:
@@ -472,9 +482,13 @@ def _h_poly(t, C: tl.constexpr, TERMS: tl.constexpr):
 
 @jit
 def _h_log2_far(x, DM: tl.constexpr):
-    """log2(x) away from 1 by lg2.approx; a subnormal x (bfloat16 has them) is scaled by 2^24 first, exactly."""
-    sub = x < _c(FLT_MIN, x)
-    return _p_log2(tl.where(sub, x * _c(TWO_24, x), x), DM) - tl.where(sub, 24.0, 0.0)
+    """log2(x) away from 1 by lg2.approx; a bfloat16 x below float32's least normal (float16 has none there) is scaled
+    by 2^24 first, exactly."""
+    if DM % 10 == HALF_BF16:
+        sub = x < _c(FLT_MIN, x)
+        return _p_log2(tl.where(sub, x * _c(TWO_24, x), x), DM) - tl.where(sub, 24.0, 0.0)
+    else:
+        return _p_log2(x, DM)
 
 
 @jit
@@ -501,9 +515,9 @@ def _h_log2(x, DM: tl.constexpr):
 @jit
 def _h_log1p(t, DM: tl.constexpr):
     """log(1 + t): the series where |t| <= 1/8, else log of u = 1 + t (rounded: a relative 2^-24 of u, at most
-    2^-21 of |log u| > 0.11 there)."""
+    2^-21 of |log u| > 0.11 there; u is 0 or at least 2^-24, never below float32's least normal)."""
     u = 1.0 + t
-    return tl.where(tl.abs(t) <= _c(LOG1P_AT, t), _h_log1p_near(t, LOG1P_TERMS), _h_log2_far(u, DM) * _c(LN2, u))
+    return tl.where(tl.abs(t) <= _c(LOG1P_AT, t), _h_log1p_near(t, LOG1P_TERMS), _p_log2(u, DM) * _c(LN2, u))
 
 
 @jit
@@ -814,10 +828,12 @@ def _b_sqrt(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
 
 @jit
 def _b_rsqrt(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
-    if DM % 10 >= HALF_MATH:
-        # rsqrt.approx; a subnormal x (bfloat16's) scaled by 2^24 first, the result by 2^12 after (both exact)
+    if DM % 10 == HALF_BF16:
+        # rsqrt.approx; a bfloat16 x below float32's least normal scaled by 2^24 first, the result by 2^12 after
         sub = x < _c(FLT_MIN, x)
         return _p_rsqrt(tl.where(sub, x * _c(TWO_24, x), x), DM) * tl.where(sub, 4096.0, 1.0)
+    elif DM % 10 == HALF_MATH:
+        return _p_rsqrt(x, DM)
     else:
         return _div(tl.full(x.shape, 1.0, x.dtype), _sqrt(x))
 
@@ -949,7 +965,7 @@ def _b_elu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
 
 @jit
 def _b_celu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
-    return tl.where(x > 0, x, p0 * _m_expm1(_q(x, p0, DM), DM))
+    return tl.where(x > 0, x, p0 * _m_expm1(_q_scalar(x, p0, DM), DM))
 
 
 @jit
@@ -979,7 +995,7 @@ def _b_hardswish(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
 def _b_softplus(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """log(1 + exp(beta x)) / beta, x itself where beta x > threshold (p0 beta, p1 threshold)."""
     bx = x * p0
-    return tl.where(bx > p1, x, _q(_m_softplus(bx, DM), tl.full(x.shape, 0.0, x.dtype) + p0, DM))
+    return tl.where(bx > p1, x, _q_scalar(_m_softplus(bx, DM), p0, DM))
 
 
 @jit
