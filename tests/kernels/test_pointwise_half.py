@@ -9,6 +9,8 @@ GPU test runs the ops themselves, served, over the same inputs: the instructions
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from devicetools import empty, from_numpy
@@ -143,6 +145,52 @@ def test_half_binary_helpers_over_every_first_operand(op, dtype):
     single = half_results(op, x, {}, dtype, y)
     ref, scale = getattr(oracles, op)(x.astype(np.float64), y.astype(np.float64), dtype=dtype)
     judge_single(single, ref, scale, dtype, f"{op} {dtype}")
+
+
+def _half_paths(items):
+    """(In the cross-compiling subprocess.) Each (op, dtypes): the libdevice functions its compiled TTIR calls."""
+    from nbxcert.kernels.backends import cross
+
+    for name, dtypes in items:
+        spec = pw.SPECS[name]
+        inputs = spec.make_inputs(spec.example_problems[0], tuple(dtypes), 0, "cpu")
+        with cross.recording() as launched:
+            spec.launch(pw.DEFAULT, inputs)
+        compiled = launched[0].compiled
+        yield {
+            "op": name,
+            "dtypes": dtypes,
+            "calls": sorted(set(re.findall(r"__nv_\w+", compiled.asm["ttir"]))),
+        }
+
+
+def test_16_bit_results_compile_for_sm90_with_the_half_forms():
+    """Cross-compiled for sm_90: 16-bit results call the fast instructions (lg2.approx as `__nv_fast_log2f`,
+    rsqrt.approx as `__nv_rsqrtf`) or none at all, where float32 results call CUDA's accurate functions; bfloat16's
+    sin keeps CUDA's; round calls rint."""
+    import crosstools
+
+    items = [
+        ("log", ("float16", "float16")),
+        ("log", ("bfloat16", "bfloat16")),
+        ("log", ("float32", "float32")),
+        ("sin", ("float16", "float16")),
+        ("sin", ("bfloat16", "bfloat16")),
+        ("softplus", ("bfloat16", "bfloat16")),
+        ("rsqrt", ("bfloat16", "bfloat16")),
+        ("hypot", ("float16", "float16", "float16")),
+        ("round", ("float32", "float32")),
+    ]
+    got = {(r["op"], tuple(r["dtypes"])): r["calls"] for r in crosstools.cross_compile(90, _half_paths, items, 600)}
+    assert got[("log", ("float16", "float16"))] == ["__nv_fast_log2f"]
+    assert got[("log", ("bfloat16", "bfloat16"))] == ["__nv_fast_log2f"]
+    assert got[("log", ("float32", "float32"))] == ["__nv_logf"]
+    assert got[("sin", ("float16", "float16"))] == ["__nv_rintf"]  # the reduction's quadrant, and no sine call
+    assert got[("sin", ("bfloat16", "bfloat16"))] == ["__nv_sinf"]
+    assert got[("softplus", ("bfloat16", "bfloat16"))] == ["__nv_fast_log2f"]
+    assert got[("rsqrt", ("bfloat16", "bfloat16"))] == ["__nv_rsqrtf"]
+    assert got[("hypot", ("float16", "float16", "float16"))] == []
+    assert got[("round", ("float32", "float32"))] == ["__nv_rintf"]
 
 
 def test_the_half_level_is_set_for_16_bit_results_on_nvidia_targets_only():
