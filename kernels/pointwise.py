@@ -27,7 +27,7 @@ Device functions. On the GPU (the cuda and cross backends: `DEVICE_MATH`, a cons
 backend in force, `math_level`) the bodies call the device's math library (`libdevice`: CUDA's accurate __nv_expf,
 __nv_logf, __nv_tanh, ..., and its exact fmod, launched without libdevice's flush-to-zero, `math_options`), except
 where a float16 or bfloat16 result is computed in float32 on an NVIDIA GPU: there exp, log, log2, log1p, expm1, rsqrt,
-reciprocal, sigmoid, silu, softplus, log_sigmoid, mish, elu, celu, selu, gelu (tanh form), glu and pow, and for
+reciprocal, tanh, sigmoid, silu, softplus, log_sigmoid, mish, elu, celu, selu, gelu (tanh form), glu and pow, and for
 float16 sin, cos, tan and hypot, take this module's half-precision helpers (`_h_*`: the GPU's approximate
 instructions and short series, checked over every 16-bit input; round takes the exact rint instruction on any
 float). Under Triton's interpreter (no device math library) the transcendental helpers here are written out from exp,
@@ -397,10 +397,10 @@ def _float_pow(x, e, DM: tl.constexpr):
 # 80, sin 88, against abs's 6: sm_90's SASS, `benchmarks/sass_pointwise.py`) on accuracy the result cannot hold,
 # and an op reading and writing 16-bit values is held to that rate, not to the memory's. These helpers keep the
 # float32 compute type and take the GPU's approximate instructions (ex2.approx through tl.exp, lg2.approx,
-# rsqrt.approx, div.full: each within a few float32 ulps, subnormals kept, as `math_options` launches them) where
+# rsqrt.approx, div.approx: each within a few float32 ulps, subnormals kept, as `math_options` launches them) where
 # their error is a relative one, and short series (exact rational coefficients, rounded once) where a result must
 # keep its relative accuracy near a zero of the function (log near 1, log1p and expm1 near 0, sin and cos after the
-# reduction). tanh and erf keep CUDA's (their half-precision forms took no fewer instructions).
+# reduction, tanh near 0). erf keeps CUDA's (a half-precision form took no fewer instructions).
 # `tests/kernels/test_pointwise_half.py` runs every helper under the interpreter over every float16 and bfloat16 input
 # against its oracle (the approximate instructions there are numpy's exact ones: DM + EMULATED; the float32 result
 # within 2^-8 of the tolerance before its rounding, 2^-9.3 at worst), and on the GPU each op served over the same
@@ -453,6 +453,17 @@ def _p_rsqrt(x, DM: tl.constexpr):
 
 
 @jit
+def _p_div(x, y, DM: tl.constexpr):
+    """x / y of float32s: div.approx (`libdevice.fast_dividef`, __nv_fast_fdividef: within 2^-22 while |y| lies in
+    2^-126..2^126, 0 past it, where every quotient here is below a 16-bit result's least value or ends as 1 - 0) on
+    the GPU; exact under the interpreter."""
+    if DM < EMULATED:
+        return libdevice.fast_dividef(x, y)
+    else:
+        return x / y
+
+
+@jit
 def _q_scalar(x, p, DM: tl.constexpr):
     """x / p for a scalar parameter p: for a half-precision result x times 1 / p (two float32 roundings, the
     reciprocal made once), else rounded to nearest (`_div`)."""
@@ -464,9 +475,9 @@ def _q_scalar(x, p, DM: tl.constexpr):
 
 @jit
 def _q(x, y, DM: tl.constexpr):
-    """x / y: div.full (a few float32 ulps) for a half-precision result, else rounded to nearest (`_div`)."""
+    """x / y: div.approx (`_p_div`) for a half-precision result, else rounded to nearest (`_div`)."""
     if DM % 10 >= HALF_MATH:
-        return x / y
+        return _p_div(x, y, DM)
     else:
         return _div(x, y)
 
@@ -530,10 +541,10 @@ def _h_expm1(x, DM: tl.constexpr):
 
 @jit
 def _h_sigmoid(x, DM: tl.constexpr):
-    """1 / (1 + e) for x >= 0, e / (1 + e) for x < 0, e = exp(-|x|) (div.full: a few float32 ulps); e itself below
-    x = -20, where 1 + e is 1 in float32 (and e may be subnormal)."""
+    """1 / (1 + e) for x >= 0, e / (1 + e) for x < 0, e = exp(-|x|) (div.approx: 1 + e lies in [1, 2]); e itself
+    below x = -20, where 1 + e is 1 in float32 (and e may be subnormal)."""
     e = tl.exp(-tl.abs(x))
-    q = tl.where(x >= 0, 1.0, e) / (1.0 + e)
+    q = _p_div(tl.where(x >= 0, 1.0, e), 1.0 + e, DM)
     return tl.where(x < -20.0, e, q)
 
 
@@ -577,12 +588,24 @@ def _h_sincos(x, DM: tl.constexpr):
 
 
 @jit
+def _h_tanh(x, DM: tl.constexpr):
+    """tanh(x): x times tanh's series in x^2 (TANH_C, exact) where |x| < 1/4, 4 terms (each next below (2x/pi)^2 =
+    0.025 of the last: 2^-21 left); else 1 - 2 / (e^2|x| + 1) with x's sign (at |x| = 1/4 the quotient's relative
+    error, 2^-21, is 3 times that of tanh; e^2|x| past 2^126 gives 1); -0.0 and NaN kept."""
+    a = tl.abs(x)
+    near = a < 0.25
+    s = tl.where(near, x, 0.0)
+    far = 1.0 - _p_div(tl.full(a.shape, 2.0, a.dtype), tl.exp(2.0 * a) + 1.0, DM)
+    return tl.where(near, s * _h_poly(s * s, TANH_C, 4), tl.where(x < 0, -far, far))
+
+
+@jit
 def _h_mish(x, DM: tl.constexpr):
     """x tanh(softplus(x)) = x n / (n + 2), n = e^x (e^x + 2) (tanh(log(1 + e^x)) written out); x itself past x = 20
     (the quotient is 1 in float32), x e^x below x = -20 (it is e^x there, which may be subnormal)."""
     e = tl.exp(x)
     n = e * (e + 2.0)
-    r = x * (n / (n + 2.0))
+    r = x * _p_div(n, n + 2.0, DM)  # n + 2 lies in [2, 2.4e17] where r is kept
     return tl.where(x > 20.0, x, tl.where(x < -20.0, x * e, r))
 
 
@@ -689,7 +712,9 @@ def _m_log1p(x, DM: tl.constexpr):
 
 @jit
 def _m_tanh(x, DM: tl.constexpr):
-    if DM:
+    if DM % 10 >= HALF_MATH:
+        return _h_tanh(x, DM)
+    elif DM:
         return libdevice.tanh(x)
     else:
         return _tanh(x)

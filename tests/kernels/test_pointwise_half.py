@@ -37,6 +37,7 @@ HALF_OPS = {
     "log1p": {},
     "expm1": {},
     "rsqrt": {},
+    "tanh": {},
     "sin": {},
     "cos": {},
     "tan": {},
