@@ -12,8 +12,9 @@
 # 4. `bench_pointwise.py` again, every key served from its certificate.
 #
 # Needs one NVIDIA GPU of the profile, and torch for the bench's peer (BENCH_ARGS adds arguments, e.g. --no-torch).
-# OUTDIR gets tests.txt, untuned.json/.txt, keys.jsonl, certify.log, certified.json/.txt, certificates.tar.gz (the
-# profile's pointwise certificates) and summary.txt (the lines that matter).
+# OUTDIR gets tests.txt, untuned.json/.txt, keys.jsonl, certify.log, certified.json/.txt, served.jsonl (how each key
+# of the certified run was served), certificates.tar.gz (the profile's pointwise certificates) and summary.txt (the
+# lines that matter).
 USAGE="[PROFILE=hopper] [BENCH_ARGS=...] bash benchmarks/gpu_pointwise.sh OUTDIR"
 source "$(dirname "$0")/gpu_outdir.sh"
 PROFILE=${PROFILE:-hopper}
@@ -33,7 +34,12 @@ PYTHONPATH=/tmp/notorch python3 -m nbxcert certify --profile "$PROFILE" --keys "
 rc=$?
 echo "certify: $(wc -l < "$dest/keys.jsonl") keys, exit $rc, $(( $(date +%s) - start )) s: $(tail -1 "$dest/certify.log")" \
   | tee -a "$dest/summary.txt"
-python3 benchmarks/bench_pointwise.py --out "$dest/certified.json" ${BENCH_ARGS:-} > "$dest/certified.txt" 2>&1
+rm -f "$dest/served.jsonl"
+NBXCERT_KEY_RECORD="$dest/served.jsonl" python3 benchmarks/bench_pointwise.py --out "$dest/certified.json" \
+  ${BENCH_ARGS:-} > "$dest/certified.txt" 2>&1
 echo "certified: $(tail -1 "$dest/certified.txt")" | tee -a "$dest/summary.txt"
+# how each key was served in that run (served: from a certificate; swept or default: not)
+python3 -c "import collections, json, sys; print(dict(collections.Counter(json.loads(l)['event'] for l in open(sys.argv[1]))))" \
+  "$dest/served.jsonl" | sed 's/^/keys in the certified run: /' | tee -a "$dest/summary.txt"
 tar czf "$dest/certificates.tar.gz" $(find certificates -path "*/$PROFILE/*" -name 'pw_*.json')
 echo "certificates: $(tar tzf "$dest/certificates.tar.gz" | wc -l) files in certificates.tar.gz" | tee -a "$dest/summary.txt"
