@@ -708,7 +708,10 @@ def _profile_top(fn, calls: int, sync, top: int = 30) -> list[str]:
 KEY_LINE = re.compile(
     r"\[nbxcert\] \d+/\d+ (?P<status>certified|failed|skipped)\s*(?P<key>\S+?@v\d+)"
     r"(?:\s*in\s*(?P<total>[\d.]+)\s*s\s*\((?P<parts>[^)]*)\))?"
+    r"(?:\s*at\s*(?P<at>[\d.]+)\s*s)?"
 )
+# the run's clock: a key line's `at T s` (since 2026-12-05), else the heartbeat's `(N s)` on stderr
+PROGRESS_LINE = re.compile(r"^\[nbxcert\] certify \S+: .*\((?P<seconds>\d+) s\)$")
 PART = re.compile(r"(?P<name>[a-z]+)\s*(?P<seconds>[\d.]+)")
 WALL_PARTS = ("compile", "inputs", "oracle", "checks", "timing", "record")
 # Triton's own report of a crashed ptxas (the kernel's whole PTX between two rules), which a compile worker printed
@@ -738,6 +741,8 @@ def parse_log(text: str) -> list[dict]:
     rows = []
     for m in KEY_LINE.finditer(unwrap_log(text)):
         row: dict = {"status": m["status"], "key": m["key"]}
+        if m["at"] is not None:
+            row["at"] = float(m["at"])
         if m["total"] is not None:
             row["total"] = float(m["total"])
             wall, _, inner = m["parts"].partition(";")
@@ -753,10 +758,36 @@ def parse_log(text: str) -> list[dict]:
     return rows
 
 
+def run_clock(text: str) -> tuple[float | None, str]:
+    """(seconds the run took up to its last key, how it is known) of one certify log. Its key lines' `at` where
+    they have it; else the last heartbeat line's clock plus the times of the keys finished after it (a lower bound:
+    the time between those keys is not in it); None where the log has neither."""
+    stamp, after, last_at = None, 0.0, None
+    # line by line as written (a traceback after a progress line must not be joined to it)
+    for line in PTXAS_DUMP.sub("", text).splitlines():
+        progress = PROGRESS_LINE.match(line)
+        if progress:
+            stamp, after = float(progress["seconds"]), 0.0
+            continue
+        m = KEY_LINE.match(line)
+        if m is None:
+            continue
+        if m["at"] is not None:
+            last_at = float(m["at"])
+        elif m["total"] is not None:
+            after += float(m["total"])
+    if last_at is not None:
+        return last_at, "the key lines' run clock (at T s)"
+    if stamp is not None:
+        return stamp + after, "the last progress line's clock plus the keys' times after it (a lower bound)"
+    return None, ""
+
+
 def throughput(args) -> dict:
     from nbxcert.profiles import get_profile
 
-    per_log = [parse_log(Path(p).read_text(errors="replace")) for p in args.logs]
+    texts = [Path(p).read_text(errors="replace") for p in args.logs]
+    per_log = [parse_log(t) for t in texts]
     rows = [r for log in per_log for r in log if r["status"] == "certified" and "total" in r]
     wanted = None
     if args.workload:
@@ -775,6 +806,13 @@ def throughput(args) -> dict:
         ),
         default=0.0,
     )
+    # the run's own clock where the logs give it: what passes between keys (looking up and writing certificates,
+    # skipped keys, start-up) is in it, in no key's time
+    clocks = [run_clock(t) for t in texts]
+    if all(c[0] is not None for c in clocks) and clocks:
+        wall, basis = max(c[0] for c in clocks), clocks[0][1]
+    else:
+        basis = "the keys' times summed (these logs carry no run clock: the time between keys is left out)"
     parts = [f for f in WALL_PARTS if any(f in r for r in rows)]
     shares = {f: (sum(r.get(f, 0.0) for r in rows) / busy if busy else 0.0) for f in parts}
     inside = [r for r in rows if "runner_oracle" in r]
@@ -784,6 +822,8 @@ def throughput(args) -> dict:
         "keys_certified": len(rows),
         "seconds_summed": busy,
         "keys_per_minute_per_shard": 60.0 * len(rows) / busy if busy else None,
+        "wall_seconds": wall,
+        "wall_basis": basis,
         "keys_per_minute": 60.0 * len(rows) / wall if wall else None,
         "shares": shares,
         # the runner's inputs and float64 oracle, as a share of the key time of the lines that report it: the part

@@ -299,11 +299,12 @@ def certify(
     def made_by(spec) -> dict:
         return dict(prov, code=code_digest(spec, profile))
 
+    # the out directory's files read once, and again only when another process writes them (`Directory`)
+    written = certificates.Directory(out_dir)
+
     def done_before(key: LaunchKey) -> bool:
         spec = specs[key.kernel]
-        old = certificates.existing_entry(
-            out_dir, profile.key, key.kernel, spec.output_dtypes(key.dtypes)[0], key.text()
-        )
+        old = written.existing_entry(profile.key, key.kernel, spec.output_dtypes(key.dtypes)[0], key.text())
         return old is not None and not force and same_card(old["provenance"], made_by(spec))
 
     queued: set[int] = set()  # the keys (indices into todo) whose compiles were queued ahead
@@ -335,7 +336,7 @@ def certify(
                 kr = _key_report(result)
                 if result.winner is not None:
                     entry = entry_of(result, spec, profile, made_by(spec), seed)
-                    certificates.add_entry(out_dir, profile.key, key.kernel, out_dtype, key.text(), entry)
+                    written.add_entry(profile.key, key.kernel, out_dtype, key.text(), entry)
             report.keys.append(kr)
             if on_key:
                 on_key(kr)

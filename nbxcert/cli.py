@@ -181,8 +181,9 @@ def resumable(fn: Callable) -> Callable:
     )
 
 
-def _key_line(kr, bar, task) -> str:
-    """One line per key as it finishes (a log reader sees progress and where the time goes)."""
+def _key_line(kr, bar, task, elapsed: float) -> str:
+    """One line per key as it finishes (a log reader sees progress and where the time goes); `elapsed`: seconds since
+    the run began, `at T s` (the progress lines' clock: what passes between keys is in it, not in any key's time)."""
     done = int(bar.tasks[task].completed)
     total = int(bar.tasks[task].total or 0)
     s = kr.seconds or {}
@@ -193,6 +194,7 @@ def _key_line(kr, bar, task) -> str:
         parts = [(n, s.get(n)) for n in ("compile", "inputs", "oracle", "checks", "timing", "record")]
         line += f" in {s.get('total', 0.0):.1f} s (" + ", ".join(f"{n} {v:.1f}" for n, v in parts if v is not None)
         line += ")"
+    line += f" at {elapsed:.1f} s"
     if kr.winner:
         line += f": {kr.winner}"
     if kr.reason:
@@ -239,11 +241,15 @@ class _Heartbeat:
         if self._thread is not None:
             self._thread.join()
 
+    def elapsed(self) -> float:
+        """Seconds since the work began (the clock of its progress lines)."""
+        return time.monotonic() - self._t0
+
     def _run(self) -> None:
         from nbxcert.text import printable
 
         while not self._stop.wait(PROGRESS_S):
-            line = f"[nbxcert] {self.what}: {self.state} ({time.monotonic() - self._t0:.0f} s)"
+            line = f"[nbxcert] {self.what}: {self.state} ({self.elapsed():.0f} s)"
             sys.stderr.write(printable(line) + "\n")  # one write: never split by another thread's line
             sys.stderr.flush()
 
@@ -559,7 +565,8 @@ def certify(
                 def on_key(kr) -> None:
                     key_done(kr)
                     bar.advance(overall)
-                    bar.console.print(_key_line(kr, bar, overall), markup=False, soft_wrap=True)
+                    line = _key_line(kr, bar, overall, beat.elapsed())
+                    bar.console.print(line, markup=False, soft_wrap=True)
 
                 report = run(progress=progress, on_key=on_key, timeout_s=timeout)
     totals = report.totals()

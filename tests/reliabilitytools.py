@@ -72,3 +72,11 @@ def probe_text(certs, mutate=None, key=None) -> str:
     doc = {"schema_version": 1, "kernel": "fault_probe", "dtype": "float32", "profile": "cpu/interpreter"}
     doc["entries"] = {key or certs.probe_key(300): entry}
     return json.dumps(doc, indent=2, sort_keys=True)
+
+
+def run_writers(code: str, root: Path, n: int = 4) -> None:
+    """Run `code` in `n` processes at once (argv: `root`, the process's index; tests/fixtures importable); each must
+    exit 0."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(FIXTURES), *sys.path]))
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(root), str(i)], env=env) for i in range(n)]
+    assert [p.wait(timeout=300) for p in procs] == [0] * n

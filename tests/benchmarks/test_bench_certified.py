@@ -94,6 +94,44 @@ def test_a_certify_line_of_2026_12_04_is_read_with_its_parts_and_the_runners_wor
     assert result["runners_inputs_and_oracle_share"] == pytest.approx(0.6 / 6.0)
 
 
+def test_throughput_divides_by_the_runs_clock_where_the_log_has_it(tmp_path):
+    # as `nbxcert certify` writes a key now: the run's clock at the end (`at T s`); 2.5 s passed between the keys
+    text = (
+        "[nbxcert] 1/3 skipped rmsnorm[n_cols=64,n_rows=8;float16,float16]@v1 at 0.4 s: already certified\n"
+        "[nbxcert] 2/3 certified matmul[K=64,M=8,N=192;float16,float16]@v1 in 2.0 s "
+        "(compile 0.2, inputs 0.4, oracle 0.3, checks 0.6, timing 0.5, record 0.0) at 3.0 s: BLOCK_M=16\n"
+        "[nbxcert] 3/3 certified softmax[mask=none,n_cols=9,n_rows=1;float16]@v1 in 1.0 s "
+        "(compile 0.1, inputs 0.1, oracle 0.2, checks 0.3, timing 0.3, record 0.0) at 6.0 s: ROWS=1\n"
+    )
+    rows = bc.parse_log(text)
+    assert [r.get("at") for r in rows] == [0.4, 3.0, 6.0] and rows[1]["total"] == 2.0
+    log = tmp_path / "certify.log"
+    log.write_text(text)
+    result = bc.throughput(argparse.Namespace(logs=[str(log)], workload=None, profile="hopper"))
+    assert result["wall_seconds"] == 6.0 and "at T s" in result["wall_basis"]
+    assert result["keys_per_minute"] == pytest.approx(60 * 2 / 6.0)
+    assert result["keys_per_minute_per_shard"] == pytest.approx(60 * 2 / 3.0)  # the keys' own times
+
+
+def test_throughput_of_a_log_without_key_clocks_counts_from_its_last_progress_line(tmp_path):
+    # a 2026-12-04 log: heartbeat lines `(N s)`, then a traceback of the interrupted run that must not hide the last
+    text = (
+        "[nbxcert] certify nvidia/hopper: 0/3 keys done (5 s)\n"
+        "[nbxcert] 1/3 certified matmul[K=64,M=8,N=192;float16,float16]@v1 in 2.0 s "
+        "(compile 0.2, inputs 0.4, oracle 0.3, checks 0.6, timing 0.5, record 0.0): BLOCK_M=16\n"
+        "[nbxcert] certify nvidia/hopper: 1/3 keys done; softmax: compiling 4 candidates (10 s)\n"
+        "Process SpawnProcess-3:\n"
+        "[nbxcert] 2/3 certified softmax[mask=none,n_cols=9,n_rows=1;float16]@v1 in 1.5 s "
+        "(compile 0.1, inputs 0.1, oracle 0.2, checks 0.3, timing 0.8, record 0.0): ROWS=1\n"
+        "nbxcert: interrupted\n"
+    )
+    log = tmp_path / "certify.log"
+    log.write_text(text)
+    result = bc.throughput(argparse.Namespace(logs=[str(log)], workload=None, profile="hopper"))
+    assert result["wall_seconds"] == pytest.approx(11.5) and "lower bound" in result["wall_basis"]
+    assert result["keys_per_minute"] == pytest.approx(60 * 2 / 11.5)
+
+
 def test_a_log_wrapped_at_80_columns_with_a_ptxas_dump_is_read_too():
     # as the H200 logs of 2026-11-29 have it (Rich wrapped each key's line; Triton printed a crashed ptxas's PTX)
     text = (

@@ -71,6 +71,9 @@ def test_certify_writes_valid_certificates_and_a_rerun_skips_them(demo):
     assert r.returncode == 0 and len(lines) == n, r.stderr[-2000:]
     assert all(line.endswith("already certified for this card, versions and code") for line in lines)
     assert max(map(len, lines)) > 120
+    # each ends its key with the run's clock, rising (what passes between keys is in it)
+    clocks = [float(re.search(r"@v\d+ at ([\d.]+) s: ", line).group(1)) for line in lines]
+    assert clocks == sorted(clocks)
 
 
 def test_verify_certified_only_serves_every_key_then_fails_naming_a_removed_one(demo, tmp_path):

@@ -22,6 +22,7 @@ from reliabilitytools import (
     entries,
     figures,
     nbx,
+    run_writers,
 )
 
 _RECORDER = """
@@ -106,9 +107,7 @@ for i in range(40):
 
 
 def test_four_processes_adding_entries_to_one_file_lose_none(tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(FIXTURES), *sys.path]))
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path), str(i)], env=env) for i in range(4)]
-    assert [p.wait(timeout=300) for p in procs] == [0] * 4
+    run_writers(_WRITER, tmp_path)
     found = entries(tmp_path)
     assert len(found) == 160 and len(set(found.values())) == 1
 
