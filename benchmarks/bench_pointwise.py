@@ -1,14 +1,15 @@
 """Pointwise ops on the GPU as an application calls them: `nbxcert.ops.<op>(...)`, the output allocated by the call,
 next to the same torch op in eager mode and to the device's copy bandwidth, measured in the same run.
 
-    python benchmarks/bench_pointwise.py --out pointwise.json [--ops exp,add,...] [--rows 8192]
+    python benchmarks/bench_pointwise.py --out pointwise.json [--ops exp,add,...] [--rows 8192] [--half bfloat16]
 
 Every case reads and writes tensors of at least 64 MB ([8192, 4096] by default: float16 64 MiB, float32 and int32
-128 MiB): each op of `nbxcert.ops`'s pointwise library on float16 (float32 for the casts' source and the float
-division modes, int32 for the bitwise and shift ops, bool for the logical ops and conditions), dense operands of the
-output's shape. The served call is timed whole (`time_events` ungated: the host's work for each call is inside the
-timed span, as torch's is in `triton.testing.do_bench`), an L2 flush before each repetition, the median taken; the
-first call (which makes the key's plan, and sweeps it at run time where no certificate covers it) is not timed.
+128 MiB): each op of `nbxcert.ops`'s pointwise library on float16 (`--half bfloat16`: on bfloat16; float32 for the
+casts' source and the float division modes, int32 for the bitwise and shift ops, bool for the logical ops and
+conditions), dense operands of the output's shape. The served call is timed whole (`time_events` ungated: the
+host's work for each call is inside the timed span, as torch's is in `triton.testing.do_bench`), an L2 flush before
+each repetition, the median taken; the first call (which makes the key's plan, and sweeps it at run time where no
+certificate covers it) is not timed.
 Effective bandwidth = bytes of every operand read + the output written, once each. torch runs in its own process
 (`PEER_SCRIPT`; nbxcert never imports torch) with `triton.testing.do_bench` on the same expression written with
 torch's names, on inputs of the same shapes and dtypes. The copy bandwidth is cuMemcpyDtoD of a 1 GiB buffer
@@ -29,7 +30,7 @@ from nbxcert.oracles import pointwise as pointwise_ops
 # (op, inputs as (dtype, values), nbxcert call on ops and the inputs, torch expression on x, y, z)
 # values: "normal" N(0, 1); "positive" |N(0, 1)| + 0.5; "unit" U(0, 1); "int" integers in [-1000, 1000];
 # "shift" integers in [0, 31]; "bool" fair coin
-H = "float16"
+H = "float16"  # the half-precision type of the cases (--half bfloat16 for the other)
 UNARY = list(pointwise_ops.GROUPS["unary"])  # every unary op of the library, as its oracle module lists them
 POSITIVE = {"log", "log2", "log1p", "sqrt", "rsqrt"}
 ACTIVATIONS = ["relu", "silu", "mish", "elu", "celu", "selu", "leaky_relu", "hardsigmoid", "hardswish", "softplus"]
@@ -39,7 +40,7 @@ BITWISE = ["bitwise_and", "bitwise_or", "bitwise_xor"]
 LOGICAL = ["logical_and", "logical_or", "logical_xor"]
 
 
-def _cases() -> list[tuple]:
+def _cases(H: str = H) -> list[tuple]:  # noqa: N803 - the cases' one letter for their half type
     cases = []
     for op in UNARY:
         cases.append((op, ((H, "positive" if op in POSITIVE else "normal"),), f"ops.{op}(x)", f"torch.{op}(x)"))
@@ -106,21 +107,22 @@ def _cases() -> list[tuple]:
         cases.append((op, (("int32", "int"), ("int32", "shift")), f"ops.{op}(x, y)", f"torch.{op}(x, y)"))
     for op in LOGICAL:
         cases.append((op, (("bool", "bool"), ("bool", "bool")), f"ops.{op}(x, y)", f"torch.{op}(x, y)"))
+    short = {"float16": "f16", "bfloat16": "bf16"}[H]
     cases += [
         ("copy_transposed", ((H, "normal"),), "ops.clone(x.T)", "x.T.clone()"),
-        ("cast_f32_to_f16", (("float32", "normal"),), "ops.to(x, 'float16')", "x.to(torch.float16)"),
-        ("cast_f16_to_f32", ((H, "normal"),), "ops.to(x, 'float32')", "x.to(torch.float32)"),
+        (f"cast_f32_to_{short}", (("float32", "normal"),), f"ops.to(x, '{H}')", f"x.to(torch.{H})"),
+        (f"cast_{short}_to_f32", ((H, "normal"),), "ops.to(x, 'float32')", "x.to(torch.float32)"),
         (
             "full",
             (),
-            "ops.full(SHAPE, 1.5, dtype='float16', device=DEVICE)",
-            "torch.full(SHAPE, 1.5, dtype=torch.float16, device='cuda')",
+            f"ops.full(SHAPE, 1.5, dtype='{H}', device=DEVICE)",
+            f"torch.full(SHAPE, 1.5, dtype=torch.{H}, device='cuda')",
         ),
         (
             "zeros",
             (),
-            "ops.zeros(SHAPE, dtype='float16', device=DEVICE)",
-            "torch.zeros(SHAPE, dtype=torch.float16, device='cuda')",
+            f"ops.zeros(SHAPE, dtype='{H}', device=DEVICE)",
+            f"torch.zeros(SHAPE, dtype=torch.{H}, device='cuda')",
         ),
         (
             "arange",
@@ -145,7 +147,10 @@ PEER_SCRIPT = (
 import torch.nn.functional as F
 rows = int(sys.argv[4])
 SHAPE, NUMEL = (rows, 4096), rows * 4096
-DT = {"float16": torch.float16, "float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
+DT = {
+    "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "int32": torch.int32,
+    "bool": torch.bool,
+}
 
 def make(dtype, values):
     if values == "bool":
@@ -198,10 +203,14 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=float, default=25.0, help="warm-up ms per timing (default 25)")
     parser.add_argument("--rep", type=float, default=100.0, help="timed ms per timing (default 100)")
     parser.add_argument("--no-torch", action="store_true", help="skip the torch peer")
+    parser.add_argument(
+        "--half", default="float16", choices=("float16", "bfloat16"), help="the cases' half type (default float16)"
+    )
     args = parser.parse_args(argv)
-    chosen = [c for c in CASES if not args.ops or c[0] in args.ops.split(",")]
+    cases = _cases(args.half)
+    chosen = [c for c in cases if not args.ops or c[0] in args.ops.split(",")]
     if not chosen:
-        raise SystemExit(f"no case named in --ops; cases: {', '.join(c[0] for c in CASES)}")
+        raise SystemExit(f"no case named in --ops; cases: {', '.join(c[0] for c in cases)}")
     found = common.gpu_profile("bench_pointwise")
     if found is None:
         return 2

@@ -11,7 +11,8 @@
 # 3. `nbxcert certify` of those keys for PROFILE (default hopper) into certificates/ (a rerun resumes);
 # 4. `bench_pointwise.py` again, every key served from its certificate.
 #
-# Needs one NVIDIA GPU of the profile, and torch for the bench's peer (BENCH_ARGS adds arguments, e.g. --no-torch).
+# Needs one NVIDIA GPU of the profile, and torch for the bench's peer (BENCH_ARGS adds arguments: --no-torch, --half
+# bfloat16 for the bfloat16 cases).
 # OUTDIR gets tests.txt, untuned.json/.txt, keys.jsonl, certify.log, certified.json/.txt, served.jsonl (how each key
 # of the certified run was served), certificates.tar.gz (the profile's pointwise certificates) and summary.txt (the
 # lines that matter).

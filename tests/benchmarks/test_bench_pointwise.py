@@ -22,15 +22,17 @@ def bench():
         sys.path.remove(str(BENCH))
 
 
-def test_every_case_calls_nbxcert_ops_and_counts_its_bytes(bench, backend):
+@pytest.mark.parametrize("half", ["float16", "bfloat16"])
+def test_every_case_calls_nbxcert_ops_and_counts_its_bytes(bench, backend, half):
     from nbxcert import ops
     from nbxcert.kernels.inputs import rng
 
     gen = rng(0)
     shape = (1, 256)
-    names = [c[0] for c in bench.CASES]
-    assert len(names) == len(set(names))
-    for name, spec, call, torch_expr in bench.CASES:
+    cases = bench._cases(half)
+    names = [c[0] for c in cases]
+    assert len(names) == len(set(names)) and (half == "bfloat16") == ("cast_bf16_to_f32" in names)
+    for name, spec, call, torch_expr in cases:
         tensors = [bench.make_input(gen, d, v, shape, backend.device) for d, v in spec]
         x, y, z = (tensors + [None, None, None])[:3]
         scope = {"ops": ops, "x": x, "y": y, "z": z, "SHAPE": shape, "NUMEL": 256, "DEVICE": backend.device}
