@@ -13,7 +13,8 @@
 #
 # Needs one NVIDIA GPU of the profile, and torch for the bench's peer (BENCH_ARGS adds arguments: --no-torch, --half
 # bfloat16 for the bfloat16 cases).
-# OUTDIR gets tests.txt, untuned.json/.txt, keys.jsonl, certify.log, certified.json/.txt, served.jsonl (how each key
+# OUTDIR gets tests.txt, half_errors.jsonl (each op's worst error over every 16-bit input: max_scaled <= 1 passes),
+# untuned.json/.txt, keys.jsonl, certify.log, certified.json/.txt, served.jsonl (how each key
 # of the certified run was served), certificates.tar.gz (the profile's pointwise certificates) and summary.txt (the
 # lines that matter).
 USAGE="[PROFILE=hopper] [BENCH_ARGS=...] bash benchmarks/gpu_pointwise.sh OUTDIR"
@@ -22,9 +23,12 @@ PROFILE=${PROFILE:-hopper}
 source "$(dirname "$0")/gpu_env.sh"
 : > "$dest/summary.txt"
 # the ops served with their untuned config (no pointwise key is certified yet; the test judges values, not speed)
-NBXCERT_UNCERTIFIED=default PYTHONPATH=/tmp/notorch python3 -m pytest -q -p no:cacheprovider \
-  tests/kernels/test_pointwise_half.py -m gpu > "$dest/tests.txt" 2>&1
+rm -f "$dest/half_errors.jsonl"
+NBXCERT_UNCERTIFIED=default NBXCERT_HALF_REPORT="$dest/half_errors.jsonl" PYTHONPATH=/tmp/notorch python3 -m pytest \
+  -q -p no:cacheprovider tests/kernels/test_pointwise_half.py -m gpu > "$dest/tests.txt" 2>&1
 echo "half-precision paths, every 16-bit input: $(tail -1 "$dest/tests.txt")" | tee -a "$dest/summary.txt"
+python3 -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]; w = max(rows, key=lambda r: r['max_scaled']); print(f\"worst: {w['op']} {w['dtype']} at {w['max_scaled']:.3f} of the allowed error ({len(rows)} op-dtypes)\")" \
+  "$dest/half_errors.jsonl" 2>&1 | tee -a "$dest/summary.txt"
 rm -f "$dest/keys.jsonl"
 NBXCERT_UNCERTIFIED=default NBXCERT_KEY_RECORD="$dest/keys.jsonl" python3 benchmarks/bench_pointwise.py \
   --out "$dest/untuned.json" ${BENCH_ARGS:-} > "$dest/untuned.txt" 2>&1
