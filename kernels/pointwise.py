@@ -2580,6 +2580,12 @@ def make_inputs_for(op: Op):
         """Operands laid out as the problem says, of the key's dtypes, seeded, special values mixed in; the output
         poisoned by the caller."""
         numel = int(problem["numel"])
+        layouts = [problem.get(name) for name in ("x", "y", "z")[: op.arity]]
+        if "transposed" in layouts and len(shape_for(numel)) < 2:
+            # a prime count has no 2-d shape, so no transposed view (a key's bucket on the power-of-two ladder starts
+            # at one: 257 of (256, 512]); its next count, in the same bucket, is made instead
+            numel += 1
+            problem = dict(problem, numel=numel)
         shape = (numel,) if op.name in ("arange", "linspace") else shape_for(numel)
         gen = _inputs.rng(seed)
         tensors: dict[str, Tensor] = {}

@@ -94,6 +94,25 @@ def test_keys_hold_layout_classes():
     assert pw.SPECS["add"].key_fields[0].ladder == "numel"
 
 
+def test_a_transposed_key_of_a_bucket_starting_at_a_prime_count_is_made_and_checked():
+    """The bucket (256, 512] of the numel ladder starts at 257, a prime: no 2-d shape, no transposed view. Its key's
+    smallest member is made at the next count, 258 (a census found every candidate of such keys refused there)."""
+    from nbxcert.keys import key_problems, make_key
+    from nbxcert.profiles import get_profile
+
+    spec = pw.SPECS["abs"]
+    problem = {"numel": 300, "x": "transposed", "y": "none", "z": "none", "out": "dense"}
+    key = make_key(spec, problem, ("bfloat16", "bfloat16"), get_profile("hopper"))
+    smallest = key_problems(spec, key, get_profile("hopper"))["smallest"]
+    assert smallest["numel"] == 257
+    inputs = spec.make_inputs(smallest, key.dtypes, 0, DEVICE)
+    x, out = inputs.tensors["x"], inputs.tensors["out"]
+    assert inputs.problem["numel"] == out.numel == 258 and pw.layout_of(x, tuple(out.shape)) == "transposed"
+    spec.launch(pw.DEFAULT, inputs)
+    ref = spec.oracle(inputs)["out"].value
+    assert np.array_equal(out.float64(), ref, equal_nan=True)
+
+
 def test_every_config_gives_the_same_bits():
     x = from_numpy(_rand((7, 300), dtype=np.float32))
     results = []
