@@ -1946,10 +1946,19 @@ def math_level(plan: Plan, out: Tensor) -> int:
     return 1
 
 
+_TARGET_IS_NVIDIA: dict[int, bool] = {}  # id of Triton's active driver -> whether it compiles for an NVIDIA target
+
+
 def _nvidia() -> bool:
+    """Whether Triton's active driver compiles for an NVIDIA target: asked once per driver, not at every launch
+    (`math_level` runs before a launch's constexprs are looked up)."""
     from triton.runtime.driver import driver
 
-    return driver.active.get_current_target().backend == "cuda"
+    active = driver.active
+    known = _TARGET_IS_NVIDIA.get(id(active))
+    if known is None:
+        known = _TARGET_IS_NVIDIA[id(active)] = active.get_current_target().backend == "cuda"
+    return known
 
 
 def math_options() -> dict[str, Any]:
