@@ -8,7 +8,8 @@
 #    (tests/kernels/test_pointwise_half.py; torch hidden);
 # 2. `bench_pointwise.py` with each key's untuned config (NBXCERT_UNCERTIFIED=default), recording the keys it forms
 #    (NBXCERT_KEY_RECORD);
-# 3. `nbxcert certify` of those keys for PROFILE (default hopper) into certificates/ (a rerun resumes);
+# 3. `nbxcert certify` of those keys for PROFILE (default hopper) into certificates/, stopped after CERTIFY_S seconds
+#    (default 300; a rerun resumes);
 # 4. `bench_pointwise.py` again, every key served from its certificate.
 #
 # Needs one NVIDIA GPU of the profile, and torch for the bench's peer (BENCH_ARGS adds arguments: --no-torch, --half
@@ -17,7 +18,7 @@
 # untuned.json/.txt, keys.jsonl, certify.log, certified.json/.txt, served.jsonl (how each key
 # of the certified run was served), certificates.tar.gz (the profile's pointwise certificates) and summary.txt (the
 # lines that matter).
-USAGE="[PROFILE=hopper] [BENCH_ARGS=...] bash benchmarks/gpu_pointwise.sh OUTDIR"
+USAGE="[PROFILE=hopper] [CERTIFY_S=S] [BENCH_ARGS=...] bash benchmarks/gpu_pointwise.sh OUTDIR"
 source "$(dirname "$0")/gpu_outdir.sh"
 PROFILE=${PROFILE:-hopper}
 source "$(dirname "$0")/gpu_env.sh"
@@ -34,11 +35,13 @@ NBXCERT_UNCERTIFIED=default NBXCERT_KEY_RECORD="$dest/keys.jsonl" python3 benchm
   --out "$dest/untuned.json" ${BENCH_ARGS:-} > "$dest/untuned.txt" 2>&1
 echo "untuned: $(tail -1 "$dest/untuned.txt")" | tee -a "$dest/summary.txt"
 start=$(date +%s)
-PYTHONPATH=/tmp/notorch python3 -m nbxcert certify --profile "$PROFILE" --keys "$dest/keys.jsonl" --out certificates \
-  --jobs "$JOBS" > "$dest/certify.log" 2>&1
+PYTHONPATH=/tmp/notorch timeout -s INT "${CERTIFY_S:-300}" python3 -m nbxcert certify --profile "$PROFILE" \
+  --keys "$dest/keys.jsonl" --out certificates --jobs "$JOBS" > "$dest/certify.log" 2>&1
 rc=$?
 echo "certify: $(wc -l < "$dest/keys.jsonl") keys, exit $rc, $(( $(date +%s) - start )) s: $(tail -1 "$dest/certify.log")" \
   | tee -a "$dest/summary.txt"
+tar czf "$dest/certificates.tar.gz" $(find certificates -path "*/$PROFILE/*" -name 'pw_*.json')
+echo "certificates: $(tar tzf "$dest/certificates.tar.gz" | wc -l) files in certificates.tar.gz" | tee -a "$dest/summary.txt"
 rm -f "$dest/served.jsonl"
 NBXCERT_KEY_RECORD="$dest/served.jsonl" python3 benchmarks/bench_pointwise.py --out "$dest/certified.json" \
   ${BENCH_ARGS:-} > "$dest/certified.txt" 2>&1
@@ -46,5 +49,3 @@ echo "certified: $(tail -1 "$dest/certified.txt")" | tee -a "$dest/summary.txt"
 # how each key was served in that run (served: from a certificate; swept or default: not)
 python3 -c "import collections, json, sys; print(dict(collections.Counter(json.loads(l)['event'] for l in open(sys.argv[1]))))" \
   "$dest/served.jsonl" | sed 's/^/keys in the certified run: /' | tee -a "$dest/summary.txt"
-tar czf "$dest/certificates.tar.gz" $(find certificates -path "*/$PROFILE/*" -name 'pw_*.json')
-echo "certificates: $(tar tzf "$dest/certificates.tar.gz" | wc -l) files in certificates.tar.gz" | tee -a "$dest/summary.txt"
