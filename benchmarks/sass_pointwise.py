@@ -9,7 +9,7 @@ vectors in bounds and load 16 bytes at once; the example's own 37 elements load 
 counted beside it: it issues at a quarter of the FMA pipe's rate, on a pipe of its own.
 
     python3 benchmarks/sass_pointwise.py [--ops log,exp,...] [--dtypes float16,bfloat16] [--numel N] [--arch 90]
-        [--out F.json]
+        [--out F.json] [--listing DIR]
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ def main(argv=None) -> int:
     parser.add_argument("--arch", type=int, default=90, help="the sm_ architecture to compile for (default 90)")
     parser.add_argument("--numel", type=int, default=1 << 20, help="elements of each tensor (default 2^20)")
     parser.add_argument("--out", help="write the counts as JSON to this path")
+    parser.add_argument("--listing", help="write each op's SASS to this folder (<op>.<dtype>.sass)")
     args = parser.parse_args(argv)
     os.environ.setdefault("NBXCERT_BACKEND", "interpreter")  # no GPU here: nothing must try libcuda
     from nbxcert.kernels.backends import cross
@@ -75,6 +76,9 @@ def main(argv=None) -> int:
                 spec.launch(pointwise.DEFAULT, inputs)
             code = _instructions(launched[0].compiled.asm["cubin"], nvdisasm)
             mufu = sum(ins.startswith("MUFU") or " MUFU" in ins for ins in code)
+            if args.listing:
+                Path(args.listing).mkdir(parents=True, exist_ok=True)
+                (Path(args.listing) / f"{name}.{dtype}.sass").write_text("\n".join(code) + "\n")
             rows.append(
                 {
                     "op": name,

@@ -27,12 +27,12 @@ Device functions. On the GPU (the cuda and cross backends: `DEVICE_MATH`, a cons
 backend in force, `math_level`) the bodies call the device's math library (`libdevice`: CUDA's accurate __nv_expf,
 __nv_logf, __nv_tanh, ..., and its exact fmod, launched without libdevice's flush-to-zero, `math_options`), except
 where a float16 or bfloat16 result is computed in float32 on an NVIDIA GPU: there exp, log, log2, log1p, expm1, rsqrt,
-reciprocal, tanh, sigmoid, silu, softplus, log_sigmoid, mish, elu, celu, selu, gelu (tanh form), glu and pow, and for
-float16 sin, cos, tan and hypot, take this module's half-precision helpers (`_h_*`: the GPU's approximate
-instructions and short series, checked over every 16-bit input; round takes the exact rint instruction on any
-float). Under Triton's interpreter (no device math library) the transcendental helpers here are written out from exp,
-log, sin, cos and erf (tanh: its series near 0, 1 - 2 / (e^2|x| + 1) elsewhere; expm1 and log1p: Kahan's and
-Goldberg's corrections; fmod: a long division on the bits).
+reciprocal, tanh, erf, sigmoid, silu, softplus, log_sigmoid, mish, elu, celu, selu, gelu (both forms), hardsigmoid,
+hardswish, glu and pow, and for float16 sin, cos, tan, atan2 and hypot, take this module's half-precision helpers
+(`_h_*`: the GPU's approximate instructions, short series and published approximations, checked over every 16-bit
+input; round takes the exact rint instruction on any float). Under Triton's interpreter (no device math library) the
+transcendental helpers here are written out from exp, log, sin, cos and erf (tanh: its series near 0, 1 - 2 /
+(e^2|x| + 1) elsewhere; expm1 and log1p: Kahan's and Goldberg's corrections; fmod: a long division on the bits).
 
 Refusals (`nbxcert.kernels.faults`): integer division or remainder by zero, and a float to integer cast of NaN, an
 infinity or a value outside the target's range, are recorded by the kernel and raised as one `LaunchError` line.
@@ -119,6 +119,17 @@ def _isnan(x):
 @jit
 def _isinf(x):
     return (x == float("inf")) | (x == float("-inf"))
+
+
+@jit
+def _sign_bit(x):
+    """x's sign bit (-0.0 and NaN's too), as a bool."""
+    if x.dtype == tl.float64:
+        return x.to(tl.int64, bitcast=True) < 0
+    elif x.dtype == tl.float32:
+        return x.to(tl.int32, bitcast=True) < 0
+    else:
+        return x.to(tl.int16, bitcast=True) < 0
 
 
 @jit
@@ -373,7 +384,7 @@ def _float_pow(x, e, DM: tl.constexpr):
         lg = _h_log2(tl.where(ax == 0.0, 1.0, ax), DM)
     else:
         lg = tl.log2(tl.where(ax == 0.0, 1.0, ax))
-    r = tl.exp2(e * lg)
+    r = _p_exp2(e * lg, DM)
     r = tl.where(ax == 0.0, tl.where(e < 0, float("inf"), 0.0), r)
     r = tl.where((x < 0) & ~e_int & (tl.abs(e) < float("inf")), _nan(x), r)
     r = tl.where((x < 0) & e_odd, -r, r)
@@ -400,12 +411,15 @@ def _float_pow(x, e, DM: tl.constexpr):
 # rsqrt.approx, div.approx: each within a few float32 ulps, subnormals kept, as `math_options` launches them) where
 # their error is a relative one, and short series (exact rational coefficients, rounded once) where a result must
 # keep its relative accuracy near a zero of the function (log near 1, log1p and expm1 near 0, sin and cos after the
-# reduction, tanh near 0). erf keeps CUDA's (a half-precision form took no fewer instructions).
+# reduction, tanh near 0), and two published approximations with stated error bounds where a series would be long
+# (erf: Abramowitz and Stegun 7.1.26; atan: 4.4.49). A float16 result's exponentials drop float32's subnormals
+# (`_p_exp2`: they round to 0 in float16).
 # `tests/kernels/test_pointwise_half.py` runs every helper under the interpreter over every float16 and bfloat16 input
 # against its oracle (the approximate instructions there are numpy's exact ones: DM + EMULATED; the float32 result
 # within 2^-8 of the tolerance before its rounding, 2^-9.3 at worst), and on the GPU each op served over the same
 # inputs, the instructions' own error included.
-# DM: HALF_MATH for a float16 result, HALF_BF16 for a bfloat16 one (sin, cos, tan and hypot: float16's range only).
+# DM: HALF_MATH for a float16 result, HALF_BF16 for a bfloat16 one (sin, cos, tan, atan2 and hypot: float16's range
+# only).
 HALF_MATH = tl.constexpr(2)
 HALF_BF16 = tl.constexpr(3)
 EMULATED = tl.constexpr(10)  # added to DM by the tests: the half algorithms under the interpreter
@@ -441,6 +455,29 @@ def _p_log2(x, DM: tl.constexpr):
         return libdevice.fast_log2f(x)
     else:
         return tl.log2(x)
+
+
+@jit
+def _p_exp2(v, DM: tl.constexpr):
+    """2^v of a float32. For a float16 result on the GPU ex2.approx.ftz: a result below 2^-126 (float32's subnormals,
+    which round to 0 in float16 wherever these helpers use it: a product with at most 65504 stays below 2^-110) is
+    0, and the three instructions that keep it (`tl.exp2`'s ex2.approx without ftz: a compare, a scaling before and
+    a squaring after) are saved; bfloat16 (float32's range) and every other level keep `tl.exp2`."""
+    if DM % 10 == HALF_MATH and DM < EMULATED:
+        return tl.inline_asm_elementwise(
+            "ex2.approx.ftz.f32 $0, $1;", "=f,f", [v], dtype=tl.float32, is_pure=True, pack=1
+        )
+    else:
+        return tl.exp2(v)
+
+
+@jit
+def _p_exp(x, DM: tl.constexpr):
+    """e^x of a float32 by ex2.approx of x log2(e) (`_p_exp2`: ftz for a float16 result), as `tl.exp` lowers."""
+    if DM % 10 == HALF_MATH and DM < EMULATED:
+        return _p_exp2(x * _c(LOG2E, x), DM)
+    else:
+        return tl.exp(x)
 
 
 @jit
@@ -537,14 +574,14 @@ def _h_expm1(x, DM: tl.constexpr):
     """e^x - 1: x (1 + x/2 + x^2/6 + ...) where |x| <= 1/4, else exp(x) - 1 (|e^x - 1| > 0.22 there, at most 4.5
     times the error of e^x); -0.0 stays -0.0, -inf gives -1."""
     near = x * _h_poly(x, EXPM1_C, 5)
-    return tl.where(tl.abs(x) <= _c(EXPM1_AT, x), near, tl.exp(x) - 1.0)
+    return tl.where(tl.abs(x) <= _c(EXPM1_AT, x), near, _p_exp(x, DM) - 1.0)
 
 
 @jit
 def _h_sigmoid(x, DM: tl.constexpr):
     """1 / (1 + e) for x >= 0, e / (1 + e) for x < 0, e = exp(-|x|) (div.approx: 1 + e lies in [1, 2]); e itself
     below x = -20, where 1 + e is 1 in float32 (and e may be subnormal)."""
-    e = tl.exp(-tl.abs(x))
+    e = _p_exp(-tl.abs(x), DM)
     q = _p_div(tl.where(x >= 0, 1.0, e), 1.0 + e, DM)
     return tl.where(x < -20.0, e, q)
 
@@ -552,7 +589,7 @@ def _h_sigmoid(x, DM: tl.constexpr):
 @jit
 def _h_softplus(x, DM: tl.constexpr):
     """log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)), the log1p of a value in (0, 1]."""
-    return tl.maximum(x, 0.0) + _h_log1p(tl.exp(-tl.abs(x)), DM)
+    return tl.maximum(x, 0.0) + _h_log1p(_p_exp(-tl.abs(x), DM), DM)
 
 
 # sin and cos of a float16 x (|x| <= 65504): x = j pi/2 + r, |r| <= pi/4 (j = rint(x 2/pi) < 2^16), r from pi/2 in
@@ -569,8 +606,9 @@ COS_C = tl.constexpr(_series(lambda k: Fraction((-1) ** k, math.factorial(2 * k)
 
 
 @jit
-def _h_sincos(x, DM: tl.constexpr):
-    """(sin x, cos x) of a float16 x in float32 (see above); NaN for an infinite or NaN x; sin(-0.0) = -0.0."""
+def _h_reduced(x, DM: tl.constexpr):
+    """(q, sin r, cos r) of a float16 x in float32: x = j pi/2 + r, q = j mod 4 (0 for an infinite or NaN x, whose r
+    is NaN)."""
     if DM < EMULATED:
         j = libdevice.rint(x * _c(TWO_OVER_PI, x))
     else:
@@ -578,14 +616,103 @@ def _h_sincos(x, DM: tl.constexpr):
     r = tl.fma(j, -_c(PIO2_1, x), x)
     r = tl.fma(j, -_c(PIO2_2, x), r)
     r2 = r * r
-    s = r * _h_poly(r2, SIN_C, 4)
-    c = _h_poly(r2, COS_C, 5)
     q = tl.where(tl.abs(j) < 65536.0, j, 0.0).to(tl.int32) & 3
+    return q, r * _h_poly(r2, SIN_C, 4), _h_poly(r2, COS_C, 5)
+
+
+@jit
+def _h_sincos(x, DM: tl.constexpr):
+    """(sin x, cos x) of a float16 x in float32 (see above); NaN for an infinite or NaN x; sin(-0.0) = -0.0."""
+    q, s, c = _h_reduced(x, DM)
     sin = tl.where((q & 1) == 0, s, c)
     sin = tl.where(q >= 2, -sin, sin)
     cos = tl.where((q & 1) == 0, c, s)
     cos = tl.where((q == 1) | (q == 2), -cos, cos)
     return tl.where(x == 0.0, x, sin), cos
+
+
+# erf of a 16-bit result: x times erf's Taylor series in x^2 (2/sqrt(pi) (-1)^k / (k! (2k + 1)), rounded once) where
+# |x| < 1/4, 4 terms (the next, 2^-25.6 of the result, left out); past it 1 - erfc(|x|) with x's sign, erfc by
+# Abramowitz and Stegun 7.1.26 (Hastings): t P(t) e^-x^2, t = 1 / (1 + p x), absolute error at most 1.5e-7 (2^-22.7),
+# 2^-20.8 of erf's 0.276 at |x| = 1/4 and less beyond. An infinite or huge |x| gives t = 0 (div.approx past 2^126), 1.
+ERF_SERIES_AT = tl.constexpr(0.25)
+ERF_C = tl.constexpr(
+    tuple(2.0 / math.sqrt(math.pi) * float(Fraction((-1) ** k, math.factorial(k) * (2 * k + 1))) for k in range(4))
+)
+AS_P = tl.constexpr(0.3275911)
+AS_A = tl.constexpr((0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429))
+
+
+@jit
+def _h_erfc_far(a, DM: tl.constexpr):
+    """erfc(a) for a >= 0 by A&S 7.1.26 (above): within 1.5e-7, absolute."""
+    t = _p_div(tl.full(a.shape, 1.0, a.dtype), 1.0 + _c(AS_P, a) * a, DM)
+    return t * _h_poly(t, AS_A, 5) * _p_exp(-a * a, DM)
+
+
+@jit
+def _h_erf(x, DM: tl.constexpr):
+    """erf x (above); -0.0 and NaN kept."""
+    a = tl.abs(x)
+    far = 1.0 - _h_erfc_far(a, DM)
+    return tl.where(a < _c(ERF_SERIES_AT, a), x * _h_poly(x * x, ERF_C, 4), tl.where(x < 0, -far, far))
+
+
+@jit
+def _h_gelu(x, DM: tl.constexpr):
+    """0.5 x (1 + erf(u)), u = x / sqrt 2, with 1 + erf(u) as erfc(-u) where u <= -1/4 and 2 - erfc(u) where u >= 1/4
+    (A&S 7.1.26), 1 + u S(u^2) between: the oracle's scale is 0.5 |x| (1 + |erf u|), and each form is within 2^-22 of
+    1 + erf(u) there."""
+    u = x * _c(INV_SQRT2, x)
+    a = tl.abs(u)
+    e = _h_erfc_far(a, DM)
+    near = 1.0 + u * _h_poly(u * u, ERF_C, 4)
+    return 0.5 * x * tl.where(a < _c(ERF_SERIES_AT, a), near, tl.where(x < 0, e, 2.0 - e))
+
+
+# atan2 of float16 operands: atan(t), t = min(|x|, |y|) / max(|x|, |y|) in [0, 1] (div.approx), by Abramowitz and
+# Stegun 4.4.49 (Hastings): t (1 + a2 t^2 + ... + a16 t^16), absolute error at most 2e-8 (1.8e-8 of atan t at most,
+# relative, checked here over [0, 1]); then pi/2 - it where |y| > |x|, pi - it where x is negative (-0.0 included),
+# y's sign. bfloat16 operands (up to 3.4e38 and below 2^-126, past div.approx's range) keep CUDA's.
+ATAN_C = tl.constexpr(
+    (
+        1.0,
+        -0.3333314528,
+        0.1999355085,
+        -0.1420889944,
+        0.1065626393,
+        -0.0752896400,
+        0.0429096138,
+        -0.0161657367,
+        0.0028662257,
+    )
+)
+
+
+@jit
+def _h_atan2(y, x, DM: tl.constexpr):
+    """atan2(y, x) of float16 values in float32 (above), with C99's special values: both zero gives +-0 or +-pi, an
+    infinite operand 0, pi/2 or pi (pi/4 and 3 pi/4 where both are), NaN where either is."""
+    ay = tl.abs(y)
+    ax = tl.abs(x)
+    hi = tl.maximum(ay, ax)
+    t = _p_div(tl.minimum(ay, ax), tl.where(hi == 0.0, 1.0, hi), DM)  # an infinite hi and finite lo: 0
+    a = t * _h_poly(t * t, ATAN_C, 9)
+    r = tl.where(ay > ax, _c(HALF_PI, a) - a, a)
+    r = tl.where((ay == float("inf")) & (ax == float("inf")), _c(QUARTER_PI, a), r)
+    r = tl.where(_sign_bit(x), _c(PI, a) - r, r)
+    r = tl.where(_isnan(x) | _isnan(y), _nan(r), r)
+    return tl.where(_sign_bit(y), -r, r)
+
+
+@jit
+def _h_tan(x, DM: tl.constexpr):
+    """tan x of a float16 x in float32: sin r / cos r after `_h_sincos`'s reduction, or -cos r / sin r where j is odd
+    (tan has period pi: j's other bit does not matter), one div.approx; tan(-0.0) = -0.0."""
+    q, s, c = _h_reduced(x, DM)
+    odd = (q & 1) != 0
+    t = _p_div(tl.where(odd, -c, s), tl.where(odd, s, c), DM)
+    return tl.where(x == 0.0, x, t)
 
 
 @jit
@@ -594,17 +721,15 @@ def _h_tanh(x, DM: tl.constexpr):
     0.025 of the last: 2^-21 left); else 1 - 2 / (e^2|x| + 1) with x's sign (at |x| = 1/4 the quotient's relative
     error, 2^-21, is 3 times that of tanh; e^2|x| past 2^126 gives 1); -0.0 and NaN kept."""
     a = tl.abs(x)
-    near = a < 0.25
-    s = tl.where(near, x, 0.0)
-    far = 1.0 - _p_div(tl.full(a.shape, 2.0, a.dtype), tl.exp(2.0 * a) + 1.0, DM)
-    return tl.where(near, s * _h_poly(s * s, TANH_C, 4), tl.where(x < 0, -far, far))
+    far = 1.0 - _p_div(tl.full(a.shape, 2.0, a.dtype), _p_exp(2.0 * a, DM) + 1.0, DM)
+    return tl.where(a < 0.25, x * _h_poly(x * x, TANH_C, 4), tl.where(x < 0, -far, far))
 
 
 @jit
 def _h_mish(x, DM: tl.constexpr):
     """x tanh(softplus(x)) = x n / (n + 2), n = e^x (e^x + 2) (tanh(log(1 + e^x)) written out); x itself past x = 20
     (the quotient is 1 in float32), x e^x below x = -20 (it is e^x there, which may be subnormal)."""
-    e = tl.exp(x)
+    e = _p_exp(x, DM)
     n = e * (e + 2.0)
     r = x * _p_div(n, n + 2.0, DM)  # n + 2 lies in [2, 2.4e17] where r is kept
     return tl.where(x > 20.0, x, tl.where(x < -20.0, x * e, r))
@@ -617,7 +742,7 @@ def _h_mish(x, DM: tl.constexpr):
 @jit
 def _m_exp(x, DM: tl.constexpr):
     if DM % 10 >= HALF_MATH:
-        return tl.exp(x)  # ex2.approx (x log2 e) on the GPU: below 2^-17 of e^x over a 16-bit type's range
+        return _p_exp(x, DM)  # ex2.approx (x log2 e) on the GPU: below 2^-17 of e^x over a 16-bit type's range
     elif DM:
         return libdevice.exp(x)
     else:
@@ -675,8 +800,7 @@ def _m_cos(x, DM: tl.constexpr):
 @jit
 def _m_tan(x, DM: tl.constexpr):
     if DM % 10 == HALF_MATH:
-        sin, cos = _h_sincos(x, DM)
-        return sin / cos
+        return _h_tan(x, DM)
     elif DM:
         return libdevice.tan(x)
     else:
@@ -685,7 +809,9 @@ def _m_tan(x, DM: tl.constexpr):
 
 @jit
 def _m_erf(x, DM: tl.constexpr):
-    if DM:
+    if DM % 10 >= HALF_MATH:
+        return _h_erf(x, DM)
+    elif DM:
         return libdevice.erf(x)
     else:
         return tl.math.erf(x)
@@ -747,7 +873,9 @@ def _m_softplus(x, DM: tl.constexpr):
 def _m_atan2(y, x, DM: tl.constexpr):
     """CUDA's atan2 and pow have C99's special values (CUDA C++ Programming Guide, Mathematical Functions), as
     `_atan2` and `_float_pow` do."""
-    if DM:
+    if DM % 10 == HALF_MATH:
+        return _h_atan2(y, x, DM)
+    elif DM:
         return libdevice.atan2(y, x)
     else:
         return _atan2(y, x)
@@ -960,7 +1088,10 @@ def _b_relu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
 
 @jit
 def _b_gelu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
-    return 0.5 * x * (1.0 + _m_erf(x * _c(INV_SQRT2, x), DM))
+    if DM % 10 >= HALF_MATH:
+        return _h_gelu(x, DM)
+    else:
+        return 0.5 * x * (1.0 + _m_erf(x * _c(INV_SQRT2, x), DM))
 
 
 @jit
@@ -1005,16 +1136,34 @@ def _b_leaky_relu(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
 
 
 @jit
+def _sixth(x, DM: tl.constexpr):
+    """x / 6: for a half-precision result x times float32(1/6), as torch's CUDA kernels write it (two roundings of
+    2^-24, far inside a 16-bit tolerance; the quotient rounded to nearest costs 20 instructions an element, and an
+    op reading and writing 16-bit values was held to that rate), else rounded to nearest."""
+    if DM % 10 >= HALF_MATH:
+        return x * _c(1.0 / 6.0, x)
+    else:
+        return _div(x, tl.full(x.shape, 6.0, x.dtype))
+
+
+@jit
 def _b_hardsigmoid(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     """torch's min(max(x + 3, 0), 6) / 6; std::max and std::min return a NaN first argument, Triton's maximum and
     minimum drop it (fmax): NaN is kept explicitly."""
-    r = _div(tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), tl.full(x.shape, 6.0, x.dtype))
+    r = _sixth(tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), DM)
     return tl.where(_isnan(x), x, r)
 
 
 @jit
 def _b_hardswish(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
-    return _div(x * tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0), tl.full(x.shape, 6.0, x.dtype))
+    """x min(max(x + 3, 0), 6) / 6: in torch's order (float64 results overflow past max / 6 as torch's do), and for a
+    half-precision result the clamp divided first (x * 6 overflows float32 for a bfloat16 x past 5.7e37, where
+    hardswish(x) = x)."""
+    clamp = tl.minimum(tl.maximum(x + 3.0, 0.0), 6.0)
+    if DM % 10 >= HALF_MATH:
+        return x * _sixth(clamp, DM)
+    else:
+        return _sixth(x * clamp, DM)
 
 
 @jit
@@ -1102,8 +1251,13 @@ def _floor_div_float(x, y, DM: tl.constexpr):
     div = tl.where((mod != 0) & ((y < 0) != (mod < 0)), div - 1.0, div)
     fl = tl.floor(div)
     fl = tl.where(div - fl > 0.5, fl + 1.0, fl)
-    fl = tl.where(div == 0, 0.0 * _div(x, y), fl)
-    return tl.where(y == 0, _div(x, y), fl)
+    # where the quotient is 0 or y is 0, x / y's value is its sign's (x's xor y's, zeros included): no second division
+    neg = _sign_bit(x) != _sign_bit(y)
+    zero = tl.zeros_like(div)
+    fl = tl.where(div == 0, tl.where(neg, -zero, zero), fl)
+    inf = zero + float("inf")
+    by_zero = tl.where((x == 0) | _isnan(x), _nan(x), tl.where(neg, -inf, inf))
+    return tl.where(y == 0, by_zero, fl)
 
 
 @jit

@@ -53,6 +53,10 @@ HALF_OPS = {
     "softplus": {"beta": 1.0, "threshold": 20.0},
     "gelu_tanh": {},
     "log_sigmoid": {},
+    "erf": {},
+    "gelu": {},
+    "hardsigmoid": {},
+    "hardswish": {},
 }
 
 
@@ -134,7 +138,7 @@ def judge_single(single: np.ndarray, ref: np.ndarray, scale: np.ndarray, dtype: 
 # integers (pow's odd and even exponents), fractions, and values that overflow or underflow a 16-bit result
 SECOND = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0, 0.5, -0.5, 0.1, 1.5, 7.0, 7.5, -11.0, 100.0, -100.0, 1e-4]
 SECOND += [float("inf"), float("-inf"), float("nan")]
-BINARY_OPS = {"pow": ("float16", "bfloat16"), "hypot": ("float16",)}
+BINARY_OPS = {"pow": ("float16", "bfloat16"), "hypot": ("float16",), "atan2": ("float16",)}
 
 
 @pytest.mark.skipif(select().name != "interpreter", reason="the emulated half path runs under the interpreter")
@@ -164,13 +168,14 @@ def _half_paths(items):
             "op": name,
             "dtypes": dtypes,
             "calls": sorted(set(re.findall(r"__nv_\w+", compiled.asm["ttir"]))),
+            "ex2": sorted(set(re.findall(r"ex2\.approx[.\w]*", compiled.asm["ptx"]))),
         }
 
 
 def test_16_bit_results_compile_for_sm90_with_the_half_forms():
     """Cross-compiled for sm_90: 16-bit results call the fast instructions (lg2.approx as `__nv_fast_log2f`,
-    rsqrt.approx as `__nv_rsqrtf`) or none at all, where float32 results call CUDA's accurate functions; bfloat16's
-    sin keeps CUDA's; round calls rint."""
+    rsqrt.approx as `__nv_rsqrtf`, div.approx as `__nv_fast_fdividef`) or none at all, where float32 results call
+    CUDA's accurate functions; bfloat16's sin and atan2 keep CUDA's; round calls rint."""
     import crosstools
 
     items = [
@@ -183,8 +188,21 @@ def test_16_bit_results_compile_for_sm90_with_the_half_forms():
         ("rsqrt", ("bfloat16", "bfloat16")),
         ("hypot", ("float16", "float16", "float16")),
         ("round", ("float32", "float32")),
+        ("erf", ("float16", "float16")),
+        ("erf", ("float32", "float32")),
+        ("atan2", ("float16", "float16", "float16")),
+        ("atan2", ("bfloat16", "bfloat16", "bfloat16")),
+        ("exp", ("float16", "float16")),
+        ("exp", ("bfloat16", "bfloat16")),
+        ("sigmoid", ("float16", "float16")),
     ]
-    got = {(r["op"], tuple(r["dtypes"])): r["calls"] for r in crosstools.cross_compile(90, _half_paths, items, 600)}
+    rows = crosstools.cross_compile(90, _half_paths, items, 600)
+    got = {(r["op"], tuple(r["dtypes"])): r["calls"] for r in rows}
+    ex2 = {(r["op"], tuple(r["dtypes"])): r["ex2"] for r in rows}
+    # float16 results take ex2.approx.ftz (float32's subnormals round to 0 in float16); bfloat16 keeps them
+    assert ex2[("exp", ("float16", "float16"))] == ["ex2.approx.ftz.f32"]
+    assert ex2[("sigmoid", ("float16", "float16"))] == ["ex2.approx.ftz.f32"]
+    assert ex2[("exp", ("bfloat16", "bfloat16"))] == ["ex2.approx.f32"]
     assert got[("log", ("float16", "float16"))] == ["__nv_fast_log2f"]
     assert got[("log", ("bfloat16", "bfloat16"))] == ["__nv_fast_log2f"]
     assert got[("log", ("float32", "float32"))] == ["__nv_logf"]
@@ -194,6 +212,10 @@ def test_16_bit_results_compile_for_sm90_with_the_half_forms():
     assert got[("rsqrt", ("bfloat16", "bfloat16"))] == ["__nv_rsqrtf"]
     assert got[("hypot", ("float16", "float16", "float16"))] == []
     assert got[("round", ("float32", "float32"))] == ["__nv_rintf"]
+    assert got[("erf", ("float16", "float16"))] == ["__nv_fast_fdividef"]  # A&S 7.1.26's t, and no erff
+    assert got[("erf", ("float32", "float32"))] == ["__nv_erf"]  # float32 results compute in float64 (see OPS)
+    assert got[("atan2", ("float16", "float16", "float16"))] == ["__nv_fast_fdividef"]
+    assert got[("atan2", ("bfloat16", "bfloat16", "bfloat16"))] == ["__nv_atan2f"]
 
 
 def test_the_half_level_is_set_for_16_bit_results_on_nvidia_targets_only():
