@@ -2273,9 +2273,20 @@ def default_for(problem: Mapping[str, Any]) -> Config:
     return DEFAULT_TILE if layouts == ("transposed", "none", "none", "dense") else DEFAULT
 
 
-# 32-bit registers per element live at the peak, counted from the kernel at its widest (float64 compute): three
-# operands and the result (2 each) and the four int64 offsets (2 each)
-REGS = 16
+# 32-bit registers per element live at the peak, counted from the kernel at its widest (float64 compute, 2 a value):
+# each operand the problem has and the result, and the int64 offsets: one where every tensor is dense (DENSE: the flat
+# index is every tensor's offset), else the output's and each operand slot's (four). 16 at the most (three operands,
+# strided), 6 for a dense unary op.
+VALUE_REGS = 2
+OFFSET_REGS = 2
+
+
+def regs_per_element(problem: Mapping[str, Any]) -> int:
+    """The flat kernel's registers per element at its peak for `problem` (its layouts; see above)."""
+    slots = [problem.get(k, "none") for k in ("x", "y", "z")]
+    present = sum(s != "none" for s in slots)
+    dense = problem.get("out") == "dense" and all(s in ("dense", "scalar", "none") for s in slots)
+    return VALUE_REGS * (present + 1) + OFFSET_REGS * (1 if dense else 4)
 
 
 # the tiled kernel's: one operand and the result (2 each at float64) and two int64 offsets (2 each)
@@ -2299,7 +2310,8 @@ def prune_flat(candidates: Sequence[Config], problem: Mapping[str, Any], profile
             what = f"a tile of {c['TILE_A']} x {c['TILE_B']}"
             return lanes_refusal(b, c, profile, "tile") or registers_refusal(b, TILE_REGS, c, profile, what)
         b = c["BLOCK"]
-        return lanes_refusal(b, c, profile, "tile") or registers_refusal(b, REGS, c, profile, f"a tile of {b}")
+        regs = regs_per_element(problem)
+        return lanes_refusal(b, c, profile, "tile") or registers_refusal(b, regs, c, profile, f"a tile of {b}")
 
     return prune_with(candidates, profile, check)
 
