@@ -2,6 +2,7 @@
 next to the same torch op in eager mode and to the device's copy bandwidth, measured in the same run.
 
     python benchmarks/bench_pointwise.py --out pointwise.json [--ops exp,add,...] [--rows 8192] [--half bfloat16]
+        [--rounds 3]
 
 Every case reads and writes tensors of at least 64 MB ([8192, 4096] by default: float16 64 MiB, float32 and int32
 128 MiB): each op of `nbxcert.ops`'s pointwise library on float16 (`--half bfloat16`: on bfloat16; float32 for the
@@ -9,7 +10,9 @@ casts' source and the float division modes, int32 for the bitwise and shift ops,
 conditions), dense operands of the output's shape. The served call is timed whole (`time_events` ungated: the
 host's work for each call is inside the timed span, as torch's is in `triton.testing.do_bench`), an L2 flush before
 each repetition, the median taken; the first call (which makes the key's plan, and sweeps it at run time where no
-certificate covers it) is not timed.
+certificate covers it) is not timed. Each side times every case once a round, `--rounds` rounds one after another
+(default 3), and gives a case the median of its rounds: one run of the same op at the same config measured 30.2 and
+73.1 us (isinf), 33.3 and 58.5 (glu) on 2026-12-05, a slow spell that one timing of each case cannot tell from the op.
 Effective bandwidth = bytes of every operand read + the output written, once each. torch runs in its own process
 (`PEER_SCRIPT`; nbxcert never imports torch) with `triton.testing.do_bench` on the same expression written with
 torch's names, on inputs of the same shapes and dtypes. The copy bandwidth is cuMemcpyDtoD of a 1 GiB buffer
@@ -145,7 +148,8 @@ PEER_SCRIPT = (
     common.PEER_HEAD
     + r"""
 import torch.nn.functional as F
-rows = int(sys.argv[4])
+import statistics
+rows, rounds = int(sys.argv[4]), int(sys.argv[5])
 SHAPE, NUMEL = (rows, 4096), rows * 4096
 DT = {
     "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "int32": torch.int32,
@@ -164,11 +168,16 @@ def make(dtype, values):
     t = torch.randn(SHAPE, device="cuda")
     return (t.abs() + 0.5 if values == "positive" else t).to(DT[dtype])
 
+fns = []
 for i, (name, spec, expr) in enumerate(cases):
-    xs = [make(d, v) for d, v in spec] + [None] * (3 - len(spec))
-    x, y, z = xs
-    fn = eval("lambda: " + expr)
-    out[str(i)] = triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
+    x, y, z = [make(d, v) for d, v in spec] + [None] * (3 - len(spec))
+    fns.append(eval("lambda: " + expr, {**globals(), "x": x, "y": y, "z": z}))
+# every case once a round, the rounds one after another (as nbxcert's side runs them); each case's median of its rounds
+more["rounds_ms"] = {str(i): [] for i in range(len(cases))}
+for r in range(rounds):
+    for i, fn in enumerate(fns):
+        more["rounds_ms"][str(i)].append(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+out.update({i: statistics.median(v) for i, v in more["rounds_ms"].items()})
 """
     + common.PEER_TAIL
 )
@@ -202,6 +211,9 @@ def main(argv=None) -> int:
     parser.add_argument("--rows", type=int, default=8192, help="rows of 4096 elements per tensor (default 8192)")
     parser.add_argument("--warmup", type=float, default=25.0, help="warm-up ms per timing (default 25)")
     parser.add_argument("--rep", type=float, default=100.0, help="timed ms per timing (default 100)")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="rounds of every case, each side; a case's figure is its rounds' median"
+    )
     parser.add_argument("--no-torch", action="store_true", help="skip the torch peer")
     parser.add_argument(
         "--half", default="float16", choices=("float16", "bfloat16"), help="the cases' half type (default float16)"
@@ -224,20 +236,30 @@ def main(argv=None) -> int:
     peer = {"ms": {}}
     if not args.no_torch:
         peer_cases = [[name, list(spec), torch_expr] for name, spec, _, torch_expr in chosen]
-        peer = common.torch_peer(PEER_SCRIPT, peer_cases, args.warmup, args.rep, extra=[str(args.rows)])
+        extra = [str(args.rows), str(args.rounds)]
+        peer = common.torch_peer(PEER_SCRIPT, peer_cases, args.warmup, args.rep, extra=extra)
     copy_bw = common.copy_bandwidth(cuda)
     shape, numel = (args.rows, 4096), args.rows * 4096
     gen = rng(0)
-    results, met = [], 0
-    for i, (name, spec, call, _) in enumerate(chosen):
+    prepared = []
+    for _name, spec, call, _ in chosen:
         tensors = [make_input(gen, dtype, values, shape, "cuda:0") for dtype, values in spec]
         x, y, z = (tensors + [None, None, None])[:3]
         fn = eval(
             "lambda: " + call, {"ops": ops, "x": x, "y": y, "z": z, "SHAPE": shape, "NUMEL": numel, "DEVICE": "cuda:0"}
         )
         result = fn()  # the first call: plan made (and the key swept at run time where no certificate covers it)
-        times = time_events(fn, args.warmup, args.rep, gated=False).times_ms
-        ms = statistics.median(times)
+        prepared.append((tensors, fn, result))
+    # every case once a round, the rounds one after another: a slow spell of the machine reaches one round of many
+    # cases, not every repetition of one; a case's figure is the median of its rounds' medians
+    rounds_ms = [[] for _ in prepared]
+    for _ in range(args.rounds):
+        for i, (_, fn, _) in enumerate(prepared):
+            rounds_ms[i].append(statistics.median(time_events(fn, args.warmup, args.rep, gated=False).times_ms))
+    results, met = [], 0
+    for i, (name, spec, call, _) in enumerate(chosen):
+        tensors, fn, result = prepared[i]
+        ms = statistics.median(rounds_ms[i])
         moved = moved_bytes(tensors, result)
         eff = moved / (ms * 1e-3)
         torch_ms = peer.get("ms", {}).get(str(i))
@@ -252,6 +274,8 @@ def main(argv=None) -> int:
                 "result_dtype": result.dtype.name,
                 "bytes_moved": moved,
                 "ms": ms,
+                "rounds_ms": rounds_ms[i],
+                "torch_rounds_ms": peer.get("rounds_ms", {}).get(str(i)),
                 "effective_GBps": eff / 1e9,
                 "fraction_of_copy": eff / copy_bw,
                 "torch_ms": torch_ms,

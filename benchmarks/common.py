@@ -184,9 +184,10 @@ cases = json.loads(sys.argv[1])
 warmup, rep = float(sys.argv[2]), float(sys.argv[3])
 torch.manual_seed(0)
 out = {}
+more = {}  # further fields of the peer's line (a script's own)
 """
 PEER_TAIL = r"""
-print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "ms": out}))
+print(json.dumps({"torch": torch.__version__, "device": torch.cuda.get_device_name(0), "ms": out, **more}))
 """
 
 

@@ -32,7 +32,7 @@ python3 -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])];
   "$dest/half_errors.jsonl" 2>&1 | tee -a "$dest/summary.txt"
 rm -f "$dest/keys.jsonl"
 NBXCERT_UNCERTIFIED=default NBXCERT_KEY_RECORD="$dest/keys.jsonl" python3 benchmarks/bench_pointwise.py \
-  --out "$dest/untuned.json" ${BENCH_ARGS:-} > "$dest/untuned.txt" 2>&1
+  --out "$dest/untuned.json" --rounds 1 ${BENCH_ARGS:-} > "$dest/untuned.txt" 2>&1
 echo "untuned: $(tail -1 "$dest/untuned.txt")" | tee -a "$dest/summary.txt"
 start=$(date +%s)
 PYTHONPATH=/tmp/notorch timeout -s INT "${CERTIFY_S:-300}" python3 -m nbxcert certify --profile "$PROFILE" \
