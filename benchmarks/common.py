@@ -221,15 +221,18 @@ def write_results(
     cases: list,
     copy_bw: float | None = None,
     targets: dict | None = None,
+    extra: dict | None = None,
 ) -> None:
     """The JSON a row-style benchmark writes with --out: device, profile and how it matched, the copy bandwidth (when
-    measured), torch's version (or its error), the targets (when set), and every case."""
+    measured), torch's version (or its error), the targets (when set), a benchmark's own fields (`extra`), and every
+    case."""
     if not path:
         return
     doc = {"device": device_name, "profile": profile.key, "profile_match": how}
     if copy_bw is not None:
         doc["copy_bandwidth_GBps"] = copy_bw / 1e9
-    doc["torch"] = {k: v for k, v in peer.items() if k != "ms"}
+    doc["torch"] = {k: v for k, v in peer.items() if k not in ("ms", "rounds_ms")}
+    doc.update(extra or {})
     if targets is not None:
         doc["targets"] = targets
     doc["cases"] = cases
