@@ -592,12 +592,20 @@ def _h_softplus(x, DM: tl.constexpr):
     return tl.maximum(x, 0.0) + _h_log1p(_p_exp(-tl.abs(x), DM), DM)
 
 
-# sin and cos of a float16 x (|x| <= 65504): x = j pi/2 + r, |r| <= pi/4 (j = rint(x 2/pi) < 2^16), r from pi/2 in
-# two float32 parts (Cody and Waite): x - j P1 is exact (both are multiples of 2^-24 and it is below 1) and the second
-# part is one fma, so r keeps its relative accuracy where x lies next to a multiple of pi/2 (sin x then as small as
-# r): the part left out, pi/2 - P1 - P2 = -1.7e-15, costs j times that, 7.2e-11, 2^-19.7 of the least normal float16.
-# sin r and cos r by their Taylor series: at |r| <= pi/4 the remainders are (pi/4)^8 / 9! = 2^-21.3 and
-# (pi/4)^10 / 10! = 2^-25.3 of the result. A bfloat16 x (up to 3.4e38) keeps CUDA's reduction.
+# sin and cos of a float16 x (|x| <= 65504), one polynomial each: x (+ pi/2 for cos) = k pi + r, k = rint(x / pi
+# (+ 1/2)) < 2^15, |r| <= pi/2 (and 2^-8 more from rounding x / pi), sin x = (-1)^k sin r. r from pi in two float32
+# parts (Cody and Waite): x - m P1 (m = k, or k - 1/2 for cos) is exact where |r| < 1 (x and m P1 are multiples of
+# 2^-24), the second part one fma, so r keeps its relative accuracy where x lies next to a zero (sin x then as small as
+# r): the part left out, pi - P1 - P2 = -3.4e-15, costs m times that, below 7.2e-11, 2^-19.7 of the least normal
+# float16. sin r by its Taylor series: 6 terms leave (pi/2 + 2^-8)^13 / 13! = 2^-24 of sin r.
+# (The parity of k by floor(k / 2) in float32: no float-to-integer conversion of an infinite or NaN x's k.)
+# tan keeps the quarter-period reduction: x = j pi/2 + r, |r| <= pi/4, sin r / cos r or -cos r / sin r by j's parity,
+# sin r and cos r by their series (remainders (pi/4)^8 / 9! = 2^-21.3 and (pi/4)^10 / 10! = 2^-25.3 of the result).
+# A bfloat16 x (up to 3.4e38) keeps CUDA's reduction.
+INV_PI = tl.constexpr(0.3183098861837907)
+PI_1 = tl.constexpr(3.1415927410125732)  # float32(pi)
+PI_2 = tl.constexpr(-8.742277657347586e-08)  # float32(pi - PI_1)
+SIN6_C = tl.constexpr(_series(lambda k: Fraction((-1) ** k, math.factorial(2 * k + 1)), 6))
 TWO_OVER_PI = tl.constexpr(0.6366197723675814)
 PIO2_1 = tl.constexpr(1.5707963705062866)  # float32(pi/2)
 PIO2_2 = tl.constexpr(-4.371138828673793e-08)  # float32(pi/2 - PIO2_1)
@@ -606,29 +614,47 @@ COS_C = tl.constexpr(_series(lambda k: Fraction((-1) ** k, math.factorial(2 * k)
 
 
 @jit
-def _h_reduced(x, DM: tl.constexpr):
-    """(q, sin r, cos r) of a float16 x in float32: x = j pi/2 + r, q = j mod 4 (0 for an infinite or NaN x, whose r
-    is NaN)."""
+def _h_rint(x, DM: tl.constexpr):
     if DM < EMULATED:
-        j = libdevice.rint(x * _c(TWO_OVER_PI, x))
+        return libdevice.rint(x)
     else:
-        j = _rint(x * _c(TWO_OVER_PI, x))
-    r = tl.fma(j, -_c(PIO2_1, x), x)
-    r = tl.fma(j, -_c(PIO2_2, x), r)
-    r2 = r * r
-    q = tl.where(tl.abs(j) < 65536.0, j, 0.0).to(tl.int32) & 3
-    return q, r * _h_poly(r2, SIN_C, 4), _h_poly(r2, COS_C, 5)
+        return _rint(x)
 
 
 @jit
-def _h_sincos(x, DM: tl.constexpr):
-    """(sin x, cos x) of a float16 x in float32 (see above); NaN for an infinite or NaN x; sin(-0.0) = -0.0."""
-    q, s, c = _h_reduced(x, DM)
-    sin = tl.where((q & 1) == 0, s, c)
-    sin = tl.where(q >= 2, -sin, sin)
-    cos = tl.where((q & 1) == 0, c, s)
-    cos = tl.where((q == 1) | (q == 2), -cos, cos)
-    return tl.where(x == 0.0, x, sin), cos
+def _h_odd(k):
+    """k (an integer-valued float32, or infinite or NaN: False) is odd."""
+    h = k * 0.5
+    return h != tl.floor(h)
+
+
+@jit
+def _h_sin_or_cos(x, COS: tl.constexpr, DM: tl.constexpr):
+    """sin x, or cos x (COS), of a float16 x in float32 (see above); NaN for an infinite or NaN x; sin(-0.0) = -0.0."""
+    if COS:
+        k = _h_rint(x * _c(INV_PI, x) + 0.5, DM)
+        m = k - 0.5
+    else:
+        k = _h_rint(x * _c(INV_PI, x), DM)
+        m = k
+    r = tl.fma(m, -_c(PI_1, x), x)
+    r = tl.fma(m, -_c(PI_2, x), r)
+    s = r * _h_poly(r * r, SIN6_C, 6)
+    s = tl.where(_h_odd(k), -s, s)
+    if COS:
+        return s
+    else:
+        return tl.where(x == 0.0, x, s)
+
+
+@jit
+def _h_reduced(x, DM: tl.constexpr):
+    """(j is odd, sin r, cos r) of a float16 x in float32: x = j pi/2 + r, |r| <= pi/4 (tan's reduction, above)."""
+    j = _h_rint(x * _c(TWO_OVER_PI, x), DM)
+    r = tl.fma(j, -_c(PIO2_1, x), x)
+    r = tl.fma(j, -_c(PIO2_2, x), r)
+    r2 = r * r
+    return _h_odd(j), r * _h_poly(r2, SIN_C, 4), _h_poly(r2, COS_C, 5)
 
 
 # erf of a 16-bit result: x times erf's Taylor series in x^2 (2/sqrt(pi) (-1)^k / (k! (2k + 1)), rounded once) where
@@ -707,10 +733,9 @@ def _h_atan2(y, x, DM: tl.constexpr):
 
 @jit
 def _h_tan(x, DM: tl.constexpr):
-    """tan x of a float16 x in float32: sin r / cos r after `_h_sincos`'s reduction, or -cos r / sin r where j is odd
+    """tan x of a float16 x in float32: sin r / cos r after `_h_reduced`'s reduction, or -cos r / sin r where j is odd
     (tan has period pi: j's other bit does not matter), one div.approx; tan(-0.0) = -0.0."""
-    q, s, c = _h_reduced(x, DM)
-    odd = (q & 1) != 0
+    odd, s, c = _h_reduced(x, DM)
     t = _p_div(tl.where(odd, -c, s), tl.where(odd, s, c), DM)
     return tl.where(x == 0.0, x, t)
 
@@ -780,7 +805,7 @@ def _m_log2(x, DM: tl.constexpr):
 @jit
 def _m_sin(x, DM: tl.constexpr):
     if DM % 10 == HALF_MATH:
-        return _h_sincos(x, DM)[0]
+        return _h_sin_or_cos(x, False, DM)
     elif DM:
         return libdevice.sin(x)
     else:
@@ -790,7 +815,7 @@ def _m_sin(x, DM: tl.constexpr):
 @jit
 def _m_cos(x, DM: tl.constexpr):
     if DM % 10 == HALF_MATH:
-        return _h_sincos(x, DM)[1]
+        return _h_sin_or_cos(x, True, DM)
     elif DM:
         return libdevice.cos(x)
     else:
