@@ -492,12 +492,17 @@ def _p_rsqrt(x, DM: tl.constexpr):
 
 @jit
 def _p_div(x, y, DM: tl.constexpr):
-    """x / y of float32s: div.approx (`libdevice.fast_dividef`, __nv_fast_fdividef: within 2^-22 while |y| lies in
-    2^-126..2^126, 0 past it) on the GPU; exact under the interpreter. Its divisors here: sigmoid's in [1, 2], mish's
-    in [2, 2.4e17]; tanh's e^2|x| + 1 and gelu's (tanh form) 1 + e^-2t go past 2^126, where tanh is 1 - 0 = 1 as in
-    float32 and gelu's quotient, below |x| 2^-126, is far inside its error scale (about |x| there)."""
+    """x / y of float32s as x times rcp.approx.ftz(y) on the GPU (the reciprocal within 1 ulp: 2^-22.4 with the
+    product's rounding; one MUFU and one multiply, where `libdevice.fast_dividef` adds a range test and two scalings);
+    exact under the interpreter. A y past 2^126 gives 0 (its reciprocal is below float32's normals), as
+    __fdividef does; no y here is below 2^-126. Its divisors: sigmoid's in [1, 2], mish's in [2, 2.4e17], atan2's
+    larger operand and tan's tan r (float16: at least 2^-24); tanh's e^2|x| + 1 and gelu's (tanh form) 1 + e^-2t go
+    past 2^126, where tanh is 1 - 0 = 1 as in float32 and gelu's quotient, below |x| 2^-126, is far inside its error
+    scale (about |x| there)."""
     if DM < EMULATED:
-        return libdevice.fast_dividef(x, y)
+        return x * tl.inline_asm_elementwise(
+            "rcp.approx.ftz.f32 $0, $1;", "=f,f", [y], dtype=tl.float32, is_pure=True, pack=1
+        )
     else:
         return x / y
 
@@ -600,8 +605,9 @@ def _h_softplus(x, DM: tl.constexpr):
 # r): the part left out, pi - P1 - P2 = -3.4e-15, costs m times that, below 7.2e-11, 2^-19.7 of the least normal
 # float16. sin r by its Taylor series: 6 terms leave (pi/2 + 2^-8)^13 / 13! = 2^-24 of sin r.
 # (The parity of k by floor(k / 2) in float32: no float-to-integer conversion of an infinite or NaN x's k.)
-# tan keeps the quarter-period reduction: x = j pi/2 + r, |r| <= pi/4, sin r / cos r or -cos r / sin r by j's parity,
-# sin r and cos r by their series (remainders (pi/4)^8 / 9! = 2^-21.3 and (pi/4)^10 / 10! = 2^-25.3 of the result).
+# tan takes the quarter-period reduction: x = j pi/2 + r, |r| <= pi/4 (+ 2^-8), tan x = tan r, or -1 / tan r where j
+# is odd (one div.approx), tan r = r P(r^2), P of degree 5 fitted to tan r / r (`benchmarks/fit_pointwise.py`: within
+# 2^-21.9 relative in float64, 2^-21.2 in float32 with r^2 and r P rounded; a test holds the bound).
 # A bfloat16 x (up to 3.4e38) keeps CUDA's reduction.
 INV_PI = tl.constexpr(0.3183098861837907)
 PI_1 = tl.constexpr(3.1415927410125732)  # float32(pi)
@@ -610,8 +616,16 @@ SIN6_C = tl.constexpr(_series(lambda k: Fraction((-1) ** k, math.factorial(2 * k
 TWO_OVER_PI = tl.constexpr(0.6366197723675814)
 PIO2_1 = tl.constexpr(1.5707963705062866)  # float32(pi/2)
 PIO2_2 = tl.constexpr(-4.371138828673793e-08)  # float32(pi/2 - PIO2_1)
-SIN_C = tl.constexpr(_series(lambda k: Fraction((-1) ** k, math.factorial(2 * k + 1)), 4))
-COS_C = tl.constexpr(_series(lambda k: Fraction((-1) ** k, math.factorial(2 * k)), 5))
+TAN_P = tl.constexpr(
+    (
+        0.9999997504827526,
+        0.33336137869265675,
+        0.13282214563393868,
+        0.057321322866205074,
+        0.012246428866582082,
+        0.02059146183290154,
+    )
+)
 
 
 @jit
@@ -646,16 +660,6 @@ def _h_sin_or_cos(x, COS: tl.constexpr, DM: tl.constexpr):
         return s
     else:
         return tl.where(x == 0.0, x, s)
-
-
-@jit
-def _h_reduced(x, DM: tl.constexpr):
-    """(j is odd, sin r, cos r) of a float16 x in float32: x = j pi/2 + r, |r| <= pi/4 (tan's reduction, above)."""
-    j = _h_rint(x * _c(TWO_OVER_PI, x), DM)
-    r = tl.fma(j, -_c(PIO2_1, x), x)
-    r = tl.fma(j, -_c(PIO2_2, x), r)
-    r2 = r * r
-    return _h_odd(j), r * _h_poly(r2, SIN_C, 4), _h_poly(r2, COS_C, 5)
 
 
 # erf of a 16-bit result: x times erf's Taylor series in x^2 (2/sqrt(pi) (-1)^k / (k! (2k + 1)), rounded once) where
@@ -746,10 +750,12 @@ def _h_atan2(y, x, DM: tl.constexpr):
 
 @jit
 def _h_tan(x, DM: tl.constexpr):
-    """tan x of a float16 x in float32: sin r / cos r after `_h_reduced`'s reduction, or -cos r / sin r where j is odd
-    (tan has period pi: j's other bit does not matter), one div.approx; tan(-0.0) = -0.0."""
-    odd, s, c = _h_reduced(x, DM)
-    t = _p_div(tl.where(odd, -c, s), tl.where(odd, s, c), DM)
+    """tan x of a float16 x in float32 (see above); NaN for an infinite or NaN x; tan(-0.0) = -0.0."""
+    j = _h_rint(x * _c(TWO_OVER_PI, x), DM)
+    r = tl.fma(j, -_c(PIO2_1, x), x)
+    r = tl.fma(j, -_c(PIO2_2, x), r)
+    t = r * _h_poly(r * r, TAN_P, 6)
+    t = tl.where(_h_odd(j), _p_div(tl.full(t.shape, -1.0, t.dtype), t, DM), t)
     return tl.where(x == 0.0, x, t)
 
 

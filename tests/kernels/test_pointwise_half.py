@@ -119,6 +119,15 @@ def test_half_helpers_over_every_16_bit_input(op, dtype):
     judge_single(single, ref, scale, dtype, f"{op} {dtype}, every input")
 
 
+def _horner(coef, x: np.ndarray, square: bool) -> np.ndarray:
+    """The polynomial with coefficients `coef` at x (at x^2: `square`), by Horner's rule in x's dtype."""
+    t = x * x if square else x
+    p = np.zeros_like(x)
+    for c in reversed(coef):
+        p = p * t + x.dtype.type(c)
+    return p
+
+
 def test_the_erfc_fit_keeps_its_bound():
     """erf's and gelu's erfc past 1/4 is 2^Q, Q fitted to log2 erfc on [1/4, 4] (`pw.ERFC_Q`): within 2^-24.9 of
     mpmath's erfc evaluated in float64, 2^-23.4 in float32 as the kernel's Horner rule runs it, on 4001 points."""
@@ -126,15 +135,25 @@ def test_the_erfc_fit_keeps_its_bound():
 
     xs = np.linspace(0.25, 4.0, 4001)
     ref = np.array([float(mpmath.erfc(float(x))) for x in xs])
-    errors = {}
-    for dtype in (np.float64, np.float32):
-        x = xs.astype(dtype)
-        q = np.zeros_like(x)
-        for c in reversed(pw.ERFC_Q.value):
-            q = q * x + dtype(c)
-        errors[dtype] = float(np.abs(np.exp2(q.astype(np.float64)) - ref).max())
-    assert errors[np.float64] <= 2.0**-24.9, np.log2(errors[np.float64])
-    assert errors[np.float32] <= 2.0**-23.4, np.log2(errors[np.float32])
+    err = {d: np.abs(np.exp2(_horner(pw.ERFC_Q.value, xs.astype(d), False).astype(float)) - ref).max() for d in FITS}
+    assert err[np.float64] <= 2.0**-24.9 and err[np.float32] <= 2.0**-23.4, {d: np.log2(e) for d, e in err.items()}
+
+
+def test_the_tan_fit_keeps_its_bound():
+    """float16 tan's tan r = r P(r^2) on |r| <= pi/4 + 2^-8 (`pw.TAN_P`): within 2^-21.9 of mpmath's tan relative,
+    P evaluated in float64, 2^-21.2 in float32 as the kernel runs it (r^2, Horner, r P), on 4001 points."""
+    import mpmath
+
+    r = np.linspace(2.0**-12, np.pi / 4 + 2.0**-8, 4001)
+    ref = np.array([float(mpmath.tan(float(v))) for v in r])
+    err = {}
+    for d in FITS:
+        x = r.astype(d)
+        err[d] = (np.abs((x * _horner(pw.TAN_P.value, x, True)).astype(float) - ref) / ref).max()
+    assert err[np.float64] <= 2.0**-21.9 and err[np.float32] <= 2.0**-21.2, {d: np.log2(e) for d, e in err.items()}
+
+
+FITS = (np.float64, np.float32)  # the fits' evaluations: exact enough, and as the kernel runs them
 
 
 def judge_single(single: np.ndarray, ref: np.ndarray, scale: np.ndarray, dtype: str, what: str) -> None:
@@ -187,12 +206,13 @@ def _half_paths(items):
             "dtypes": dtypes,
             "calls": sorted(set(re.findall(r"__nv_\w+", compiled.asm["ttir"]))),
             "ex2": sorted(set(re.findall(r"ex2\.approx[.\w]*", compiled.asm["ptx"]))),
+            "rcp": sorted(set(re.findall(r"rcp\.approx[.\w]*", compiled.asm["ptx"]))),
         }
 
 
 def test_16_bit_results_compile_for_sm90_with_the_half_forms():
     """Cross-compiled for sm_90: 16-bit results call the fast instructions (lg2.approx as `__nv_fast_log2f`,
-    rsqrt.approx as `__nv_rsqrtf`, div.approx as `__nv_fast_fdividef`) or none at all, where float32 results call
+    rsqrt.approx as `__nv_rsqrtf`; ex2.approx and rcp.approx written in) or none at all, where float32 results call
     CUDA's accurate functions; bfloat16's sin and atan2 keep CUDA's; round calls rint."""
     import crosstools
 
@@ -221,6 +241,9 @@ def test_16_bit_results_compile_for_sm90_with_the_half_forms():
     assert ex2[("exp", ("float16", "float16"))] == ["ex2.approx.ftz.f32"]
     assert ex2[("sigmoid", ("float16", "float16"))] == ["ex2.approx.ftz.f32"]
     assert ex2[("exp", ("bfloat16", "bfloat16"))] == ["ex2.approx.f32"]
+    rcp = {(r["op"], tuple(r["dtypes"])): r["rcp"] for r in rows}
+    assert rcp[("sigmoid", ("float16", "float16"))] == ["rcp.approx.ftz.f32"]  # `_p_div`
+    assert rcp[("atan2", ("float16", "float16", "float16"))] == ["rcp.approx.ftz.f32"]
     assert got[("log", ("float16", "float16"))] == ["__nv_fast_log2f"]
     assert got[("log", ("bfloat16", "bfloat16"))] == ["__nv_fast_log2f"]
     assert got[("log", ("float32", "float32"))] == ["__nv_logf"]
@@ -232,7 +255,7 @@ def test_16_bit_results_compile_for_sm90_with_the_half_forms():
     assert got[("round", ("float32", "float32"))] == ["__nv_rintf"]
     assert got[("erf", ("float16", "float16"))] == []  # a series and 2^Q: no erff, no division
     assert got[("erf", ("float32", "float32"))] == ["__nv_erf"]  # float32 results compute in float64 (see OPS)
-    assert got[("atan2", ("float16", "float16", "float16"))] == ["__nv_fast_fdividef"]
+    assert got[("atan2", ("float16", "float16", "float16"))] == []  # one rcp.approx, no atan2f
     assert got[("atan2", ("bfloat16", "bfloat16", "bfloat16"))] == ["__nv_atan2f"]
 
 
