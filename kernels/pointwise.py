@@ -408,7 +408,7 @@ def _float_pow(x, e, DM: tl.constexpr):
 # 80, sin 88, against abs's 6: sm_90's SASS, `benchmarks/sass_pointwise.py`) on accuracy the result cannot hold,
 # and an op reading and writing 16-bit values is held to that rate, not to the memory's. These helpers keep the
 # float32 compute type and take the GPU's approximate instructions (ex2.approx through tl.exp, lg2.approx,
-# rsqrt.approx, div.approx: each within a few float32 ulps, subnormals kept, as `math_options` launches them) where
+# rsqrt.approx, rcp.approx: each within a few float32 ulps, subnormals kept, as `math_options` launches them) where
 # their error is a relative one, and short series (exact rational coefficients, rounded once) where a result must
 # keep its relative accuracy near a zero of the function (log near 1, log1p and expm1 near 0, sin and cos after the
 # reduction, tanh near 0), and two published approximations with stated error bounds where a series would be long
@@ -519,7 +519,7 @@ def _q_scalar(x, p, DM: tl.constexpr):
 
 @jit
 def _q(x, y, DM: tl.constexpr):
-    """x / y: div.approx (`_p_div`) for a half-precision result, else rounded to nearest (`_div`)."""
+    """x / y: x times rcp.approx (`_p_div`) for a half-precision result, else rounded to nearest (`_div`)."""
     if DM % 10 >= HALF_MATH:
         return _p_div(x, y, DM)
     else:
@@ -585,7 +585,7 @@ def _h_expm1(x, DM: tl.constexpr):
 
 @jit
 def _h_sigmoid(x, DM: tl.constexpr):
-    """1 / (1 + e) for x >= 0, e / (1 + e) for x < 0, e = exp(-|x|) (div.approx: 1 + e lies in [1, 2]); e itself
+    """1 / (1 + e) for x >= 0, e / (1 + e) for x < 0, e = exp(-|x|) (`_p_div`: 1 + e lies in [1, 2]); e itself
     below x = -20, where 1 + e is 1 in float32 (and e may be subnormal)."""
     e = _p_exp(-tl.abs(x), DM)
     q = _p_div(tl.where(x >= 0, 1.0, e), 1.0 + e, DM)
@@ -606,8 +606,9 @@ def _h_softplus(x, DM: tl.constexpr):
 # float16. sin r by its Taylor series: 6 terms leave (pi/2 + 2^-8)^13 / 13! = 2^-24 of sin r.
 # (The parity of k by floor(k / 2) in float32: no float-to-integer conversion of an infinite or NaN x's k.)
 # tan takes the quarter-period reduction: x = j pi/2 + r, |r| <= pi/4 (+ 2^-8), tan x = tan r, or -1 / tan r where j
-# is odd (one div.approx), tan r = r P(r^2), P of degree 5 fitted to tan r / r (`benchmarks/fit_pointwise.py`: within
-# 2^-21.9 relative in float64, 2^-21.2 in float32 with r^2 and r P rounded; a test holds the bound).
+# is odd (one reciprocal, `_p_div`), tan r = r P(r^2), P of degree 5 fitted to tan r / r
+# (`benchmarks/fit_pointwise.py`: within 2^-21.9 relative in float64, 2^-21.2 in float32 with r^2 and r P rounded; a
+# test holds the bound).
 # A bfloat16 x (up to 3.4e38) keeps CUDA's reduction.
 INV_PI = tl.constexpr(0.3183098861837907)
 PI_1 = tl.constexpr(3.1415927410125732)  # float32(pi)
@@ -713,10 +714,10 @@ def _h_gelu(x, DM: tl.constexpr):
     return 0.5 * x * tl.where(a < _c(ERF_SERIES_AT, a), near, tl.where(x < 0, e, 2.0 - e))
 
 
-# atan2 of float16 operands: atan(t), t = min(|x|, |y|) / max(|x|, |y|) in [0, 1] (div.approx), by Abramowitz and
+# atan2 of float16 operands: atan(t), t = min(|x|, |y|) / max(|x|, |y|) in [0, 1] (`_p_div`), by Abramowitz and
 # Stegun 4.4.49 (Hastings): t (1 + a2 t^2 + ... + a16 t^16), absolute error at most 2e-8 (1.8e-8 of atan t at most,
 # relative, checked here over [0, 1]); then pi/2 - it where |y| > |x|, pi - it where x is negative (-0.0 included),
-# y's sign. bfloat16 operands (up to 3.4e38 and below 2^-126, past div.approx's range) keep CUDA's.
+# y's sign. bfloat16 operands (up to 3.4e38 and below 2^-126, past the reciprocal's range) keep CUDA's.
 ATAN_C = tl.constexpr(
     (
         1.0,
