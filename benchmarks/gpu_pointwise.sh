@@ -3,49 +3,62 @@
 # directory:
 #
 #   bash benchmarks/gpu_pointwise.sh OUTDIR
+#   STEPS=certify,certified KEYS=benchmarks/results/pointwise_keys_2026-12-05.jsonl bash benchmarks/gpu_pointwise.sh OUT
 #
-# 1. the half-precision paths checked on this GPU: each op with one served over every float16 and bfloat16 input
-#    (tests/kernels/test_pointwise_half.py; torch hidden);
-# 2. `bench_pointwise.py` with each key's untuned config (NBXCERT_UNCERTIFIED=default), recording the keys it forms
-#    (NBXCERT_KEY_RECORD);
-# 3. `nbxcert certify` of those keys for PROFILE (default hopper) into certificates/, stopped after CERTIFY_S seconds
-#    (default 300; a rerun resumes);
-# 4. `bench_pointwise.py` again, every key served from its certificate.
+# STEPS (default all four, in this order):
+#   test      the half-precision paths checked on this GPU: each op with one served over every float16 and bfloat16
+#             input (tests/kernels/test_pointwise_half.py; torch hidden);
+#   untuned   `bench_pointwise.py --rounds 1` with each key's untuned config (NBXCERT_UNCERTIFIED=default), recording
+#             the keys it forms (NBXCERT_KEY_RECORD) into OUTDIR/keys.jsonl;
+#   certify   `nbxcert certify` of those keys (or of KEYS, a keys file) for PROFILE (default hopper) into certificates/,
+#             stopped after CERTIFY_S seconds (default 300; a rerun resumes), the profile's pointwise certificates
+#             then packed into OUTDIR/certificates.tar.gz;
+#   certified `bench_pointwise.py` again (3 rounds), every key served from its certificate where it has one.
 #
 # Needs one NVIDIA GPU of the profile, and torch for the bench's peer (BENCH_ARGS adds arguments: --no-torch, --half
 # bfloat16 for the bfloat16 cases).
 # OUTDIR gets tests.txt, half_errors.jsonl (each op's worst error over every 16-bit input: max_scaled <= 1 passes),
-# untuned.json/.txt, keys.jsonl, certify.log, certified.json/.txt, served.jsonl (how each key
-# of the certified run was served), certificates.tar.gz (the profile's pointwise certificates) and summary.txt (the
-# lines that matter).
-USAGE="[PROFILE=hopper] [CERTIFY_S=S] [BENCH_ARGS=...] bash benchmarks/gpu_pointwise.sh OUTDIR"
+# untuned.json/.txt, keys.jsonl, certify.log, certified.json/.txt, served.jsonl (how each key of the certified run was
+# served), certificates.tar.gz and summary.txt (the lines that matter), each from the steps run.
+USAGE="[STEPS=test,untuned,certify,certified] [KEYS=F] [PROFILE=hopper] [CERTIFY_S=S] [BENCH_ARGS=...] bash benchmarks/gpu_pointwise.sh OUTDIR"
 source "$(dirname "$0")/gpu_outdir.sh"
 PROFILE=${PROFILE:-hopper}
+STEPS=",${STEPS:-test,untuned,certify,certified},"
 source "$(dirname "$0")/gpu_env.sh"
 : > "$dest/summary.txt"
-# the ops served with their untuned config (no pointwise key is certified yet; the test judges values, not speed)
-rm -f "$dest/half_errors.jsonl"
-NBXCERT_UNCERTIFIED=default NBXCERT_HALF_REPORT="$dest/half_errors.jsonl" PYTHONPATH=/tmp/notorch python3 -m pytest \
-  -q -p no:cacheprovider tests/kernels/test_pointwise_half.py -m gpu > "$dest/tests.txt" 2>&1
-echo "half-precision paths, every 16-bit input: $(tail -1 "$dest/tests.txt")" | tee -a "$dest/summary.txt"
-python3 -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]; w = max(rows, key=lambda r: r['max_scaled']); print(f\"worst: {w['op']} {w['dtype']} at {w['max_scaled']:.3f} of the allowed error ({len(rows)} op-dtypes)\")" \
-  "$dest/half_errors.jsonl" 2>&1 | tee -a "$dest/summary.txt"
-rm -f "$dest/keys.jsonl"
-NBXCERT_UNCERTIFIED=default NBXCERT_KEY_RECORD="$dest/keys.jsonl" python3 benchmarks/bench_pointwise.py \
-  --out "$dest/untuned.json" --rounds 1 ${BENCH_ARGS:-} > "$dest/untuned.txt" 2>&1
-echo "untuned: $(tail -1 "$dest/untuned.txt")" | tee -a "$dest/summary.txt"
-start=$(date +%s)
-PYTHONPATH=/tmp/notorch timeout -s INT "${CERTIFY_S:-300}" python3 -m nbxcert certify --profile "$PROFILE" \
-  --keys "$dest/keys.jsonl" --out certificates --jobs "$JOBS" > "$dest/certify.log" 2>&1
-rc=$?
-echo "certify: $(wc -l < "$dest/keys.jsonl") keys, exit $rc, $(( $(date +%s) - start )) s: $(tail -1 "$dest/certify.log")" \
-  | tee -a "$dest/summary.txt"
-tar czf "$dest/certificates.tar.gz" $(find certificates -path "*/$PROFILE/*" -name 'pw_*.json')
-echo "certificates: $(tar tzf "$dest/certificates.tar.gz" | wc -l) files in certificates.tar.gz" | tee -a "$dest/summary.txt"
-rm -f "$dest/served.jsonl"
-NBXCERT_KEY_RECORD="$dest/served.jsonl" python3 benchmarks/bench_pointwise.py --out "$dest/certified.json" \
-  ${BENCH_ARGS:-} > "$dest/certified.txt" 2>&1
-echo "certified: $(tail -1 "$dest/certified.txt")" | tee -a "$dest/summary.txt"
-# how each key was served in that run (served: from a certificate; swept or default: not)
-python3 -c "import collections, json, sys; print(dict(collections.Counter(json.loads(l)['event'] for l in open(sys.argv[1]))))" \
-  "$dest/served.jsonl" | sed 's/^/keys in the certified run: /' | tee -a "$dest/summary.txt"
+if [[ $STEPS == *,test,* ]]; then
+  # the ops served with their untuned config where no key is certified (the test judges values, not speed)
+  rm -f "$dest/half_errors.jsonl"
+  NBXCERT_UNCERTIFIED=default NBXCERT_HALF_REPORT="$dest/half_errors.jsonl" PYTHONPATH=/tmp/notorch python3 -m pytest \
+    -q -p no:cacheprovider tests/kernels/test_pointwise_half.py -m gpu > "$dest/tests.txt" 2>&1
+  echo "half-precision paths, every 16-bit input: $(tail -1 "$dest/tests.txt")" | tee -a "$dest/summary.txt"
+  python3 -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]; w = max(rows, key=lambda r: r['max_scaled']); print(f\"worst: {w['op']} {w['dtype']} at {w['max_scaled']:.3f} of the allowed error ({len(rows)} op-dtypes)\")" \
+    "$dest/half_errors.jsonl" 2>&1 | tee -a "$dest/summary.txt"
+fi
+if [[ $STEPS == *,untuned,* ]]; then
+  rm -f "$dest/keys.jsonl"
+  NBXCERT_UNCERTIFIED=default NBXCERT_KEY_RECORD="$dest/keys.jsonl" python3 benchmarks/bench_pointwise.py \
+    --out "$dest/untuned.json" --rounds 1 ${BENCH_ARGS:-} > "$dest/untuned.txt" 2>&1
+  echo "untuned: $(tail -1 "$dest/untuned.txt")" | tee -a "$dest/summary.txt"
+fi
+if [[ $STEPS == *,certify,* ]]; then
+  keys=${KEYS:-$dest/keys.jsonl}
+  start=$(date +%s)
+  PYTHONPATH=/tmp/notorch timeout -s INT "${CERTIFY_S:-300}" python3 -m nbxcert certify --profile "$PROFILE" \
+    --keys "$keys" --out certificates --jobs "$JOBS" > "$dest/certify.log" 2>&1
+  rc=$?
+  echo "certify: $(wc -l < "$keys") keys, exit $rc, $(( $(date +%s) - start )) s: $(tail -1 "$dest/certify.log")" \
+    | tee -a "$dest/summary.txt"
+  tar czf "$dest/certificates.tar.gz" $(find certificates -path "*/$PROFILE/*" -name 'pw_*.json')
+  echo "certificates: $(tar tzf "$dest/certificates.tar.gz" | wc -l) files in certificates.tar.gz" \
+    | tee -a "$dest/summary.txt"
+fi
+if [[ $STEPS == *,certified,* ]]; then
+  rm -f "$dest/served.jsonl"
+  NBXCERT_UNCERTIFIED=default NBXCERT_KEY_RECORD="$dest/served.jsonl" python3 benchmarks/bench_pointwise.py \
+    --out "$dest/certified.json" ${BENCH_ARGS:-} > "$dest/certified.txt" 2>&1
+  echo "certified: $(tail -1 "$dest/certified.txt")" | tee -a "$dest/summary.txt"
+  # how each key was served in that run (served: from a certificate; default: its untuned config, no certificate)
+  python3 -c "import collections, json, sys; print(dict(collections.Counter(json.loads(l)['event'] for l in open(sys.argv[1]))))" \
+    "$dest/served.jsonl" | sed 's/^/keys in the certified run: /' | tee -a "$dest/summary.txt"
+fi
