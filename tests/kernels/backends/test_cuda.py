@@ -742,7 +742,7 @@ def fake(monkeypatch, fake_libcuda_path):
     # Collect what the test left behind while the fake is still the driver (the timer's stream gates included).
     from nbxcert.kernels.backends import triton_cuda
 
-    triton_cuda._tls.__dict__.clear()  # the stream gates, the timing events and the flush buffer: freed while the fake runs
+    triton_cuda._tls.__dict__.clear()  # the stream gates, the timing events, the flush buffer
     gc.collect()
     lib.fake_reset()
     lib.fake_pool_reset()
