@@ -490,6 +490,9 @@ def _p_rsqrt(x, DM: tl.constexpr):
         return 1.0 / tl.sqrt(x)
 
 
+RCP_ERROR = tl.constexpr(2.0**-22.4)  # x times rcp.approx (1 ulp) against x / y, rounded: within 2^-22.4 of it
+
+
 @jit
 def _p_div(x, y, DM: tl.constexpr):
     """x / y of float32s as x times rcp.approx.ftz(y) on the GPU (the reciprocal within 1 ulp: 2^-22.4 with the
@@ -504,7 +507,11 @@ def _p_div(x, y, DM: tl.constexpr):
             "rcp.approx.ftz.f32 $0, $1;", "=f,f", [y], dtype=tl.float32, is_pure=True, pack=1
         )
     else:
-        return x / y
+        # the exact quotient moved by the bound, up or down by its last bit: the forms that round a quotient (fmod's
+        # floor) meet both errors under the interpreter too
+        q = x / y
+        up = (q.to(tl.int32, bitcast=True) & 1) != 0
+        return q * tl.where(up, 1.0 + _c(RCP_ERROR, q), 1.0 - _c(RCP_ERROR, q))
 
 
 @jit
@@ -1283,11 +1290,41 @@ def _div_guard(x, y, z):
 @jit
 def _m_fmod(a, b, DM: tl.constexpr):
     """C's fmod, exact either way: the device library's (its error bound is 0 ulp, float32 and float64 alike, as an
-    IEEE 754 remainder must be) on the GPU, the long division above under the interpreter."""
-    if DM:
+    IEEE 754 remainder must be) on the GPU, the long division above under the interpreter; float16 operands on the
+    GPU `_h_fmod`, exact too."""
+    if DM % 10 == HALF_MATH:
+        return _h_fmod(a, b, DM)
+    elif DM:
         return libdevice.fmod(a, b)
     else:
         return _fmod_float(a, b)
+
+
+FMOD_FAST_BELOW = tl.constexpr(4194304.0)  # 2^22
+
+
+@jit
+def _h_fmod(a, b, DM: tl.constexpr):
+    """fmod of float16 values in float32, exact and with no branch where |a| < 2^22 |b|: q = floor(|a| / |b|) from one
+    reciprocal (`_p_div`: within 2^-22.4, so q is the quotient's floor or one off), r = |a| - q |b| by one fma (exact:
+    r lies in (-|b|, 2 |b|) on |b|'s grid of 2^11 steps, or is |a| itself), moved into [0, |b|) by one add of -|b|
+    or |b|, a's sign. Elsewhere (the quotient past 2^22, b = 0, a infinite) CUDA's fmod, given 0 and 1 in the other
+    lanes, where it leaves at once (|0| < |1|); under the interpreter the long division (`_fmod_float`)."""
+    ax = tl.abs(a)
+    ay = tl.abs(b)
+    big = ax >= ay * _c(FMOD_FAST_BELOW, ay)
+    q = tl.floor(_p_div(ax, ay, DM))
+    r = tl.where(q == 0.0, ax, tl.fma(-q, ay, ax))  # an infinite b: 0 times it is NaN
+    r = tl.where(r < 0.0, r + ay, r)
+    r = tl.where(r >= ay, r - ay, r)
+    fast = tl.where(_sign_bit(a), -r, r)
+    big_a = tl.where(big, a, 0.0)
+    big_b = tl.where(big, b, 1.0)
+    if DM < EMULATED:
+        slow = libdevice.fmod(big_a, big_b)
+    else:
+        slow = _fmod_float(big_a, big_b)
+    return tl.where(big, slow, fast)
 
 
 @jit

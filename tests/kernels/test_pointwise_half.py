@@ -175,7 +175,13 @@ def judge_single(single: np.ndarray, ref: np.ndarray, scale: np.ndarray, dtype: 
 # integers (pow's odd and even exponents), fractions, and values that overflow or underflow a 16-bit result
 SECOND = [0.0, -0.0, 1.0, -1.0, 2.0, -2.0, 3.0, -3.0, 0.5, -0.5, 0.1, 1.5, 7.0, 7.5, -11.0, 100.0, -100.0, 1e-4]
 SECOND += [float("inf"), float("-inf"), float("nan")]
-BINARY_OPS = {"pow": ("float16", "bfloat16"), "hypot": ("float16",), "atan2": ("float16",)}
+BINARY_OPS = {
+    "pow": ("float16", "bfloat16"),
+    "hypot": ("float16",),
+    "atan2": ("float16",),
+    "fmod": ("float16",),
+    "remainder": ("float16",),
+}
 
 
 @pytest.mark.skipif(select().name != "interpreter", reason="the emulated half path runs under the interpreter")
