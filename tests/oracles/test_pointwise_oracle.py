@@ -899,5 +899,5 @@ def test_the_oracle_imports_nothing_of_the_kernels_or_the_engine_and_no_torch():
     tree = ast.parse(Path(P.__file__).read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"__future__", "math", "fractions", "numpy", "nbxcert.oracles"}, imported
+    assert imported <= {"__future__", "math", "fractions", "concurrent.futures", "numpy", "nbxcert.oracles"}, imported
     assert "torch" not in sys.modules
