@@ -119,6 +119,9 @@ def test_half_helpers_over_every_16_bit_input(op, dtype):
     judge_single(single, ref, scale, dtype, f"{op} {dtype}, every input")
 
 
+FITS = (np.float64, np.float32)  # the fits' evaluations: exact enough, and as the kernel runs them
+
+
 def _horner(coef, x: np.ndarray, square: bool) -> np.ndarray:
     """The polynomial with coefficients `coef` at x (at x^2: `square`), by Horner's rule in x's dtype."""
     t = x * x if square else x
@@ -151,9 +154,6 @@ def test_the_tan_fit_keeps_its_bound():
         x = r.astype(d)
         err[d] = (np.abs((x * _horner(pw.TAN_P.value, x, True)).astype(float) - ref) / ref).max()
     assert err[np.float64] <= 2.0**-21.9 and err[np.float32] <= 2.0**-21.2, {d: np.log2(e) for d, e in err.items()}
-
-
-FITS = (np.float64, np.float32)  # the fits' evaluations: exact enough, and as the kernel runs them
 
 
 def judge_single(single: np.ndarray, ref: np.ndarray, scale: np.ndarray, dtype: str, what: str) -> None:
