@@ -2361,7 +2361,10 @@ def default_for(problem: Mapping[str, Any]) -> Config:
 # 32-bit registers per element live at the peak, counted from the kernel at its widest (float64 compute, 2 a value):
 # each operand the problem has and the result, and the int64 offsets: one where every tensor is dense (DENSE: the flat
 # index is every tensor's offset), else the output's and each operand slot's (four). 16 at the most (three operands,
-# strided), 6 for a dense unary op.
+# strided), 6 for a dense unary op. It counts a tensor's address once a vector, as a large tensor's loads vectorize;
+# where they do not (a count that is no multiple of the vector, masked element by element) each element keeps its own
+# addresses, and the census finds 1 to 25 kept configs that spill at the specs' 33- and 64-element examples on NVIDIA
+# targets (README, Census): they run, slower, and lose their sweep.
 VALUE_REGS = 2
 OFFSET_REGS = 2
 
