@@ -66,9 +66,8 @@ def test_ctrl_c_stops_certify_in_one_line_and_a_rerun_resumes(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("NBXCERT_")}
     env.update(INTERPRETER_ENV)
     cmd = [sys.executable, "-m", "nbxcert", "certify", "--profile", "interpreter", "--out", str(out)]
-    # keys enough that the interrupt lands mid-run even when this process wakes seconds late on a loaded machine: 13
-    # keys, 16 s after the first is written (4 kernels, 5 s, were outrun once on a 2-core host running a census)
-    kernels = "rmsnorm,embedding,silu_and_mul,rope,add_rmsnorm,softmax,decode_attention"
+    # keys enough that the interrupt lands mid-run even when this process wakes seconds late on a loaded machine
+    kernels = "rmsnorm,embedding,silu_and_mul,rope"
     cmd += ["--workload", "demo", "--kernels", kernels, "--jobs", "1"]
     with open(log, "wb") as f:
         p = subprocess.Popen(cmd, env={**env, "COLUMNS": "250"}, stdout=f, stderr=f, start_new_session=True)
