@@ -399,6 +399,8 @@ for at, launch in enumerate(launches(load_workload(a["workload"]), profile)):
         continue
     if a["max_launches"] and n >= a["max_launches"]:
         break
+    if a.get("stop_after") and time.perf_counter() - t_start > a["stop_after"]:  # a part ends between two launches
+        break
     spec = get_spec(launch.kernel)
     t0 = time.perf_counter()
     with shape_only(zeroed=True):  # the launch's tensors at their real shapes, zeros set on the device: every run's
@@ -433,7 +435,8 @@ for at, launch in enumerate(launches(load_workload(a["workload"]), profile)):
 if choice.name == "cuda":
     from nbxcert.kernels.backends import cuda
     cuda.synchronize()
-result = {"launches": n, "inputs_s": made, "warm_s": warm_s, "in_process_s": time.perf_counter() - t_start,
+result = {"launches": n, "next_launch": a.get("from_launch", 0) + n, "inputs_s": made, "warm_s": warm_s,
+          "in_process_s": time.perf_counter() - t_start,
           "torch_imported": "torch" in sys.modules,
           "startup_s": {k: round(v, 4) for k, v in marks.items()}, "elapsed": elapsed}
 if warming is not None:  # whether the pool had finished by the last launch (the run does not wait for it: the
@@ -471,6 +474,8 @@ def _cold_run(
     no_torch: bool = False,
     from_launch: int = 0,
     cache_dir: str = "",
+    stop_after: float = 0.0,
+    sweep_jobs: int = 0,
 ) -> dict:
     """One fresh process running the workload's launches; `triton_cache`: this Triton cache directory (default: an
     empty one of its own); `bundle`: serve the winners it holds compiled (`NBXCERT_BUNDLE_PATH`), with nbxcert's
@@ -485,6 +490,9 @@ def _cold_run(
         env["TRITON_CACHE_DIR"] = os.path.join(cache_dir, "triton")
         env["NBXCERT_CACHE_DIR"] = os.path.join(cache_dir, "nbxcert")
     env.pop("NBXCERT_BUNDLE_PATH", None)
+    env.pop("NBXCERT_SWEEP_JOBS", None)
+    if sweep_jobs:  # a run-time sweep's candidates compiled in this many workers first
+        env["NBXCERT_SWEEP_JOBS"] = str(sweep_jobs)
     if bundle:
         from nbxcert.kernels.backends import launcher
 
@@ -499,6 +507,7 @@ def _cold_run(
     arg["bundle"] = bool(bundle)
     arg["no_torch"] = no_torch
     arg["from_launch"] = from_launch
+    arg["stop_after"] = stop_after
     arg.update(warm=warm, autotune=autotune, max_launches=max_launches)
     t0 = time.perf_counter()
     try:
@@ -561,7 +570,16 @@ def coldstart(args) -> dict:
         first,
         # a restart: the certified run again, with the Triton cache the first one filled (what a second start costs)
         {"certified_restart": dict(served, triton_cache=certified_cache)},
-        {"swept": dict(directory=empty, certified_only=False, limit_s=args.sweep_limit, **common)},
+        {
+            "swept": dict(
+                directory=empty,
+                certified_only=False,
+                limit_s=args.sweep_limit,
+                stop_after=args.stop_after,
+                sweep_jobs=args.sweep_jobs,
+                **common,
+            )
+        },
     ]
     if args.autotune:
         phases[2]["autotuned"] = dict(
@@ -959,6 +977,21 @@ def main(argv=None) -> int:
         default="",
         help="keep the Triton and nbxcert caches here across the parts of one sequence (each part: --from-launch, "
         "--max-launches), as the whole run's one process would keep them",
+    )
+    c.add_argument(
+        "--stop-after",
+        type=float,
+        default=0.0,
+        help="the sweep starts no launch after this many seconds from its process's start: a part of a sequence "
+        "measured in parts ends between two launches and says the next (next_launch), for the next part's "
+        "--from-launch",
+    )
+    c.add_argument(
+        "--sweep-jobs",
+        type=int,
+        default=0,
+        help="NBXCERT_SWEEP_JOBS for the sweep: its candidates compiled in this many workers first (0: unset, "
+        "nbxcert's default, each compiled in the process at its first run)",
     )
     c.add_argument(
         "--runs",

@@ -218,39 +218,77 @@ def start(
     return Warming(report, requests, names, jobs if jobs else max(1, (os.cpu_count() or 2) - 1))
 
 
-_ahead_pool = None
+AHEAD_IDLE_S = 60.0  # compile_ahead's workers are stopped after this long with nothing to compile (a policy, not a
+# fact of a device: each worker holds a CUDA context, some 0.5 GB of device memory, which a serving process wants back
+# once its run-time sweeps are over; the next compile starts them again, a few seconds)
+
+_ahead: dict[str, Any] = {"pool": None, "timer": None}
+_ahead_lock = None
+
+
+def _close_ahead_pool() -> None:
+    """Stop compile_ahead's workers (at their idle time, or at the process's exit)."""
+    lock = _ahead_lock
+    if lock is None:
+        return
+    with lock:
+        pool, _ahead["pool"] = _ahead["pool"], None
+        if _ahead["timer"] is not None:
+            _ahead["timer"].cancel()
+            _ahead["timer"] = None
+    if pool is not None:
+        pool.close()
+
+
+def _pool_finds(spec) -> bool:
+    """Whether a compile worker finds `spec` by name: a spec of nbxcert's own library, registered as the one of its
+    name. A user's spec lives in a module the workers have not imported: its candidates compile in the caller."""
+    from nbxcert.errors import NbxcertError
+    from nbxcert.kernels.spec import get_spec
+
+    try:
+        if get_spec(spec.name) is not spec:
+            return False
+    except NbxcertError:
+        return False
+    return all(str(getattr(getattr(k, "fn", k), "__module__", "")).startswith("nbxcert.") for k in spec.kernels)
 
 
 def compile_ahead(spec, problem, dtypes, configs, profile_key: str, seed: int = 0, jobs: int | None = None) -> int:
-    """Compile `configs` of a registered `spec` for one `problem` in a pool of worker processes (kept for the life of
-    this process), filling Triton's on-disk cache, so that the caller's own launches that follow load them instead of
-    compiling one after the other. For the GPU tests and benchmarks that run every kept candidate at real shapes.
+    """Compile `configs` of a registered `spec` for one `problem` in a pool of worker processes, filling Triton's
+    on-disk cache, so that the caller's own launches that follow load them instead of compiling one after the other:
+    the run-time sweep (`nbxcert.serving.runtime_sweep`), and the GPU tests and benchmarks that run every kept
+    candidate at real shapes. The pool is kept between calls and stopped after `AHEAD_IDLE_S` seconds unused (and at
+    exit); `jobs`: its size when this call starts it (default: the CPU count). Calls from several threads take turns.
 
     Returns how many compiled. A config that fails to compile here is not reported: the caller's own launch of it
     meets the same failure and reports it where it belongs. Nothing happens off CUDA, for one config, or for a spec
-    that is not registered (a worker finds specs by name)."""
-    global _ahead_pool
+    a worker cannot find by name (`_pool_finds`)."""
+    global _ahead_lock
     import atexit
+    import threading
 
-    from nbxcert.errors import NbxcertError
     from nbxcert.kernels.backends import select
-    from nbxcert.kernels.spec import get_spec
     from nbxcert.worker import CompilePool
 
     configs = list(configs)
-    if select().name != "cuda" or len(configs) < 2:
+    if select().name != "cuda" or len(configs) < 2 or not _pool_finds(spec):
         return 0
-    try:
-        if get_spec(spec.name) is not spec:
-            return 0
-    except NbxcertError:
-        return 0
-    if _ahead_pool is None:
-        _ahead_pool = CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
-        atexit.register(_ahead_pool.close)
+    if _ahead_lock is None:
+        _ahead_lock = threading.Lock()
+        atexit.register(_close_ahead_pool)
     same = {"smallest": dict(problem), "largest": dict(problem)}
     requests = [compile_request(spec, c, dtypes, same, seed, profile_key) for c in configs]
-    replies = _ahead_pool.compile_all(requests, TIMEOUT_S)
+    with _ahead_lock:
+        if _ahead["timer"] is not None:
+            _ahead["timer"].cancel()
+        if _ahead["pool"] is None:
+            _ahead["pool"] = CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
+        replies = _ahead["pool"].compile_all(requests, TIMEOUT_S)
+        timer = threading.Timer(AHEAD_IDLE_S, _close_ahead_pool)
+        timer.daemon = True
+        timer.start()
+        _ahead["timer"] = timer
     return sum(1 for r in replies if r.get("status") == "compiled")
 
 

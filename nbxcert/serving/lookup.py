@@ -301,7 +301,7 @@ def config_for(
                 f"[nbxcert] {spec.name}: key {text} has no certificate for {st.profile.key}; sweeping it at run time "
                 f"(certify it once: nbxcert certify --profile {st.profile.name} --key '{text}')"
             )
-            cfg = sweep_at_run_time(spec, problem, st.profile, runtime)
+            cfg = sweep_at_run_time(spec, problem, st.profile, runtime, key.dtypes)
             st.runtime_cache[text] = {"config": cfg.as_dict(), "date": time.strftime("%Y-%m-%d")}
             _save_runtime_cache(st)
             _record(st, text, "swept")

@@ -1,9 +1,9 @@
 """The run-time sweep: a key with no certificate, outside certified-only mode, swept on the launch's own arguments.
 
 Serving's lookup comes here on a miss only. Every pruned-in candidate runs on the launch's arguments; those that fail,
-or whose output disagrees with the others' consensus beyond the dtype tolerance, are rejected; the fastest of the rest
-wins, chosen as the certifying sweep chooses (`nbxcert.sweep.choose_winner`) from timings summarised as the runner
-summarises them (`nbxcert.runner.summary`).
+or whose output disagrees with the consensus (the median of the first `CONSENSUS_OF` that ran) beyond the dtype
+tolerance, are rejected; the fastest of the rest wins, chosen as the certifying sweep chooses
+(`nbxcert.sweep.choose_winner`) from timings summarised as the runner summarises them (`nbxcert.runner.summary`).
 
 Imports `nbxcert.errors` and serving's notices at module level; numpy, the comparison, the sweep's winner choice and
 the runner's timing only inside the functions that run a sweep, so that importing `nbxcert.serving` loads no sweep.
@@ -30,17 +30,46 @@ class RuntimeLaunch:
     restore: Sequence[Any] = ()
 
 
+def sweep_jobs() -> int:
+    """NBXCERT_SWEEP_JOBS: how many worker processes compile a run-time sweep's candidates before they run (default
+    1: none, each candidate compiles in this process at its first run). Workers are spawned processes: a script run
+    as `python script.py` that sets it must guard its top level with `if __name__ == "__main__":`, as for any spawned
+    process."""
+    import os
+
+    from nbxcert.errors import UsageError
+    from nbxcert.options import MAX_JOBS
+
+    text = os.environ.get("NBXCERT_SWEEP_JOBS", "").strip()
+    if not text:
+        return 1
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_JOBS:
+        raise UsageError(
+            f"NBXCERT_SWEEP_JOBS={text} is not a count of worker processes",
+            hint=f"set it to a whole number from 1 to {MAX_JOBS} (1: compile in this process), or unset it",
+        )
+    return n
+
+
 def sweep_at_run_time(
-    spec, problem: Mapping[str, Any], profile, runtime: RuntimeLaunch | dict | Callable[[], RuntimeLaunch] | None
+    spec,
+    problem: Mapping[str, Any],
+    profile,
+    runtime: RuntimeLaunch | dict | Callable[[], RuntimeLaunch] | None,
+    dtypes: Sequence[str] = (),
 ):
     """Sweep a key on the launch's own arguments: every pruned-in candidate runs; those that fail, or whose output
-    disagrees with the candidates' consensus (the element-wise median) beyond the dtype tolerance times the output's
-    largest magnitude, are rejected; the fastest of the rest wins (the untuned default or the simplest within the
-    noise). `runtime` is a `RuntimeLaunch`, the keyword arguments of one, or a function of no arguments that makes one
-    (called here only: `nbxcert verify` makes a key's inputs at its bucket's largest member only for a sweep)."""
-    import numpy as np
-
-    from nbxcert.kernels.compare import compare
+    disagrees with the candidates' consensus (the element-wise median of the first `CONSENSUS_OF` that ran) beyond
+    the dtype tolerance times the output's largest magnitude, are rejected; the fastest of the rest wins (the untuned
+    default or the simplest within the noise). `runtime` is a `RuntimeLaunch`, the keyword arguments of one, or a
+    function of no arguments that makes one (called here only: `nbxcert verify` makes a key's inputs at its bucket's
+    largest member only for a sweep).
+    `dtypes`: the key's; with them and NBXCERT_SWEEP_JOBS above 1, the candidates are compiled first in that many
+    worker processes (`nbxcert.warm.compile_ahead`), so that their first runs here load them."""
     from nbxcert.sweep import Outcome, choose_winner
 
     if isinstance(runtime, dict):
@@ -50,8 +79,16 @@ def sweep_at_run_time(
     if runtime is None:
         raise LaunchError(f"kernel {spec.name}: the launch gave no way to sweep it at run time (a bug in nbxcert)")
     kept = spec.pruned_for(problem, profile).kept
+    jobs = sweep_jobs()
+    if dtypes and jobs > 1:
+        from nbxcert.warm import compile_ahead
+
+        compile_ahead(spec, problem, tuple(dtypes), kept, profile.key, jobs=jobs)
     saved = [t.clone() for t in runtime.restore]
-    results, rejected = [], []
+    rejected: list[str] = []
+    first: list[tuple[Any, list]] = []  # the candidates that ran before the consensus is formed, with their outputs
+    consensus: _Consensus | None = None
+    agreed = []
     for cfg in kept:
         for dst, src in zip(runtime.restore, saved, strict=False):
             dst.copy_(src)
@@ -63,29 +100,23 @@ def sweep_at_run_time(
         except Exception as e:  # noqa: BLE001 - a candidate that fails to compile or run is rejected, as in a sweep
             rejected.append(f"{cfg.label()}: {type(e).__name__}")
             continue
-        results.append((cfg, outs))
+        if consensus is None:
+            first.append((cfg, outs))
+            if len(first) == CONSENSUS_OF:
+                consensus = _Consensus([o for _, o in first], runtime.outputs, profile)
+                agreed += [c for c, o in first if consensus.agrees(spec, c, o)]
+                first = []
+        elif consensus.agrees(spec, cfg, outs):
+            agreed.append(cfg)
+    if consensus is None and first:  # fewer candidates ran than a consensus is formed of: all of them form it
+        consensus = _Consensus([o for _, o in first], runtime.outputs, profile)
+        agreed += [c for c, o in first if consensus.agrees(spec, c, o)]
     if rejected:
         say_once(
             f"[nbxcert] {spec.name}: the run-time sweep rejected {len(rejected)} candidates ({'; '.join(rejected[:3])})"
         )
-    if not results:
+    if consensus is None:
         raise LaunchError(f"kernel {spec.name}: no candidate ran at run time for problem {dict(problem)}")
-    agreed = []
-    for cfg, outs in results:
-        ok = True
-        for i, out in enumerate(outs):
-            stack = np.stack([r[1][i] for r in results])
-            consensus = np.median(stack, axis=0)
-            # no oracle here, so no per-element error scale: agreement is judged norm-wise, against the largest
-            # magnitude of the output (candidates that sum in another order legitimately differ where values cancel)
-            finite = np.abs(consensus[np.isfinite(consensus)])
-            scale = np.full(consensus.shape, finite.max() if finite.size else 0.0)
-            tol = profile.tolerance(runtime.outputs[i].dtype.name)
-            ok = ok and compare(out, consensus, scale, runtime.outputs[i].dtype, tol).ok
-        if ok:
-            agreed.append(cfg)
-        else:
-            say_once(f"[nbxcert] {spec.name}: run-time sweep rejected {cfg.label()} (disagrees with the consensus)")
     timed = [Outcome(c, "correct", timing=_time(runtime, c)) for c in agreed]
     winner, _ = choose_winner(timed, spec.default)
     for dst, src in zip(runtime.restore, saved, strict=False):
@@ -93,6 +124,40 @@ def sweep_at_run_time(
     if winner is None:
         raise LaunchError(f"kernel {spec.name}: no candidate agreed with the consensus for problem {dict(problem)}")
     return winner.config
+
+
+CONSENSUS_OF = 5  # the consensus is the element-wise median of the first this many candidates that run: a majority
+# of them must agree for it to hold. Each later candidate is judged as it runs and its outputs let go, so a sweep holds
+# at most this many outputs (float64) at once: keeping every candidate's, as before, held 82 float64 copies of a
+# 4096 x 28672 matmul's output (77 GB) before judging any
+
+
+class _Consensus:
+    """The consensus outputs (`CONSENSUS_OF` candidates' element-wise median) and the judgment of a candidate's
+    outputs against them."""
+
+    def __init__(self, outputs: Sequence[Sequence[Any]], tensors: Sequence[Any], profile) -> None:
+        import numpy as np
+
+        from nbxcert.kernels.compare import Judge
+
+        self.judges = []
+        for i in range(len(tensors)):
+            median = np.median(np.stack([o[i] for o in outputs]), axis=0)
+            # no oracle here, so no per-element error scale: agreement is judged norm-wise, against the largest
+            # magnitude of the output (candidates that sum in another order legitimately differ where values cancel)
+            finite = np.abs(median[np.isfinite(median)])
+            dtype = tensors[i].dtype
+            # one judge an output, its allowed error worked out once for every candidate it judges
+            largest = finite.max() if finite.size else 0.0
+            self.judges.append(Judge(median, largest, dtype, profile.tolerance(dtype.name)))
+
+    def agrees(self, spec, cfg, outs: Sequence[Any]) -> bool:
+        for judge, out in zip(self.judges, outs, strict=True):
+            if not judge.verdict(out).ok:
+                say_once(f"[nbxcert] {spec.name}: run-time sweep rejected {cfg.label()} (disagrees with the consensus)")
+                return False
+        return True
 
 
 RUNTIME_REPETITIONS = 100  # a run-time sweep's repetitions of one candidate, at most

@@ -348,6 +348,17 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
     assert block["startup_s"]["certificates"] >= block["warm_s"]
     cut = bc._cold_run("demo", bc._device()[1], str(tmp_path / "empty"), False, limit_s=1.0, max_launches=3)
     assert cut["cut_at_limit"] and cut["reached"]["launches"] in (0, 1, 2)
+    # one part of a sequence measured in parts: it starts where the last ended and says where the next starts
+    part = bc._cold_run(
+        "demo", bc._device()[1], str(tmp_path / "empty"), False, limit_s=300, from_launch=1, max_launches=1
+    )
+    assert part["launches"] == 1 and part["next_launch"] == 2
+    # a part told to stop starts no launch past its time (here: none at all) and says the next is the one it would
+    # have started
+    stopped = bc._cold_run(
+        "demo", bc._device()[1], str(tmp_path / "empty"), False, limit_s=300, from_launch=1, stop_after=1e-9
+    )
+    assert stopped["launches"] == 0 and stopped["next_launch"] == 1
 
 
 def test_report_joins_a_workloads_shards_and_refuses_a_key_measured_twice(tmp_path):
