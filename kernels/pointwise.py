@@ -1327,8 +1327,37 @@ def _h_fmod(a, b, DM: tl.constexpr):
     return tl.where(big, slow, fast)
 
 
+FLOOR_DIV_FAST_BELOW = tl.constexpr(536870912.0)  # 2^29
+
+
 @jit
 def _floor_div_float(x, y, DM: tl.constexpr):
+    """Floor division of floats. float64 on the GPU (float32 operands compute in float64 there): below a 2^29
+    quotient, floor(q) of q = x / y correctly rounded, one less where q is an integer above the exact quotient (x - q y,
+    exact by one fma since q is x / y rounded to nearest, has the sign opposite to y's; no integer lies between the
+    exact quotient and a q that is not one); elsewhere (a quotient past 2^29, y zero or infinite, x infinite or NaN:
+    none in most blocks, whose branch is then skipped) torch's formula, `_floor_div_torch`. Otherwise that formula.
+    Both are the floor of the exact quotient below 2^29 (the exact remainder makes torch's numerator an exact
+    multiple of y there)."""
+    if x.dtype == tl.float64 and DM % 10 == 1:
+        q = x / y
+        fast = (tl.abs(q) < FLOOR_DIV_FAST_BELOW) & (tl.abs(y) < float("inf"))
+        f = tl.floor(q)
+        r = tl.fma(-f, y, x)
+        fl = tl.where((q == f) & (r != 0.0) & ((r < 0.0) != (y < 0.0)), f - 1.0, f)
+        # a block with a lane off the fast path: the formula for those lanes
+        if tl.max(tl.where(fast, 0, 1), axis=None) != 0:
+            if DM < EMULATED:
+                fl = tl.where(fast, fl, _floor_div_torch(x, y, DM))
+            else:
+                fl = tl.where(fast, fl, _floor_div_torch(x, y, 0))
+        return fl
+    else:
+        return _floor_div_torch(x, y, DM)
+
+
+@jit
+def _floor_div_torch(x, y, DM: tl.constexpr):
     """torch's floor division of floats: (x - fmod(x, y)) / y, moved down by one where the remainder's sign differs
     from y's, then the nearest integer to that (x / y where y is 0)."""
     mod = _m_fmod(x, y, DM)
