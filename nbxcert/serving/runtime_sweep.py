@@ -94,20 +94,21 @@ def sweep_at_run_time(
             dst.copy_(src)
         try:
             runtime.run(cfg)
+            if consensus is not None:  # judged from the output tensors (widened on the thread pool), nothing kept
+                if consensus.agrees(spec, cfg, runtime.outputs):
+                    agreed.append(cfg)
+                continue
             outs = [t.float64() for t in runtime.outputs]
         except NbxcertError:
             raise
         except Exception as e:  # noqa: BLE001 - a candidate that fails to compile or run is rejected, as in a sweep
             rejected.append(f"{cfg.label()}: {type(e).__name__}")
             continue
-        if consensus is None:
-            first.append((cfg, outs))
-            if len(first) == CONSENSUS_OF:
-                consensus = _Consensus([o for _, o in first], runtime.outputs, profile)
-                agreed += [c for c, o in first if consensus.agrees(spec, c, o)]
-                first = []
-        elif consensus.agrees(spec, cfg, outs):
-            agreed.append(cfg)
+        first.append((cfg, outs))
+        if len(first) == CONSENSUS_OF:
+            consensus = _Consensus([o for _, o in first], runtime.outputs, profile)
+            agreed += [c for c, o in first if consensus.agrees(spec, c, o)]
+            first = []
     if consensus is None and first:  # fewer candidates ran than a consensus is formed of: all of them form it
         consensus = _Consensus([o for _, o in first], runtime.outputs, profile)
         agreed += [c for c, o in first if consensus.agrees(spec, c, o)]
@@ -153,8 +154,12 @@ class _Consensus:
             self.judges.append(Judge(median, largest, dtype, profile.tolerance(dtype.name)))
 
     def agrees(self, spec, cfg, outs: Sequence[Any]) -> bool:
+        """Whether `outs` (float64 arrays, or the output tensors themselves) agree with the consensus."""
+        import numpy as np
+
         for judge, out in zip(self.judges, outs, strict=True):
-            if not judge.verdict(out).ok:
+            verdict = judge.verdict(out) if isinstance(out, np.ndarray) else judge.verdict_of(out)
+            if not verdict.ok:
                 say_once(f"[nbxcert] {spec.name}: run-time sweep rejected {cfg.label()} (disagrees with the consensus)")
                 return False
         return True

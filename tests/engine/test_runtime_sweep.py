@@ -46,6 +46,18 @@ class _Output:
         weakref.finalize(copy, self._gone)
         return copy
 
+    def numpy(self) -> np.ndarray:
+        """The storage values, as `Judge.verdict_of` reads them (a copy, counted as `float64`'s are)."""
+        copy = self.values.astype(np.float32).view(_Array)
+        self.live += 1
+        self.made += 1
+        weakref.finalize(copy, self._gone)
+        return copy
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.values.shape
+
 
 def _sweep(configs, wrong=(), peak: list | None = None, dtypes=()):
     """Sweep fake candidates of one float32 output: each writes the same ramp, those in `wrong` a ramp 1% off;
