@@ -381,14 +381,13 @@ def _float_pow(x, e, DM: tl.constexpr):
     e_int = tl.floor(e) == e
     e_odd = e_int & ((e - 2.0 * tl.floor(e * 0.5)) != 0.0) & (tl.abs(e) < 9007199254740992.0)
     if DM % 10 >= HALF_MATH:
-        lg = _h_log2(tl.where(ax == 0.0, 1.0, ax), DM)
-    else:
-        lg = tl.log2(tl.where(ax == 0.0, 1.0, ax))
+        return _h_pow(x, e, ax, e_int, e_odd, DM)
+    lg = tl.log2(tl.where(ax == 0.0, 1.0, ax))
     r = _p_exp2(e * lg, DM)
     r = tl.where(ax == 0.0, tl.where(e < 0, float("inf"), 0.0), r)
     r = tl.where((x < 0) & ~e_int & (tl.abs(e) < float("inf")), _nan(x), r)
     r = tl.where((x < 0) & e_odd, -r, r)
-    zero_neg = (x == 0) & ((1.0 / tl.where(x == 0, x, 1.0)) < 0)
+    zero_neg = (x == 0) & _sign_bit(x)
     r = tl.where(zero_neg & e_odd, -r, r)
     ax_inf = ax == float("inf")
     r = tl.where(ax_inf, tl.where(e < 0, 0.0, float("inf")), r)
@@ -399,6 +398,20 @@ def _float_pow(x, e, DM: tl.constexpr):
     r = tl.where(e_inf, tl.where(ax == 1.0, 1.0, tl.where(ax > 1.0, big, small)), r)
     r = tl.where(_isnan(x) | _isnan(e), _nan(x), r)
     r = tl.where(x == 1.0, 1.0, r)
+    return tl.where(e == 0.0, 1.0, r)
+
+
+@jit
+def _h_pow(x, e, ax, e_int, e_odd, DM: tl.constexpr):
+    """`_float_pow` for a half-precision result, C99's special cases from exp2(e log2 |x|) itself where its infinities
+    give them: log2 of 0 and inf is -inf and inf (lg2.approx; `_h_log2_far` for bfloat16's subnormals), so |x| = 0
+    or inf and e = +-inf come out 0 or inf, and ex2.approx of -inf is 0. Left to set: NaN for a finite negative x and
+    a finite e not an integer, the sign of x (-0 and -inf too) for an odd integer e, 1 for x = 1 (e NaN too) and for
+    x = -1 with e infinite (0 times inf in the product), and 1 for e = 0 (x NaN too). 4 selects instead of 15."""
+    r = _p_exp2(e * _h_log2(ax, DM), DM)
+    r = tl.where((x < 0.0) & (x > float("-inf")) & ~e_int, _nan(x), r)
+    r = tl.where(_sign_bit(x) & e_odd, -r, r)
+    r = tl.where((ax == 1.0) & ((x == 1.0) | (tl.abs(e) == float("inf"))), 1.0, r)
     return tl.where(e == 0.0, 1.0, r)
 
 
