@@ -66,21 +66,23 @@ def _threads() -> int:
     return max(1, min(n, int(limit))) if limit.isdigit() and int(limit) > 0 else n
 
 
-def _elementwise(fn, x: np.ndarray) -> np.ndarray:
-    """fn (float64 array -> float64 array, element by element) over x, in parts on threads when x is large."""
+def _elementwise(fn, *xs: np.ndarray) -> np.ndarray:
+    """fn (float64 arrays of one shape -> float64 array, element by element) over xs, in parts on threads when they
+    are large (a long double oracle on one core: pow's took 25.5 s of a 36 s key at 2^25 elements on the H200's
+    16-core host)."""
     threads = _threads()
-    if x.size < PARALLEL_AT or threads == 1:
-        return fn(x)
-    flat = np.ascontiguousarray(x).reshape(-1)
-    out = np.empty_like(flat)
-    bounds = np.linspace(0, flat.size, threads + 1).astype(np.int64)
+    if xs[0].size < PARALLEL_AT or threads == 1:
+        return fn(*xs)
+    flat = [np.ascontiguousarray(x).reshape(-1) for x in xs]
+    out = np.empty(flat[0].size, dtype=np.float64)
+    bounds = np.linspace(0, out.size, threads + 1).astype(np.int64)
 
     def part(i: int) -> None:
-        out[bounds[i] : bounds[i + 1]] = fn(flat[bounds[i] : bounds[i + 1]])
+        out[bounds[i] : bounds[i + 1]] = fn(*(f[bounds[i] : bounds[i + 1]] for f in flat))
 
     with ThreadPoolExecutor(max_workers=threads) as pool:
         list(pool.map(part, range(threads)))
-    return out.reshape(x.shape)
+    return out.reshape(xs[0].shape)
 
 
 def _exp_extended(x: np.ndarray) -> np.ndarray:

@@ -76,7 +76,6 @@ over an odd size, arange with a zero step or the wrong sign raise `ValueError` n
 from __future__ import annotations
 
 import math
-from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 
 import numpy as np
@@ -271,7 +270,7 @@ _LD = np.longdouble
 
 def _extended(fn, *xs) -> np.ndarray:
     """fn evaluated on the operands widened to long double (x86 80-bit: 64 significand bits), rounded once to float64.
-    A single operand runs in parts on threads when large (oracles/elementwise's splitting)."""
+    Large operands run in parts on threads (oracles/elementwise's `_elementwise`)."""
     _ew._require_extended()
 
     def run(*args):
@@ -279,28 +278,7 @@ def _extended(fn, *xs) -> np.ndarray:
             return np.asarray(fn(*(a.astype(_LD) for a in args))).astype(np.float64)
 
     xs = _floats(*xs)
-    if len(xs) == 1:
-        return _ew._elementwise(run, xs[0])
-    return _in_parts(run, *np.broadcast_arrays(*xs))
-
-
-def _in_parts(fn, *xs: np.ndarray) -> np.ndarray:
-    """fn over operands of one shape, element by element, in parts on threads when large, as oracles/elementwise
-    splits a single operand (the same values; a binary op's long double oracle ran on one core: pow's took 25.5 s of
-    a 36 s key at 2^25 elements on the H200's 16-core host)."""
-    threads = _ew._threads()
-    if xs[0].size < _ew.PARALLEL_AT or threads == 1:
-        return fn(*xs)
-    flat = [np.ascontiguousarray(x).reshape(-1) for x in xs]
-    out = np.empty(flat[0].size, dtype=np.float64)
-    bounds = np.linspace(0, out.size, threads + 1).astype(np.int64)
-
-    def part(i: int) -> None:
-        out[bounds[i] : bounds[i + 1]] = fn(*(f[bounds[i] : bounds[i + 1]] for f in flat))
-
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        list(pool.map(part, range(threads)))
-    return out.reshape(xs[0].shape)
+    return _ew._elementwise(run, *(np.broadcast_arrays(*xs) if len(xs) > 1 else xs))
 
 
 def _softplus_ld(t):
