@@ -650,11 +650,20 @@ TAN_P = tl.constexpr(
 
 
 @jit
-def _h_rint(x, DM: tl.constexpr):
-    if DM < EMULATED:
+def _m_rint(x, DM: tl.constexpr):
+    """x rounded half to even, exact: on an NVIDIA GPU one instruction (cvt.rni), else `_rint`."""
+    if DM > 0 and DM < EMULATED:
         return libdevice.rint(x)
     else:
         return _rint(x)
+
+
+@jit
+def _h_reduce(x, m, P1: tl.constexpr, P2: tl.constexpr):
+    """x - m P, P in two float32 parts (Cody and Waite: PI_1 + PI_2 within 3.4e-15 of pi, PIO2_1 + PIO2_2 within
+    half that of pi/2): the first product's difference exact where it is small, the second one fma."""
+    r = tl.fma(m, -_c(P1, x), x)
+    return tl.fma(m, -_c(P2, x), r)
 
 
 @jit
@@ -668,13 +677,12 @@ def _h_odd(k):
 def _h_sin_or_cos(x, COS: tl.constexpr, DM: tl.constexpr):
     """sin x, or cos x (COS), of a float16 x in float32 (see above); NaN for an infinite or NaN x; sin(-0.0) = -0.0."""
     if COS:
-        k = _h_rint(x * _c(INV_PI, x) + 0.5, DM)
+        k = _m_rint(x * _c(INV_PI, x) + 0.5, DM)
         m = k - 0.5
     else:
-        k = _h_rint(x * _c(INV_PI, x), DM)
+        k = _m_rint(x * _c(INV_PI, x), DM)
         m = k
-    r = tl.fma(m, -_c(PI_1, x), x)
-    r = tl.fma(m, -_c(PI_2, x), r)
+    r = _h_reduce(x, m, PI_1, PI_2)
     s = r * _h_poly(r * r, SIN6_C, 6)
     s = tl.where(_h_odd(k), -s, s)
     if COS:
@@ -772,9 +780,8 @@ def _h_atan2(y, x, DM: tl.constexpr):
 @jit
 def _h_tan(x, DM: tl.constexpr):
     """tan x of a float16 x in float32 (see above); NaN for an infinite or NaN x; tan(-0.0) = -0.0."""
-    j = _h_rint(x * _c(TWO_OVER_PI, x), DM)
-    r = tl.fma(j, -_c(PIO2_1, x), x)
-    r = tl.fma(j, -_c(PIO2_2, x), r)
+    j = _m_rint(x * _c(TWO_OVER_PI, x), DM)
+    r = _h_reduce(x, j, PIO2_1, PIO2_2)
     t = r * _h_poly(r * r, TAN_P, 6)
     t = tl.where(_h_odd(j), _p_div(tl.full(t.shape, -1.0, t.dtype), t, DM), t)
     return tl.where(x == 0.0, x, t)
@@ -1121,10 +1128,7 @@ def _b_ceil(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
 @jit
 def _b_round(x, y, z, p0, p1, p2, i, DM: tl.constexpr):
     if x.dtype.is_floating():
-        if DM > 0 and DM < EMULATED:
-            return libdevice.rint(x)  # round half to even, exact: one instruction (cvt.rni) on an NVIDIA GPU
-        else:
-            return _rint(x)
+        return _m_rint(x, DM)
     else:
         return x
 
