@@ -7,7 +7,8 @@
 #
 # STEPS (default all four, in this order):
 #   test      the half-precision paths checked on this GPU: each op with one served over every float16 and bfloat16
-#             input (tests/kernels/test_pointwise_half.py; torch hidden);
+#             input (tests/kernels/test_pointwise_half.py), and float32 and float64 floor division served over
+#             quotients at and beside integers and the special values (test_pointwise_floor_div.py); torch hidden;
 #   untuned   `bench_pointwise.py --rounds 1` with each key's untuned config (NBXCERT_UNCERTIFIED=default), recording
 #             the keys it forms (NBXCERT_KEY_RECORD) into OUTDIR/keys.jsonl;
 #   certify   `nbxcert certify` of those keys (or of KEYS, a keys file) for PROFILE (default hopper) into certificates/,
@@ -30,7 +31,8 @@ if [[ $STEPS == *,test,* ]]; then
   # the ops served with their untuned config where no key is certified (the test judges values, not speed)
   rm -f "$dest/half_errors.jsonl"
   NBXCERT_UNCERTIFIED=default NBXCERT_HALF_REPORT="$dest/half_errors.jsonl" PYTHONPATH=/tmp/notorch python3 -m pytest \
-    -q -p no:cacheprovider tests/kernels/test_pointwise_half.py -m gpu > "$dest/tests.txt" 2>&1
+    -q -p no:cacheprovider tests/kernels/test_pointwise_half.py tests/kernels/test_pointwise_floor_div.py -m gpu \
+    > "$dest/tests.txt" 2>&1
   echo "half-precision paths, every 16-bit input: $(tail -1 "$dest/tests.txt")" | tee -a "$dest/summary.txt"
   python3 -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]; w = max(rows, key=lambda r: r['max_scaled']); print(f\"worst: {w['op']} {w['dtype']} at {w['max_scaled']:.3f} of the allowed error ({len(rows)} op-dtypes)\")" \
     "$dest/half_errors.jsonl" 2>&1 | tee -a "$dest/summary.txt"
