@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,19 +220,16 @@ def start(
 
 
 AHEAD_IDLE_S = 60.0  # compile_ahead's workers are stopped after this long with nothing to compile (a policy, not a
-# fact of a device: each worker holds a CUDA context, some 0.5 GB of device memory, which a serving process wants back
-# once its run-time sweeps are over; the next compile starts them again, a few seconds)
+# fact of a device: each worker holds a CUDA context and its device memory, which a serving process wants back once
+# its run-time sweeps are over; the next compile starts them again, a few seconds)
 
-_ahead: dict[str, Any] = {"pool": None, "timer": None}
-_ahead_lock = None
+_ahead: dict[str, Any] = {"pool": None, "timer": None, "atexit": False}
+_ahead_lock = threading.Lock()
 
 
 def _close_ahead_pool() -> None:
     """Stop compile_ahead's workers (at their idle time, or at the process's exit)."""
-    lock = _ahead_lock
-    if lock is None:
-        return
-    with lock:
+    with _ahead_lock:
         pool, _ahead["pool"] = _ahead["pool"], None
         if _ahead["timer"] is not None:
             _ahead["timer"].cancel()
@@ -264,9 +262,7 @@ def compile_ahead(spec, problem, dtypes, configs, profile_key: str, seed: int = 
     Returns how many compiled. A config that fails to compile here is not reported: the caller's own launch of it
     meets the same failure and reports it where it belongs. Nothing happens off CUDA, for one config, or for a spec
     a worker cannot find by name (`_pool_finds`)."""
-    global _ahead_lock
     import atexit
-    import threading
 
     from nbxcert.kernels.backends import select
     from nbxcert.worker import CompilePool
@@ -274,12 +270,12 @@ def compile_ahead(spec, problem, dtypes, configs, profile_key: str, seed: int = 
     configs = list(configs)
     if select().name != "cuda" or len(configs) < 2 or not _pool_finds(spec):
         return 0
-    if _ahead_lock is None:
-        _ahead_lock = threading.Lock()
-        atexit.register(_close_ahead_pool)
     same = {"smallest": dict(problem), "largest": dict(problem)}
     requests = [compile_request(spec, c, dtypes, same, seed, profile_key) for c in configs]
     with _ahead_lock:
+        if not _ahead["atexit"]:
+            atexit.register(_close_ahead_pool)
+            _ahead["atexit"] = True
         if _ahead["timer"] is not None:
             _ahead["timer"].cancel()
         if _ahead["pool"] is None:

@@ -94,15 +94,15 @@ def sweep_at_run_time(
             dst.copy_(src)
         try:
             runtime.run(cfg)
-            if consensus is not None:  # judged from the output tensors (widened on the thread pool), nothing kept
-                if consensus.agrees(spec, cfg, runtime.outputs):
-                    agreed.append(cfg)
-                continue
-            outs = [t.float64() for t in runtime.outputs]
+            outs = [t.float64() for t in runtime.outputs] if consensus is None else None
         except NbxcertError:
             raise
         except Exception as e:  # noqa: BLE001 - a candidate that fails to compile or run is rejected, as in a sweep
             rejected.append(f"{cfg.label()}: {type(e).__name__}")
+            continue
+        if consensus is not None:  # judged from the output tensors (widened on the thread pool), nothing kept
+            if consensus.agrees(spec, cfg, runtime.outputs):
+                agreed.append(cfg)
             continue
         first.append((cfg, outs))
         if len(first) == CONSENSUS_OF:
