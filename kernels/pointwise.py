@@ -463,9 +463,15 @@ EXPM1_C = tl.constexpr(_series(lambda k: Fraction(1, math.factorial(k + 1)), 5))
 
 @jit
 def _p_log2(x, DM: tl.constexpr):
-    """log2 of a float32: lg2.approx (`libdevice.fast_log2f`) on the GPU; numpy's, exact, under the interpreter
-    (DM >= EMULATED: the half algorithms tried there)."""
-    if DM < EMULATED:
+    """log2 of a float32: lg2.approx on the GPU, ftz for the half forms (DM >= HALF_MATH): no x they give it is below
+    float32's least normal (float16's values are float32 normals, `_h_log2_far` scales bfloat16's subnormals, log1p's
+    1 + t is 0 or at least 2^-11), so the compare and the scalings that keep subnormal inputs (`libdevice.fast_log2f`)
+    are saved; numpy's, exact, under the interpreter (DM >= EMULATED: the half algorithms tried there)."""
+    if DM % 10 >= HALF_MATH and DM < EMULATED:
+        return tl.inline_asm_elementwise(
+            "lg2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1
+        )
+    elif DM < EMULATED:
         return libdevice.fast_log2f(x)
     else:
         return tl.log2(x)
@@ -496,8 +502,14 @@ def _p_exp(x, DM: tl.constexpr):
 
 @jit
 def _p_rsqrt(x, DM: tl.constexpr):
-    """1 / sqrt(x) of a float32: rsqrt.approx (`libdevice.rsqrt`) on the GPU; exact under the interpreter."""
-    if DM < EMULATED:
+    """1 / sqrt(x) of a float32: rsqrt.approx on the GPU, ftz for the half forms (their only caller, rsqrt, scales a
+    bfloat16 subnormal first; a float16 value is a float32 normal; every result is a normal or 0 or inf); exact
+    under the interpreter."""
+    if DM % 10 >= HALF_MATH and DM < EMULATED:
+        return tl.inline_asm_elementwise(
+            "rsqrt.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1
+        )
+    elif DM < EMULATED:
         return libdevice.rsqrt(x)
     else:
         return 1.0 / tl.sqrt(x)

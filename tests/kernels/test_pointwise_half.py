@@ -213,13 +213,15 @@ def _half_paths(items):
             "calls": sorted(set(re.findall(r"__nv_\w+", compiled.asm["ttir"]))),
             "ex2": sorted(set(re.findall(r"ex2\.approx[.\w]*", compiled.asm["ptx"]))),
             "rcp": sorted(set(re.findall(r"rcp\.approx[.\w]*", compiled.asm["ptx"]))),
+            "lg2": sorted(set(re.findall(r"lg2\.approx[.\w]*", compiled.asm["ptx"]))),
+            "rsqrt": sorted(set(re.findall(r"rsqrt\.approx[.\w]*", compiled.asm["ptx"]))),
         }
 
 
 def test_16_bit_results_compile_for_sm90_with_the_half_forms():
-    """Cross-compiled for sm_90: 16-bit results call the fast instructions (lg2.approx as `__nv_fast_log2f`,
-    rsqrt.approx as `__nv_rsqrtf`; ex2.approx and rcp.approx written in) or none at all, where float32 results call
-    CUDA's accurate functions; bfloat16's sin and atan2 keep CUDA's; round calls rint."""
+    """Cross-compiled for sm_90: 16-bit results take the fast instructions, written in (ex2.approx, rcp.approx,
+    lg2.approx and rsqrt.approx, with ftz where no subnormal reaches them) and call no CUDA function, or none at all,
+    where float32 results call CUDA's accurate functions; bfloat16's sin and atan2 keep CUDA's; round calls rint."""
     import crosstools
 
     items = [
@@ -250,13 +252,19 @@ def test_16_bit_results_compile_for_sm90_with_the_half_forms():
     rcp = {(r["op"], tuple(r["dtypes"])): r["rcp"] for r in rows}
     assert rcp[("sigmoid", ("float16", "float16"))] == ["rcp.approx.ftz.f32"]  # `_p_div`
     assert rcp[("atan2", ("float16", "float16", "float16"))] == ["rcp.approx.ftz.f32"]
-    assert got[("log", ("float16", "float16"))] == ["__nv_fast_log2f"]
-    assert got[("log", ("bfloat16", "bfloat16"))] == ["__nv_fast_log2f"]
+    lg2 = {(r["op"], tuple(r["dtypes"])): r["lg2"] for r in rows}
+    rsqrt = {(r["op"], tuple(r["dtypes"])): r["rsqrt"] for r in rows}
+    # lg2.approx.ftz: float16's values are float32 normals, and bfloat16's subnormals are scaled first
+    assert got[("log", ("float16", "float16"))] == [] and lg2[("log", ("float16", "float16"))] == ["lg2.approx.ftz.f32"]
+    assert got[("log", ("bfloat16", "bfloat16"))] == []
+    assert lg2[("log", ("bfloat16", "bfloat16"))] == ["lg2.approx.ftz.f32"]
     assert got[("log", ("float32", "float32"))] == ["__nv_logf"]
     assert got[("sin", ("float16", "float16"))] == ["__nv_rintf"]  # the reduction's quadrant, and no sine call
     assert got[("sin", ("bfloat16", "bfloat16"))] == ["__nv_sinf"]
-    assert got[("softplus", ("bfloat16", "bfloat16"))] == ["__nv_fast_log2f"]
-    assert got[("rsqrt", ("bfloat16", "bfloat16"))] == ["__nv_rsqrtf"]
+    assert got[("softplus", ("bfloat16", "bfloat16"))] == []
+    assert lg2[("softplus", ("bfloat16", "bfloat16"))] == ["lg2.approx.ftz.f32"]
+    assert got[("rsqrt", ("bfloat16", "bfloat16"))] == []
+    assert rsqrt[("rsqrt", ("bfloat16", "bfloat16"))] == ["rsqrt.approx.ftz.f32"]
     assert got[("hypot", ("float16", "float16", "float16"))] == []
     assert got[("round", ("float32", "float32"))] == ["__nv_rintf"]
     assert got[("erf", ("float16", "float16"))] == []  # a series and 2^Q: no erff, no division
