@@ -107,6 +107,13 @@ def _c(value: tl.constexpr, like):
 
 
 @jit
+def _ftz(v):
+    """v with float32 subnormals flushed to a zero of their sign: what an ftz instruction reads or writes (the
+    interpreter's stand-ins for the approximate instructions, DM >= EMULATED)."""
+    return tl.where(tl.abs(v) < _c(FLT_MIN, v), v * 0.0, v)
+
+
+@jit
 def _nan(like):
     return tl.full(like.shape, float("nan"), like.dtype)
 
@@ -408,7 +415,12 @@ def _h_pow(x, e, ax, e_int, e_odd, DM: tl.constexpr):
     or inf and e = +-inf come out 0 or inf, and ex2.approx of -inf is 0. Left to set: NaN for a finite negative x and
     a finite e not an integer, the sign of x (-0 and -inf too) for an odd integer e, 1 for x = 1 (e NaN too) and for
     x = -1 with e infinite (0 times inf in the product), and 1 for e = 0 (x NaN too). 4 selects instead of 15."""
-    r = _p_exp2(e * _h_log2(ax, DM), DM)
+    if DM % 10 == HALF_MATH:  # a Python scalar base below float32's least normal, scaled for the ftz lg2
+        sub = ax < _c(FLT_MIN, ax)
+        lg = _h_log2(tl.where(sub, ax * _c(TWO_24, ax), ax), DM) - tl.where(sub, 24.0, 0.0)
+    else:  # bfloat16: `_h_log2_far` scales its subnormals
+        lg = _h_log2(ax, DM)
+    r = _p_exp2(e * lg, DM)
     r = tl.where((x < 0.0) & (x > float("-inf")) & ~e_int, _nan(x), r)
     r = tl.where(_sign_bit(x) & e_odd, -r, r)
     r = tl.where((ax == 1.0) & ((x == 1.0) | (tl.abs(e) == float("inf"))), 1.0, r)
@@ -464,15 +476,18 @@ EXPM1_C = tl.constexpr(_series(lambda k: Fraction(1, math.factorial(k + 1)), 5))
 @jit
 def _p_log2(x, DM: tl.constexpr):
     """log2 of a float32: lg2.approx on the GPU, ftz for the half forms (DM >= HALF_MATH): no x they give it is below
-    float32's least normal (float16's values are float32 normals, `_h_log2_far` scales bfloat16's subnormals, log1p's
-    1 + t is 0 or at least 2^-11), so the compare and the scalings that keep subnormal inputs (`libdevice.fast_log2f`)
-    are saved; numpy's, exact, under the interpreter (DM >= EMULATED: the half algorithms tried there)."""
+    float32's least normal (float16's values are float32 normals, `_h_log2_far` scales bfloat16's subnormals and
+    `_h_pow` a Python scalar base's, log1p's 1 + t is 0 or at least 2^-11), so the compare and the scalings that keep
+    subnormal inputs (`libdevice.fast_log2f`) are saved; numpy's under the interpreter (DM >= EMULATED: the half
+    algorithms tried there), reading a subnormal as 0 as the ftz instruction does."""
     if DM % 10 >= HALF_MATH and DM < EMULATED:
         return tl.inline_asm_elementwise(
             "lg2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1
         )
     elif DM < EMULATED:
         return libdevice.fast_log2f(x)
+    elif DM % 10 >= HALF_MATH:
+        return tl.log2(_ftz(x))
     else:
         return tl.log2(x)
 
@@ -487,6 +502,8 @@ def _p_exp2(v, DM: tl.constexpr):
         return tl.inline_asm_elementwise(
             "ex2.approx.ftz.f32 $0, $1;", "=f,f", [v], dtype=tl.float32, is_pure=True, pack=1
         )
+    elif DM % 10 == HALF_MATH:
+        return _ftz(tl.exp2(v))
     else:
         return tl.exp2(v)
 
@@ -511,10 +528,13 @@ def _p_rsqrt(x, DM: tl.constexpr):
         )
     elif DM < EMULATED:
         return libdevice.rsqrt(x)
+    elif DM % 10 >= HALF_MATH:
+        return 1.0 / tl.sqrt(_ftz(x))
     else:
         return 1.0 / tl.sqrt(x)
 
 
+RCP_FLUSHES_PAST = tl.constexpr(2.0**126)  # rcp.approx.ftz of a y past it is below float32's least normal: 0
 RCP_ERROR = tl.constexpr(2.0**-22.4)  # x times rcp.approx (1 ulp) against x / y, rounded: within 2^-22.4 of it
 
 
@@ -522,8 +542,9 @@ RCP_ERROR = tl.constexpr(2.0**-22.4)  # x times rcp.approx (1 ulp) against x / y
 def _p_div(x, y, DM: tl.constexpr):
     """x / y of float32s as x times rcp.approx.ftz(y) on the GPU (the reciprocal within 1 ulp: 2^-22.4 with the
     product's rounding; one MUFU and one multiply, where `libdevice.fast_dividef` adds a range test and two scalings);
-    exact under the interpreter. A y past 2^126 gives 0 (its reciprocal is below float32's normals), as
-    __fdividef does; no y here is below 2^-126. Its divisors: sigmoid's in [1, 2], mish's in [2, 2.4e17], atan2's
+    exact under the interpreter, with the flushes emulated. A y past 2^126 gives 0 (its reciprocal is below float32's
+    normals), as __fdividef does; a y below 2^-126 reads as 0 (a Python scalar below float32's least normal: atan2's
+    and fmod's callers route it elsewhere). Its divisors: sigmoid's in [1, 2], mish's in [2, 2.4e17], atan2's
     larger operand and tan's tan r (float16: at least 2^-24); tanh's e^2|x| + 1 and gelu's (tanh form) 1 + e^-2t go
     past 2^126, where tanh is 1 - 0 = 1 as in float32 and gelu's quotient, below |x| 2^-126, is far inside its error
     scale (about |x| there)."""
@@ -534,9 +555,13 @@ def _p_div(x, y, DM: tl.constexpr):
     else:
         # the exact quotient moved by the bound, up or down by its last bit: the forms that round a quotient (fmod's
         # floor) meet both errors under the interpreter too
+        # and the ftz instruction's flushes: a subnormal y reads as a zero (an infinite reciprocal), a y past 2^126
+        # has a subnormal reciprocal, written as a zero
+        y = _ftz(y)
         q = x / y
         up = (q.to(tl.int32, bitcast=True) & 1) != 0
-        return q * tl.where(up, 1.0 + _c(RCP_ERROR, q), 1.0 - _c(RCP_ERROR, q))
+        q = q * tl.where(up, 1.0 + _c(RCP_ERROR, q), 1.0 - _c(RCP_ERROR, q))
+        return tl.where(tl.abs(y) > _c(RCP_FLUSHES_PAST, y), x * tl.where(y < 0.0, -0.0, 0.0), q)
 
 
 @jit
@@ -780,7 +805,10 @@ def _h_atan2(y, x, DM: tl.constexpr):
     ay = tl.abs(y)
     ax = tl.abs(x)
     hi = tl.maximum(ay, ax)
-    t = _p_div(tl.minimum(ay, ax), tl.where(hi == 0.0, 1.0, hi), DM)  # an infinite hi and finite lo: 0
+    # an infinite hi and finite lo: 0; a hi below float32's least normal (a Python scalar, the other operand 0 or
+    # as small) scaled with lo by 2^24 first, for the ftz reciprocal
+    up = tl.where(hi < _c(FLT_MIN, hi), _c(TWO_24, hi), 1.0)
+    t = _p_div(tl.minimum(ay, ax) * up, tl.where(hi == 0.0, 1.0, hi * up), DM)
     a = t * _h_poly(t * t, ATAN_C, 9)
     r = tl.where(ay > ax, _c(HALF_PI, a) - a, a)
     r = tl.where((ay == float("inf")) & (ax == float("inf")), _c(QUARTER_PI, a), r)
@@ -1341,7 +1369,8 @@ def _h_fmod(a, b, DM: tl.constexpr):
     lanes, where it leaves at once (|0| < |1|); under the interpreter the long division (`_fmod_float`)."""
     ax = tl.abs(a)
     ay = tl.abs(b)
-    big = ax >= ay * _c(FMOD_FAST_BELOW, ay)
+    # (and a divisor below float32's least normal, a Python scalar: the ftz reciprocal would read it as 0)
+    big = (ax >= ay * _c(FMOD_FAST_BELOW, ay)) | (ay < _c(FLT_MIN, ay))
     q = tl.floor(_p_div(ax, ay, DM))
     r = tl.where(q == 0.0, ax, tl.fma(-q, ay, ax))  # an infinite b: 0 times it is NaN
     r = tl.where(r < 0.0, r + ay, r)

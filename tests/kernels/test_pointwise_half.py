@@ -197,6 +197,25 @@ def test_half_binary_helpers_over_every_first_operand(op, dtype):
     judge_single(single, ref, scale, dtype, f"{op} {dtype}")
 
 
+# Python scalars below float32's least normal: a scalar operand keeps float32 (torch's opmath), where the half forms'
+# ftz instructions (lg2.approx.ftz, rcp.approx.ftz) would read it as 0; the interpreter's stand-ins flush as they do
+TINY_SCALARS = [1e-40, -1e-40, 2.0**-149, -(2.0**-149), 1e-38, -1e-38]
+
+
+@pytest.mark.skipif(select().name != "interpreter", reason="the emulated half path runs under the interpreter")
+@pytest.mark.parametrize("op, dtype", [(op, d) for op, ds in BINARY_OPS.items() for d in ds])
+def test_half_binary_helpers_with_a_scalar_below_float32s_normals(op, dtype):
+    """Bug: pow(1e-40, x) gave 0 (lg2.approx.ftz read the base as 0), atan2(0, 1e-40) and fmod(0, 1e-40) NaN
+    (rcp.approx.ftz of the divisor was infinite). Every 16-bit value against each tiny scalar, both ways."""
+    base = every_value(dtype)
+    tiny = np.float32(TINY_SCALARS)
+    x = np.concatenate([np.tile(base, tiny.size), np.repeat(tiny, base.size)]).astype(np.float32)
+    y = np.concatenate([np.repeat(tiny, base.size), np.tile(base, tiny.size)]).astype(np.float32)
+    single = half_results(op, x, {}, dtype, y)
+    ref, scale = getattr(oracles, op)(x.astype(np.float64), y.astype(np.float64), dtype=dtype)
+    judge_single(single, ref, scale, dtype, f"{op} {dtype}, a scalar below float32's normals")
+
+
 def _half_paths(items):
     """(In the cross-compiling subprocess.) Each (op, dtypes): the libdevice functions its compiled TTIR calls."""
     from nbxcert.kernels.backends import cross
