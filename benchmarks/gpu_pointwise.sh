@@ -5,10 +5,12 @@
 #   bash benchmarks/gpu_pointwise.sh OUTDIR
 #   STEPS=certify,certified KEYS=benchmarks/results/pointwise_keys_2026-12-05.jsonl bash benchmarks/gpu_pointwise.sh OUT
 #
-# STEPS (default all four, in this order):
+# STEPS (default test,untuned,certify,certified; run in this order):
 #   test      the half-precision paths checked on this GPU: each op with one served over every float16 and bfloat16
 #             input (tests/kernels/test_pointwise_half.py), and float32 and float64 floor division served over
 #             quotients at and beside integers and the special values (test_pointwise_floor_div.py); torch hidden;
+#   probe     `probe_streaming.py` (not in the default steps): whether load and store cache hints move a DRAM-bound
+#             kernel past torch's, into OUTDIR/probe.json and probe.txt;
 #   untuned   `bench_pointwise.py --rounds 1` with each key's untuned config (NBXCERT_UNCERTIFIED=default), recording
 #             the keys it forms (NBXCERT_KEY_RECORD) into OUTDIR/keys.jsonl;
 #   certify   `nbxcert certify` of those keys (or of KEYS, a keys file) for PROFILE (default hopper) into certificates/,
@@ -21,7 +23,7 @@
 # OUTDIR gets tests.txt, half_errors.jsonl (each op's worst error over every 16-bit input: max_scaled <= 1 passes),
 # untuned.json/.txt, keys.jsonl, certify.log, certified.json/.txt, served.jsonl (how each key of the certified run was
 # served), certificates.tar.gz and summary.txt (the lines that matter), each from the steps run.
-USAGE="[STEPS=test,untuned,certify,certified] [KEYS=F] [PROFILE=hopper] [CERTIFY_S=S] [BENCH_ARGS=...] bash benchmarks/gpu_pointwise.sh OUTDIR"
+USAGE="[STEPS=test,probe,untuned,certify,certified] [KEYS=F] [PROFILE=hopper] [CERTIFY_S=S] [BENCH_ARGS=...] bash benchmarks/gpu_pointwise.sh OUTDIR"
 source "$(dirname "$0")/gpu_outdir.sh"
 PROFILE=${PROFILE:-hopper}
 STEPS=",${STEPS:-test,untuned,certify,certified},"
@@ -36,6 +38,10 @@ if [[ $STEPS == *,test,* ]]; then
   echo "half-precision paths, every 16-bit input: $(tail -1 "$dest/tests.txt")" | tee -a "$dest/summary.txt"
   python3 -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]; w = max(rows, key=lambda r: r['max_scaled']); print(f\"worst: {w['op']} {w['dtype']} at {w['max_scaled']:.3f} of the allowed error ({len(rows)} op-dtypes)\")" \
     "$dest/half_errors.jsonl" 2>&1 | tee -a "$dest/summary.txt"
+fi
+if [[ $STEPS == *,probe,* ]]; then
+  python3 benchmarks/probe_streaming.py --out "$dest/probe.json" > "$dest/probe.txt" 2>&1
+  echo "probe: exit $?, $(grep -c ' us ' "$dest/probe.txt") variants timed (probe.txt)" | tee -a "$dest/summary.txt"
 fi
 if [[ $STEPS == *,untuned,* ]]; then
   rm -f "$dest/keys.jsonl"
