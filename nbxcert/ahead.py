@@ -7,6 +7,9 @@ AHEAD_KEYS keys are queued, each set driven over the pool's workers in turn on a
 sweep finds its replies waiting (or waits only for what is left). A key whose compile takes long (a flash attention
 key's first compile, 38 s of an H200 run's cold cache) then starts while the keys before it are checked.
 
+`compile_ahead` does the same for any configs of one problem (the run-time sweep, with NBXCERT_SWEEP_JOBS; the GPU
+tests and benchmarks), in a pool kept between calls and stopped when idle.
+
 Nothing here changes what is judged: a key's sweep asks for exactly the compiles it would ask for without this, and a
 queued set is used only when it equals what the sweep asks for (else the sweep's own set goes first). This module is
 not an input of a certificate's code digest (`fingerprint.ENGINE_MODULES`): scheduling compiles earlier decides no
@@ -15,13 +18,17 @@ verdict.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from nbxcert import worker
 from nbxcert.keys import LaunchKey, key_problems
 from nbxcert.worker import CompilePool, Worker, WorkerGone, drive_all
+
+COMPILE_TIMEOUT_S = 600.0  # one compile request's limit in a pool of `compile_ahead` or `nbxcert warm`
 
 
 def compile_requests(spec, key: LaunchKey, profile, seed: int) -> list[dict[str, Any]]:
@@ -168,3 +175,85 @@ class AheadPool:
         if self._thread is not None:
             self._thread.join()
         self.pool.close()
+
+
+def compile_request(spec, config, dtypes, problems: dict, seed, profile_key: str) -> dict:
+    """A compile worker's request (`runner.handle`, op "compile") for `config` at every specialisation of `problems`
+    (roles "smallest" and "largest")."""
+    return {
+        "op": "compile",
+        "spec": spec.name,
+        "config": config.as_dict(),
+        "dtypes": list(dtypes),
+        "problems": problems,
+        "seed": int(seed),
+        "profile": profile_key,
+    }
+
+
+AHEAD_IDLE_S = 60.0  # compile_ahead's workers are stopped after this long with nothing to compile (a policy, not a
+# fact of a device: each worker holds a CUDA context and its device memory, which a serving process wants back once
+# its run-time sweeps are over; the next compile starts them again, a few seconds)
+
+_ahead: dict[str, Any] = {"pool": None, "timer": None, "atexit": False}
+_ahead_lock = threading.Lock()
+
+
+def _close_ahead_pool() -> None:
+    """Stop compile_ahead's workers (at their idle time, or at the process's exit)."""
+    with _ahead_lock:
+        pool, _ahead["pool"] = _ahead["pool"], None
+        if _ahead["timer"] is not None:
+            _ahead["timer"].cancel()
+            _ahead["timer"] = None
+    if pool is not None:
+        pool.close()
+
+
+def _pool_finds(spec) -> bool:
+    """Whether a compile worker finds `spec` by name: a spec of nbxcert's own library, registered as the one of its
+    name. A user's spec lives in a module the workers have not imported: its candidates compile in the caller."""
+    from nbxcert.errors import NbxcertError
+    from nbxcert.kernels.spec import get_spec
+
+    try:
+        if get_spec(spec.name) is not spec:
+            return False
+    except NbxcertError:
+        return False
+    return all(str(getattr(getattr(k, "fn", k), "__module__", "")).startswith("nbxcert.") for k in spec.kernels)
+
+
+def compile_ahead(spec, problem, dtypes, configs, profile_key: str, seed: int = 0, jobs: int | None = None) -> int:
+    """Compile `configs` of a registered `spec` for one `problem` in a pool of worker processes, filling Triton's
+    on-disk cache, so that the caller's own launches that follow load them instead of compiling one after the other:
+    the run-time sweep (`nbxcert.serving.runtime_sweep`), and the GPU tests and benchmarks that run every kept
+    candidate at real shapes. The pool is kept between calls and stopped after `AHEAD_IDLE_S` seconds unused (and at
+    exit); `jobs`: its size when this call starts it (default: the CPU count). Calls from several threads take turns.
+
+    Returns how many compiled. A config that fails to compile here is not reported: the caller's own launch of it
+    meets the same failure and reports it where it belongs. Nothing happens off CUDA, for one config, or for a spec
+    a worker cannot find by name (`_pool_finds`)."""
+    import atexit
+
+    from nbxcert.kernels.backends import select
+
+    configs = list(configs)
+    if select().name != "cuda" or len(configs) < 2 or not _pool_finds(spec):
+        return 0
+    same = {"smallest": dict(problem), "largest": dict(problem)}
+    requests = [compile_request(spec, c, dtypes, same, seed, profile_key) for c in configs]
+    with _ahead_lock:
+        if not _ahead["atexit"]:
+            atexit.register(_close_ahead_pool)
+            _ahead["atexit"] = True
+        if _ahead["timer"] is not None:
+            _ahead["timer"].cancel()
+        if _ahead["pool"] is None:
+            _ahead["pool"] = worker.CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
+        replies = _ahead["pool"].compile_all(requests, COMPILE_TIMEOUT_S)
+        timer = threading.Timer(AHEAD_IDLE_S, _close_ahead_pool)
+        timer.daemon = True
+        timer.start()
+        _ahead["timer"] = timer
+    return sum(1 for r in replies if r.get("status") == "compiled")

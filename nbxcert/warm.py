@@ -1,5 +1,5 @@
 """`nbxcert warm`: compile the certified winners of some keys ahead, in parallel, into Triton's on-disk cache;
-`compile_ahead`, the same for any configs of one problem (the GPU tests and benchmarks); and `check_configs`, which
+`compile_ahead` (from `nbxcert.ahead`), the same for any configs of one problem; and `check_configs`, which
 checks such configs against the oracle once they are compiled ahead (the kernel families' GPU tests at real shapes).
 
 A serving process that meets a key for the first time compiles its certified config then, one kernel after the other
@@ -15,15 +15,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nbxcert.ahead import COMPILE_TIMEOUT_S as TIMEOUT_S
+from nbxcert.ahead import compile_ahead, compile_request
 from nbxcert.keys import LaunchKey
-
-TIMEOUT_S = 600.0
 
 
 @dataclass
@@ -42,20 +41,6 @@ class WarmReport:
             f"[nbxcert] warm {self.profile}: {self.keys} keys, {what} {self.compiled} certified winners in "
             f"{self.seconds:.1f} s, {len(self.missing)} missing, {len(self.failed)} failed"
         )
-
-
-def compile_request(spec, config, dtypes, problems: dict, seed, profile_key: str) -> dict:
-    """A compile worker's request (`runner.handle`, op "compile") for `config` at every specialisation of `problems`
-    (roles "smallest" and "largest")."""
-    return {
-        "op": "compile",
-        "spec": spec.name,
-        "config": config.as_dict(),
-        "dtypes": list(dtypes),
-        "problems": problems,
-        "seed": int(seed),
-        "profile": profile_key,
-    }
 
 
 def phases(requests: Sequence[dict]) -> tuple[list[int], list[int]]:
@@ -217,75 +202,6 @@ def start(
     The index is read before this returns (a key with no certificate is in the report's `missing`)."""
     report, requests, names = _requests(profile_name, keys, dirs)
     return Warming(report, requests, names, jobs if jobs else max(1, (os.cpu_count() or 2) - 1))
-
-
-AHEAD_IDLE_S = 60.0  # compile_ahead's workers are stopped after this long with nothing to compile (a policy, not a
-# fact of a device: each worker holds a CUDA context and its device memory, which a serving process wants back once
-# its run-time sweeps are over; the next compile starts them again, a few seconds)
-
-_ahead: dict[str, Any] = {"pool": None, "timer": None, "atexit": False}
-_ahead_lock = threading.Lock()
-
-
-def _close_ahead_pool() -> None:
-    """Stop compile_ahead's workers (at their idle time, or at the process's exit)."""
-    with _ahead_lock:
-        pool, _ahead["pool"] = _ahead["pool"], None
-        if _ahead["timer"] is not None:
-            _ahead["timer"].cancel()
-            _ahead["timer"] = None
-    if pool is not None:
-        pool.close()
-
-
-def _pool_finds(spec) -> bool:
-    """Whether a compile worker finds `spec` by name: a spec of nbxcert's own library, registered as the one of its
-    name. A user's spec lives in a module the workers have not imported: its candidates compile in the caller."""
-    from nbxcert.errors import NbxcertError
-    from nbxcert.kernels.spec import get_spec
-
-    try:
-        if get_spec(spec.name) is not spec:
-            return False
-    except NbxcertError:
-        return False
-    return all(str(getattr(getattr(k, "fn", k), "__module__", "")).startswith("nbxcert.") for k in spec.kernels)
-
-
-def compile_ahead(spec, problem, dtypes, configs, profile_key: str, seed: int = 0, jobs: int | None = None) -> int:
-    """Compile `configs` of a registered `spec` for one `problem` in a pool of worker processes, filling Triton's
-    on-disk cache, so that the caller's own launches that follow load them instead of compiling one after the other:
-    the run-time sweep (`nbxcert.serving.runtime_sweep`), and the GPU tests and benchmarks that run every kept
-    candidate at real shapes. The pool is kept between calls and stopped after `AHEAD_IDLE_S` seconds unused (and at
-    exit); `jobs`: its size when this call starts it (default: the CPU count). Calls from several threads take turns.
-
-    Returns how many compiled. A config that fails to compile here is not reported: the caller's own launch of it
-    meets the same failure and reports it where it belongs. Nothing happens off CUDA, for one config, or for a spec
-    a worker cannot find by name (`_pool_finds`)."""
-    import atexit
-
-    from nbxcert.kernels.backends import select
-    from nbxcert.worker import CompilePool
-
-    configs = list(configs)
-    if select().name != "cuda" or len(configs) < 2 or not _pool_finds(spec):
-        return 0
-    same = {"smallest": dict(problem), "largest": dict(problem)}
-    requests = [compile_request(spec, c, dtypes, same, seed, profile_key) for c in configs]
-    with _ahead_lock:
-        if not _ahead["atexit"]:
-            atexit.register(_close_ahead_pool)
-            _ahead["atexit"] = True
-        if _ahead["timer"] is not None:
-            _ahead["timer"].cancel()
-        if _ahead["pool"] is None:
-            _ahead["pool"] = CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
-        replies = _ahead["pool"].compile_all(requests, TIMEOUT_S)
-        timer = threading.Timer(AHEAD_IDLE_S, _close_ahead_pool)
-        timer.daemon = True
-        timer.start()
-        _ahead["timer"] = timer
-    return sum(1 for r in replies if r.get("status") == "compiled")
 
 
 def check_configs(

@@ -69,7 +69,7 @@ def sweep_at_run_time(
     function of no arguments that makes one (called here only: `nbxcert verify` makes a key's inputs at its bucket's
     largest member only for a sweep).
     `dtypes`: the key's; with them and NBXCERT_SWEEP_JOBS above 1, the candidates are compiled first in that many
-    worker processes (`nbxcert.warm.compile_ahead`), so that their first runs here load them."""
+    worker processes (`nbxcert.ahead.compile_ahead`), so that their first runs here load them."""
     from nbxcert.sweep import Outcome, choose_winner
 
     if isinstance(runtime, dict):
@@ -81,7 +81,7 @@ def sweep_at_run_time(
     kept = spec.pruned_for(problem, profile).kept
     jobs = sweep_jobs()
     if dtypes and jobs > 1:
-        from nbxcert.warm import compile_ahead
+        from nbxcert.ahead import compile_ahead
 
         compile_ahead(spec, problem, tuple(dtypes), kept, profile.key, jobs=jobs)
     saved = [t.clone() for t in runtime.restore]

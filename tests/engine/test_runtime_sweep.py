@@ -39,20 +39,19 @@ class _Output:
     def _gone(self) -> None:
         self.live -= 1
 
-    def float64(self) -> np.ndarray:
-        copy = self.values.astype(np.float64).view(_Array)
+    def _copy(self, dtype) -> np.ndarray:
+        copy = self.values.astype(dtype).view(_Array)
         self.live += 1
         self.made += 1
         weakref.finalize(copy, self._gone)
         return copy
 
+    def float64(self) -> np.ndarray:
+        return self._copy(np.float64)
+
     def numpy(self) -> np.ndarray:
         """The storage values, as `Judge.verdict_of` reads them (a copy, counted as `float64`'s are)."""
-        copy = self.values.astype(np.float32).view(_Array)
-        self.live += 1
-        self.made += 1
-        weakref.finalize(copy, self._gone)
-        return copy
+        return self._copy(np.float32)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -120,10 +119,10 @@ def test_a_bad_sweep_jobs_is_one_clear_error(monkeypatch, text):
 
 
 def test_sweep_jobs_above_one_compiles_the_candidates_ahead_in_that_many_workers(monkeypatch):
-    import nbxcert.warm
+    import nbxcert.ahead
 
     asked = []
-    monkeypatch.setattr(nbxcert.warm, "compile_ahead", lambda *a, **k: asked.append((a, k)) or 0)
+    monkeypatch.setattr(nbxcert.ahead, "compile_ahead", lambda *a, **k: asked.append((a, k)) or 0)
     configs = _configs(4)
     monkeypatch.delenv("NBXCERT_SWEEP_JOBS", raising=False)
     _sweep(configs, dtypes=("float32",))
@@ -150,26 +149,26 @@ class _FakePool:
 
 
 def test_compile_ahead_keeps_its_pool_between_calls_and_stops_it_when_idle(monkeypatch):
+    import nbxcert.ahead as ahead
     import nbxcert.kernels.backends as backends
-    import nbxcert.warm as warm
     import nbxcert.worker as worker
     from nbxcert.kernels import rows
 
     monkeypatch.setattr(backends, "select", lambda: SimpleNamespace(name="cuda"))
     monkeypatch.setattr(worker, "CompilePool", _FakePool)
-    monkeypatch.setattr(warm, "AHEAD_IDLE_S", 0.3)
+    monkeypatch.setattr(ahead, "AHEAD_IDLE_S", 0.3)
     _FakePool.made.clear()
     problem = {"n_rows": 1, "n_cols": 2048}
     kept = rows.RMSNORM.pruned_for(problem, get_profile("hopper")).kept[:3]
-    assert warm.compile_ahead(rows.RMSNORM, problem, ("float16", "float16"), kept, "nvidia/hopper", jobs=2) == 3
-    assert warm.compile_ahead(rows.RMSNORM, problem, ("float16", "float16"), kept, "nvidia/hopper", jobs=2) == 3
+    assert ahead.compile_ahead(rows.RMSNORM, problem, ("float16", "float16"), kept, "nvidia/hopper", jobs=2) == 3
+    assert ahead.compile_ahead(rows.RMSNORM, problem, ("float16", "float16"), kept, "nvidia/hopper", jobs=2) == 3
     (pool,) = _FakePool.made  # one pool for both calls, of the first call's size
     assert pool.jobs == 2 and len(pool.requests) == 6 and not pool.closed
     deadline = time.monotonic() + 10
     while not pool.closed and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pool.closed and warm._ahead["pool"] is None
+    assert pool.closed and ahead._ahead["pool"] is None
     # a spec no worker can find by name (a user's, not registered as nbxcert's) is compiled by the caller
     user = SimpleNamespace(name="user_kernel_not_registered", kernels=[])
-    assert warm.compile_ahead(user, problem, ("float16",), kept, "nvidia/hopper", jobs=2) == 0
+    assert ahead.compile_ahead(user, problem, ("float16",), kept, "nvidia/hopper", jobs=2) == 0
     assert len(_FakePool.made) == 1
