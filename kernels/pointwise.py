@@ -475,21 +475,17 @@ EXPM1_C = tl.constexpr(_series(lambda k: Fraction(1, math.factorial(k + 1)), 5))
 
 @jit
 def _p_log2(x, DM: tl.constexpr):
-    """log2 of a float32: lg2.approx on the GPU, ftz for the half forms (DM >= HALF_MATH): no x they give it is below
-    float32's least normal (float16's values are float32 normals, `_h_log2_far` scales bfloat16's subnormals and
-    `_h_pow` a Python scalar base's, log1p's 1 + t is 0 or at least 2^-11), so the compare and the scalings that keep
-    subnormal inputs (`libdevice.fast_log2f`) are saved; numpy's under the interpreter (DM >= EMULATED: the half
-    algorithms tried there), reading a subnormal as 0 as the ftz instruction does."""
-    if DM % 10 >= HALF_MATH and DM < EMULATED:
+    """log2 of a float32 for the half forms (DM >= HALF_MATH, its only callers): lg2.approx.ftz on the GPU, since no x
+    they give it is below float32's least normal (float16's values are float32 normals, `_h_log2_far` scales
+    bfloat16's subnormals and `_h_pow` a Python scalar base's, log1p's 1 + t is 0 or at least 2^-11), so the compare
+    and the scalings that keep subnormal inputs (`libdevice.fast_log2f`) are saved; numpy's under the interpreter
+    (DM >= EMULATED: the half algorithms tried there), reading a subnormal as 0 as the ftz instruction does."""
+    if DM < EMULATED:
         return tl.inline_asm_elementwise(
             "lg2.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1
         )
-    elif DM < EMULATED:
-        return libdevice.fast_log2f(x)
-    elif DM % 10 >= HALF_MATH:
-        return tl.log2(_ftz(x))
     else:
-        return tl.log2(x)
+        return tl.log2(_ftz(x))
 
 
 @jit
@@ -519,19 +515,15 @@ def _p_exp(x, DM: tl.constexpr):
 
 @jit
 def _p_rsqrt(x, DM: tl.constexpr):
-    """1 / sqrt(x) of a float32: rsqrt.approx on the GPU, ftz for the half forms (their only caller, rsqrt, scales a
-    bfloat16 subnormal first; a float16 value is a float32 normal; every result is a normal or 0 or inf); exact
-    under the interpreter."""
-    if DM % 10 >= HALF_MATH and DM < EMULATED:
+    """1 / sqrt(x) of a float32 for the half forms (DM >= HALF_MATH; their only caller, rsqrt, scales a bfloat16
+    subnormal first; a float16 value is a float32 normal; every result is a normal or 0 or inf): rsqrt.approx.ftz on
+    the GPU; exact under the interpreter, reading a subnormal as 0 as the ftz instruction does."""
+    if DM < EMULATED:
         return tl.inline_asm_elementwise(
             "rsqrt.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1
         )
-    elif DM < EMULATED:
-        return libdevice.rsqrt(x)
-    elif DM % 10 >= HALF_MATH:
-        return 1.0 / tl.sqrt(_ftz(x))
     else:
-        return 1.0 / tl.sqrt(x)
+        return 1.0 / tl.sqrt(_ftz(x))
 
 
 RCP_FLUSHES_PAST = tl.constexpr(2.0**126)  # rcp.approx.ftz of a y past it is below float32's least normal: 0
@@ -1395,8 +1387,9 @@ def _floor_div_float(x, y, DM: tl.constexpr):
     exact by one fma since q is x / y rounded to nearest, has the sign opposite to y's; no integer lies between the
     exact quotient and a q that is not one); elsewhere (a quotient past 2^29, y zero or infinite, x infinite or NaN:
     none in most blocks, whose branch is then skipped) torch's formula, `_floor_div_torch`. Otherwise that formula.
-    Both are the floor of the exact quotient below 2^29 (the exact remainder makes torch's numerator an exact
-    multiple of y there)."""
+    Below 2^29 both are the floor of the exact quotient: for float32 operands torch's numerator x - fmod(x, y) = k y
+    is exact there (k below 2^29, y of 24 bits), and for float64 ones the formula's nearest-integer step undoes its
+    rounding (`tests/kernels/test_pointwise_floor_div.py` compares the two paths bit for bit, both dtypes)."""
     if x.dtype == tl.float64 and DM % 10 == 1:
         q = x / y
         fast = (tl.abs(q) < FLOOR_DIV_FAST_BELOW) & (tl.abs(y) < float("inf"))

@@ -24,7 +24,6 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from nbxcert import worker
 from nbxcert.keys import LaunchKey, key_problems
 from nbxcert.worker import CompilePool, Worker, WorkerGone, drive_all
 
@@ -250,7 +249,7 @@ def compile_ahead(spec, problem, dtypes, configs, profile_key: str, seed: int = 
         if _ahead["timer"] is not None:
             _ahead["timer"].cancel()
         if _ahead["pool"] is None:
-            _ahead["pool"] = worker.CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
+            _ahead["pool"] = CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
         replies = _ahead["pool"].compile_all(requests, COMPILE_TIMEOUT_S)
         timer = threading.Timer(AHEAD_IDLE_S, _close_ahead_pool)
         timer.daemon = True

@@ -85,6 +85,12 @@ def sweep_at_run_time(
 
         compile_ahead(spec, problem, tuple(dtypes), kept, profile.key, jobs=jobs)
     saved = [t.clone() for t in runtime.restore]
+
+    def formed(first: list[tuple[Any, list]]) -> tuple[_Consensus, list]:
+        """The consensus of the candidates that ran first, and those of them that agree with it."""
+        made = _Consensus([o for _, o in first], runtime.outputs, profile)
+        return made, [c for c, o in first if made.agrees(spec, c, o)]
+
     rejected: list[str] = []
     first: list[tuple[Any, list]] = []  # the candidates that ran before the consensus is formed, with their outputs
     consensus: _Consensus | None = None
@@ -106,12 +112,10 @@ def sweep_at_run_time(
             continue
         first.append((cfg, outs))
         if len(first) == CONSENSUS_OF:
-            consensus = _Consensus([o for _, o in first], runtime.outputs, profile)
-            agreed += [c for c, o in first if consensus.agrees(spec, c, o)]
+            consensus, agreed = formed(first)
             first = []
     if consensus is None and first:  # fewer candidates ran than a consensus is formed of: all of them form it
-        consensus = _Consensus([o for _, o in first], runtime.outputs, profile)
-        agreed += [c for c, o in first if consensus.agrees(spec, c, o)]
+        consensus, agreed = formed(first)
     if rejected:
         say_once(
             f"[nbxcert] {spec.name}: the run-time sweep rejected {len(rejected)} candidates ({'; '.join(rejected[:3])})"

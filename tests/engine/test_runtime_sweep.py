@@ -151,11 +151,10 @@ class _FakePool:
 def test_compile_ahead_keeps_its_pool_between_calls_and_stops_it_when_idle(monkeypatch):
     import nbxcert.ahead as ahead
     import nbxcert.kernels.backends as backends
-    import nbxcert.worker as worker
     from nbxcert.kernels import rows
 
     monkeypatch.setattr(backends, "select", lambda: SimpleNamespace(name="cuda"))
-    monkeypatch.setattr(worker, "CompilePool", _FakePool)
+    monkeypatch.setattr(ahead, "CompilePool", _FakePool)
     monkeypatch.setattr(ahead, "AHEAD_IDLE_S", 0.3)
     _FakePool.made.clear()
     problem = {"n_rows": 1, "n_cols": 2048}
