@@ -4,19 +4,20 @@ next to the same torch op in eager mode and to the device's copy bandwidth, meas
     python benchmarks/bench_pointwise.py --out pointwise.json [--ops exp,add,...] [--rows 8192] [--half bfloat16]
         [--rounds 3]
 
-Every case reads and writes tensors of at least 64 MB ([8192, 4096] by default: float16 64 MiB, float32 and int32
-128 MiB): each op of `nbxcert.ops`'s pointwise library on float16 (`--half bfloat16`: on bfloat16; float32 for the
-casts' source and the float division modes, int32 for the bitwise and shift ops, bool for the logical ops and
-conditions), dense operands of the output's shape. The served call is timed whole (`time_events` ungated: the
-host's work for each call is inside the timed span, as torch's is in `triton.testing.do_bench`), an L2 flush before
-each repetition, the median taken; the first call (which makes the key's plan, and sweeps it at run time where no
-certificate covers it) is not timed. Each side times every case once a round, `--rounds` rounds one after another
-(default 3), and gives a case the median of its rounds: one run of the same op at the same config measured 30.2 and
-73.1 us (isinf), 33.3 and 58.5 (glu) on 2026-12-05, a slow spell that one timing of each case cannot tell from the op.
-Effective bandwidth = bytes of every operand read + the output written, once each. torch runs in its own process
-(`PEER_SCRIPT`; nbxcert never imports torch) with `triton.testing.do_bench` on the same expression written with
-torch's names, on inputs of the same shapes and dtypes. The copy bandwidth is cuMemcpyDtoD of a 1 GiB buffer
-(`common.copy_bandwidth`).
+Every case reads and writes tensors of at least 64 MB ([8192, 4096] by default: float16 64 MiB, float32 and int32 128
+MiB): each op of `nbxcert.ops`'s pointwise library on float16 (`--half bfloat16`: on bfloat16; float32 for the casts'
+source and the float division modes, int32 for the bitwise and shift ops, bool for the logical ops and conditions),
+dense operands of the output's shape; and four cases of views a model makes (`add_row_bias`: a [4096] bias added to
+every row; `mul_col_scale`: a [rows, 1] scale; `add_sliced_rows`, `silu_sliced_rows`: the first 4096 columns of rows
+4224 long, as the q part of a fused projection's output). The served call is timed whole (`time_events` ungated: the
+host's work for each call is inside the timed span, as torch's is in `triton.testing.do_bench`), an L2 flush before each
+repetition, the median taken; the first call (which makes the key's plan, and sweeps it at run time where no certificate
+covers it) is not timed. Each side times every case once a round, `--rounds` rounds one after another (default 3), and
+gives a case the median of its rounds: one run of the same op at the same config measured 30.2 and 73.1 us (isinf), 33.3
+and 58.5 (glu) on 2026-12-05, a slow spell that one timing of each case cannot tell from the op. Effective bandwidth =
+bytes of every operand read + the output written, once each. torch runs in its own process (`PEER_SCRIPT`; nbxcert never
+imports torch) with `triton.testing.do_bench` on the same expression written with torch's names, on inputs of the same
+shapes and dtypes. The copy bandwidth is cuMemcpyDtoD of a 1 GiB buffer (`common.copy_bandwidth`).
 
 Targets per op: effective bandwidth at least 85% of the copy bandwidth, and at least 1.0x torch's speed.
 """
@@ -111,6 +112,14 @@ def _cases(H: str = H) -> list[tuple]:  # noqa: N803 - the cases' one letter for
     for op in LOGICAL:
         cases.append((op, (("bool", "bool"), ("bool", "bool")), f"ops.{op}(x, y)", f"torch.{op}(x, y)"))
     short = {"float16": "f16", "bfloat16": "bf16"}[H]
+    # views as a model makes them: a bias row and a per-row scale broadcast, a slice of a wider buffer (the q part
+    # of a fused projection's rows), a strided output (every other column)
+    cases += [
+        ("add_row_bias", ((H, "normal"), (H, "row")), "ops.add(x, y)", "torch.add(x, y)"),
+        ("mul_col_scale", ((H, "normal"), (H, "col")), "ops.mul(x, y)", "torch.mul(x, y)"),
+        ("add_sliced_rows", ((H, "normal"), (H, "sliced")), "ops.add(x, y)", "torch.add(x, y)"),
+        ("silu_sliced_rows", ((H, "sliced"),), "ops.silu(x)", "F.silu(x)"),
+    ]
     cases += [
         ("copy_transposed", ((H, "normal"),), "ops.clone(x.T)", "x.T.clone()"),
         (f"cast_f32_to_{short}", (("float32", "normal"),), f"ops.to(x, '{H}')", f"x.to(torch.{H})"),
@@ -151,12 +160,19 @@ import torch.nn.functional as F
 import statistics
 rows, rounds = int(sys.argv[4]), int(sys.argv[5])
 SHAPE, NUMEL = (rows, 4096), rows * 4096
+SLICE_PAD = int(sys.argv[6])
 DT = {
     "float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "int32": torch.int32,
     "bool": torch.bool,
 }
 
 def make(dtype, values):
+    if values == "row":
+        return torch.randn(SHAPE[1], device="cuda").to(DT[dtype])
+    if values == "col":
+        return torch.randn(SHAPE[0], 1, device="cuda").to(DT[dtype])
+    if values == "sliced":
+        return torch.randn(SHAPE[0], SHAPE[1] + SLICE_PAD, device="cuda").to(DT[dtype])[:, : SHAPE[1]]
     if values == "bool":
         return torch.rand(SHAPE, device="cuda") < 0.5
     if values == "int":
@@ -184,11 +200,17 @@ out.update({i: statistics.median(v) for i, v in more["rounds_ms"].items()})
 
 
 def make_input(gen, dtype: str, values: str, shape, device: str):
-    """One operand as the peer makes its own (the same distribution, not the same values)."""
+    """One operand as the peer makes its own (the same distribution, not the same values): of `shape`, or a view of
+    it (`row`: a [cols] bias, `col`: a [rows, 1] scale, `sliced`: the first cols of rows SLICE_PAD longer)."""
     import numpy as np
 
     from nbxcert.kernels.tensor import from_numpy
 
+    if values in ("row", "col", "sliced"):
+        rows, cols = shape
+        made = {"row": (cols,), "col": (rows, 1), "sliced": (rows, cols + SLICE_PAD)}[values]
+        t = from_numpy(gen.standard_normal(made).astype(np.float32), dtype, device)
+        return t[:, :cols] if values == "sliced" else t
     if values == "bool":
         return from_numpy(gen.random(shape) < 0.5, "bool", device)
     if values in ("int", "shift"):
@@ -198,6 +220,9 @@ def make_input(gen, dtype: str, values: str, shape, device: str):
         return from_numpy(gen.random(shape).astype(np.float32), dtype, device)
     t = gen.standard_normal(shape).astype(np.float32)
     return from_numpy(np.abs(t) + 0.5 if values == "positive" else t, dtype, device)
+
+
+SLICE_PAD = 128  # elements a `sliced` operand's rows run past the columns read (its rows do not merge)
 
 
 def moved_bytes(inputs, result) -> int:
@@ -236,7 +261,7 @@ def main(argv=None) -> int:
     peer = {"ms": {}}
     if not args.no_torch:
         peer_cases = [[name, list(spec), torch_expr] for name, spec, _, torch_expr in chosen]
-        extra = [str(args.rows), str(args.rounds)]
+        extra = [str(args.rows), str(args.rounds), str(SLICE_PAD)]
         peer = common.torch_peer(PEER_SCRIPT, peer_cases, args.warmup, args.rep, extra=extra)
     shape, numel = (args.rows, 4096), args.rows * 4096
     gen = rng(0)

@@ -3,7 +3,7 @@
 # directory:
 #
 #   bash benchmarks/gpu_pointwise.sh OUTDIR
-#   STEPS=certify,certified KEYS=benchmarks/results/pointwise_keys_2026-12-05.jsonl bash benchmarks/gpu_pointwise.sh OUT
+#   STEPS=certify,certified KEYS=benchmarks/results/pointwise_keys_views.jsonl bash benchmarks/gpu_pointwise.sh OUT
 #
 # STEPS (default test,untuned,certify,certified; run in this order):
 #   test      the half-precision paths checked on this GPU: each op with one served over every float16 and bfloat16

@@ -8,8 +8,14 @@ vectors in bounds and load 16 bytes at once; the example's own 37 elements load 
 `nvdisasm`; the count leaves out NOPs. MUFU (the special-function unit: ex2, lg2, rsqrt, rcp) is
 counted beside it: it issues at a quarter of the FMA pipe's rate, on a pipe of its own.
 
+`--tile` counts the tiled kernel of a transposed operand (`DEFAULT_TILE`: 16 elements a thread) instead.
+`--layout x=transposed,y=broadcast,...` lays the operands and the output out as a key's layout classes do (the
+example's own otherwise; `kernels.pointwise.layout_of`): the index arithmetic of a view is counted too. The example's
+2-d shape has rows of at most 64 (`shape_for`): `--numel` picks the row length (2^20: 64, a multiple of 16; 1000550:
+50).
+
     python3 benchmarks/sass_pointwise.py [--ops log,exp,...] [--dtypes float16,bfloat16] [--numel N] [--arch 90]
-        [--out F.json] [--listing DIR]
+        [--layout x=L,y=L,z=L,out=L] [--tile] [--out F.json] [--listing DIR]
 """
 
 from __future__ import annotations
@@ -47,9 +53,19 @@ def main(argv=None) -> int:
     parser.add_argument("--dtypes", default="float16,bfloat16", help="comma-separated common dtypes")
     parser.add_argument("--arch", type=int, default=90, help="the sm_ architecture to compile for (default 90)")
     parser.add_argument("--numel", type=int, default=1 << 20, help="elements of each tensor (default 2^20)")
+    parser.add_argument("--layout", default="", help="layout classes of x, y, z, out (e.g. y=broadcast,out=strided)")
+    parser.add_argument(
+        "--tile", action="store_true", help="the tiled kernel's untuned config (64 x 64, 8 warps: x=transposed only)"
+    )
     parser.add_argument("--out", help="write the counts as JSON to this path")
     parser.add_argument("--listing", help="write each op's SASS to this folder (<op>.<dtype>.sass)")
     args = parser.parse_args(argv)
+    layout = {}
+    for item in filter(None, args.layout.split(",")):
+        slot, _, cls = item.partition("=")
+        if slot not in ("x", "y", "z", "out") or not cls:
+            parser.error(f"--layout {item!r}: give SLOT=CLASS, SLOT one of x, y, z, out")
+        layout[slot] = cls
     os.environ.setdefault("NBXCERT_BACKEND", "interpreter")  # no GPU here: nothing must try libcuda
     from nbxcert.kernels.backends import cross
 
@@ -63,7 +79,9 @@ def main(argv=None) -> int:
     if not nvdisasm.exists():
         print(f"bench: this Triton has no nvdisasm at {nvdisasm}", file=sys.stderr)
         return 2
-    elements = pointwise.DEFAULT["BLOCK"] // (32 * pointwise.DEFAULT.num_warps)
+    config = pointwise.DEFAULT_TILE if args.tile else pointwise.DEFAULT
+    per_program = config["TILE_A"] * config["TILE_B"] if args.tile else config["BLOCK"]
+    elements = per_program // (32 * config.num_warps)
     rows = []
     for name in args.ops.split(","):
         spec = get_spec("pw_" + name)
@@ -71,9 +89,14 @@ def main(argv=None) -> int:
             dtypes = next((d for d in spec.dtypes if d[0] == dtype), None)
             if dtypes is None:
                 continue
-            inputs = spec.make_inputs(dict(spec.example_problems[0], numel=args.numel), dtypes, 0, "cpu")
+            problem = dict(spec.example_problems[0], numel=args.numel)
+            missing = [slot for slot in layout if problem.get(slot, "none") == "none" and slot != "out"]
+            if missing:
+                print(f"bench: {name} has no operand {', '.join(missing)}: skipped", file=sys.stderr)
+                continue
+            inputs = spec.make_inputs(dict(problem, **layout), dtypes, 0, "cpu")
             with cross.recording() as launched:
-                spec.launch(pointwise.DEFAULT, inputs)
+                spec.launch(config, inputs)
             code = _instructions(launched[0].compiled.asm["cubin"], nvdisasm)
             mufu = sum(ins.startswith("MUFU") or " MUFU" in ins for ins in code)
             if args.listing:
@@ -97,8 +120,9 @@ def main(argv=None) -> int:
         meta = {
             "arch": args.arch,
             "triton": triton.__version__,
-            "config": pointwise.DEFAULT.label(),
+            "config": config.label(),
             "numel": args.numel,
+            "layout": layout,
         }
         Path(args.out).write_text(json.dumps({**meta, "elements_a_thread": elements, "ops": rows}, indent=1) + "\n")
     return 0

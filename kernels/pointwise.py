@@ -7,7 +7,11 @@ fill value, ...); applies the op's body, a `@jit` function given as the constexp
 through the output's strides (so a copy into a strided view, or an in-place op on a view, is the same launch). The
 index space is the output's shape with adjacent dimensions merged wherever they are contiguous in every tensor
 (`merge_dims`), at most `MAX_DIMS` of them; when every tensor is contiguous with the output's shape (DENSE) the
-kernel does no index arithmetic at all. A zero-input generator (fill, arange, linspace) is the same kernel with no
+kernel does no index arithmetic at all. Otherwise it is done in 32-bit integers wherever every index and offset stays
+below 2^31 (`fits_index32`; 64-bit past that): each division by Triton's own where the output's rows are contiguous
+and a multiple of 16 long (a thread's run of elements stays contiguous: vector loads and stores, one division a run),
+else by the size's divider, a multiply-high, an add and a shift (`divider`; CUDA has no integer division
+instruction, and a 64-bit one is a call). A zero-input generator (fill, arange, linspace) is the same kernel with no
 operand: its body reads the element's index. One transposed operand read into a contiguous output (a transposed
 copy or cast, any unary op: layout class "transposed") has a second kernel too, `_tile_kernel`: 2-d tiles loaded
 along the operand's contiguous dimension and stored along the output's (configs `TILE_A` x `TILE_B`, legal only for
@@ -63,7 +67,7 @@ import numpy as np
 from nbxcert.errors import DTypeError, LaunchError, ShapeMismatch
 from nbxcert.kernels import faults
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import broadcast_strides, family_spec, merge_dims, narrow, upcast
+from nbxcert.kernels.common import broadcast_strides, divider, family_spec, fits_index32, merge_dims, narrow, upcast
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.faults import record_fault_lanes
 from nbxcert.kernels.jit import jit, tl
@@ -1821,7 +1825,27 @@ def _dim_step(rest, d, oo, ox, oy, oz, so, sx, sy, sz):
     return rest // d, oo + i * so, ox + i * sx, oy + i * sy, oz + i * sz
 
 
-@jit(do_not_specialize=["xv", "yv", "zv", "p0", "p1", "p2"])
+@jit
+def _dim_step32(rest, d, q, oo, ox, oy, oz, so, sx, sy, sz, NATIVE: tl.constexpr):
+    """`_dim_step` in 32-bit integers (rest, oo.. int32; rest < 2^31). NATIVE: rest // d and rest % d as written, which
+    Triton's analysis follows (d a multiple of 16: a thread's run of elements stays contiguous, so its loads are
+    vectors and its division is done once a run); else by `q`, d's divider (`divider`: a multiply-high, an add and a
+    shift in place of the integer division CUDA has no instruction for, done for each element)."""
+    if NATIVE:
+        r = rest.to(tl.uint32)
+        du = d.to(tl.uint32)
+        quot = (r // du).to(tl.int32)
+        i = (r % du).to(tl.int32)
+    else:
+        magic = (q & 0xFFFFFFFF).to(tl.uint32)
+        shift = (q >> 32).to(tl.uint32)
+        r = rest.to(tl.uint32)
+        quot = ((tl.umulhi(r, magic) + r) >> shift).to(tl.int32)
+        i = rest - quot * d
+    return quot, oo + i * so, ox + i * sx, oy + i * sy, oz + i * sz
+
+
+@jit(do_not_specialize=["xv", "yv", "zv", "p0", "p1", "p2", "q1", "q2", "q3", "q4", "q5"])
 def _map_kernel(
     out_ptr,
     x_ptr,
@@ -1840,6 +1864,11 @@ def _map_kernel(
     d3,
     d4,
     d5,
+    q1,
+    q2,
+    q3,
+    q4,
+    q5,
     so0,
     so1,
     so2,
@@ -1881,6 +1910,9 @@ def _map_kernel(
     P_TO: tl.constexpr,
     NDIM: tl.constexpr,
     DENSE: tl.constexpr,
+    INDEX32: tl.constexpr,
+    NATIVE_DIV: tl.constexpr,
+    RAW: tl.constexpr,
     BLOCK: tl.constexpr,
     UPCAST: tl.constexpr,
     DEVICE_MATH: tl.constexpr,
@@ -1893,7 +1925,10 @@ def _map_kernel(
     P_FLOAT, else int64), converted to P_TO. n: elements. The index space: NDIM merged dimensions, sizes (d0,) d1..d5
     right-aligned (the outermost's size is implied by n), each tensor's strides in elements so0..so5 (output),
     sx.., sy.., sz.. (0 where broadcast), the outermost dimension's stride in slot 0 and the inner ones right-aligned
-    in slots 6 - (NDIM - 1) .. 5. DENSE: every tensor is contiguous with the output's shape (no index arithmetic).
+    in slots 6 - (NDIM - 1) .. 5. q1..q5: each size's divider (`divider`). DENSE: every tensor is contiguous with the
+    output's shape (no index arithmetic). INDEX32: every index and offset below 2^31 (`index32`): the index arithmetic
+    in 32-bit integers, each division by its divider; else in 64-bit ones. RAW: a copy within one dtype (`is_raw`):
+    x's bits stored as they are.
     BODY: the op (a @jit function). GUARD, SITE, BOUND: lanes GUARD(x, y, z) finds bad are recorded as fault SITE
     (0: none). X_MODE..: 0 tensor, 1 float scalar, 2 integer scalar, 3 unused. X_VIA..: the common dtype each operand
     is rounded to; X_TO..: the compute type. BLOCK: elements per program. UPCAST: interpreter backend (`narrow`).
@@ -1905,6 +1940,26 @@ def _map_kernel(
         ox = offs
         oy = offs
         oz = offs
+    elif INDEX32:
+        rest = offs.to(tl.int32)
+        oo = rest * 0
+        ox = oo
+        oy = oo
+        oz = oo
+        if NDIM > 1:
+            rest, oo, ox, oy, oz = _dim_step32(rest, d5, q5, oo, ox, oy, oz, so5, sx5, sy5, sz5, NATIVE_DIV)
+        if NDIM > 2:
+            rest, oo, ox, oy, oz = _dim_step32(rest, d4, q4, oo, ox, oy, oz, so4, sx4, sy4, sz4, NATIVE_DIV)
+        if NDIM > 3:
+            rest, oo, ox, oy, oz = _dim_step32(rest, d3, q3, oo, ox, oy, oz, so3, sx3, sy3, sz3, NATIVE_DIV)
+        if NDIM > 4:
+            rest, oo, ox, oy, oz = _dim_step32(rest, d2, q2, oo, ox, oy, oz, so2, sx2, sy2, sz2, NATIVE_DIV)
+        if NDIM > 5:
+            rest, oo, ox, oy, oz = _dim_step32(rest, d1, q1, oo, ox, oy, oz, so1, sx1, sy1, sz1, NATIVE_DIV)
+        oo += rest * so0
+        ox += rest * sx0
+        oy += rest * sy0
+        oz += rest * sz0
     else:
         rest = offs
         oo = offs * 0
@@ -1925,17 +1980,21 @@ def _map_kernel(
         ox += rest * sx0
         oy += rest * sy0
         oz += rest * sz0
-    x = _operand(x_ptr, ox, ok, xv, X_MODE, X_VIA, X_TO, UPCAST)
-    y = _operand(y_ptr, oy, ok, yv, Y_MODE, Y_VIA, Y_TO, UPCAST)
-    z = _operand(z_ptr, oz, ok, zv, Z_MODE, Z_VIA, Z_TO, UPCAST)
-    if SITE != 0:
-        bad, value = GUARD(x, y, z)
-        bad = bad & ok
-        record_fault_lanes(fault_ptr, SITE, offs, value, BOUND, bad)
-    r = BODY(
-        x, y, z, _param(p0, P_FLOAT, P_TO), _param(p1, P_FLOAT, P_TO), _param(p2, P_FLOAT, P_TO), offs, DEVICE_MATH
-    )
-    tl.store(out_ptr + oo, _to_output(r, out_ptr.dtype.element_ty, UPCAST), mask=ok)
+    if RAW:
+        # a copy within one dtype: the bits as they are, no conversion (so no NaN made canonical), as torch's copy
+        tl.store(out_ptr + oo, tl.load(x_ptr + ox, mask=ok), mask=ok)
+    else:
+        x = _operand(x_ptr, ox, ok, xv, X_MODE, X_VIA, X_TO, UPCAST)
+        y = _operand(y_ptr, oy, ok, yv, Y_MODE, Y_VIA, Y_TO, UPCAST)
+        z = _operand(z_ptr, oz, ok, zv, Z_MODE, Z_VIA, Z_TO, UPCAST)
+        if SITE != 0:
+            bad, value = GUARD(x, y, z)
+            bad = bad & ok
+            record_fault_lanes(fault_ptr, SITE, offs, value, BOUND, bad)
+        r = BODY(
+            x, y, z, _param(p0, P_FLOAT, P_TO), _param(p1, P_FLOAT, P_TO), _param(p2, P_FLOAT, P_TO), offs, DEVICE_MATH
+        )
+        tl.store(out_ptr + oo, _to_output(r, out_ptr.dtype.element_ty, UPCAST), mask=ok)
 
 
 @jit(do_not_specialize=["yv", "zv", "p0", "p1", "p2"])
@@ -1984,6 +2043,7 @@ def _tile_kernel(
     NBATCH: tl.constexpr,
     TILE_A: tl.constexpr,
     TILE_B: tl.constexpr,
+    RAW: tl.constexpr,
     UPCAST: tl.constexpr,
     DEVICE_MATH: tl.constexpr,
 ):
@@ -1993,7 +2053,8 @@ def _tile_kernel(
     coalesced (Triton converts the tile's layout between them through shared memory); each element is computed by
     the same expression as in `_map_kernel`, so no bit differs. The grid is one-dimensional: program -> (tile along
     a, tile along b, batch index), the batch index over the other dimensions (NBATCH of them, sizes n1.., strides
-    sx1.. and so1.., innermost first). soa: the output's stride along a. y, z: only scalars (a cast's range bounds)."""
+    sx1.. and so1.., innermost first). soa: the output's stride along a. y, z: only scalars (a cast's range bounds).
+    RAW: a copy within one dtype (`is_raw`): x's bits stored as they are."""
     pid = tl.program_id(0).to(tl.int64)
     ta = pid % tiles_a
     rest = pid // tiles_a
@@ -2021,15 +2082,20 @@ def _tile_kernel(
     ok = (ra[:, None] < size_a) & (rb[None, :] < size_b)
     ox = bx + ra[:, None] * sxa + rb[None, :] * sxb
     oo = bo + ra[:, None] * soa + rb[None, :]
-    x = _operand(x_ptr, ox, ok, 0, 0, X_VIA, X_TO, UPCAST)
-    y = _operand(x_ptr, oo, ok, yv, Y_MODE, Y_VIA, Y_TO, UPCAST)
-    z = _operand(x_ptr, oo, ok, zv, Z_MODE, Z_VIA, Z_TO, UPCAST)
-    if SITE != 0:
-        bad, value = GUARD(x, y, z)
-        bad = bad & ok
-        record_fault_lanes(fault_ptr, SITE, oo, value, BOUND, bad)
-    r = BODY(x, y, z, _param(p0, P_FLOAT, P_TO), _param(p1, P_FLOAT, P_TO), _param(p2, P_FLOAT, P_TO), oo, DEVICE_MATH)
-    tl.store(out_ptr + oo, _to_output(r, out_ptr.dtype.element_ty, UPCAST), mask=ok)
+    if RAW:
+        tl.store(out_ptr + oo, tl.load(x_ptr + ox, mask=ok), mask=ok)  # a copy within one dtype: the bits as they are
+    else:
+        x = _operand(x_ptr, ox, ok, 0, 0, X_VIA, X_TO, UPCAST)
+        y = _operand(x_ptr, oo, ok, yv, Y_MODE, Y_VIA, Y_TO, UPCAST)
+        z = _operand(x_ptr, oo, ok, zv, Z_MODE, Z_VIA, Z_TO, UPCAST)
+        if SITE != 0:
+            bad, value = GUARD(x, y, z)
+            bad = bad & ok
+            record_fault_lanes(fault_ptr, SITE, oo, value, BOUND, bad)
+        r = BODY(
+            x, y, z, _param(p0, P_FLOAT, P_TO), _param(p1, P_FLOAT, P_TO), _param(p2, P_FLOAT, P_TO), oo, DEVICE_MATH
+        )
+        tl.store(out_ptr + oo, _to_output(r, out_ptr.dtype.element_ty, UPCAST), mask=ok)
 
 
 # ======================================================================================================================
@@ -2515,6 +2581,12 @@ def _guard_of(op: Op, plan: Plan, out: Tensor) -> tuple[int, Any]:
     return site, guard
 
 
+def is_raw(plan: Plan, x: Any, out: Tensor) -> bool:
+    """Whether a launch is a copy of the tensor x within one dtype: its bits are stored as they are (torch's copy
+    keeps a NaN's payload; a conversion through the compute type would make it the dtype's one quiet NaN)."""
+    return plan.op == "copy" and isinstance(x, Tensor) and x.dtype.name == out.dtype.name
+
+
 def tile_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tensor) -> list[KernelLaunch]:
     """The tiled launch (`_tile_kernel`) of a one-operand op writing the contiguous `out` from the tensor x (any
     strides, broadcast to out's shape; y and z at most scalars: a cast's bounds). `LaunchError` for any other call:
@@ -2557,8 +2629,9 @@ def tile_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tens
     site, guard = _guard_of(op, plan, out)
     compute = _TL[plan.compute]
     level = math_level(plan, out)
+    raw = is_raw(plan, x, out)
     key = ("tile", config, plan.op, plan.via, plan.compute, tuple(modes), plan.p_float, len(batch), site, plan.bound)
-    key += (level,)
+    key += (level, raw)
 
     def make() -> dict:
         kwargs = dict(
@@ -2579,6 +2652,7 @@ def tile_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tens
             NBATCH=len(batch),
             TILE_A=tile_a,
             TILE_B=tile_b,
+            RAW=raw,
             UPCAST=upcast(),
             DEVICE_MATH=level,
         )
@@ -2638,9 +2712,16 @@ def map_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tenso
             values.append(0)
     site, guard = _guard_of(op, plan, out)
     block = config["BLOCK"]
+    index32 = not dense and fits_index32(sizes, merged, block)
+    # Triton's own division where a thread's run of output elements is contiguous and stays so across the innermost
+    # size (a multiple of 16): stored as vectors, one division a run; a divider's multiply-high for each element else
+    native_div = index32 and sizes[-1] % 16 == 0 and merged[0][-1] == 1
+    q_slots = [divider(d) for d in d_slots[1:]] if index32 else [1] * (MAX_DIMS - 1)
     compute = _TL[plan.compute]
     level = math_level(plan, out)
-    key = (config, plan.op, plan.via, plan.compute, tuple(modes), plan.p_float, ndim, dense, site, plan.bound, level)
+    key = (config, plan.op, plan.via, plan.compute, tuple(modes), plan.p_float, ndim, dense, index32, native_div)
+    raw = is_raw(plan, ops3[0], out)
+    key += (site, plan.bound, level, raw)
 
     def make() -> dict:
         kwargs = dict(
@@ -2661,6 +2742,9 @@ def map_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tenso
             P_TO=compute,
             NDIM=ndim,
             DENSE=dense,
+            INDEX32=index32,
+            NATIVE_DIV=native_div,
+            RAW=raw,
             BLOCK=block,
             UPCAST=upcast(),
             DEVICE_MATH=level,
@@ -2668,7 +2752,7 @@ def map_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tenso
         return dict(kwargs, num_warps=config.num_warps, num_stages=config.num_stages, **math_options())
 
     kwargs = constexprs(key, make)
-    args = (out, *ptrs, faults.word(out.device), *values, *plan.params, n, *d_slots[1:])
+    args = (out, *ptrs, faults.word(out.device), *values, *plan.params, n, *d_slots[1:], *q_slots)
     for slots in s_slots:
         args += tuple(slots)
     return [KernelLaunch(_map_kernel, (cdiv(n, block),), args, kwargs)]

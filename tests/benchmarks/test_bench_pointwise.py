@@ -42,6 +42,24 @@ def test_every_case_calls_nbxcert_ops_and_counts_its_bytes(bench, backend, half)
         assert "torch." in torch_expr or "F." in torch_expr or "x." in torch_expr
 
 
+def test_the_view_cases_make_the_layouts_they_name(bench, backend):
+    """The row bias and column scale broadcast; the sliced rows do not merge (a 2-d index for the kernel to work
+    out)."""
+    from nbxcert.kernels import pointwise as pw
+    from nbxcert.kernels.inputs import rng
+
+    shape = (4, 256)
+    want = {"row": "broadcast", "col": "broadcast", "sliced": "strided", "normal": "dense"}
+    views = [c for c in bench._cases("float16") if {"row", "col", "sliced"} & {v for _, v in c[1]}]
+    assert [c[0] for c in views] == ["add_row_bias", "mul_col_scale", "add_sliced_rows", "silu_sliced_rows"]
+    for name, spec, _call, _ in views:
+        for _dtype, values in spec:
+            t = bench.make_input(rng(0), "float16", values, shape, backend.device)
+            assert pw.layout_of(t, shape) == want[values], (name, values)
+            if values == "sliced":
+                assert len(pw.merge_dims(shape, t.strides)[0]) == 2
+
+
 def test_without_a_gpu_it_says_so_and_exits_2(bench, capsys, backend):
     if backend.name == "cuda":
         pytest.skip("a GPU is here")

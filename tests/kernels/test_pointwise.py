@@ -10,8 +10,10 @@ import pytest
 from devicetools import DEVICE, empty, from_numpy
 
 from nbxcert.errors import LaunchError  # noqa: E402
+from nbxcert.kernels import common  # noqa: E402
 from nbxcert.kernels import pointwise as pw  # noqa: E402
 from nbxcert.kernels.check import run_checked  # noqa: E402
+from nbxcert.kernels.tensor import from_bits as _from_bits  # noqa: E402
 
 
 def _run(op, operands, out, params=None, config=None):
@@ -26,41 +28,185 @@ def _rand(shape, seed=0, dtype=np.float64):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
+@pytest.fixture(params=["index32", "index64"])
+def index_width(request, monkeypatch):
+    """Each indexing test twice: 32-bit indices (every tensor here is small) and the 64-bit path, forced by a bound of
+    one element."""
+    if request.param == "index64":
+        monkeypatch.setattr(common, "INDEX32_BELOW", 1)
+    return request.param
+
+
+def _index_path(op, operands, out) -> tuple[bool, bool, bool]:
+    """(DENSE, INDEX32, NATIVE_DIV) of the launch `_run` makes."""
+    row = pw.OPS[op]
+    common_dt = pw.common_of(row, [t.dtype.name for t in operands] + [""])
+    via, compute, kparams, p_float = pw.plan_for(row, operands, common_dt, out, {})
+    plan = pw.Plan(op, via, compute, (None, None, None), kparams, p_float)
+    kw = pw.map_launches(pw.DEFAULT, plan, list(operands), out)[0].kwargs
+    return kw["DENSE"], kw["INDEX32"], kw["NATIVE_DIV"]
+
+
+# (rows, middle, inner): an inner size of 4 divides by a divider, 32 (a multiple of 16) by Triton's own division
+@pytest.mark.parametrize("shape", [(6, 5, 4), (3, 5, 32)])
 @pytest.mark.parametrize("layout", ["dense", "transposed", "sliced", "broadcast_row", "broadcast_col", "expanded"])
-def test_add_reads_every_layout(layout):
-    a = _rand((6, 5, 4))
-    b_host = _rand((6, 5, 4), 1)
+def test_add_reads_every_layout(layout, shape, index_width):
+    r, m, c = shape
+    a = _rand(shape)
+    b_host = _rand(shape, 1)
     if layout == "dense":
         b = from_numpy(b_host)
     elif layout == "transposed":
-        b_host = _rand((4, 5, 6), 1)
+        b_host = _rand((c, m, r), 1)
         b = from_numpy(b_host).permute(2, 1, 0)
         b_host = b_host.transpose(2, 1, 0)
     elif layout == "sliced":
-        big = _rand((6, 5, 8), 1)
+        big = _rand((r, m, 2 * c), 1)
         b, b_host = from_numpy(big)[..., ::2], big[..., ::2]
     elif layout == "broadcast_row":
-        b_host = _rand((4,), 1)
+        b_host = _rand((c,), 1)
         b = from_numpy(b_host)
     elif layout == "broadcast_col":
-        b_host = _rand((6, 1, 1), 1)
+        b_host = _rand((r, 1, 1), 1)
         b = from_numpy(b_host)
     else:
-        b_host = _rand((1, 5, 1), 1)
-        b = from_numpy(b_host).expand(6, 5, 4)
-    out = empty((6, 5, 4), "float64")
-    _run("add", [from_numpy(a), b], out, {"alpha": 1})
+        b_host = _rand((1, m, 1), 1)
+        b = from_numpy(b_host).expand(r, m, c)
+    out = empty(shape, "float64")
+    x = from_numpy(a)
+    dense, index32, native = _index_path("add", [x, b], out)
+    assert dense == (layout == "dense")
+    assert index32 == (not dense and index_width == "index32")
+    assert native == (index32 and c % 16 == 0)
+    _run("add", [x, b], out, {"alpha": 1})
     np.testing.assert_array_equal(out.numpy(), a + b_host)
 
 
-def test_strided_output_and_six_dims():
-    """A 6-d permuted operand into a strided output: no dimension merges, every index slot is used."""
-    host = _rand((2, 3, 2, 3, 2, 3))
+@pytest.mark.parametrize("inner", [3, 16])
+def test_strided_output_and_six_dims(inner, index_width):
+    """A 6-d permuted operand into a strided output: no dimension merges, every index slot is used; the output's
+    inner stride 2 (a divider's path, whatever the inner size)."""
+    host = _rand((inner, 3, 2, 3, 2, 3))
     x = from_numpy(host).permute(5, 4, 3, 2, 1, 0)
-    buf = empty((3, 2, 3, 2, 3, 4), "float64")
+    buf = empty((3, 2, 3, 2, 3, 2 * inner), "float64")
     out = buf[..., ::2]
+    assert _index_path("neg", [x], out) == (False, index_width == "index32", False)
     _run("neg", [x], out)
     np.testing.assert_array_equal(out.numpy(), -host.transpose(5, 4, 3, 2, 1, 0))
+
+
+def test_six_dims_into_a_contiguous_output(index_width):
+    """Six unmerged dimensions into a contiguous output whose inner size is a multiple of 16: Triton's own division
+    in every slot under 32-bit indices."""
+    host = _rand((16, 3, 2, 3, 2, 3))
+    x = from_numpy(host).permute(5, 4, 3, 2, 1, 0)
+    out = empty((3, 2, 3, 2, 3, 16), "float64")
+    assert _index_path("neg", [x], out) == (False, index_width == "index32", index_width == "index32")
+    _run("neg", [x], out)
+    np.testing.assert_array_equal(out.numpy(), -host.transpose(5, 4, 3, 2, 1, 0))
+
+
+@pytest.mark.parametrize("inner", [3, 16])
+def test_three_operands_each_in_its_own_six_dim_layout(inner, index_width):
+    """addcmul of three operands, each a different permutation of its own buffer (no dimension merges), into a
+    strided output: every stride slot of every operand is read."""
+    shape = (3, 2, 3, 2, 3, inner)
+    perms = [(5, 4, 3, 2, 1, 0), (1, 0, 3, 2, 5, 4), (2, 5, 0, 4, 1, 3)]
+    hosts, views = [], []
+    for k, perm in enumerate(perms):
+        inverse = tuple(np.argsort(perm))
+        buf = _rand(tuple(shape[i] for i in inverse), k)
+        hosts.append(buf.transpose(perm))
+        views.append(from_numpy(buf).permute(*perm))
+    out = empty(shape[:-1] + (2 * inner,), "float64")[..., ::2]
+    assert _index_path("addcmul", views, out) == (False, index_width == "index32", False)
+    _run("addcmul", views, out, {"value": 0.5})
+    np.testing.assert_array_equal(out.numpy(), hosts[0] + 0.5 * (hosts[1] * hosts[2]))
+
+
+def from_bits(bits, dtype):
+    """A tensor of `dtype` holding `bits` (unsigned integers of its width) as they are."""
+    view = {"float16": np.float16, "float32": np.float32}.get(dtype)
+    return _from_bits(bits.view(view) if view else bits, dtype, DEVICE)
+
+
+# NaNs with payloads, signs and the signalling bit clear, then ordinary values (each dtype's bits)
+NAN_BITS = {
+    "float16": [0x7C01, 0xFC01, 0x7D55, 0xFE00, 0x7E01, 0x3C00, 0x8000, 0x0001],
+    "bfloat16": [0x7F81, 0xFF81, 0x7FD5, 0xFFC0, 0x7FC1, 0x3F80, 0x8000, 0x0001],
+    "float32": [0x7F800001, 0xFF800001, 0x7FD55555, 0xFFC00000, 0x7FC00001, 0x3F800000, 0x80000000, 0x00000001],
+}
+
+
+@pytest.mark.parametrize("dtype", sorted(NAN_BITS))
+@pytest.mark.parametrize("layout", ["dense", "strided", "transposed", "tiled"])
+def test_a_copy_within_one_dtype_keeps_every_bit(dtype, layout):
+    """clone, contiguous and copy_ keep a NaN's payload and sign as torch's copy does (no conversion through the
+    compute type, which makes every NaN the dtype's one quiet NaN), in every layout and the tiled kernel."""
+    storage = np.uint16 if dtype != "float32" else np.uint32
+    bits = np.array(NAN_BITS[dtype] * 6, dtype=storage).reshape(8, 6)
+    if layout == "dense":
+        x, want = from_bits(bits, dtype), bits
+    elif layout == "strided":
+        wide = np.repeat(bits, 2, axis=1)
+        x, want = from_bits(wide, dtype)[:, ::2], wide[:, ::2]
+    else:
+        x, want = from_bits(bits, dtype).T, bits.T
+    out = empty(tuple(x.shape), dtype)
+    config = pw.DEFAULT_TILE if layout == "tiled" else pw.DEFAULT
+    _run("copy", [x], out, config=config)
+    assert np.ascontiguousarray(out.numpy()).tobytes() == np.ascontiguousarray(want).tobytes()
+
+
+def test_a_copy_across_dtypes_converts():
+    """A copy into another dtype is a conversion (not `is_raw`): float16's NaNs become float32's quiet NaN and
+    ordinary values keep their value."""
+    x = from_bits(np.array(NAN_BITS["float16"], dtype=np.uint16), "float16")
+    out = empty((8,), "float32")
+    plan = pw.Plan("copy", ("float16",) * 3, "float32", (None, None, None), (0, 0, 0), False)
+    assert pw.is_raw(plan, x, x) and not pw.is_raw(plan, x, out)
+    _run("copy", [x], out)
+    got = out.numpy()
+    assert np.isnan(got[:5]).all() and got[5:].tolist() == [1.0, -0.0, 2.0**-24]
+
+
+# sizes where a divider is exact at its limits: 1, powers of two and their neighbours, 2^31
+DIVISORS = [1, 2, 3, 5, 7, 15, 16, 17, 50, 63, 64, 65, 641, 4095, 4096, 4097, 6700417, (1 << 30) - 1, 1 << 30]
+DIVISORS += [(1 << 30) + 1, (1 << 31) - 1, 1 << 31]
+
+
+@pytest.mark.parametrize("d", DIVISORS)
+def test_divider_divides_every_32_bit_index_exactly(d):
+    """(umulhi(n, magic) + n) >> shift == n // d for n at 0, around every multiple of d it reaches (sampled) and at
+    2^31 - 1, computed as the kernel does in 32-bit words."""
+    q = common.divider(d)
+    magic, shift = q & 0xFFFFFFFF, q >> 32
+    assert magic < 1 << 32 and shift <= 31
+    top = (1 << 31) - 1
+    multiples = np.unique(np.linspace(0, top // d, 2000).astype(np.int64)) * d
+    n = np.unique(np.concatenate([multiples - 1, multiples, multiples + 1, [0, 1, top - 1, top]]))
+    n = n[(n >= 0) & (n <= top)].astype(np.uint64)
+    hi = (n * np.uint64(magic)) >> np.uint64(32)  # below 2^63: no wrap in uint64
+    quot = (hi + n) >> np.uint64(shift)
+    np.testing.assert_array_equal(quot, n // np.uint64(d))
+
+
+def test_divider_refuses_a_size_outside_its_range():
+    for bad in (0, -3, (1 << 31) + 1):
+        with pytest.raises(ValueError, match="divider"):
+            common.divider(bad)
+
+
+def test_index32_bound_counts_padded_lanes_and_every_tensor():
+    """A launch indexes in int32 only while its padded index and each tensor's farthest offset stay below 2^31."""
+    below = common.INDEX32_BELOW
+    assert common.fits_index32([2, 1000], [[1000, 1], [0, 1]], 1024)
+    assert not common.fits_index32([below // 1024, 1024], [[1024, 1]], 1024)  # n + BLOCK reaches 2^31
+    # 1000 rows of 1000: the padded lanes of the last program reach row 1001 (BLOCK 1024)
+    stride = below // 1001
+    assert not common.fits_index32([1000, 1000], [[1000, 1], [stride, 1]], 1024)
+    assert common.fits_index32([1000, 1000], [[1000, 1], [below // 1003, 1]], 1024)
+    assert not common.fits_index32([4, 8], [[8, 1], [1, below // 7]], 256)  # an inner stride's reach
 
 
 def test_seven_unmergeable_dims_are_refused():
