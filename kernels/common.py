@@ -265,6 +265,8 @@ def fits_index32(sizes: Sequence[int], strides: Sequence[Sequence[int]], block: 
     n = math.prod(sizes)
     if n + block > INDEX32_BELOW:
         return False
+    if (n + block) * max(max(map(abs, st)) for st in strides) < INDEX32_BELOW:
+        return True  # no offset passes (n + BLOCK) x the largest stride: the served calls' common case, quickly
     inner = math.prod(sizes[1:])
     outer_reach = (n + block - 1) // inner  # the outermost index a padded lane reaches
     for st in strides:

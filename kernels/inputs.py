@@ -90,18 +90,26 @@ LARGE = 1 << 24
 PART = 1 << 22
 
 
-def _large_normal(gen: np.random.Generator, shape) -> np.ndarray:
+def _large_normal(gen: np.random.Generator, shape, dtype=np.float32) -> np.ndarray:
     n = math.prod(shape)
-    out = np.empty(n, dtype=np.float32)
+    out = np.empty(n, dtype=dtype)
     starts = range(0, n, PART)
     children = gen.spawn(len(starts))
 
     def fill(i: int) -> None:
-        children[i].standard_normal(out=out[starts[i] : starts[i] + PART], dtype=np.float32)
+        children[i].standard_normal(out=out[starts[i] : starts[i] + PART], dtype=dtype)
 
     with ThreadPoolExecutor(max_workers=min(len(starts), os.cpu_count() or 1)) as pool:
         list(pool.map(fill, range(len(starts))))
     return out.reshape(shape)
+
+
+def normals(gen: np.random.Generator, n: int) -> np.ndarray:
+    """`n` standard normal float64 values: `gen.standard_normal(n)` below LARGE; from LARGE on in PART-element parts on
+    threads, each from its own child generator (the values depend on the seed alone, not on the threads)."""
+    if n < LARGE or isinstance(gen, ShapeOnlyGenerator):
+        return gen.standard_normal(n)
+    return _large_normal(gen, (n,), np.float64)
 
 
 def randn(gen: np.random.Generator, shape, dtype, device: str, scale: float = 1.0, nan_where=None) -> Tensor:

@@ -80,6 +80,20 @@ def test_a_large_tensor_is_drawn_in_parts_the_same_whatever_the_threads(monkeypa
     )
 
 
+def test_large_float64_normals_are_drawn_in_parts_from_child_generators(monkeypatch):
+    """`normals` past LARGE: float64 values of child generators, one a PART in order (the seed and PART decide them,
+    the threads do not); below LARGE the generator's own draw, as before."""
+    monkeypatch.setattr(I, "LARGE", 5000)
+    monkeypatch.setattr(I, "PART", 700)
+    got = I.normals(I.rng(9), 5400)
+    children = np.random.default_rng(9).spawn(8)
+    want = np.concatenate([c.standard_normal(min(700, 5400 - 700 * i)) for i, c in enumerate(children)])
+    assert got.dtype == np.float64 and np.array_equal(got, want)
+    monkeypatch.setattr(I.os, "cpu_count", lambda: 1)
+    assert np.array_equal(I.normals(I.rng(9), 5400), want)
+    assert np.array_equal(I.normals(I.rng(9), 4999), np.random.default_rng(9).standard_normal(4999))
+
+
 class _IntegersOnly:
     """A generator that draws integers and refuses floats: under shape_only an input maker may draw only these."""
 
