@@ -67,9 +67,10 @@ import numpy as np
 from nbxcert.errors import DTypeError, LaunchError, ShapeMismatch
 from nbxcert.kernels import faults
 from nbxcert.kernels import inputs as _inputs
-from nbxcert.kernels.common import broadcast_strides, divider, family_spec, fits_index32, merge_dims, narrow, upcast
+from nbxcert.kernels.common import broadcast_strides, family_spec, merge_dims, narrow, upcast
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.faults import record_fault_lanes
+from nbxcert.kernels.indexing import divider, fits_index32
 from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.launch import KernelLaunch, cdiv, constexprs, served
 from nbxcert.kernels.launch import run_all as _run

@@ -10,7 +10,7 @@ import pytest
 from devicetools import DEVICE, empty, from_numpy
 
 from nbxcert.errors import LaunchError  # noqa: E402
-from nbxcert.kernels import common  # noqa: E402
+from nbxcert.kernels import indexing  # noqa: E402
 from nbxcert.kernels import pointwise as pw  # noqa: E402
 from nbxcert.kernels.check import run_checked  # noqa: E402
 from nbxcert.kernels.tensor import from_bits as _from_bits  # noqa: E402
@@ -33,7 +33,7 @@ def index_width(request, monkeypatch):
     """Each indexing test twice: 32-bit indices (every tensor here is small) and the 64-bit path, forced by a bound of
     one element."""
     if request.param == "index64":
-        monkeypatch.setattr(common, "INDEX32_BELOW", 1)
+        monkeypatch.setattr(indexing, "INDEX32_BELOW", 1)
     return request.param
 
 
@@ -179,7 +179,7 @@ DIVISORS += [(1 << 30) + 1, (1 << 31) - 1, 1 << 31]
 def test_divider_divides_every_32_bit_index_exactly(d):
     """(umulhi(n, magic) + n) >> shift == n // d for n at 0, around every multiple of d it reaches (sampled) and at
     2^31 - 1, computed as the kernel does in 32-bit words."""
-    q = common.divider(d)
+    q = indexing.divider(d)
     magic, shift = q & 0xFFFFFFFF, q >> 32
     assert magic < 1 << 32 and shift <= 31
     top = (1 << 31) - 1
@@ -194,19 +194,19 @@ def test_divider_divides_every_32_bit_index_exactly(d):
 def test_divider_refuses_a_size_outside_its_range():
     for bad in (0, -3, (1 << 31) + 1):
         with pytest.raises(ValueError, match="divider"):
-            common.divider(bad)
+            indexing.divider(bad)
 
 
 def test_index32_bound_counts_padded_lanes_and_every_tensor():
     """A launch indexes in int32 only while its padded index and each tensor's farthest offset stay below 2^31."""
-    below = common.INDEX32_BELOW
-    assert common.fits_index32([2, 1000], [[1000, 1], [0, 1]], 1024)
-    assert not common.fits_index32([below // 1024, 1024], [[1024, 1]], 1024)  # n + BLOCK reaches 2^31
+    below = indexing.INDEX32_BELOW
+    assert indexing.fits_index32([2, 1000], [[1000, 1], [0, 1]], 1024)
+    assert not indexing.fits_index32([below // 1024, 1024], [[1024, 1]], 1024)  # n + BLOCK reaches 2^31
     # 1000 rows of 1000: the padded lanes of the last program reach row 1001 (BLOCK 1024)
     stride = below // 1001
-    assert not common.fits_index32([1000, 1000], [[1000, 1], [stride, 1]], 1024)
-    assert common.fits_index32([1000, 1000], [[1000, 1], [below // 1003, 1]], 1024)
-    assert not common.fits_index32([4, 8], [[8, 1], [1, below // 7]], 256)  # an inner stride's reach
+    assert not indexing.fits_index32([1000, 1000], [[1000, 1], [stride, 1]], 1024)
+    assert indexing.fits_index32([1000, 1000], [[1000, 1], [below // 1003, 1]], 1024)
+    assert not indexing.fits_index32([4, 8], [[8, 1], [1, below // 7]], 256)  # an inner stride's reach
 
 
 def test_seven_unmergeable_dims_are_refused():
