@@ -7,17 +7,19 @@ next to the same torch op in eager mode and to the device's copy bandwidth, meas
 Every case reads and writes tensors of at least 64 MB ([8192, 4096] by default: float16 64 MiB, float32 and int32 128
 MiB): each op of `nbxcert.ops`'s pointwise library on float16 (`--half bfloat16`: on bfloat16; float32 for the casts'
 source and the float division modes, int32 for the bitwise and shift ops, bool for the logical ops and conditions),
-dense operands of the output's shape; and four cases of views a model makes (`add_row_bias`: a [4096] bias added to
-every row; `mul_col_scale`: a [rows, 1] scale; `add_sliced_rows`, `silu_sliced_rows`: the first 4096 columns of rows
-4224 long, as the q part of a fused projection's output). The served call is timed whole (`time_events` ungated: the
-host's work for each call is inside the timed span, as torch's is in `triton.testing.do_bench`), an L2 flush before each
-repetition, the median taken; the first call (which makes the key's plan, and sweeps it at run time where no certificate
-covers it) is not timed. Each side times every case once a round, `--rounds` rounds one after another (default 3), and
-gives a case the median of its rounds: one run of the same op at the same config measured 30.2 and 73.1 us (isinf), 33.3
-and 58.5 (glu) on 2026-12-05, a slow spell that one timing of each case cannot tell from the op. Effective bandwidth =
-bytes of every operand read + the output written, once each. torch runs in its own process (`PEER_SCRIPT`; nbxcert never
-imports torch) with `triton.testing.do_bench` on the same expression written with torch's names, on inputs of the same
-shapes and dtypes. The copy bandwidth is cuMemcpyDtoD of a 1 GiB buffer (`common.copy_bandwidth`).
+dense operands of the output's shape (twice the rows where a tensor would be half a float16 one's size: a bool operand
+or result, glu's half-width result, so every tensor is at least 64 MiB; `case_rows`); and four cases of views a model
+makes (`add_row_bias`: a [4096] bias added to every row; `mul_col_scale`: a [rows, 1] scale; `add_sliced_rows`,
+`silu_sliced_rows`: the first 4096 columns of rows 4224 long, as the q part of a fused projection's output). The served
+call is timed whole (`time_events` ungated: the host's work for each call is inside the timed span, as torch's is in
+`triton.testing.do_bench`), an L2 flush before each repetition, the median taken; the first call (which makes the key's
+plan, and sweeps it at run time where no certificate covers it) is not timed. Each side times every case once a round,
+`--rounds` rounds one after another (default 3), and gives a case the median of its rounds: one run of the same op at
+the same config measured 30.2 and 73.1 us (isinf), 33.3 and 58.5 (glu) on 2026-12-05, a slow spell that one timing of
+each case cannot tell from the op. Effective bandwidth = bytes of every operand read + the output written, once each.
+torch runs in its own process (`PEER_SCRIPT`; nbxcert never imports torch) with `triton.testing.do_bench` on the same
+expression written with torch's names, on inputs of the same shapes and dtypes. The copy bandwidth is cuMemcpyDtoD of a
+1 GiB buffer (`common.copy_bandwidth`).
 
 Targets per op: effective bandwidth at least 85% of the copy bandwidth, and at least 1.0x torch's speed.
 """
@@ -185,7 +187,8 @@ def make(dtype, values):
     return (t.abs() + 0.5 if values == "positive" else t).to(DT[dtype])
 
 fns = []
-for i, (name, spec, expr) in enumerate(cases):
+for i, (name, spec, expr, case_rows) in enumerate(cases):
+    SHAPE, NUMEL = (case_rows, 4096), case_rows * 4096  # read by make() and the expression
     x, y, z = [make(d, v) for d, v in spec] + [None] * (3 - len(spec))
     fns.append(eval("lambda: " + expr, {**globals(), "x": x, "y": y, "z": z}))
 # every case once a round, the rounds one after another (as nbxcert's side runs them); each case's median of its rounds
@@ -223,6 +226,15 @@ def make_input(gen, dtype: str, values: str, shape, device: str):
 
 
 SLICE_PAD = 128  # elements a `sliced` operand's rows run past the columns read (its rows do not merge)
+# the cases with a tensor of half the bytes of a float16 one at the same rows: a bool operand or result, glu's
+# half-width result
+HALF_SIZED = {"glu", "isnan", "isinf", "isfinite", "logical_not", *COMPARE, *LOGICAL}
+
+
+def case_rows(name: str, spec, rows: int) -> int:
+    """The rows of a case: twice `rows` where a tensor of it would otherwise be half a float16 one's size (a bool
+    operand or result, glu's result), so every tensor is at least 64 MiB at the default 8192."""
+    return 2 * rows if name in HALF_SIZED or any(dtype == "bool" for dtype, _ in spec) else rows
 
 
 def moved_bytes(inputs, result) -> int:
@@ -260,13 +272,14 @@ def main(argv=None) -> int:
 
     peer = {"ms": {}}
     if not args.no_torch:
-        peer_cases = [[name, list(spec), torch_expr] for name, spec, _, torch_expr in chosen]
+        peer_cases = [[name, list(spec), expr, case_rows(name, spec, args.rows)] for name, spec, _, expr in chosen]
         extra = [str(args.rows), str(args.rounds), str(SLICE_PAD)]
         peer = common.torch_peer(PEER_SCRIPT, peer_cases, args.warmup, args.rep, extra=extra)
-    shape, numel = (args.rows, 4096), args.rows * 4096
     gen = rng(0)
     prepared = []
-    for _name, spec, call, _ in chosen:
+    for name, spec, call, _ in chosen:
+        rows = case_rows(name, spec, args.rows)
+        shape, numel = (rows, 4096), rows * 4096
         tensors = [make_input(gen, dtype, values, shape, "cuda:0") for dtype, values in spec]
         x, y, z = (tensors + [None, None, None])[:3]
         fn = eval(

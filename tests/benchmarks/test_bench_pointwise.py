@@ -60,6 +60,29 @@ def test_the_view_cases_make_the_layouts_they_name(bench, backend):
                 assert len(pw.merge_dims(shape, t.strides)[0]) == 2
 
 
+def test_every_full_sized_tensor_of_a_case_is_at_least_64_mib(bench, backend):
+    """At the default 8192 rows, each case's operands of the output's shape and its result hold at least 64 MiB (the
+    bool and glu cases at twice the rows); the peer's script compiles and takes each case's rows."""
+    from nbxcert import ops
+    from nbxcert.kernels.dtypes import get_dtype
+    from nbxcert.kernels.inputs import rng
+
+    mib64, cols = 64 << 20, 256
+    for name, spec, call, _ in bench._cases("float16"):
+        rows = bench.case_rows(name, spec, 8192)
+        tensors = [bench.make_input(rng(0), d, v, (2, cols), backend.device) for d, v in spec]
+        x, y, z = (tensors + [None, None, None])[:3]
+        scope = {"ops": ops, "x": x, "y": y, "z": z, "SHAPE": (2, cols), "NUMEL": 2 * cols, "DEVICE": backend.device}
+        result = eval("lambda: " + call, scope)()
+        share = result.numel / (2 * cols)  # of the case's [rows, 4096] elements (glu: a half)
+        assert rows * 4096 * share * result.itemsize >= mib64, name
+        for dtype, values in spec:
+            if values not in ("row", "col"):  # a broadcast bias or scale is small by what it is
+                assert rows * 4096 * get_dtype(dtype).itemsize >= mib64, (name, dtype)
+    assert compile(bench.PEER_SCRIPT, "bench_pointwise peer", "exec") is not None
+    assert "for i, (name, spec, expr, case_rows) in enumerate(cases):" in bench.PEER_SCRIPT
+
+
 def test_without_a_gpu_it_says_so_and_exits_2(bench, capsys, backend):
     if backend.name == "cuda":
         pytest.skip("a GPU is here")
