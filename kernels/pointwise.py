@@ -1927,8 +1927,9 @@ def _map_kernel(
     right-aligned (the outermost's size is implied by n), each tensor's strides in elements so0..so5 (output),
     sx.., sy.., sz.. (0 where broadcast), the outermost dimension's stride in slot 0 and the inner ones right-aligned
     in slots 6 - (NDIM - 1) .. 5. q1..q5: each size's divider (`divider`). DENSE: every tensor is contiguous with the
-    output's shape (no index arithmetic). INDEX32: every index and offset below 2^31 (`index32`): the index arithmetic
-    in 32-bit integers, each division by its divider; else in 64-bit ones. RAW: a copy within one dtype (`is_raw`):
+    output's shape (no index arithmetic). INDEX32: every index and offset below 2^31 (`fits_index32`): the index
+    arithmetic in 32-bit integers, each division Triton's own (NATIVE_DIV: the output's rows contiguous and a multiple
+    of 16 long) or by its divider; else in 64-bit ones. RAW: a copy within one dtype (`is_raw`):
     x's bits stored as they are.
     BODY: the op (a @jit function). GUARD, SITE, BOUND: lanes GUARD(x, y, z) finds bad are recorded as fault SITE
     (0: none). X_MODE..: 0 tensor, 1 float scalar, 2 integer scalar, 3 unused. X_VIA..: the common dtype each operand
