@@ -944,19 +944,33 @@ def _norm_launch(config: Config, inputs: Inputs) -> None:
 
 
 def _norm_oracle(inputs: Inputs) -> dict[str, Reference]:
+    """The references of the sum (with a residual) and the normalised rows; a large x's rows in parts on the
+    process's cores (`oracles.elementwise.row_parts`: each row's reference is its own, so the same values)."""
+    from nbxcert.oracles import elementwise as _ew
+
     t, eps = inputs.tensors, float(np.float32(inputs.scalars["eps"]))
     x = t["x"].float64()
-    refs = {}
-    if "residual" in t:
-        s_ref, s_err = _oracle.residual_sum(x, t["residual"].float64())
-        refs["s"] = Reference(s_ref, s_err)
-        x = s_ref
-    if inputs.scalars["rms"]:
-        ref, err = _oracle.rmsnorm(x, t["weight"].float64(), eps)
-    else:
-        ref, err = _oracle.layernorm(x, t["weight"].float64(), t["bias"].float64(), eps)
-    refs["y"] = Reference(ref, err)
-    return refs
+    residual = t["residual"].float64() if "residual" in t else None
+    weight = t["weight"].float64()
+    bias = None if inputs.scalars["rms"] else t["bias"].float64()
+
+    def rows(lo: int, hi: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        part, out = x[lo:hi], {}
+        if residual is not None:
+            out["s"] = _oracle.residual_sum(part, residual[lo:hi])
+            part = out["s"][0]
+        if bias is None:
+            out["y"] = _oracle.rmsnorm(part, weight, eps)
+        else:
+            out["y"] = _oracle.layernorm(part, weight, bias, eps)
+        return out
+
+    parts = _ew.row_parts(*x.shape) if x.ndim == 2 else None
+    done = [rows(0, x.shape[0])] if parts is None else _ew.in_parts(rows, parts)
+    return {
+        name: Reference(np.concatenate([d[name][0] for d in done]), np.concatenate([d[name][1] for d in done]))
+        for name in done[0]
+    }
 
 
 def row_reduce_inputs(

@@ -80,6 +80,16 @@ def part_bounds(size: int) -> list[tuple[int, int]] | None:
     return [(int(bounds[i]), int(bounds[i + 1])) for i in range(threads)]
 
 
+def row_parts(n_rows: int, n_cols: int) -> list[tuple[int, int]] | None:
+    """`part_bounds` for a row-wise evaluation of [n_rows, n_cols]: [lo, hi) ranges of whole rows, one a thread (at
+    most one a row), or None."""
+    parts = part_bounds(n_rows * n_cols)
+    if parts is None or n_rows < 2:
+        return None
+    bounds = np.linspace(0, n_rows, min(len(parts), n_rows) + 1).astype(np.int64)
+    return [(int(bounds[i]), int(bounds[i + 1])) for i in range(len(bounds) - 1)]
+
+
 def in_parts(fn, parts: list[tuple[int, int]]) -> list:
     """fn(lo, hi) for every part, on threads (numpy's loops release the GIL), in the parts' order; an exception of
     any part is raised."""

@@ -275,6 +275,26 @@ ISSUE_SHAPES = (
 )
 
 
+@pytest.mark.parametrize("name", ["LAYERNORM", "RMSNORM", "ADD_LAYERNORM", "ADD_RMSNORM"])
+def test_the_norm_oracles_rows_in_parts_give_the_same_values(name, monkeypatch, backend):
+    """A large input's normalised rows are evaluated in parts of rows on threads: every output's reference and scale
+    the same as one evaluation (37 rows cut over 3 threads)."""
+    from nbxcert.oracles import elementwise as ew
+
+    spec = getattr(rows, name)
+    inputs = spec.make_inputs({"n_rows": 37, "n_cols": 96}, spec.dtypes[0], 3, backend.device)
+    monkeypatch.setattr(ew, "_threads", lambda: 3)
+    monkeypatch.setattr(ew, "PARALLEL_AT", 1 << 62)
+    whole = spec.oracle(inputs)
+    monkeypatch.setattr(ew, "PARALLEL_AT", 1000)
+    assert ew.row_parts(37, 96) == [(0, 12), (12, 24), (24, 37)]
+    parts = spec.oracle(inputs)
+    assert set(parts) == set(whole) == set(inputs.outputs)
+    for out in whole:
+        np.testing.assert_array_equal(parts[out].value, whole[out].value)
+        np.testing.assert_array_equal(parts[out].scale, whole[out].scale)
+
+
 def test_interpreter_prune_keeps_every_candidate():
     interp = get_profile("cpu/interpreter")
     for spec in SPECS.values():
