@@ -148,18 +148,22 @@ def _version(module: str) -> str:
 
 def run_doctor(pci_root: Path = PCI_ROOT) -> DoctorReport:
     from nbxcert.errors import NbxcertError
-    from nbxcert.kernels.backends import cuda, interpreter, peek
+    from nbxcert.kernels.backends import cuda, peek, select
 
     try:
         choice = peek()
         report = DoctorReport(choice.name, choice.reason, True)
     except NbxcertError as e:
         report = DoctorReport("none", str(e), False)
-    if report.backend == "interpreter":
-        problem = interpreter.numpy_problem()
-        if problem:
+    if report.backend_usable:
+        # the backend set up as every other command sets it up, before anything here imports Triton (a Triton
+        # imported first is compiled-mode, and the interpreter refuses it); its refusal (numpy too new for this
+        # Triton's interpreter, ...) is doctor's problem line
+        try:
+            select()
+        except NbxcertError as e:
             report.backend_usable = False
-            report.problems.append(problem)
+            report.problems.append(e.message)
     report.versions = {
         "nbxcert": __version__,
         "triton": _version("triton"),

@@ -13,7 +13,9 @@ from nbxcert import __version__
 
 
 def nbx(*args, env=None, timeout=300):
-    full_env = {k: v for k, v in os.environ.items() if k != "NBXCERT_BACKEND"}  # doctor's own choice is under test
+    # doctor's own choice is under test, in a user's environment: neither variable set (TRITON_INTERPRET left set
+    # hid a refusal: doctor imported Triton before choosing the interpreter, which then refused a compiled Triton)
+    full_env = {k: v for k, v in os.environ.items() if k not in ("NBXCERT_BACKEND", "TRITON_INTERPRET")}
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "nbxcert", *args], capture_output=True, text=True, timeout=timeout, env=full_env
