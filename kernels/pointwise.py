@@ -2754,10 +2754,31 @@ def map_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tenso
         return dict(kwargs, num_warps=config.num_warps, num_stages=config.num_stages, **math_options())
 
     kwargs = constexprs(key, make)
-    args = (out, *ptrs, faults.word(out.device), *values, *plan.params, n, *d_slots[1:], *q_slots)
-    for slots in s_slots:
-        args += tuple(slots)
-    return [KernelLaunch(_map_kernel, (cdiv(n, block),), args, kwargs)]
+    rest = tuple(v for slots in s_slots for v in slots)
+
+    def launch(target: Tensor, sources: list, count: int) -> KernelLaunch:
+        args = (target, *sources, faults.word(out.device), *values, *plan.params, count, *d_slots[1:], *q_slots)
+        return KernelLaunch(_map_kernel, (cdiv(count, block),), args + rest, kwargs)
+
+    # A dense count that is no multiple of 16 (Triton specialises a count on that divisibility) masks each lane on its
+    # own, so no load or store is a vector: the whole 16s are launched apart, their masks uniform over each vector,
+    # and the last few elements after them (an op whose body reads the element's index, or records a refused one's,
+    # keeps one launch)
+    tail = n % ALIGN if dense and n > ALIGN and op.arity and site == 0 else 0
+    if not tail:
+        return [launch(out, ptrs, n)]
+    start = n - tail
+    after = [_elements_from(t, start) if isinstance(t, Tensor) and t is not out else None for t in ptrs]
+    out_after = _elements_from(out, start)
+    return [launch(out, ptrs, start), launch(out_after, [a or out_after for a in after], tail)]
+
+
+ALIGN = 16  # Triton specialises an integer argument on its divisibility by 16
+
+
+def _elements_from(t: Tensor, start: int) -> Tensor:
+    """The elements of the contiguous `t` from flat index `start` on, as a 1-d view."""
+    return Tensor(t.untyped_storage(), (t.numel - start,), (1,), t.dtype.name, t.storage_offset() + start)
 
 
 # ======================================================================================================================

@@ -130,6 +130,30 @@ def from_bits(bits, dtype):
     return _from_bits(bits.view(view) if view else bits, dtype, DEVICE)
 
 
+def test_a_dense_count_past_a_multiple_of_16_is_two_launches():
+    """37 dense elements: the whole 16s (32) in one launch, whose masks are uniform over each vector, and the last 5
+    after them in another, each element written once and right (an in-place add: out is an operand); a count that is a
+    multiple of 16, an op reading the element's index (arange) and one recording refused lanes (a float to integer
+    cast) stay one launch."""
+    host = _rand((37,))
+    x, y = from_numpy(host), from_numpy(_rand((37,), 1))
+    plan = pw.Plan("add", ("float64",) * 3, "float64", (None, None, None), (pw.param_arg(1, "float64"), 0, 0), True)
+    launches = pw.map_launches(pw.DEFAULT, plan, [x, y], x)
+    count_at = 1 + 3 + 1 + 3 + 3  # out, x y z, the fault word, the scalars' values, p0 p1 p2, then the count
+    assert [launch.args[count_at] for launch in launches] == [32, 5]
+    tail = launches[1].args
+    assert tail[0].storage_offset() == 32 and tail[0].shape == (5,) and tail[2].storage_offset() == 32
+    _run("add", [x, y], x, {"alpha": 1})  # in place
+    np.testing.assert_array_equal(x.numpy(), host + _rand((37,), 1))
+    even = from_numpy(_rand((48,)))
+    assert len(pw.map_launches(pw.DEFAULT, plan, [even, even], empty((48,), "float64"))) == 1
+    out = empty((37,), "float32")
+    arange = pw.Plan("arange", ("float32",) * 3, "float64", (None, None, None), (0, 0, 0), True)
+    assert len(pw.map_launches(pw.DEFAULT, arange, [], out)) == 1
+    cast = pw.Plan("cast", ("float64",) * 3, "float64", (None, None, None), (0, 0, 0), True)
+    assert len(pw.map_launches(pw.DEFAULT, cast, [x], empty((37,), "int32"))) == 1
+
+
 # NaNs with payloads, signs and the signalling bit clear, then ordinary values (each dtype's bits)
 NAN_BITS = {
     "float16": [0x7C01, 0xFC01, 0x7D55, 0xFE00, 0x7E01, 0x3C00, 0x8000, 0x0001],
