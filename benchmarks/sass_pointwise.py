@@ -86,7 +86,9 @@ def main(argv=None) -> int:
     for name in args.ops.split(","):
         spec = get_spec("pw_" + name)
         for dtype in args.dtypes.split(","):
-            dtypes = next((d for d in spec.dtypes if d[0] == dtype), None)
+            dtypes = next((d for d in spec.dtypes if d[0] == dtype), None) or next(
+                (d for d in spec.dtypes if d[-1] == dtype), None
+            )
             if dtypes is None:
                 continue
             problem = dict(spec.example_problems[0], numel=args.numel)

@@ -1929,8 +1929,8 @@ def _map_kernel(
     in slots 6 - (NDIM - 1) .. 5. q1..q5: each size's divider (`divider`). DENSE: every tensor is contiguous with the
     output's shape (no index arithmetic). INDEX32: every index and offset below 2^31 (`fits_index32`): the index
     arithmetic in 32-bit integers, each division Triton's own (NATIVE_DIV: the output's rows contiguous and a multiple
-    of 16 long) or by its divider; else in 64-bit ones. RAW: a copy within one dtype (`is_raw`):
-    x's bits stored as they are.
+    of 16 long) or by its divider; else in 64-bit ones. RAW (`raw_mode`): RAW_COPY, a copy within one dtype, stores x's
+    bits as they are; RAW_SELECT, where(x, y, z) of y and z in the output's dtype, y's or z's; 0: the op's body.
     BODY: the op (a @jit function). GUARD, SITE, BOUND: lanes GUARD(x, y, z) finds bad are recorded as fault SITE
     (0: none). X_MODE..: 0 tensor, 1 float scalar, 2 integer scalar, 3 unused. X_VIA..: the common dtype each operand
     is rounded to; X_TO..: the compute type. BLOCK: elements per program. UPCAST: interpreter backend (`narrow`).
@@ -1982,9 +1982,13 @@ def _map_kernel(
         ox += rest * sx0
         oy += rest * sy0
         oz += rest * sz0
-    if RAW:
+    if RAW == RAW_COPY:
         # a copy within one dtype: the bits as they are, no conversion (so no NaN made canonical), as torch's copy
         tl.store(out_ptr + oo, tl.load(x_ptr + ox, mask=ok), mask=ok)
+    elif RAW == RAW_SELECT:
+        # where(x, y, z) of y and z in the output's dtype: one of their bits, as torch's where
+        keep = tl.load(x_ptr + ox, mask=ok, other=0) != 0
+        tl.store(out_ptr + oo, tl.where(keep, tl.load(y_ptr + oy, mask=ok), tl.load(z_ptr + oz, mask=ok)), mask=ok)
     else:
         x = _operand(x_ptr, ox, ok, xv, X_MODE, X_VIA, X_TO, UPCAST)
         y = _operand(y_ptr, oy, ok, yv, Y_MODE, Y_VIA, Y_TO, UPCAST)
@@ -2056,7 +2060,7 @@ def _tile_kernel(
     the same expression as in `_map_kernel`, so no bit differs. The grid is one-dimensional: program -> (tile along
     a, tile along b, batch index), the batch index over the other dimensions (NBATCH of them, sizes n1.., strides
     sx1.. and so1.., innermost first). soa: the output's stride along a. y, z: only scalars (a cast's range bounds).
-    RAW: a copy within one dtype (`is_raw`): x's bits stored as they are."""
+    RAW: RAW_COPY for a copy within one dtype (`raw_mode`): x's bits stored as they are."""
     pid = tl.program_id(0).to(tl.int64)
     ta = pid % tiles_a
     rest = pid // tiles_a
@@ -2084,7 +2088,7 @@ def _tile_kernel(
     ok = (ra[:, None] < size_a) & (rb[None, :] < size_b)
     ox = bx + ra[:, None] * sxa + rb[None, :] * sxb
     oo = bo + ra[:, None] * soa + rb[None, :]
-    if RAW:
+    if RAW == RAW_COPY:
         tl.store(out_ptr + oo, tl.load(x_ptr + ox, mask=ok), mask=ok)  # a copy within one dtype: the bits as they are
     else:
         x = _operand(x_ptr, ox, ok, 0, 0, X_VIA, X_TO, UPCAST)
@@ -2583,10 +2587,22 @@ def _guard_of(op: Op, plan: Plan, out: Tensor) -> tuple[int, Any]:
     return site, guard
 
 
-def is_raw(plan: Plan, x: Any, out: Tensor) -> bool:
-    """Whether a launch is a copy of the tensor x within one dtype: its bits are stored as they are (torch's copy
-    keeps a NaN's payload; a conversion through the compute type would make it the dtype's one quiet NaN)."""
-    return plan.op == "copy" and isinstance(x, Tensor) and x.dtype.name == out.dtype.name
+RAW_COPY = tl.constexpr(1)  # `raw_mode`'s answers, the kernels' constexpr RAW (0: the op's body)
+RAW_SELECT = tl.constexpr(2)
+
+
+def raw_mode(plan: Plan, operands: Sequence[Any], out: Tensor) -> int:
+    """How a launch stores bits it is given as they are (torch's copy and where keep a NaN's payload; a conversion
+    through the compute type would make it the dtype's one quiet NaN): RAW_COPY for a copy of the tensor x within one
+    dtype, RAW_SELECT for where(x, y, z) of tensors y and z in the output's dtype, else 0."""
+    ops3 = list(operands) + [None] * (3 - len(operands))
+    x, y, z = ops3[:3]
+    if plan.op == "copy" and isinstance(x, Tensor) and x.dtype.name == out.dtype.name:
+        return RAW_COPY.value
+    tensors = all(isinstance(t, Tensor) for t in (x, y, z))
+    if plan.op == "where" and tensors and y.dtype.name == z.dtype.name == out.dtype.name:
+        return RAW_SELECT.value
+    return 0
 
 
 def tile_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tensor) -> list[KernelLaunch]:
@@ -2631,7 +2647,7 @@ def tile_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tens
     site, guard = _guard_of(op, plan, out)
     compute = _TL[plan.compute]
     level = math_level(plan, out)
-    raw = is_raw(plan, x, out)
+    raw = raw_mode(plan, operands, out)
     key = ("tile", config, plan.op, plan.via, plan.compute, tuple(modes), plan.p_float, len(batch), site, plan.bound)
     key += (level, raw)
 
@@ -2722,7 +2738,7 @@ def map_launches(config: Config, plan: Plan, operands: Sequence[Any], out: Tenso
     compute = _TL[plan.compute]
     level = math_level(plan, out)
     key = (config, plan.op, plan.via, plan.compute, tuple(modes), plan.p_float, ndim, dense, index32, native_div)
-    raw = is_raw(plan, ops3[0], out)
+    raw = raw_mode(plan, ops3, out)
     key += (site, plan.bound, level, raw)
 
     def make() -> dict:

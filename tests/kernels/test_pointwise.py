@@ -182,13 +182,33 @@ def test_a_copy_within_one_dtype_keeps_every_bit(dtype, layout):
     assert np.ascontiguousarray(out.numpy()).tobytes() == np.ascontiguousarray(want).tobytes()
 
 
+@pytest.mark.parametrize("dtype", sorted(NAN_BITS))
+@pytest.mark.parametrize("layout", ["dense", "broadcast"])
+def test_where_keeps_the_bits_it_selects(dtype, layout):
+    """where(cond, y, z) with y and z in the output's dtype stores one of their bits, NaN payloads included, as
+    torch's where does; with a Python scalar for z it computes (and stores the dtype's one quiet NaN)."""
+    storage = np.uint16 if dtype != "float32" else np.uint32
+    ybits = np.array(NAN_BITS[dtype] * 6, dtype=storage).reshape(8, 6)
+    zbits = ybits[::-1].copy()
+    cond_host = np.random.default_rng(3).random((8, 6)) < 0.5
+    cond = from_numpy(cond_host if layout == "dense" else cond_host[0], "bool")
+    y, z = from_bits(ybits, dtype), from_bits(zbits, dtype)
+    out = empty((8, 6), dtype)
+    plan = pw.Plan("where", ("bool", dtype, dtype), "float32", (None, None, None), (0, 0, 0), True)
+    assert pw.raw_mode(plan, [cond, y, z], out) == pw.RAW_SELECT.value
+    assert pw.raw_mode(plan, [cond, y, 1.5], out) == 0
+    _run("where", [cond, y, z], out)
+    want = np.where(np.broadcast_to(cond_host if layout == "dense" else cond_host[0], (8, 6)), ybits, zbits)
+    assert np.ascontiguousarray(out.numpy()).tobytes() == np.ascontiguousarray(want).tobytes()
+
+
 def test_a_copy_across_dtypes_converts():
-    """A copy into another dtype is a conversion (not `is_raw`): float16's NaNs become float32's quiet NaN and
+    """A copy into another dtype is a conversion (not `raw_mode`'s): float16's NaNs become float32's quiet NaN and
     ordinary values keep their value."""
     x = from_bits(np.array(NAN_BITS["float16"], dtype=np.uint16), "float16")
     out = empty((8,), "float32")
     plan = pw.Plan("copy", ("float16",) * 3, "float32", (None, None, None), (0, 0, 0), False)
-    assert pw.is_raw(plan, x, x) and not pw.is_raw(plan, x, out)
+    assert pw.raw_mode(plan, [x], x) == pw.RAW_COPY.value and pw.raw_mode(plan, [x], out) == 0
     _run("copy", [x], out)
     got = out.numpy()
     assert np.isnan(got[:5]).all() and got[5:].tolist() == [1.0, -0.0, 2.0**-24]
