@@ -579,11 +579,14 @@ def clone(input):
     return _cast_into(input, _pw().empty(input.shape, input.dtype.name, input.device))
 
 
-def to(input, dtype):
-    """input cast to dtype (torch.Tensor.to(dtype)): floats to integers truncate toward zero (NaN, infinities and
-    values out of range refused), anything to bool is != 0."""
+def to(input, dtype, copy=False):
+    """input cast to dtype (torch.Tensor.to(dtype, copy=False)): floats to integers truncate toward zero (NaN,
+    infinities and values out of range refused), anything to bool is != 0. input itself where it already has the
+    dtype, as torch returns it, unless `copy`."""
     pw = _pw()
     target = pw.get_dtype(dtype).name
+    if target == input.dtype.name and not copy:
+        return input
     return _cast_into(input, pw.empty(input.shape, target, input.device))
 
 

@@ -68,6 +68,10 @@ def test_values_of_mixed_ops():
     np.testing.assert_allclose(ops.linspace(0, 1, 5, device=DEVICE).numpy(), [0, 0.25, 0.5, 0.75, 1])
     np.testing.assert_array_equal(ops.full((2,), 7, device=DEVICE).numpy(), [7, 7])
     np.testing.assert_array_equal(ops.to(_t([1.9, -1.9], np.float32), "int32").numpy(), [1, -1])
+    same = _t([1.5, -2.5], np.float32)
+    assert ops.to(same, "float32") is same  # torch's .to returns the tensor itself when nothing changes
+    copied = ops.to(same, "float32", copy=True)
+    assert copied is not same and copied.data_ptr() != same.data_ptr() and copied.numpy().tolist() == [1.5, -2.5]
     np.testing.assert_allclose(ops.glu(_t([[0.0, 1.0, 0.0, 0.0]], np.float32)).numpy(), [[0.0, 0.5]])
     assert ops.logsigmoid is ops.log_sigmoid
 
