@@ -1820,29 +1820,26 @@ def _to_output(y, DT: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @jit
-def _dim_step(rest, d, oo, ox, oy, oz, so, sx, sy, sz):
-    """One dimension of the index: its index (rest % d) times each tensor's stride added, rest // d returned."""
-    i = rest % d
-    return rest // d, oo + i * so, ox + i * sx, oy + i * sy, oz + i * sz
-
-
-@jit
-def _dim_step32(rest, d, q, oo, ox, oy, oz, so, sx, sy, sz, NATIVE: tl.constexpr):
-    """`_dim_step` in 32-bit integers (rest, oo.. int32; rest < 2^31). NATIVE: rest // d and rest % d as written, which
-    Triton's analysis follows (d a multiple of 16: a thread's run of elements stays contiguous, so its loads are
-    vectors and its division is done once a run); else by `q`, d's divider (`divider`: a multiply-high, an add and a
-    shift in place of the integer division CUDA has no instruction for, done for each element)."""
-    if NATIVE:
+def _dim_step(rest, d, q, oo, ox, oy, oz, so, sx, sy, sz, INDEX32: tl.constexpr, NATIVE: tl.constexpr):
+    """One dimension of the index: its index (rest mod d) times each tensor's stride added, rest // d returned. In
+    64-bit integers as written; in 32-bit ones (INDEX32: rest, oo.. int32, rest < 2^31) as written in unsigned ones
+    (NATIVE: Triton's analysis follows them, d a multiple of 16: a thread's run of elements stays contiguous, so its
+    loads are vectors and its division is done once a run), else by `q`, d's divider (`divider`: a multiply-high, an
+    add and a shift in place of the integer division CUDA has no instruction for, done for each element)."""
+    if INDEX32:
         r = rest.to(tl.uint32)
-        du = d.to(tl.uint32)
-        quot = (r // du).to(tl.int32)
-        i = (r % du).to(tl.int32)
+        if NATIVE:
+            du = d.to(tl.uint32)
+            quot = (r // du).to(tl.int32)
+            i = (r % du).to(tl.int32)
+        else:
+            magic = (q & 0xFFFFFFFF).to(tl.uint32)
+            shift = (q >> 32).to(tl.uint32)
+            quot = ((tl.umulhi(r, magic) + r) >> shift).to(tl.int32)
+            i = rest - quot * d
     else:
-        magic = (q & 0xFFFFFFFF).to(tl.uint32)
-        shift = (q >> 32).to(tl.uint32)
-        r = rest.to(tl.uint32)
-        quot = ((tl.umulhi(r, magic) + r) >> shift).to(tl.int32)
-        i = rest - quot * d
+        i = rest % d
+        quot = rest // d
     return quot, oo + i * so, ox + i * sx, oy + i * sy, oz + i * sz
 
 
@@ -1942,42 +1939,25 @@ def _map_kernel(
         ox = offs
         oy = offs
         oz = offs
-    elif INDEX32:
-        rest = offs.to(tl.int32)
+    else:
+        if INDEX32:
+            rest = offs.to(tl.int32)
+        else:
+            rest = offs
         oo = rest * 0
         ox = oo
         oy = oo
         oz = oo
         if NDIM > 1:
-            rest, oo, ox, oy, oz = _dim_step32(rest, d5, q5, oo, ox, oy, oz, so5, sx5, sy5, sz5, NATIVE_DIV)
+            rest, oo, ox, oy, oz = _dim_step(rest, d5, q5, oo, ox, oy, oz, so5, sx5, sy5, sz5, INDEX32, NATIVE_DIV)
         if NDIM > 2:
-            rest, oo, ox, oy, oz = _dim_step32(rest, d4, q4, oo, ox, oy, oz, so4, sx4, sy4, sz4, NATIVE_DIV)
+            rest, oo, ox, oy, oz = _dim_step(rest, d4, q4, oo, ox, oy, oz, so4, sx4, sy4, sz4, INDEX32, NATIVE_DIV)
         if NDIM > 3:
-            rest, oo, ox, oy, oz = _dim_step32(rest, d3, q3, oo, ox, oy, oz, so3, sx3, sy3, sz3, NATIVE_DIV)
+            rest, oo, ox, oy, oz = _dim_step(rest, d3, q3, oo, ox, oy, oz, so3, sx3, sy3, sz3, INDEX32, NATIVE_DIV)
         if NDIM > 4:
-            rest, oo, ox, oy, oz = _dim_step32(rest, d2, q2, oo, ox, oy, oz, so2, sx2, sy2, sz2, NATIVE_DIV)
+            rest, oo, ox, oy, oz = _dim_step(rest, d2, q2, oo, ox, oy, oz, so2, sx2, sy2, sz2, INDEX32, NATIVE_DIV)
         if NDIM > 5:
-            rest, oo, ox, oy, oz = _dim_step32(rest, d1, q1, oo, ox, oy, oz, so1, sx1, sy1, sz1, NATIVE_DIV)
-        oo += rest * so0
-        ox += rest * sx0
-        oy += rest * sy0
-        oz += rest * sz0
-    else:
-        rest = offs
-        oo = offs * 0
-        ox = oo
-        oy = oo
-        oz = oo
-        if NDIM > 1:
-            rest, oo, ox, oy, oz = _dim_step(rest, d5, oo, ox, oy, oz, so5, sx5, sy5, sz5)
-        if NDIM > 2:
-            rest, oo, ox, oy, oz = _dim_step(rest, d4, oo, ox, oy, oz, so4, sx4, sy4, sz4)
-        if NDIM > 3:
-            rest, oo, ox, oy, oz = _dim_step(rest, d3, oo, ox, oy, oz, so3, sx3, sy3, sz3)
-        if NDIM > 4:
-            rest, oo, ox, oy, oz = _dim_step(rest, d2, oo, ox, oy, oz, so2, sx2, sy2, sz2)
-        if NDIM > 5:
-            rest, oo, ox, oy, oz = _dim_step(rest, d1, oo, ox, oy, oz, so1, sx1, sy1, sz1)
+            rest, oo, ox, oy, oz = _dim_step(rest, d1, q1, oo, ox, oy, oz, so1, sx1, sy1, sz1, INDEX32, NATIVE_DIV)
         oo += rest * so0
         ox += rest * sx0
         oy += rest * sy0
