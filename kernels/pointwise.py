@@ -2884,7 +2884,7 @@ def _round_to(values: np.ndarray, dtype: str) -> np.ndarray:
     type (round to nearest even from float64 itself, the same bits as `encode`; 0.2 s against 1.4 s at 2^25 values),
     `encode` and `decode` for bfloat16."""
     from nbxcert.kernels.dtypes import decode, encode
-    from nbxcert.oracles import elementwise as _ew
+    from nbxcert.oracles import parts as _parts
 
     def rounded(part: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):
@@ -2892,17 +2892,8 @@ def _round_to(values: np.ndarray, dtype: str) -> np.ndarray:
                 return part.astype(np.dtype(dtype)).astype(np.float64)
             return decode(encode(part, get_dtype(dtype)), get_dtype(dtype)).astype(np.float64)
 
-    values = np.asarray(values)
-    parts = _ew.part_bounds(values.size)
-    if parts is None:
-        return rounded(values)
-    flat, out = np.ascontiguousarray(values).reshape(-1), np.empty(values.size, dtype=np.float64)
-
-    def part(lo: int, hi: int) -> None:
-        out[lo:hi] = rounded(flat[lo:hi])
-
-    _ew.in_parts(part, parts)  # large operands: in parts on the process's cores (element by element the same)
-    return out.reshape(values.shape)
+    # large operands in parts on the process's cores (element by element the same)
+    return _parts.elementwise_in_parts(rounded, np.asarray(values, dtype=np.float64))
 
 
 def operand_values(gen: np.random.Generator, n: int, dtype: str, domain: str = "any", role: int = 0) -> np.ndarray:
@@ -3139,11 +3130,11 @@ def oracle_module():
 
 def _evaluate(fn, operands: list[np.ndarray], kwargs: dict, shape: tuple[int, ...], elementwise: bool):
     """fn(*operands, **kwargs) -> (reference, scale), for a large output in parts of its elements on the process's
-    cores (`oracles.elementwise.in_parts`; every op here is element by element, glu's halves aside): the same values,
+    cores (`oracles.parts`; every op here is element by element, glu's halves aside): the same values,
     seconds less a key at 2^25 elements (float division's floor took 5.3 s of one core of the H200's host)."""
-    from nbxcert.oracles import elementwise as _ew
+    from nbxcert.oracles import parts as _parts
 
-    parts = _ew.part_bounds(math.prod(shape)) if elementwise and any(np.ndim(o) for o in operands) else None
+    parts = _parts.part_bounds(math.prod(shape)) if elementwise and any(np.ndim(o) for o in operands) else None
     if parts is None:
         return fn(*operands, **kwargs)
     # each operand flat over the output's elements (a broadcast one made whole); a 0-d one (a scalar) as it is
@@ -3154,7 +3145,7 @@ def _evaluate(fn, operands: list[np.ndarray], kwargs: dict, shape: tuple[int, ..
         ref = np.asarray(ref)
         return ref, np.broadcast_to(np.asarray(scale), ref.shape)
 
-    done = _ew.in_parts(part, parts)
+    done = _parts.in_parts(part, parts)
     return np.concatenate([r for r, _ in done]), np.concatenate([s for _, s in done])
 
 

@@ -945,8 +945,8 @@ def _norm_launch(config: Config, inputs: Inputs) -> None:
 
 def _norm_oracle(inputs: Inputs) -> dict[str, Reference]:
     """The references of the sum (with a residual) and the normalised rows; a large x's rows in parts on the
-    process's cores (`oracles.elementwise.row_parts`: each row's reference is its own, so the same values)."""
-    from nbxcert.oracles import elementwise as _ew
+    process's cores (`oracles.parts.row_parts`: each row's reference is its own, so the same values)."""
+    from nbxcert.oracles import parts as _parts
 
     t, eps = inputs.tensors, float(np.float32(inputs.scalars["eps"]))
     x = t["x"].float64()
@@ -965,8 +965,8 @@ def _norm_oracle(inputs: Inputs) -> dict[str, Reference]:
             out["y"] = _oracle.layernorm(part, weight, bias, eps)
         return out
 
-    parts = _ew.row_parts(*x.shape) if x.ndim == 2 else None
-    done = [rows(0, x.shape[0])] if parts is None else _ew.in_parts(rows, parts)
+    parts = _parts.row_parts(*x.shape) if x.ndim == 2 else None
+    done = [rows(0, x.shape[0])] if parts is None else _parts.in_parts(rows, parts)
     return {
         name: Reference(np.concatenate([d[name][0] for d in done]), np.concatenate([d[name][1] for d in done]))
         for name in done[0]

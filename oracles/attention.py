@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nbxcert.oracles.elementwise import in_parts, row_parts
+from nbxcert.oracles.parts import in_parts, row_parts
 
 # The query heads that share a KV head are computed in one product when their score matrix (heads x q_len x visible
 # keys) has at most this many elements (decode: 8 query rows against 8192 keys in one GEMM, not 8 GEMVs); larger

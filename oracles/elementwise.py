@@ -35,11 +35,10 @@ Error scales (what `|kernel - reference|` is judged against, times the output dt
 from __future__ import annotations
 
 import math
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+
+from nbxcert.oracles.parts import elementwise_in_parts
 
 _EXTENDED = np.finfo(np.longdouble).nmant >= 63
 
@@ -51,75 +50,6 @@ def _require_extended() -> None:
             f"keep exp/tanh/sigmoid within 1 ulp; this platform's long double has {np.finfo(np.longdouble).nmant} "
             "mantissa bits"
         )
-
-
-# Extended-precision loops run on one core (no SIMD for long double): an array of at least PARALLEL_AT elements is
-# cut into parts evaluated on threads (numpy's loops release the GIL), element by element the same values. A SwiGLU
-# of 4096 tokens x 14336 took seconds of one core per sweep of its key otherwise.
-PARALLEL_AT = 1 << 20
-
-
-def _threads() -> int:
-    """The cores this process may use: its affinity, within OMP_NUM_THREADS when that is set (the certify scripts
-    give each shard its share of the machine that way)."""
-    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    limit = os.environ.get("OMP_NUM_THREADS", "")
-    return max(1, min(n, int(limit))) if limit.isdigit() and int(limit) > 0 else n
-
-
-_part = threading.local()  # set in a thread evaluating one part: what it calls is not cut into parts again
-
-
-def part_bounds(size: int) -> list[tuple[int, int]] | None:
-    """[lo, hi) parts of `size` elements, one a thread, where an element-wise evaluation is worth spreading over the
-    process's cores (at least PARALLEL_AT elements, more than one core, not already inside a part); else None."""
-    threads = _threads()
-    if size < PARALLEL_AT or threads == 1 or getattr(_part, "inside", False):
-        return None
-    bounds = np.linspace(0, size, threads + 1).astype(np.int64)
-    return [(int(bounds[i]), int(bounds[i + 1])) for i in range(threads)]
-
-
-def row_parts(n_rows: int, n_cols: int) -> list[tuple[int, int]] | None:
-    """`part_bounds` for a row-wise evaluation of [n_rows, n_cols]: [lo, hi) ranges of whole rows, one a thread (at
-    most one a row), or None."""
-    parts = part_bounds(n_rows * n_cols)
-    if parts is None or n_rows < 2:
-        return None
-    bounds = np.linspace(0, n_rows, min(len(parts), n_rows) + 1).astype(np.int64)
-    return [(int(bounds[i]), int(bounds[i + 1])) for i in range(len(bounds) - 1)]
-
-
-def in_parts(fn, parts: list[tuple[int, int]]) -> list:
-    """fn(lo, hi) for every part, on threads (numpy's loops release the GIL), in the parts' order; an exception of
-    any part is raised."""
-
-    def run(bounds: tuple[int, int]):
-        _part.inside = True
-        try:
-            return fn(*bounds)
-        finally:
-            _part.inside = False
-
-    with ThreadPoolExecutor(max_workers=min(len(parts), _threads())) as pool:
-        return list(pool.map(run, parts))
-
-
-def _elementwise(fn, *xs: np.ndarray) -> np.ndarray:
-    """fn (float64 arrays of one shape -> float64 array, element by element) over xs, in parts on threads when they
-    are large (a long double oracle on one core: pow's took 25.5 s of a 36 s key at 2^25 elements on the H200's
-    16-core host)."""
-    parts = part_bounds(xs[0].size)
-    if parts is None:
-        return fn(*xs)
-    flat = [np.ascontiguousarray(x).reshape(-1) for x in xs]
-    out = np.empty(flat[0].size, dtype=np.float64)
-
-    def part(lo: int, hi: int) -> None:
-        out[lo:hi] = fn(*(f[lo:hi] for f in flat))
-
-    in_parts(part, parts)
-    return out.reshape(xs[0].shape)
 
 
 def _exp_extended(x: np.ndarray) -> np.ndarray:
@@ -141,19 +71,19 @@ def _sigmoid_extended(x: np.ndarray) -> np.ndarray:
 def exp(x) -> np.ndarray:
     """e^x in float64, within 1 ulp (computed in extended precision, rounded once)."""
     _require_extended()
-    return _elementwise(_exp_extended, np.asarray(x, dtype=np.float64))
+    return elementwise_in_parts(_exp_extended, np.asarray(x, dtype=np.float64))
 
 
 def tanh(x) -> np.ndarray:
     """tanh(x) in float64, within 1 ulp (extended precision, rounded once)."""
     _require_extended()
-    return _elementwise(_tanh_extended, np.asarray(x, dtype=np.float64))
+    return elementwise_in_parts(_tanh_extended, np.asarray(x, dtype=np.float64))
 
 
 def sigmoid(x) -> np.ndarray:
     """1 / (1 + e^-x) in float64, within 1 ulp (extended precision, rounded once)."""
     _require_extended()
-    return _elementwise(_sigmoid_extended, np.asarray(x, dtype=np.float64))
+    return elementwise_in_parts(_sigmoid_extended, np.asarray(x, dtype=np.float64))
 
 
 _erf = np.frompyfunc(math.erf, 1, 1)

@@ -81,6 +81,7 @@ from fractions import Fraction
 import numpy as np
 
 from nbxcert.oracles import elementwise as _ew
+from nbxcert.oracles import parts as _parts
 
 # --- dtypes -----------------------------------------------------------------------------------------------------------
 # float formats: (precision in bits including the implicit one, smallest normal exponent, largest finite value)
@@ -270,7 +271,7 @@ _LD = np.longdouble
 
 def _extended(fn, *xs) -> np.ndarray:
     """fn evaluated on the operands widened to long double (x86 80-bit: 64 significand bits), rounded once to float64.
-    Large operands run in parts on threads (oracles/elementwise's `_elementwise`)."""
+    Large operands run in parts on threads (`oracles.parts.elementwise_in_parts`)."""
     _ew._require_extended()
 
     def run(*args):
@@ -278,7 +279,7 @@ def _extended(fn, *xs) -> np.ndarray:
             return np.asarray(fn(*(a.astype(_LD) for a in args))).astype(np.float64)
 
     xs = _floats(*xs)
-    return _ew._elementwise(run, *(np.broadcast_arrays(*xs) if len(xs) > 1 else xs))
+    return _parts.elementwise_in_parts(run, *(np.broadcast_arrays(*xs) if len(xs) > 1 else xs))
 
 
 def _softplus_ld(t):

@@ -383,13 +383,13 @@ def test_the_oracle_in_parts_gives_the_same_values(monkeypatch):
     """A large output's oracle is evaluated in parts of its elements on threads: every op's reference and scale the
     same as one evaluation, on every example problem at 3072 elements (rows of 64: a broadcast operand is a row) at its
     first and last dtypes, the parts cut at 1000 elements over 3 threads."""
-    from nbxcert.oracles import elementwise as ew
+    from nbxcert.oracles import parts as ew
 
     def references(spec, inputs, cut: bool):
         monkeypatch.setattr(ew, "PARALLEL_AT", 1000 if cut else 1 << 62)
         return spec.oracle(inputs)["out"]
 
-    monkeypatch.setattr(ew, "_threads", lambda: 3)
+    monkeypatch.setattr(ew, "threads", lambda: 3)
     cut_somewhere = 0
     for name in _specs_with_oracle():
         spec = pw.SPECS[name]
