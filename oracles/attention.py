@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from nbxcert.oracles.parts import in_parts, row_parts
-
 # The query heads that share a KV head are computed in one product when their score matrix (heads x q_len x visible
 # keys) has at most this many elements (decode: 8 query rows against 8192 keys in one GEMM, not 8 GEMVs); larger
 # ones (prefill) one head at a time, so the float64 scores stay a few hundred MB at most.
@@ -82,44 +80,31 @@ def attention(
     if causal and kv_lengths is not None:
         raise ValueError("causal masks with per-sequence KV lengths are not defined here")
     out = np.zeros((batch, heads, q_len, head_dim))
-    err = np.zeros((batch, heads, q_len, head_dim))
-
-    def one(b: int, kh: int) -> None:  # query heads kh * group .. (kh + 1) * group - 1 share KV head kh
+    err = np.zeros_like(out)
+    for b in range(batch):
         # positions at or past a sequence's length are not part of it (their contents may be anything, NaN too)
         n = kv_len if kv_lengths is None else int(kv_lengths[b])
-        kb, vb = k[b, kh, :n].astype(np.float64), v[b, kh, :n].astype(np.float64)
-        abs_v = np.abs(vb)
-        first = kh * group
-        if group * q_len * n <= STACK_ELEMENTS:
-            stacked = q[b, first : first + group].reshape(group * q_len, head_dim)
-            o, e = _one_head(stacked, kb, vb, np.tile(base[:, :n], (group, 1)), scale, abs_v)
-            out[b, first : first + group] = o.reshape(group, q_len, head_dim)
-            err[b, first : first + group] = e.reshape(group, q_len, head_dim)
-            return
-        # causal: a block of query rows sees the keys up to its last row's diagonal only, so each block is
-        # computed against those (about half the products of a long prefill, and no masked scores kept)
-        step = CAUSAL_ROWS if causal else q_len
-        for h in range(first, first + group):
-            for r0 in range(0, q_len, max(step, 1)):
-                r1 = min(q_len, r0 + step)
-                c1 = min(n, r1 + kv_len - q_len) if causal else n
-                c1 = max(c1, 0)
-                out[b, h, r0:r1], err[b, h, r0:r1] = _one_head(
-                    q[b, h, r0:r1], kb[:c1], vb[:c1], base[r0:r1, :c1], scale, abs_v[:c1]
-                )
-
-    # each (sequence, KV head) writes its own heads' rows: many of them spread over the process's cores
-    pairs = [(b, kh) for b in range(batch) for kh in range(kv_heads)]
-    parts = row_parts(len(pairs), group * q_len * kv_len)
-
-    def some(lo: int, hi: int) -> None:
-        for b, kh in pairs[lo:hi]:
-            one(b, kh)
-
-    if parts is None:
-        some(0, len(pairs))
-    else:
-        in_parts(some, parts)
+        for kh in range(kv_heads):  # query heads kh * group .. (kh + 1) * group - 1 share KV head kh
+            kb, vb = k[b, kh, :n].astype(np.float64), v[b, kh, :n].astype(np.float64)
+            abs_v = np.abs(vb)
+            first = kh * group
+            if group * q_len * n <= STACK_ELEMENTS:
+                stacked = q[b, first : first + group].reshape(group * q_len, head_dim)
+                o, e = _one_head(stacked, kb, vb, np.tile(base[:, :n], (group, 1)), scale, abs_v)
+                out[b, first : first + group] = o.reshape(group, q_len, head_dim)
+                err[b, first : first + group] = e.reshape(group, q_len, head_dim)
+                continue
+            # causal: a block of query rows sees the keys up to its last row's diagonal only, so each block is
+            # computed against those (about half the products of a long prefill, and no masked scores kept)
+            step = CAUSAL_ROWS if causal else q_len
+            for h in range(first, first + group):
+                for r0 in range(0, q_len, max(step, 1)):
+                    r1 = min(q_len, r0 + step)
+                    c1 = min(n, r1 + kv_len - q_len) if causal else n
+                    c1 = max(c1, 0)
+                    out[b, h, r0:r1], err[b, h, r0:r1] = _one_head(
+                        q[b, h, r0:r1], kb[:c1], vb[:c1], base[r0:r1, :c1], scale, abs_v[:c1]
+                    )
     return out, err
 
 

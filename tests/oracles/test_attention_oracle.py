@@ -159,26 +159,3 @@ def test_causal_row_blocks_agree_with_whole_heads(monkeypatch, q_len, kv_len):
     whole = oracle.attention(q, k, v, 0.3, True)
     for a, b in zip(blocked, whole, strict=False):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
-
-
-@pytest.mark.parametrize("stack", [1 << 22, 1], ids=["stacked", "one head at a time"])
-@pytest.mark.parametrize("causal", [True, False])
-def test_sequences_and_kv_heads_in_parts_give_the_same_values(stack, causal, monkeypatch):
-    """Many (sequence, KV head) pairs are evaluated in parts on threads: the same outputs and scales as one
-    evaluation, for causal prefill and per-sequence lengths, stacked query heads or one at a time."""
-    from nbxcert.oracles import parts as ew
-
-    rng = np.random.default_rng(8)
-    q = rng.standard_normal((3, 4, 5, 8))
-    k, v = rng.standard_normal((3, 2, 7, 8)), rng.standard_normal((3, 2, 7, 8))
-    lengths = None if causal else np.array([7, 0, 3])
-    monkeypatch.setattr(oracle, "STACK_ELEMENTS", stack)
-    monkeypatch.setattr(oracle, "CAUSAL_ROWS", 2)
-    monkeypatch.setattr(ew, "threads", lambda: 4)
-    monkeypatch.setattr(ew, "PARALLEL_AT", 1 << 62)
-    whole = oracle.attention(q, k, v, 0.3, causal, kv_lengths=lengths)
-    monkeypatch.setattr(ew, "PARALLEL_AT", 10)
-    assert ew.row_parts(6, 2 * 5 * 7) == [(0, 1), (1, 3), (3, 4), (4, 6)]
-    parts = oracle.attention(q, k, v, 0.3, causal, kv_lengths=lengths)
-    for got, want in zip(parts, whole, strict=True):
-        np.testing.assert_array_equal(got, want)
