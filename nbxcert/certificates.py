@@ -49,8 +49,9 @@ PROVENANCE_FIELDS = {
 # ones and the same code (`code`, else nbxcert's version) is one run configuration (`certify.same_card` skips a rerun
 # on them, `merge` merges by them).
 CARD_FIELDS = ("gpu", "gpu_memory_bytes", "compute_capability", "driver", "triton", "backend")
-# code: the digest of the source a certification depends on (`nbxcert.fingerprint`; entries before 0.4.0 have none)
-PROVENANCE_OPTIONAL = {"code": str}
+# code: the digest of the source a certification depends on (`nbxcert.fingerprint`; entries before 0.4.0 have none);
+# gpu_sm_count: the card's multiprocessors (tells SKUs of one memory size apart; older entries have none)
+PROVENANCE_OPTIONAL = {"code": str, "gpu_sm_count": int}
 # cuda_events: event pairs around each call as the host queued it (nbxcert < 0.3.0; a kernel shorter than its launch
 # on the host was timed by the launch); cuda_events_gated: repetitions queued behind a held stream and run back to
 # back (`triton_cuda.time_events`); cuda_events_waiting: a launch that waits for the device itself, timed ungated.

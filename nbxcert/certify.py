@@ -115,6 +115,7 @@ def provenance() -> dict[str, Any]:
         p.update(
             gpu=info.name,
             gpu_memory_bytes=int(info.total_memory),
+            gpu_sm_count=int(info.attributes["multiprocessor_count"]),
             compute_capability=".".join(map(str, info.compute_capability)),
             driver=nvidia_driver_version(),
             cuda=f"{major}.{minor}",
@@ -126,10 +127,10 @@ def provenance() -> dict[str, Any]:
 
 
 def memory_class(profile, prov: dict[str, Any]) -> str:
-    if prov["gpu_memory_bytes"] == 0:
-        return "cpu"
-    sku = profile.sku_for_memory(prov["gpu_memory_bytes"])
-    return sku.memory_class if sku else f"{round(prov['gpu_memory_bytes'] / 1e9)}GB"
+    """The memory class an entry made under `prov` is stored under (`nbxcert.memory_class`)."""
+    from nbxcert.memory_class import memory_class as of_card
+
+    return of_card(profile, prov["gpu_memory_bytes"], prov.get("gpu_sm_count"))
 
 
 def same_card(a: dict[str, Any], b: dict[str, Any]) -> bool:

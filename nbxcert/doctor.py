@@ -278,6 +278,7 @@ def check_certificates(report: DoctorReport, dirs: list[Path] | None = None) -> 
 
 def _fill_cuda(report: DoctorReport, cuda) -> None:
     from nbxcert.errors import ProfileNotFound
+    from nbxcert.memory_class import memory_class
     from nbxcert.profiles import match_nvidia
     from nbxcert.serving import nvidia_driver_version
 
@@ -292,7 +293,6 @@ def _fill_cuda(report: DoctorReport, cuda) -> None:
             notice = ""
             if how == "family":
                 notice = f"compute capability {cc} has no device file of its own; it runs on the family profile"
-            sku = profile.sku_for_memory(info.total_memory)
             gpu = CudaGpu(
                 index,
                 info.name,
@@ -302,7 +302,7 @@ def _fill_cuda(report: DoctorReport, cuda) -> None:
                 profile.key,
                 how,
                 notice,
-                sku.memory_class if sku else "unknown",
+                memory_class(profile, info.total_memory, info.attributes.get("multiprocessor_count")),
                 _certified_key_count(profile.key),
             )
         except ProfileNotFound as e:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from nbxcert import files
 from nbxcert.errors import KeyNotCertified, KeyParseError, ProvenanceMismatch
 from nbxcert.keys import make_key
+from nbxcert.memory_class import memory_class
 from nbxcert.serving.notices import forget as forget_notices
 from nbxcert.serving.notices import say_once
 from nbxcert.serving.provenance import Machine, check_provenance, this_machine
@@ -132,8 +133,7 @@ def profile_in_force():
 
     info = cuda.device_info(0)
     profile, _how = match_nvidia(info.compute_capability)
-    sku = profile.sku_for_memory(info.total_memory, info.attributes.get("multiprocessor_count"))
-    return profile, (sku.memory_class if sku else f"{round(info.total_memory / 1e9)}GB")
+    return profile, memory_class(profile, info.total_memory, info.attributes.get("multiprocessor_count"))
 
 
 def _runtime_cache_path(profile_key: str, memory_class: str) -> Path:

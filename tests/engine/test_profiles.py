@@ -368,6 +368,24 @@ def test_sku_for_memory():
     assert P.get_profile("blackwell").sku_for_memory(180 * 2**30) is None  # no SKU sourced, no SKU guessed
 
 
+def test_certify_and_serving_name_one_memory_class_for_a_card():
+    from nbxcert.certify import memory_class
+    from nbxcert.memory_class import memory_class as of_card
+
+    hopper = P.get_profile("hopper")
+    h100 = 85017493504  # what an H100 80GB HBM3 (132 SMs) reports: certify classed it "85GB", serving "80GB"
+    served = of_card(hopper, h100, 132)
+    assert served == "80GB"
+    # a provenance without the SM count (older entries) still names the class both 80 GB SKUs share
+    assert memory_class(hopper, {"gpu_memory_bytes": h100}) == served
+    assert memory_class(hopper, {"gpu_memory_bytes": h100, "gpu_sm_count": 132}) == served
+    assert memory_class(hopper, {"gpu_memory_bytes": 150109880320, "gpu_sm_count": 132}) == "141GB"
+    # a card no SKU of the file describes is classed by its own size, on both sides alike
+    assert of_card(hopper, 40 * 2**30) == memory_class(hopper, {"gpu_memory_bytes": 40 * 2**30}) == "43GB"
+    assert of_card(hopper, h100, 78) == "85GB"  # an 80 GB card of no stated SM count is no stated SKU
+    assert memory_class(P.get_profile("cpu/interpreter"), {"gpu_memory_bytes": 0}) == "cpu"
+
+
 def test_sku_for_memory_accepts_gddr_with_ecc_on():
     # A 5% window missed every GDDR part with ECC on: a Tesla T4 reports 15843721216 bytes (15110 MiB) of 16 GiB.
     assert P.get_profile("turing").sku_for_memory(15843721216).name == "NVIDIA Tesla T4 16GB"
