@@ -393,6 +393,7 @@ if a["autotune"]:
 from nbxcert.kernels.inputs import shape_only
 made = 0.0
 n = 0
+carried, swept_here, hits = False, set(), []  # launches served from an earlier part's run-time cache (--from-launch)
 elapsed = []  # seconds from the process's start to the end of each launch (queued), for the common-prefix ratio
 for at, launch in enumerate(launches(load_workload(a["workload"]), profile)):
     if at < a.get("from_launch", 0):  # an earlier part of the sequence ran them (--from-launch, --cache-dir)
@@ -422,6 +423,11 @@ for at, launch in enumerate(launches(load_workload(a["workload"]), profile)):
                     skipped.append(f"{launch.kernel} {c.label()}: {type(e).__name__}")
             cfg = tuned[key] = min(times, key=times.get)
     else:
+        if a.get("from_launch"):  # a later part: is this key's winner in the run-time cache an earlier part left?
+            from nbxcert.keys import make_key
+            text = make_key(spec, launch.problem, launch.dtypes, profile).text()
+            carried = text in serving.state().runtime_cache and text not in swept_here
+            swept_here.add(text)
         cfg = serving.config_for(spec, launch.problem, launch.dtypes, serving.RuntimeLaunch(
             run=lambda c, inputs=inputs, spec=spec: spec.launch(c, inputs),
             outputs=[inputs.tensors[o] for o in inputs.outputs],
@@ -431,6 +437,8 @@ for at, launch in enumerate(launches(load_workload(a["workload"]), profile)):
     spec.launch(cfg, inputs)
     n += 1
     elapsed.append(round(time.perf_counter() - t_start, 4))
+    if carried:  # its seconds, inputs included: the whole run's process had this winner loaded, here it may compile
+        hits.append([at, round(elapsed[-1] - (t0 - t_start), 4)])
     print(f"@ {n} {elapsed[-1]}", file=sys.stderr, flush=True)  # read back when the run is cut at its limit
 if choice.name == "cuda":
     from nbxcert.kernels.backends import cuda
@@ -438,7 +446,7 @@ if choice.name == "cuda":
 result = {"launches": n, "next_launch": a.get("from_launch", 0) + n, "inputs_s": made, "warm_s": warm_s,
           "in_process_s": time.perf_counter() - t_start,
           "torch_imported": "torch" in sys.modules,
-          "startup_s": {k: round(v, 4) for k, v in marks.items()}, "elapsed": elapsed}
+          "startup_s": {k: round(v, 4) for k, v in marks.items()}, "elapsed": elapsed, "carried_hits": hits}
 if warming is not None:  # whether the pool had finished by the last launch (the run does not wait for it: the
     # sequence's end is the figure; workers still compiling are stopped at the process's exit)
     result["background_done"] = warming.done()

@@ -352,7 +352,23 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
     part = bc._cold_run(
         "demo", bc._device()[1], str(tmp_path / "empty"), False, limit_s=300, from_launch=1, max_launches=1
     )
-    assert part["launches"] == 1 and part["next_launch"] == 2
+    assert part["launches"] == 1 and part["next_launch"] == 2 and part["carried_hits"] == []
+    # a launch whose key an earlier part swept (its winner in the run-time cache that part left) is counted apart:
+    # the whole run's process had that winner loaded; here it may compile it
+    kept = str(tmp_path / "parts")
+    for expected in (0, 1):
+        again = bc._cold_run(
+            "demo",
+            bc._device()[1],
+            str(tmp_path / "empty"),
+            False,
+            limit_s=300,
+            from_launch=1,
+            max_launches=1,
+            cache_dir=kept,
+        )
+        assert [h[0] for h in again["carried_hits"]] == [1] * expected
+        assert all(0 < h[1] <= again["elapsed"][0] for h in again["carried_hits"])
     # a part told to stop starts no launch past its time (here: none at all) and says the next is the one it would
     # have started
     stopped = bc._cold_run(

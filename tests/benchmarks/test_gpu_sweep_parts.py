@@ -13,13 +13,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_each_invocation_resumes_where_the_last_part_ended(tmp_path):
+def _env(tmp_path, state):
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     smi = bin_dir / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 'GPU 0: a stand-in'\n")
     smi.chmod(0o755)
-    state = tmp_path / "state"
     env = {k: v for k, v in os.environ.items() if not k.startswith("NBXCERT_")}
     env.update(
         PATH=f"{bin_dir}:{Path(sys.executable).parent}:{env.get('PATH', '')}",
@@ -33,19 +32,26 @@ def test_each_invocation_resumes_where_the_last_part_ended(tmp_path):
         MARGIN_S="120",
         SWEEP_JOBS="1",
     )
-    summaries = []
-    for i in range(2):
-        out = tmp_path / f"out{i}"
-        r = subprocess.run(
-            ["bash", str(ROOT / "benchmarks" / "gpu_sweep_parts.sh"), str(out)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert r.returncode == 0, r.stderr[-2000:]
-        summaries.append((out / "summary.txt").read_text())
+    return env
+
+
+def _invoke(env, out):
+    r = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_sweep_parts.sh"), str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    return (out / "summary.txt").read_text()
+
+
+def test_each_invocation_resumes_where_the_last_part_ended(tmp_path):
+    state = tmp_path / "state"
+    env = _env(tmp_path, state)
+    summaries = [_invoke(env, tmp_path / f"out{i}") for i in range(2)]
     parts = [json.loads(line) for line in (state / "parts.jsonl").read_text().splitlines()]
     assert [p["part"] for p in parts] == [0, 1]
     assert parts[0]["from_launch"] == 0 and parts[0]["launches"] >= 1
@@ -54,3 +60,25 @@ def test_each_invocation_resumes_where_the_last_part_ended(tmp_path):
     done = parts[0]["launches"] + parts[1]["launches"]
     assert f"run-time sweep of {done} of 23 launches in 2 parts" in summaries[1]
     assert "not done" in summaries[1] and not any(p["cut"] for p in parts)
+
+
+def test_another_machine_resumes_from_the_state_the_last_packed(tmp_path):
+    first = _env(tmp_path, tmp_path / "state")
+    _invoke(first, tmp_path / "out0")
+    packed = tmp_path / "out0" / "state.tar.gz"
+    parts0 = [json.loads(line) for line in (tmp_path / "state" / "parts.jsonl").read_text().splitlines()]
+    # the winners swept so far travel (nbxcert's run-time cache); Triton's cache does not
+    import tarfile
+
+    with tarfile.open(packed) as tar:
+        names = tar.getnames()
+    assert "next" in names and "parts.jsonl" in names
+    assert any(n.startswith("cache/nbxcert/runtime/") and n.endswith(".json") for n in names), names
+    assert not any(n.startswith("cache/triton") for n in names)
+    # a fresh state directory (another machine) given RESUME goes on at the launch the first ended before
+    second = _env(tmp_path, tmp_path / "elsewhere")
+    summary = _invoke({**second, "RESUME": str(packed)}, tmp_path / "out1")
+    parts = [json.loads(line) for line in (tmp_path / "elsewhere" / "parts.jsonl").read_text().splitlines()]
+    assert parts[0] == parts0[0] and parts[1]["from_launch"] == parts0[0]["launches"]
+    assert parts[1]["carried_hits"] >= 0 and parts[1]["carried_hits_s"] >= 0.0
+    assert "launches of keys swept in an earlier part took" in summary and "a lower bound of the whole" in summary
