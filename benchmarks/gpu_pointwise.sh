@@ -74,4 +74,8 @@ if [[ $STEPS == *,certified,* ]]; then
   # how each key was served in that run (served: from a certificate; default: its untuned config, no certificate)
   python3 -c "import collections, json, sys; print(dict(collections.Counter(json.loads(l)['event'] for l in open(sys.argv[1]))))" \
     "$dest/served.jsonl" | sed 's/^/keys in the certified run: /' | tee -a "$dest/summary.txt"
+  # a run that served no key from a certificate measured the untuned configs: said where it cannot be missed
+  grep -q '"event": *"served"' "$dest/served.jsonl" || echo "certified: NO key was served from a certificate (the \
+run measured every key's untuned config); the certificates this card would read: $(grep -m1 '^\[nbxcert\] certified:' \
+"$dest/certified.txt")" | tee -a "$dest/summary.txt"
 fi
