@@ -16,7 +16,8 @@ state and their lookup registered with the kernel layer, so a launch loads its c
 
 Imports at module level: `nbxcert.errors`, `nbxcert.keys`, serving's notices and provenance. Inside functions: the
 backend in force, the profiles, the index, the kernel spec's `Config`, the keys file (key recording), the atomic
-writer of certificates (the run-time cache), the launch module's plans (forgotten on `reset`) and the bundles (on a GPU
+writer of certificates (the run-time cache), the certificate reader (what other memory classes hold, where none is
+this card's), the launch module's plans (forgotten on `reset`) and the bundles (on a GPU
 profile, and on `reset`). No sweep, no CLI, no oracle: the run-time sweep module is imported on a miss only. The warm
 path is one dict lookup.
 """
@@ -37,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 from nbxcert import files
 from nbxcert.errors import KeyNotCertified, KeyParseError, ProvenanceMismatch
 from nbxcert.keys import make_key
-from nbxcert.memory_class import memory_class
 from nbxcert.serving.notices import forget as forget_notices
 from nbxcert.serving.notices import say_once
 from nbxcert.serving.provenance import Machine, check_provenance, this_machine
@@ -130,6 +130,7 @@ def profile_in_force():
     if choice.name == "interpreter":
         return get_profile("cpu/interpreter"), "cpu"
     from nbxcert.kernels.backends import cuda
+    from nbxcert.memory_class import memory_class
 
     info = cuda.device_info(0)
     profile, _how = match_nvidia(info.compute_capability)
@@ -173,7 +174,7 @@ def state() -> ServingState:
             n_dirs = sum(1 for d in dirs if files.is_dir(d))
             say_once(
                 f"[nbxcert] certified: {profile.name} ({memory_class} class), {len(index)} keys from {n_dirs} "
-                f"director{'y' if n_dirs == 1 else 'ies'}"
+                f"director{'y' if n_dirs == 1 else 'ies'}{_other_classes(dirs, profile.key, memory_class, len(index))}"
             )
             _state = ServingState(
                 profile,
@@ -190,6 +191,33 @@ def state() -> ServingState:
                 bundles=compiled,
             )
         return _state
+
+
+def _other_classes(dirs: Sequence[Path], profile_key: str, memory_class: str, served: int) -> str:
+    """Where no key is certified for this card's memory class: what the directories hold for the profile's other
+    classes (an index serves its own class only), so a card that finds none of its own is told why. Read only then:
+    every file of the profile once, as the index build that found none did."""
+    if served or memory_class == "cpu":
+        return ""
+    from collections import Counter
+
+    from nbxcert.certificates import profile_certificates
+    from nbxcert.errors import CertificateInvalid
+
+    counts: Counter = Counter()
+    try:
+        for _path, cert in profile_certificates([d for d in dirs if files.is_dir(d)], profile_key):
+            counts.update(e["memory_class"] for e in cert.entries.values())
+    except (CertificateInvalid, OSError):  # the index build refused or skipped these already, and said so
+        return ""
+    counts.pop(memory_class, None)
+    if not counts:
+        return ""
+    held = ", ".join(f"{n} of the {c} class" for c, n in sorted(counts.items()))
+    return (
+        f"; they hold {held}, not served on this card (certify on it: nbxcert certify --profile "
+        f"{profile_key.split('/')[-1]} --out DIR, then NBXCERT_CERTIFIED_DIR=DIR)"
+    )
 
 
 def _register_bundles(profile, dirs: Sequence[Path], strict: bool):

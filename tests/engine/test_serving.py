@@ -263,3 +263,29 @@ def test_configure_device_names_the_certificates_served_instead_of_the_launch_de
         serving.configure()
         serving.reset()
     assert lookup.profile_in_force()[0].key != "nvidia/hopper" or lookup.profile_in_force()[1] != "141GB"
+
+
+def test_a_card_that_finds_no_key_of_its_class_is_told_what_the_others_hold(tmp_path, capsys):
+    """An H100 (80GB class) serving from certificates made on an H200 (141GB) served none of them, and its line said
+    only '0 keys': now it says what the directories hold for the other classes, and what to do."""
+    import shutil
+
+    from nbxcert import serving
+
+    made_on_h200 = tmp_path / "nvidia" / "hopper"
+    made_on_h200.mkdir(parents=True)
+    shipped = Path(__file__).resolve().parents[2] / "certificates" / "nvidia" / "hopper"
+    shutil.copy(shipped / "rmsnorm.float16.json", made_on_h200)
+    try:
+        for memory_class, says in (("80GB", True), ("141GB", False)):
+            serving.reset()
+            serving.configure(device=("hopper", memory_class), dirs=[tmp_path])
+            st = serving.state()
+            line = next(x for x in capsys.readouterr().err.splitlines() if "[nbxcert] certified:" in x)
+            assert (len(st.index) == 0) is says
+            assert ("of the 141GB class, not served on this card" in line) is says, line
+            if says:
+                assert "nbxcert certify --profile hopper" in line
+    finally:
+        serving.configure()
+        serving.reset()
