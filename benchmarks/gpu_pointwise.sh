@@ -9,7 +9,8 @@
 #   test      the half-precision paths checked on this GPU: each op with one served over every float16 and bfloat16
 #             input (tests/kernels/test_pointwise_half.py), and float32 and float64 floor division served over
 #             quotients at and beside integers and the special values (test_pointwise_floor_div.py); and the map
-#             kernel's index paths and a copy's bits served (test_pointwise.py's view and copy tests); torch hidden;
+#             kernel's index paths and a copy's bits served (test_pointwise.py's view and copy tests); and the device
+#             judge's verdicts against the host's (test_judge.py -m gpu); torch hidden;
 #   probe     `probe_streaming.py` (not in the default steps): whether load and store cache hints move a DRAM-bound
 #             kernel past torch's, into OUTDIR/probe.json and probe.txt;
 #   untuned   `bench_pointwise.py --rounds 1` with each key's untuned config (NBXCERT_UNCERTIFIED=default), recording
@@ -21,7 +22,7 @@
 #
 # Needs one NVIDIA GPU of the profile, and torch for the bench's peer (BENCH_ARGS adds arguments: --no-torch, --half
 # bfloat16 for the bfloat16 cases).
-# OUTDIR gets tests.txt, tests_views.txt, half_errors.jsonl (each op's worst error over every 16-bit input: max_scaled <= 1 passes),
+# OUTDIR gets tests.txt, tests_views.txt, tests_judge.txt, half_errors.jsonl (each op's worst error over every 16-bit input: max_scaled <= 1 passes),
 # untuned.json/.txt, keys.jsonl, certify.log, certified.json/.txt, served.jsonl (how each key of the certified run was
 # served), certificates.tar.gz and summary.txt (the lines that matter), each from the steps run.
 USAGE="[STEPS=test,probe,untuned,certify,certified] [KEYS=F] [PROFILE=hopper] [CERTIFY_S=S] [BENCH_ARGS=...] bash benchmarks/gpu_pointwise.sh OUTDIR"
@@ -41,6 +42,10 @@ if [[ $STEPS == *,test,* ]]; then
   PYTHONPATH=/tmp/notorch python3 -m pytest -q -p no:cacheprovider tests/kernels/test_pointwise.py \
     -k "layout or six_dims or three_operands or every_bit or across_dtypes" > "$dest/tests_views.txt" 2>&1
   echo "views and copies on the GPU: $(tail -1 "$dest/tests_views.txt")" | tee -a "$dest/summary.txt"
+  # the device judge the certify step's checks use: the host's verdict for special values, exact results and views
+  PYTHONPATH=/tmp/notorch python3 -m pytest -q -p no:cacheprovider tests/kernels/test_judge.py -m gpu \
+    > "$dest/tests_judge.txt" 2>&1
+  echo "the device judge on the GPU: $(tail -1 "$dest/tests_judge.txt")" | tee -a "$dest/summary.txt"
   python3 -c "import json, sys; rows = [json.loads(l) for l in open(sys.argv[1])]; w = max(rows, key=lambda r: r['max_scaled']); print(f\"worst: {w['op']} {w['dtype']} at {w['max_scaled']:.3f} of the allowed error ({len(rows)} op-dtypes)\")" \
     "$dest/half_errors.jsonl" 2>&1 | tee -a "$dest/summary.txt"
 fi

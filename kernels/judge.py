@@ -7,10 +7,15 @@ launch that answers per block: elements out of tolerance, and the largest absolu
 when every element passes is that the verdict; otherwise the host's `Judge.verdict_of` gives it, with its numpy-style
 report (the same verdict either way: the comparisons are the same float64 operations on the same values).
 
-Used for float16, bfloat16 and float32 outputs that are contiguous, against a reference with no non-finite value (a
-float output's allowed error is then never 0); anything else is judged on the host. bfloat16 outputs are read as
-their 16-bit patterns and widened by a shift (exact, and the same under Triton's interpreter, which runs bfloat16 on
-raw integer storage). This is not an oracle: the reference is the float64 oracle's, computed on the host.
+Used for outputs of the float dtypes but float8, the integer dtypes and bool, of the reference's shape, contiguous or
+in rows of contiguous elements (`rows_of`); anything else (another layout, float8) is judged on the host. The host's
+rules hold here too: against a reference with a non-finite element (`ALL_FINITE` off), that element passes only when
+matched exactly (a NaN, or the same infinity) and the largest errors are over the elements both finite, the relative
+one over its finite values; an allowed error of 0 (an exact result, every integer and bool output) passes an error of
+0 only, and scales no error. bfloat16 outputs are read as their 16-bit patterns and widened by a shift (exact, and
+the same under Triton's interpreter, which runs bfloat16 on raw integer storage), bool outputs as their bytes;
+integers widen to float64 as the host widens them. This is not an oracle: the reference is the float64 oracle's,
+computed on the host.
 """
 
 from __future__ import annotations
@@ -23,36 +28,84 @@ from nbxcert.kernels.launch import cdiv
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 
 BLOCK = 2048
-KINDS = ("float16", "bfloat16", "float32")
+KINDS = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool")
 
 
 @jit
-def _judge_kernel(out_ptr, ref_ptr, allowed_ptr, stats_ptr, n, BF16_BITS: tl.constexpr, BLOCK: tl.constexpr):
+def _judge_kernel(
+    out_ptr,
+    ref_ptr,
+    allowed_ptr,
+    stats_ptr,
+    n,
+    run,
+    row_stride,
+    BF16_BITS: tl.constexpr,
+    ALL_FINITE: tl.constexpr,
+    ROWS: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     """Per program (BLOCK elements of the flat output): stats[pid] = (mismatched, max abs, max rel, max scaled).
 
-    out_ptr: the output, contiguous (its 16-bit patterns when BF16_BITS). ref_ptr, allowed_ptr: float64 reference
-    and allowed error, same order. stats_ptr: float64 [programs, 4]. n: the element count. An element fails when it
-    is not finite or |out - ref| > allowed; the maxima are over finite elements (0 when none), the relative one over
-    those whose reference is not 0."""
+    out_ptr: the output, contiguous (its 16-bit patterns when BF16_BITS; a bool output's bytes). ref_ptr, allowed_ptr:
+    float64 reference and allowed error, same order. stats_ptr: float64 [programs, 4]. n: the element count. ROWS:
+    the output lies in rows of `run` contiguous elements, `row_stride` elements apart (a view such as rope's q and k
+    in a fused qkv buffer); else it is contiguous.
+    ALL_FINITE: the reference has no non-finite element. An element whose reference is finite fails when it is not
+    finite or |out - ref| > allowed; one whose reference is not finite fails unless it is the same infinity or both
+    are NaN. The maxima are over the elements both finite (0 when none), the relative one over those whose
+    reference is not 0; with a non-finite reference, an error or relative error that overflowed is left out of
+    them, as the host's finite maxima leave it out; an allowed error of 0 scales nothing."""
     pid = tl.program_id(0)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     inside = offs < n
+    at = offs
+    if ROWS:
+        at = (offs // run) * row_stride + offs % run
     if BF16_BITS:
-        bits = tl.load(out_ptr + offs, mask=inside, other=0).to(tl.int32) & 0xFFFF
+        bits = tl.load(out_ptr + at, mask=inside, other=0).to(tl.int32) & 0xFFFF
         o = (bits << 16).to(tl.float32, bitcast=True).to(tl.float64)
     else:
-        o = tl.load(out_ptr + offs, mask=inside, other=0.0).to(tl.float64)
+        o = tl.load(out_ptr + at, mask=inside, other=0).to(tl.float64)
     r = tl.load(ref_ptr + offs, mask=inside, other=0.0)
     allowed = tl.load(allowed_ptr + offs, mask=inside, other=1.0)
     finite = (o == o) & (tl.abs(o) < float("inf"))
     err = tl.abs(o - r)
-    ok = inside & finite
-    bad = inside & ((finite == 0) | (err > allowed))
+    if ALL_FINITE:
+        ok = inside & finite
+        bad = inside & ((finite == 0) | (err > allowed))
+        counted = ok
+    else:
+        finite_ref = (r == r) & (tl.abs(r) < float("inf"))
+        ok = inside & finite & finite_ref
+        same = ((r != r) & (o != o)) | ((finite_ref == 0) & (r == r) & (o == r))
+        bad = inside & tl.where(finite_ref, (finite == 0) | (err > allowed), same == 0)
+        counted = ok & (err < float("inf"))
     rel = tl.where(ok & (r != 0.0), err / tl.where(r != 0.0, tl.abs(r), 1.0), 0.0)
+    if not ALL_FINITE:
+        rel = tl.where(rel < float("inf"), rel, 0.0)
+    scaled = tl.where(ok & (allowed > 0.0), err / tl.where(allowed > 0.0, allowed, 1.0), 0.0)
     tl.store(stats_ptr + pid * 4, tl.sum(bad.to(tl.int32), axis=0).to(tl.float64))
-    tl.store(stats_ptr + pid * 4 + 1, tl.max(tl.where(ok, err, 0.0), axis=0))
+    tl.store(stats_ptr + pid * 4 + 1, tl.max(tl.where(counted, err, 0.0), axis=0))
     tl.store(stats_ptr + pid * 4 + 2, tl.max(rel, axis=0))
-    tl.store(stats_ptr + pid * 4 + 3, tl.max(tl.where(ok, err / allowed, 0.0), axis=0))
+    tl.store(stats_ptr + pid * 4 + 3, tl.max(scaled, axis=0))
+
+
+def rows_of(tensor: Tensor) -> tuple[int, int] | None:
+    """(run, row stride) in elements where `tensor`'s elements, in order, lie in rows of `run` contiguous elements
+    `row_stride` apart (a contiguous tensor: one run of all, row stride the same); None for any other layout."""
+    dims = [(size, stride) for size, stride in zip(tensor.shape, tensor.strides, strict=True) if size != 1]
+    run = 1
+    while dims and dims[-1][1] == run:  # the contiguous innermost dimensions
+        run *= dims.pop()[0]
+    if not dims:
+        return run, run
+    size, row_stride = dims.pop()
+    for outer_size, outer_stride in reversed(dims):  # the rest must merge into one dimension of rows
+        if outer_stride != row_stride * size:
+            return None
+        size *= outer_size
+    return (run, row_stride) if row_stride >= run else None
 
 
 def usable(judge: Judge, tensor: Tensor) -> bool:
@@ -60,11 +113,9 @@ def usable(judge: Judge, tensor: Tensor) -> bool:
     return (
         judge.dtype.name in KINDS
         and tensor.dtype is judge.dtype
-        and judge.all_finite
-        and not judge.any_zero_allowed
-        and tensor.is_contiguous()
         and tuple(tensor.shape) == tuple(judge.ref.shape)
         and judge.ref.size > 0
+        and rows_of(tensor) is not None
     )
 
 
@@ -83,9 +134,23 @@ class DeviceJudge:
         programs = cdiv(n, BLOCK)
         stats = empty((programs, 4), "float64", self.device)
         bf16 = tensor.dtype.name == "bfloat16"
-        if bf16:  # the same bytes read as int16 (same element size, same strides)
-            tensor = Tensor(tensor.untyped_storage(), tensor.shape, tensor.strides, "int16", tensor.storage_offset())
-        _judge_kernel[(programs,)](tensor, self.ref, self.allowed, stats, n, BF16_BITS=bf16, BLOCK=BLOCK)
+        as_bits = {"bfloat16": "int16", "bool": "uint8"}.get(tensor.dtype.name)
+        if as_bits:  # the same bytes read as integers (same element size, same strides)
+            tensor = Tensor(tensor.untyped_storage(), tensor.shape, tensor.strides, as_bits, tensor.storage_offset())
+        run, row_stride = rows_of(tensor) or (n, n)
+        _judge_kernel[(programs,)](
+            tensor,
+            self.ref,
+            self.allowed,
+            stats,
+            n,
+            run,
+            row_stride,
+            BF16_BITS=bf16,
+            ALL_FINITE=self.judge.all_finite,
+            ROWS=run != n,
+            BLOCK=BLOCK,
+        )
         s = stats.numpy()
         if int(s[:, 0].sum()):
             return self.judge.verdict_of(original, context)  # the host says which elements, with its report

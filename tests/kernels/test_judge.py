@@ -22,7 +22,7 @@ def interpreted(backend):
 
 CASES = [
     (dtype, noise, special, n)
-    for dtype in device_judge.KINDS
+    for dtype in ("float16", "bfloat16", "float32")
     for noise in (0.0, 1e-4, 0.3)
     for special in ("none", "nan", "inf")
     for n in (1, 2047, 5000)
@@ -56,11 +56,14 @@ def test_the_device_verdict_is_the_hosts(interpreted, dtype, noise, special, n):
 
 @pytest.mark.gpu
 def test_on_the_gpu_the_device_verdict_is_the_hosts(backend):
-    """The same cases with the kernel compiled for and run on the GPU (float64 division and comparisons there)."""
+    """The same cases, and those of special values and exact results, with the kernel compiled for and run on the
+    GPU (float64 division and comparisons there)."""
     if backend.name != "cuda":
         pytest.skip("needs the cuda backend")
     for case in CASES:
         _case(backend.device, *case)
+    for case in SPECIAL_CASES:
+        _special_case(backend.device, *case)
 
 
 def _bf16(bits, device):
@@ -72,13 +75,106 @@ def _bf16(bits, device):
 def test_what_the_device_does_not_judge_is_judged_on_the_host(interpreted):
     dev = interpreted.device
     ref = np.linspace(-1, 1, 64)
-    assert not device_judge.usable(
-        Judge(np.append(ref, np.inf), np.ones(65), get_dtype("float16"), 1e-3), from_numpy(np.zeros(65), "float16", dev)
-    )
-    assert not device_judge.usable(Judge(ref, np.ones(64), get_dtype("int32"), 0.0), from_numpy(ref, "int32", dev))
-    wide = from_numpy(np.zeros((8, 16)), "float16", dev)
-    strided = wide[:, :8]
-    assert not device_judge.usable(Judge(ref.reshape(8, 8), np.ones((8, 8)), get_dtype("float16"), 1e-3), strided)
+    transposed = from_numpy(np.zeros((8, 8)), "float16", dev).T
+    assert not device_judge.usable(Judge(ref.reshape(8, 8), np.ones((8, 8)), get_dtype("float16"), 1e-3), transposed)
+    fp8 = get_dtype("float8_e4m3fn")
+    assert not device_judge.usable(Judge(ref, np.ones(64), fp8, 1e-1), from_numpy(ref, fp8, dev))
+    assert not device_judge.usable(Judge(ref, np.ones(64), get_dtype("float16"), 1e-3), from_numpy(ref, "float32", dev))
+
+
+# What the device judged on the host only before: a reference with NaN and infinities (the pointwise ops' special
+# values), exact results (an allowed error of 0: integer and bool outputs, and float ones such as floor's), float64.
+SPECIAL_CASES = [
+    (dtype, case, n)
+    for dtype in ("float16", "bfloat16", "float32", "float64")
+    for case in ("ref_specials", "ref_specials_missed", "ref_nan_as_inf", "exact", "exact_missed", "overflowed_rel")
+    for n in (7, 2049)
+] + [
+    (dtype, case, n)
+    for dtype in ("int8", "uint8", "int16", "int32", "int64", "bool")
+    for case in ("exact", "exact_missed")
+    for n in (7, 2049)
+]
+
+
+def _special_case(device, dtype, case, n):
+    gen = np.random.default_rng(n)
+    dt = get_dtype(dtype)
+    if not dt.is_float:
+        if dtype == "bool":
+            ref = (gen.standard_normal(n) > 0).astype(np.float64)
+        else:
+            info = np.iinfo(dt.storage)
+            ref = gen.integers(info.min, info.max, n, endpoint=True, dtype=dt.storage).astype(np.float64)
+        values = ref.copy()
+        if case == "exact_missed":
+            values[n // 2] = 0.0 if values[n // 2] != 0 else 1.0
+        out = from_numpy(values.astype(dt.storage), dt, device)
+        host = Judge(ref, np.ones(n), dt, 0.0)
+    else:
+        ref = gen.standard_normal(n) * 3.0
+        ref[: n // 5] = 0.0
+        scale = np.abs(ref) + 0.5
+        tol = 2.0**-10
+        if case.startswith("ref_"):
+            ref[1], ref[2], ref[3] = np.nan, np.inf, -np.inf
+        if case == "overflowed_rel":
+            ref[4] = (
+                5e-324  # the least subnormal reference: err / |ref| overflows to inf (left out of the finite maxima)
+            )
+            ref[5] = np.nan
+        if case.startswith("exact"):
+            ref = np.round(ref)
+            tol = 0.0
+            scale = np.zeros(n)
+        out_values = from_numpy(ref, dt, "cpu").numpy()  # the reference rounded into the dtype (NaN, inf kept)
+        out_values = out_values.astype(np.float64) if dtype != "bfloat16" else None
+        if dtype == "bfloat16":
+            out = from_numpy(ref, dt, device)
+        else:
+            if case == "ref_specials_missed":
+                out_values[2] = -np.inf  # the other infinity
+            if case == "ref_nan_as_inf":
+                out_values[1] = np.inf
+            if case == "exact_missed":
+                out_values[n // 2] += 1.0
+            if case == "overflowed_rel":
+                out_values[4] = 2.0**-11  # within the allowed error there, 2^-10 and the rounding bound
+            out = from_numpy(out_values, dt, device)
+        host = Judge(ref, scale, dt, tol)
+        if case == "overflowed_rel":
+            host = Judge(ref, np.where(np.arange(n) == 4, 1.0, scale), dt, tol)
+    assert device_judge.usable(host, out)
+    on_device = device_judge.DeviceJudge(host, device)
+    fell_back = []
+    on_device.judge = _Counting(host, fell_back)
+    got = on_device.verdict_of(out, "ctx")
+    want = host.verdict_of(out, "ctx")
+    assert got == want, (got, want)
+    # a passing output is judged on the device alone (the host only reports a failing one)
+    assert bool(fell_back) is not want.ok
+    return want
+
+
+class _Counting:
+    """The host judge a `DeviceJudge` falls back to, counting the times it does."""
+
+    def __init__(self, judge, calls):
+        self._judge, self._calls = judge, calls
+
+    def __getattr__(self, name):
+        return getattr(self._judge, name)
+
+    def verdict_of(self, *args):
+        self._calls.append(args)
+        return self._judge.verdict_of(*args)
+
+
+@pytest.mark.parametrize("dtype,case,n", SPECIAL_CASES)
+def test_the_device_verdict_is_the_hosts_for_specials_and_exact_results(interpreted, dtype, case, n):
+    want = _special_case(interpreted.device, dtype, case, n)
+    missed = case.endswith("_missed") or case == "ref_nan_as_inf"
+    assert want.ok is not (missed and dtype != "bfloat16")  # the cases test a pass and a failure each
 
 
 def test_a_sweep_on_the_device_path_finds_the_same_verdicts(interpreted):
@@ -101,3 +197,58 @@ def test_a_sweep_on_the_device_path_finds_the_same_verdicts(interpreted):
     verdicts = run_prepared(prepared, wrong)
     assert [v.n_mismatched for v in verdicts.values()] == [3000]
     assert "Mismatched elements: 3000 / 3000" in next(iter(verdicts.values())).report
+
+
+def test_rows_of_a_layout():
+    """(run, row stride) of the layouts the device judges: contiguous, and rows of contiguous elements."""
+    t = from_numpy(np.zeros((6, 4, 5)), "float16", "cpu")
+    assert device_judge.rows_of(t) == (120, 120)
+    assert device_judge.rows_of(t[:, :2, :]) == (10, 20)  # rows of 2 x 5 elements, 20 apart
+    assert device_judge.rows_of(t[::2]) == (20, 40)
+    assert device_judge.rows_of(t[:, :, :3]) == (3, 5)  # runs of 3, 5 apart, and 4 x 5 apart: one row stride
+    assert device_judge.rows_of(t[:, :2, :3]) is None  # runs of 3, 5 apart, then 20: not one row stride
+    assert device_judge.rows_of(t[:1, :1, :3]) == (3, 3)  # dimensions of 1 do not count
+    assert device_judge.rows_of(from_numpy(np.zeros((4, 4)), "float16", "cpu").T) is None
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("noise", [0.0, 0.3])
+def test_a_view_in_rows_is_judged_on_the_device_as_the_host_judges_it(interpreted, dtype, noise):
+    """rope's q and k lie in a fused qkv buffer: rows of heads x dim elements, a row of q, k and v apart."""
+    dev = interpreted.device
+    gen = np.random.default_rng(3)
+    dt = get_dtype(dtype)
+    ref = gen.standard_normal((7, 5, 80))
+    fused = np.concatenate([ref + gen.standard_normal(ref.shape) * noise, gen.standard_normal((7, 2, 80))], axis=1)
+    q = from_numpy(fused, dt, dev)[:, :5, :]
+    assert device_judge.rows_of(q) == (400, 560)
+    host = Judge(ref, np.abs(ref) + 0.5, dt, 2.0**-8)
+    on_device = device_judge.DeviceJudge(host, dev)
+    fell_back = []
+    on_device.judge = _Counting(host, fell_back)
+    got, want = on_device.verdict_of(q, "ctx"), host.verdict_of(q, "ctx")
+    assert got == want and bool(fell_back) is not want.ok
+    assert want.ok is (noise == 0.0)
+
+
+def test_every_spec_is_judged_on_the_device_as_on_the_host(interpreted):
+    """Each registered kernel's first example problem at its first dtypes, prepared for the device judge and for the
+    host's: the default config's verdicts agree, and the device judged at least one output of each (pointwise ops
+    with NaN and infinities among their values, exact integer and bool results, rope's q and k in a fused buffer)."""
+    from nbxcert.kernels.check import prepare, run_prepared
+    from nbxcert.kernels.spec import load_all
+    from nbxcert.profiles import get_profile
+
+    profile = get_profile("cpu/interpreter")
+    host_only = []
+    shipped = {n: s for n, s in load_all().items() if s.launch.__module__.startswith("nbxcert.kernels.")}
+    assert len(shipped) > 100  # the fixtures' specs other tests register are left out, not the library's
+    for name, spec in shipped.items():
+        problem, dtypes = spec.example_problems[0], (spec.interpreter_dtypes or spec.dtypes)[0]
+        config = spec.default_for(problem) if spec.default_for else spec.default
+        on_device = prepare(spec, problem, dtypes, profile, 1, interpreted.device, True)
+        on_host = prepare(spec, problem, dtypes, profile, 1, interpreted.device, False)
+        assert run_prepared(on_device, config) == run_prepared(on_host, config), name
+        if not on_device.device_judges:
+            host_only.append(name)
+    assert host_only == [], host_only
