@@ -337,6 +337,9 @@ def certify(
                 kr = _key_report(result)
                 if result.winner is not None:
                     entry = entry_of(result, spec, profile, made_by(spec), seed)
+                    kr.reason = replaced_class(
+                        written.existing_entry(profile.key, key.kernel, out_dtype, key.text()), entry
+                    )
                     written.add_entry(profile.key, key.kernel, out_dtype, key.text(), entry)
             report.keys.append(kr)
             if on_key:
@@ -354,6 +357,17 @@ def certify(
         if compiler is not None:
             compiler.close()
     return report
+
+
+def replaced_class(old: dict | None, new: dict) -> str:
+    """What a key's line says when its new entry replaces one of another memory class (a certificate file holds one
+    entry a key, and serving reads only its card's class: the other class's cards lose it); "" otherwise."""
+    if old is None or old.get("memory_class") == new["memory_class"]:
+        return ""
+    return (
+        f"replaces the {old.get('memory_class')} class's entry (made on {old['provenance'].get('gpu')}); "
+        "to keep both, certify each class into a directory of its own"
+    )
 
 
 def compile_pool(backend: str, env: dict[str, str], modules: list[str], jobs: int) -> CompilePool | None:

@@ -289,3 +289,27 @@ def test_a_card_that_finds_no_key_of_its_class_is_told_what_the_others_hold(tmp_
     finally:
         serving.configure()
         serving.reset()
+
+
+def test_certify_says_when_it_replaces_another_memory_classs_entry(user_kernel, certified_dir, tmp_path):
+    """A certificate file holds one entry a key: certifying a key on a card of another memory class replaces that
+    class's entry, and the key's line says so, where it was silent."""
+    import json
+    import shutil
+
+    from nbxcert.certify import certify
+    from nbxcert.keys import parse_key
+
+    out = tmp_path / "certs"
+    shutil.copytree(certified_dir, out)
+    (path,) = out.glob("cpu/interpreter/*.json")
+    doc = json.loads(path.read_text())
+    for entry in doc["entries"].values():
+        entry["memory_class"] = "80GB"  # as if made on another card's class
+    path.write_text(json.dumps(doc))
+    key = parse_key("user_scale[n=1000;float32,float32]@v1")
+    report = certify("interpreter", [key], out, force=True, modules=["user_kernel"])
+    assert report.ok and report.keys[0].status == "certified"
+    assert report.keys[0].reason.startswith("replaces the 80GB class's entry (made on ")
+    again = certify("interpreter", [key], out, force=True, modules=["user_kernel"])
+    assert again.keys[0].reason == ""  # its own class's entry, replaced by a forced run: nothing to say
