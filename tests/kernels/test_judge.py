@@ -231,14 +231,18 @@ def test_a_view_in_rows_is_judged_on_the_device_as_the_host_judges_it(interprete
     assert want.ok is (noise == 0.0)
 
 
-def test_every_spec_is_judged_on_the_device_as_on_the_host(interpreted):
+def test_every_spec_is_judged_on_the_device_as_on_the_host(interpreted, monkeypatch):
     """Each registered kernel's first example problem at its first dtypes, prepared for the device judge and for the
-    host's: the default config's verdicts agree, and the device judged at least one output of each (pointwise ops
-    with NaN and infinities among their values, exact integer and bool results, rope's q and k in a fused buffer)."""
+    host's: the default config's verdicts agree, the device judged at least one output of each (pointwise ops with
+    NaN and infinities among their values, exact integer and bool results, rope's q and k in a fused buffer), and an
+    output it judged passing never went to the host (a misread view would fail on the device and pass there)."""
     from nbxcert.kernels.check import prepare, run_prepared
     from nbxcert.kernels.spec import load_all
     from nbxcert.profiles import get_profile
 
+    asked = []
+    host_verdict = Judge.verdict_of
+    monkeypatch.setattr(Judge, "verdict_of", lambda self, *a: asked.append(id(self)) or host_verdict(self, *a))
     profile = get_profile("cpu/interpreter")
     host_only = []
     shipped = {n: s for n, s in load_all().items() if s.launch.__module__.startswith("nbxcert.kernels.")}
@@ -248,7 +252,12 @@ def test_every_spec_is_judged_on_the_device_as_on_the_host(interpreted):
         config = spec.default_for(problem) if spec.default_for else spec.default
         on_device = prepare(spec, problem, dtypes, profile, 1, interpreted.device, True)
         on_host = prepare(spec, problem, dtypes, profile, 1, interpreted.device, False)
-        assert run_prepared(on_device, config) == run_prepared(on_host, config), name
+        asked.clear()
+        verdicts = run_prepared(on_device, config)
+        assert verdicts == run_prepared(on_host, config), name
+        for out, dj in on_device.device_judges.items():
+            if verdicts[out].ok:
+                assert id(dj.judge) not in asked, f"{name}: output {out} passed on the host only"
         if not on_device.device_judges:
             host_only.append(name)
     assert host_only == [], host_only
