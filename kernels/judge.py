@@ -8,14 +8,15 @@ when every element passes is that the verdict; otherwise the host's `Judge.verdi
 report (the same verdict either way: the comparisons are the same float64 operations on the same values).
 
 Used for outputs of the float dtypes but float8, the integer dtypes and bool, of the reference's shape, contiguous or
-in rows of contiguous elements (`rows_of`); anything else (another layout, float8) is judged on the host. The host's
-rules hold here too: against a reference with a non-finite element (`ALL_FINITE` off), that element passes only when
-matched exactly (a NaN, or the same infinity) and the largest errors are over the elements both finite, the relative
-one over its finite values; an allowed error of 0 (an exact result, every integer and bool output) passes an error of
-0 only, and scales no error. bfloat16 outputs are read as their 16-bit patterns and widened by a shift (exact, and
-the same under Triton's interpreter, which runs bfloat16 on raw integer storage), bool outputs as their bytes;
-integers widen to float64 as the host widens them. This is not an oracle: the reference is the float64 oracle's,
-computed on the host.
+in rows of contiguous elements (`rows_of`), in any order of its dimensions (a channels-last output is read in its
+storage order against the reference permuted alike, `storage_order`); anything else (an overlapping or gapped layout
+that is no such rows, float8) is judged on the host. The host's rules hold here too: against a reference with a
+non-finite element (`ALL_FINITE` off), that element passes only when matched exactly (a NaN, or the same infinity)
+and the largest errors are over the elements both finite, the relative one over its finite values; an allowed error
+of 0 (an exact result, every integer and bool output) passes an error of 0 only, and scales no error. bfloat16
+outputs are read as their 16-bit patterns and widened by a shift (exact, and the same under Triton's interpreter,
+which runs bfloat16 on raw integer storage), bool outputs as their bytes; integers widen to float64 as the host widens
+them. This is not an oracle: the reference is the float64 oracle's, computed on the host.
 """
 
 from __future__ import annotations
@@ -108,6 +109,19 @@ def rows_of(tensor: Tensor) -> tuple[int, int] | None:
     return (run, row_stride) if row_stride >= run else None
 
 
+def storage_order(tensor: Tensor) -> tuple[int, ...]:
+    """`tensor`'s dimensions from the largest stride to the smallest: read in this order, a permuted dense layout (a
+    channels-last output: N, H, W, C) is contiguous, and the reference is permuted alike."""
+    return tuple(sorted(range(len(tensor.shape)), key=lambda d: (-tensor.strides[d], d)))
+
+
+def _in_order(tensor: Tensor, order: tuple[int, ...], dtype=None) -> Tensor:
+    """`tensor` with its dimensions in `order` (the same elements and bytes), read as `dtype` when given."""
+    shape = tuple(tensor.shape[d] for d in order)
+    strides = tuple(tensor.strides[d] for d in order)
+    return Tensor(tensor.untyped_storage(), shape, strides, dtype or tensor.dtype, tensor.storage_offset())
+
+
 def usable(judge: Judge, tensor: Tensor) -> bool:
     """Whether `DeviceJudge` judges this output (else the host does)."""
     return (
@@ -115,18 +129,28 @@ def usable(judge: Judge, tensor: Tensor) -> bool:
         and tensor.dtype is judge.dtype
         and tuple(tensor.shape) == tuple(judge.ref.shape)
         and judge.ref.size > 0
-        and rows_of(tensor) is not None
+        and rows_of(_in_order(tensor, storage_order(tensor))) is not None
     )
 
 
 class DeviceJudge:
-    """A `Judge` whose reference and allowed error live on `device` (uploaded once)."""
+    """A `Judge` whose reference and allowed error live on `device`, uploaded once for each order an output's
+    dimensions are read in (`storage_order`; one, for every check of a sweep)."""
 
     def __init__(self, judge: Judge, device):
         self.judge = judge
         self.device = device
-        self.ref = from_numpy(np.ascontiguousarray(judge.ref.reshape(-1)), "float64", device)
-        self.allowed = from_numpy(np.ascontiguousarray(judge.allowed.reshape(-1)), "float64", device)
+        self._uploaded: dict[tuple[int, ...], tuple[Tensor, Tensor]] = {}
+
+    def _reference(self, order: tuple[int, ...]) -> tuple[Tensor, Tensor]:
+        if order not in self._uploaded:
+            ref, allowed = self.judge.ref, self.judge.allowed
+            if order != tuple(range(ref.ndim)):
+                ref, allowed = np.transpose(ref, order), np.transpose(allowed, order)
+            self._uploaded[order] = tuple(
+                from_numpy(np.ascontiguousarray(a).reshape(-1), "float64", self.device) for a in (ref, allowed)
+            )
+        return self._uploaded[order]
 
     def verdict_of(self, tensor: Tensor, context: str = "") -> Verdict:
         original = tensor
@@ -134,14 +158,15 @@ class DeviceJudge:
         programs = cdiv(n, BLOCK)
         stats = empty((programs, 4), "float64", self.device)
         bf16 = tensor.dtype.name == "bfloat16"
-        as_bits = {"bfloat16": "int16", "bool": "uint8"}.get(tensor.dtype.name)
-        if as_bits:  # the same bytes read as integers (same element size, same strides)
-            tensor = Tensor(tensor.untyped_storage(), tensor.shape, tensor.strides, as_bits, tensor.storage_offset())
+        order = storage_order(tensor)
+        # the same bytes in storage order; bfloat16 and bool read as integers of their size
+        tensor = _in_order(tensor, order, {"bfloat16": "int16", "bool": "uint8"}.get(tensor.dtype.name))
+        ref, allowed = self._reference(order)
         run, row_stride = rows_of(tensor) or (n, n)
         _judge_kernel[(programs,)](
             tensor,
-            self.ref,
-            self.allowed,
+            ref,
+            allowed,
             stats,
             n,
             run,

@@ -75,8 +75,9 @@ def _bf16(bits, device):
 def test_what_the_device_does_not_judge_is_judged_on_the_host(interpreted):
     dev = interpreted.device
     ref = np.linspace(-1, 1, 64)
-    transposed = from_numpy(np.zeros((8, 8)), "float16", dev).T
-    assert not device_judge.usable(Judge(ref.reshape(8, 8), np.ones((8, 8)), get_dtype("float16"), 1e-3), transposed)
+    # every other element of every other row: neither contiguous rows nor one stride between its elements
+    gapped = from_numpy(np.zeros((16, 16)), "float16", dev)[::2, ::2]
+    assert not device_judge.usable(Judge(ref.reshape(8, 8), np.ones((8, 8)), get_dtype("float16"), 1e-3), gapped)
     fp8 = get_dtype("float8_e4m3fn")
     assert not device_judge.usable(Judge(ref, np.ones(64), fp8, 1e-1), from_numpy(ref, fp8, dev))
     assert not device_judge.usable(Judge(ref, np.ones(64), get_dtype("float16"), 1e-3), from_numpy(ref, "float32", dev))
@@ -208,7 +209,39 @@ def test_rows_of_a_layout():
     assert device_judge.rows_of(t[:, :, :3]) == (3, 5)  # runs of 3, 5 apart, and 4 x 5 apart: one row stride
     assert device_judge.rows_of(t[:, :2, :3]) is None  # runs of 3, 5 apart, then 20: not one row stride
     assert device_judge.rows_of(t[:1, :1, :3]) == (3, 3)  # dimensions of 1 do not count
-    assert device_judge.rows_of(from_numpy(np.zeros((4, 4)), "float16", "cpu").T) is None
+    assert device_judge.rows_of(from_numpy(np.zeros((4, 4)), "float16", "cpu").T) is None  # read in its own order
+    nhwc = from_numpy(np.zeros((2, 3, 4, 5)), "float16", "cpu").permute(0, 3, 1, 2)  # N, C, H, W over N, H, W, C
+    assert device_judge.storage_order(nhwc) == (0, 2, 3, 1)
+    assert device_judge.rows_of(device_judge._in_order(nhwc, (0, 2, 3, 1))) == (120, 120)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "int32", "bool"])
+@pytest.mark.parametrize("wrong", [False, True])
+def test_a_permuted_output_is_judged_in_its_storage_order(interpreted, dtype, wrong):
+    """A channels-last output (conv2d's, group_norm's) and a transposed one: read as they lie, against the reference
+    permuted alike, with the host's verdict; a wrong element is found (and reported by the host)."""
+    dev = interpreted.device
+    gen = np.random.default_rng(5)
+    dt = get_dtype(dtype)
+    for stored, order in (((2, 3, 4, 5), (0, 3, 1, 2)), ((6, 7), (1, 0))):
+        values = gen.standard_normal(stored) * 4
+        if not dt.is_float:
+            values = np.round(values) if dtype != "bool" else (values > 0).astype(np.float64)
+        ref = np.transpose(values, order)  # what the output should hold, in its own (logical) order
+        out_values = values.copy()
+        if wrong:
+            out_values.reshape(-1)[7] = (
+                1.0 - out_values.reshape(-1)[7] if dtype == "bool" else out_values.reshape(-1)[7] + 8
+            )
+        out = from_numpy(out_values, dt, dev).permute(*order)
+        assert tuple(out.shape) == ref.shape and not out.is_contiguous()
+        host = Judge(ref, np.abs(ref) + 0.5, dt, 2.0**-8 if dt.is_float else 0.0)
+        assert device_judge.usable(host, out)
+        on_device = device_judge.DeviceJudge(host, dev)
+        fell_back = []
+        on_device.judge = _Counting(host, fell_back)
+        got, want = on_device.verdict_of(out, "ctx"), host.verdict_of(out, "ctx")
+        assert got == want and want.ok is not wrong and bool(fell_back) is wrong
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
@@ -231,11 +264,13 @@ def test_a_view_in_rows_is_judged_on_the_device_as_the_host_judges_it(interprete
     assert want.ok is (noise == 0.0)
 
 
-def test_every_spec_is_judged_on_the_device_as_on_the_host(interpreted, monkeypatch):
-    """Each registered kernel's first example problem at its first dtypes, prepared for the device judge and for the
-    host's: the default config's verdicts agree, the device judged at least one output of each (pointwise ops with
-    NaN and infinities among their values, exact integer and bool results, rope's q and k in a fused buffer), and an
-    output it judged passing never went to the host (a misread view would fail on the device and pass there)."""
+@pytest.mark.parametrize("every", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["first", "every"])
+def test_every_spec_is_judged_on_the_device_as_on_the_host(interpreted, monkeypatch, every):
+    """Each registered kernel's first example problem at its first dtypes (every example at every dtype under `-m
+    slow`), prepared for the device judge and for the host's: the default config's verdicts agree, the device judged
+    at least one output of each (pointwise ops with NaN and infinities among their values, exact integer and bool
+    results, rope's q and k in a fused buffer), and an output it judged passing never went to the host (a misread
+    view would fail on the device and pass there)."""
     from nbxcert.kernels.check import prepare, run_prepared
     from nbxcert.kernels.spec import load_all
     from nbxcert.profiles import get_profile
@@ -247,8 +282,15 @@ def test_every_spec_is_judged_on_the_device_as_on_the_host(interpreted, monkeypa
     host_only = []
     shipped = {n: s for n, s in load_all().items() if s.launch.__module__.startswith("nbxcert.kernels.")}
     assert len(shipped) > 100  # the fixtures' specs other tests register are left out, not the library's
-    for name, spec in shipped.items():
-        problem, dtypes = spec.example_problems[0], (spec.interpreter_dtypes or spec.dtypes)[0]
+    cases = [
+        (name, spec, problem, dtypes)
+        for name, spec in shipped.items()
+        for problem in (spec.example_problems if every else spec.example_problems[:1])
+        for dtypes in (
+            (spec.interpreter_dtypes or spec.dtypes) if every else (spec.interpreter_dtypes or spec.dtypes)[:1]
+        )
+    ]
+    for name, spec, problem, dtypes in cases:
         config = spec.default_for(problem) if spec.default_for else spec.default
         on_device = prepare(spec, problem, dtypes, profile, 1, interpreted.device, True)
         on_host = prepare(spec, problem, dtypes, profile, 1, interpreted.device, False)
