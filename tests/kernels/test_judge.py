@@ -56,14 +56,20 @@ def test_the_device_verdict_is_the_hosts(interpreted, dtype, noise, special, n):
 
 @pytest.mark.gpu
 def test_on_the_gpu_the_device_verdict_is_the_hosts(backend):
-    """The same cases, and those of special values and exact results, with the kernel compiled for and run on the
-    GPU (float64 division and comparisons there)."""
+    """The same cases, those of special values and exact results, views in rows and permuted outputs, with the kernel
+    compiled for and run on the GPU (float64 division and comparisons there)."""
     if backend.name != "cuda":
         pytest.skip("needs the cuda backend")
     for case in CASES:
         _case(backend.device, *case)
     for case in SPECIAL_CASES:
         _special_case(backend.device, *case)
+    for dtype in ("float16", "bfloat16", "float32"):
+        for noise in (0.0, 0.3):
+            _rows_case(backend.device, dtype, noise)
+    for dtype in ("float16", "bfloat16", "float32", "int32", "bool"):
+        for wrong in (False, True):
+            _permuted_case(backend.device, dtype, wrong)
 
 
 def _bf16(bits, device):
@@ -220,7 +226,10 @@ def test_rows_of_a_layout():
 def test_a_permuted_output_is_judged_in_its_storage_order(interpreted, dtype, wrong):
     """A channels-last output (conv2d's, group_norm's) and a transposed one: read as they lie, against the reference
     permuted alike, with the host's verdict; a wrong element is found (and reported by the host)."""
-    dev = interpreted.device
+    _permuted_case(interpreted.device, dtype, wrong)
+
+
+def _permuted_case(dev, dtype, wrong):
     gen = np.random.default_rng(5)
     dt = get_dtype(dtype)
     for stored, order in (((2, 3, 4, 5), (0, 3, 1, 2)), ((6, 7), (1, 0))):
@@ -248,7 +257,10 @@ def test_a_permuted_output_is_judged_in_its_storage_order(interpreted, dtype, wr
 @pytest.mark.parametrize("noise", [0.0, 0.3])
 def test_a_view_in_rows_is_judged_on_the_device_as_the_host_judges_it(interpreted, dtype, noise):
     """rope's q and k lie in a fused qkv buffer: rows of heads x dim elements, a row of q, k and v apart."""
-    dev = interpreted.device
+    _rows_case(interpreted.device, dtype, noise)
+
+
+def _rows_case(dev, dtype, noise):
     gen = np.random.default_rng(3)
     dt = get_dtype(dtype)
     ref = gen.standard_normal((7, 5, 80))
