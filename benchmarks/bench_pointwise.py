@@ -241,6 +241,21 @@ def moved_bytes(inputs, result) -> int:
     return sum(t.nbytes for t in inputs) + result.nbytes
 
 
+def _spread(rounds: list[float]) -> float:
+    """The rounds' relative spread: (slowest - fastest) / fastest (0 for fewer than two)."""
+    return (max(rounds) - min(rounds)) / min(rounds) if len(rounds) > 1 and min(rounds) > 0 else 0.0
+
+
+def tie(ours: list[float], theirs: list[float], speedup: float | None) -> tuple[float | None, bool]:
+    """(the run's noise for a case, whether its miss against torch is within it). The noise is the larger relative
+    spread of either side's rounds (None without two rounds of each); a speedup under 1.0 that the noise covers is a
+    tie this run cannot tell from parity. The target still counts it missed."""
+    if min(len(ours), len(theirs)) < 2:
+        return None, False
+    noise = max(_spread(ours), _spread(theirs))
+    return noise, bool(speedup is not None and speedup < 1.0 and speedup * (1.0 + noise) >= 1.0)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="write the results as JSON to this path")
@@ -295,7 +310,7 @@ def main(argv=None) -> int:
         for i, (_, fn, _) in enumerate(prepared):
             rounds_ms[i].append(statistics.median(time_events(fn, args.warmup, args.rep, gated=False).times_ms))
     copy_bw = statistics.median(copy_rounds)
-    results, met = [], 0
+    results, met, tied = [], 0, 0
     for i, (name, spec, call, _) in enumerate(chosen):
         tensors, fn, result = prepared[i]
         ms = statistics.median(rounds_ms[i])
@@ -305,6 +320,8 @@ def main(argv=None) -> int:
         speedup = torch_ms / ms if torch_ms else None
         ok = eff >= 0.85 * copy_bw and (speedup is None or speedup >= 1.0)
         met += ok
+        noise, within_noise = tie(rounds_ms[i], peer.get("rounds_ms", {}).get(str(i)) or [], speedup)
+        tied += within_noise
         results.append(
             {
                 "op": name,
@@ -320,16 +337,21 @@ def main(argv=None) -> int:
                 "torch_ms": torch_ms,
                 "speedup_vs_torch": speedup,
                 "met": ok,
+                "noise": noise,
+                "below_torch_within_noise": within_noise,
             }
         )
         t_cell = f"{torch_ms * 1e3:9.1f}" if torch_ms else f"{'-':>9s}"
         s_cell = f"{speedup:6.2f}x" if speedup else f"{'-':>7s}"
         print(
             f"{name:20s} {ms * 1e3:9.1f} us {eff / 1e9:7.0f} GB/s {100 * eff / copy_bw:6.1f}% of copy  torch "
-            f"{t_cell} us {s_cell}  {'met' if ok else 'missed'}",
+            f"{t_cell} us {s_cell}  {'met' if ok else 'missed'}{' (within the rounds spread)' if within_noise else ''}",
             flush=True,
         )
-    print(f"\ncopy bandwidth {copy_bw / 1e9:.0f} GB/s; targets met at {met} of {len(results)} ops")
+    print(
+        f"\ncopy bandwidth {copy_bw / 1e9:.0f} GB/s; targets met at {met} of {len(results)} ops; below 1.0x torch "
+        f"by no more than the rounds' spread: {tied}"
+    )
     common.write_results(
         args.out,
         cuda.device_info(0).name,
@@ -338,7 +360,13 @@ def main(argv=None) -> int:
         peer,
         results,
         copy_bw,
-        targets={"fraction_of_copy": 0.85, "speedup_vs_torch": 1.0, "met": met, "of": len(results)},
+        targets={
+            "fraction_of_copy": 0.85,
+            "speedup_vs_torch": 1.0,
+            "met": met,
+            "of": len(results),
+            "below_torch_within_noise": tied,
+        },
         extra={"rounds": args.rounds, "copy_rounds_GBps": [c / 1e9 for c in copy_rounds]},
     )
     return 0

@@ -88,3 +88,14 @@ def test_without_a_gpu_it_says_so_and_exits_2(bench, capsys, backend):
         pytest.skip("a GPU is here")
     assert bench.main(["--ops", "abs", "--no-torch"]) == 2
     assert "bench_pointwise needs a GPU" in capsys.readouterr().err
+
+
+def test_a_miss_within_the_rounds_spread_is_told_from_a_deficit(bench):
+    """A miss against torch no larger than the larger spread of either side's rounds is a tie the run cannot tell from
+    parity (tan on the H100: its own rounds 57.6 and 50.3 us, torch's 50.4 and 50.3); one past it is a deficit."""
+    assert bench.tie([0.0499, 0.0504], [0.0502, 0.0505], 0.0502 / 0.0504) == (bench._spread([0.0499, 0.0504]), True)
+    noise, tied = bench.tie([0.0576, 0.0503], [0.0504, 0.0503], 0.0504 / 0.0540)
+    assert tied and abs(noise - (0.0576 - 0.0503) / 0.0503) < 1e-12
+    assert bench.tie([0.0700, 0.0701], [0.0650, 0.0651], 0.0650 / 0.0700) == (bench._spread([0.0650, 0.0651]), False)
+    assert bench.tie([0.05], [0.05, 0.06], 0.9) == (None, False)  # one round: no noise to tell
+    assert bench.tie([0.05, 0.05], [0.05, 0.05], 1.01)[1] is False  # met: no tie to tell
