@@ -195,8 +195,8 @@ def state() -> ServingState:
 
 def _other_classes(dirs: Sequence[Path], profile_key: str, memory_class: str, served: int) -> str:
     """Where no key is certified for this card's memory class: what the directories hold for the profile's other
-    classes (an index serves its own class only), so a card that finds none of its own is told why. Read only then:
-    every file of the profile once, as the index build that found none did."""
+    classes (an index serves its own class only), so a card that finds none of its own is told why. Every file of
+    the profile is read for it, only then (once a process, as the line is said)."""
     if served or memory_class == "cpu":
         return ""
     from collections import Counter
