@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from nbxcert.kernels.common import merge_dims
 from nbxcert.kernels.compare import Judge, Verdict
 from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.launch import cdiv
@@ -94,19 +95,16 @@ def _judge_kernel(
 
 def rows_of(tensor: Tensor) -> tuple[int, int] | None:
     """(run, row stride) in elements where `tensor`'s elements, in order, lie in rows of `run` contiguous elements
-    `row_stride` apart (a contiguous tensor: one run of all, row stride the same); None for any other layout."""
-    dims = [(size, stride) for size, stride in zip(tensor.shape, tensor.strides, strict=True) if size != 1]
-    run = 1
-    while dims and dims[-1][1] == run:  # the contiguous innermost dimensions
-        run *= dims.pop()[0]
-    if not dims:
-        return run, run
-    size, row_stride = dims.pop()
-    for outer_size, outer_stride in reversed(dims):  # the rest must merge into one dimension of rows
-        if outer_stride != row_stride * size:
-            return None
-        size *= outer_size
-    return (run, row_stride) if row_stride >= run else None
+    `row_stride` apart (a contiguous tensor: one run of all, row stride the same); None for any other layout. Its
+    dimensions merged (`merge_dims`) are at most two then: the rows, and the contiguous run along them."""
+    sizes, (strides,) = merge_dims(tensor.shape, tensor.strides)
+    if not sizes:
+        return 1, 1
+    if len(sizes) == 1:
+        return (sizes[0], sizes[0]) if strides[0] == 1 else ((1, strides[0]) if strides[0] >= 1 else None)
+    if len(sizes) == 2 and strides[1] == 1 and strides[0] >= sizes[1]:
+        return sizes[1], strides[0]
+    return None
 
 
 def storage_order(tensor: Tensor) -> tuple[int, ...]:
