@@ -8,25 +8,14 @@ and decides no verdict.
 
 from __future__ import annotations
 
-from nbxcert.profiles import MEMORY_MATCH_TOLERANCE
-
 
 def memory_class(profile, memory_bytes: int, sm_count: int | None = None) -> str:
-    """The class of a card of `memory_bytes` (and `sm_count`, when known) under `profile`: its SKU's
-    (`Profile.sku_for_memory`); the one class of the nearest SKUs when they tie but share it and the SM count is not
-    known (H100 SXM5 and PCIe are both "80GB" and told apart only by their SMs); else the card's own size in whole GB
-    ("cpu" for none)."""
+    """The class of a card of `memory_bytes` (and `sm_count`, when known) under `profile`: the class of its nearest
+    SKUs (`Profile.closest_skus`), one SKU or several that tie but share their class (H100 SXM5 and PCIe are both
+    "80GB", told apart only by their SMs); else the card's own size in whole GB ("cpu" for none)."""
     if memory_bytes == 0:
         return "cpu"
-    sku = profile.sku_for_memory(memory_bytes, sm_count)
-    if sku is not None:
-        return sku.memory_class
-    if sm_count is None:
-        off = {s: abs(memory_bytes - s.memory_bytes) for s in profile.skus}
-        near = [s for s in profile.skus if off[s] <= MEMORY_MATCH_TOLERANCE * s.memory_bytes]
-        if near:
-            best = min(off[s] for s in near)
-            classes = {s.memory_class for s in near if off[s] == best}
-            if len(classes) == 1:
-                return classes.pop()
+    classes = {s.memory_class for s in profile.closest_skus(memory_bytes, sm_count)}
+    if len(classes) == 1:
+        return classes.pop()
     return f"{round(memory_bytes / 1e9)}GB"

@@ -164,17 +164,20 @@ class Profile:
         80 GB, 132 and 114 SMs). None when nothing is close enough, or when the closest is a tie between SKUs that
         `sm_count` did not tell apart: an ambiguous SKU is not picked by list order.
         """
+        closest = self.closest_skus(memory_bytes, sm_count)
+        return closest[0] if len(closest) == 1 else None
+
+    def closest_skus(self, memory_bytes: int, sm_count: int | None = None) -> list[Sku]:
+        """The SKUs (of `sm_count`, when given) whose memory is closest to `memory_bytes`, within
+        MEMORY_MATCH_TOLERANCE of their datasheet value: one, several that tie, or none."""
         near = [
             s
             for s in self.skus
             if abs(memory_bytes - s.memory_bytes) <= MEMORY_MATCH_TOLERANCE * s.memory_bytes
             and (sm_count is None or s.sm_count == sm_count)
         ]
-        if not near:
-            return None
-        best = min(abs(memory_bytes - s.memory_bytes) for s in near)
-        closest = [s for s in near if abs(memory_bytes - s.memory_bytes) == best]
-        return closest[0] if len(closest) == 1 else None
+        best = min((abs(memory_bytes - s.memory_bytes) for s in near), default=None)
+        return [s for s in near if abs(memory_bytes - s.memory_bytes) == best]
 
 
 # --- validation -------------------------------------------------------------------------------------------------------
