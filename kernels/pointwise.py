@@ -1820,6 +1820,38 @@ def _to_output(y, DT: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @jit
+def _apply_and_store(
+    out_ptr,
+    oo,
+    ok,
+    x,
+    y,
+    z,
+    p0,
+    p1,
+    p2,
+    i,
+    fault_ptr,
+    BODY: tl.constexpr,
+    GUARD: tl.constexpr,
+    SITE: tl.constexpr,
+    BOUND: tl.constexpr,
+    P_FLOAT: tl.constexpr,
+    P_TO: tl.constexpr,
+    UPCAST: tl.constexpr,
+    DEVICE_MATH: tl.constexpr,
+):
+    """The op on loaded operands, shared by both kernels: lanes GUARD finds bad recorded as fault SITE (0: none) at
+    their index i, BODY(x, y, z, p0, p1, p2, i) stored into out_ptr + oo in the output's dtype where ok."""
+    if SITE != 0:
+        bad, value = GUARD(x, y, z)
+        bad = bad & ok
+        record_fault_lanes(fault_ptr, SITE, i, value, BOUND, bad)
+    r = BODY(x, y, z, _param(p0, P_FLOAT, P_TO), _param(p1, P_FLOAT, P_TO), _param(p2, P_FLOAT, P_TO), i, DEVICE_MATH)
+    tl.store(out_ptr + oo, _to_output(r, out_ptr.dtype.element_ty, UPCAST), mask=ok)
+
+
+@jit
 def _dim_step(rest, d, q, oo, ox, oy, oz, so, sx, sy, sz, INDEX32: tl.constexpr, NATIVE: tl.constexpr):
     """One dimension of the index: its index (rest mod d) times each tensor's stride added, rest // d returned. In
     64-bit integers as written; in 32-bit ones (INDEX32: rest, oo.. int32, rest < 2^31) as written in unsigned ones
@@ -1973,14 +2005,27 @@ def _map_kernel(
         x = _operand(x_ptr, ox, ok, xv, X_MODE, X_VIA, X_TO, UPCAST)
         y = _operand(y_ptr, oy, ok, yv, Y_MODE, Y_VIA, Y_TO, UPCAST)
         z = _operand(z_ptr, oz, ok, zv, Z_MODE, Z_VIA, Z_TO, UPCAST)
-        if SITE != 0:
-            bad, value = GUARD(x, y, z)
-            bad = bad & ok
-            record_fault_lanes(fault_ptr, SITE, offs, value, BOUND, bad)
-        r = BODY(
-            x, y, z, _param(p0, P_FLOAT, P_TO), _param(p1, P_FLOAT, P_TO), _param(p2, P_FLOAT, P_TO), offs, DEVICE_MATH
+        _apply_and_store(
+            out_ptr,
+            oo,
+            ok,
+            x,
+            y,
+            z,
+            p0,
+            p1,
+            p2,
+            offs,
+            fault_ptr,
+            BODY,
+            GUARD,
+            SITE,
+            BOUND,
+            P_FLOAT,
+            P_TO,
+            UPCAST,
+            DEVICE_MATH,
         )
-        tl.store(out_ptr + oo, _to_output(r, out_ptr.dtype.element_ty, UPCAST), mask=ok)
 
 
 @jit(do_not_specialize=["yv", "zv", "p0", "p1", "p2"])
@@ -2074,14 +2119,27 @@ def _tile_kernel(
         x = _operand(x_ptr, ox, ok, 0, 0, X_VIA, X_TO, UPCAST)
         y = _operand(x_ptr, oo, ok, yv, Y_MODE, Y_VIA, Y_TO, UPCAST)
         z = _operand(x_ptr, oo, ok, zv, Z_MODE, Z_VIA, Z_TO, UPCAST)
-        if SITE != 0:
-            bad, value = GUARD(x, y, z)
-            bad = bad & ok
-            record_fault_lanes(fault_ptr, SITE, oo, value, BOUND, bad)
-        r = BODY(
-            x, y, z, _param(p0, P_FLOAT, P_TO), _param(p1, P_FLOAT, P_TO), _param(p2, P_FLOAT, P_TO), oo, DEVICE_MATH
+        _apply_and_store(
+            out_ptr,
+            oo,
+            ok,
+            x,
+            y,
+            z,
+            p0,
+            p1,
+            p2,
+            oo,
+            fault_ptr,
+            BODY,
+            GUARD,
+            SITE,
+            BOUND,
+            P_FLOAT,
+            P_TO,
+            UPCAST,
+            DEVICE_MATH,
         )
-        tl.store(out_ptr + oo, _to_output(r, out_ptr.dtype.element_ty, UPCAST), mask=ok)
 
 
 # ======================================================================================================================
