@@ -202,14 +202,11 @@ def _other_classes(dirs: Sequence[Path], profile_key: str, memory_class: str, se
     from collections import Counter
 
     from nbxcert.certificates import profile_certificates
-    from nbxcert.errors import CertificateInvalid
 
     counts: Counter = Counter()
-    try:
-        for _path, cert in profile_certificates([d for d in dirs if files.is_dir(d)], profile_key):
-            counts.update(e["memory_class"] for e in cert.entries.values())
-    except (CertificateInvalid, OSError):  # the index build refused or skipped these already, and said so
-        return ""
+    # the files the index was just built from or found built from (a damaged one was refused there, before this)
+    for _path, cert in profile_certificates([d for d in dirs if files.is_dir(d)], profile_key):
+        counts.update(e["memory_class"] for e in cert.entries.values())
     counts.pop(memory_class, None)
     if not counts:
         return ""
