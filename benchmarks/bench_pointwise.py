@@ -115,7 +115,7 @@ def _cases(H: str = H) -> list[tuple]:  # noqa: N803 - the cases' one letter for
         cases.append((op, (("bool", "bool"), ("bool", "bool")), f"ops.{op}(x, y)", f"torch.{op}(x, y)"))
     short = {"float16": "f16", "bfloat16": "bf16"}[H]
     # views as a model makes them: a bias row and a per-row scale broadcast, a slice of a wider buffer (the q part
-    # of a fused projection's rows), a strided output (every other column)
+    # of a fused projection's rows) as an operand of a binary and of a unary op
     cases += [
         ("add_row_bias", ((H, "normal"), (H, "row")), "ops.add(x, y)", "torch.add(x, y)"),
         ("mul_col_scale", ((H, "normal"), (H, "col")), "ops.mul(x, y)", "torch.mul(x, y)"),
