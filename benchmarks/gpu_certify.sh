@@ -15,15 +15,18 @@
 # goes on where a stopped one ended. KEYS="file ..." certifies the keys of keys files (JSON lines, as `nbxcert keys
 # --json` and `nbxcert stale --out` write them) instead of the workloads'; FORCE=1 sweeps keys again even where they
 # are certified (`certify --force`), as stale winners need. CERTIFY_S=S interrupts each shard after S seconds (every
-# entry written so far is kept).
+# entry written so far is kept). CERT_DIR=D certifies into D instead of certificates/ (a measurement on a card whose
+# memory class the shipped entries are not of: a certificate file holds one entry a key, so certifying there would
+# replace them).
 #
 # OUTDIR gets keys.jsonl (the keys asked for), certify_shard<i>.log (a line per key as it finishes, then the table),
 # and coverage_<workload>.txt (`nbxcert coverage`'s line) for each of WORKLOADS (with KEYS, those named).
-USAGE="[WORKLOADS=...] [KEYS=...] bash benchmarks/gpu_certify.sh OUTDIR"
+USAGE="[WORKLOADS=...] [KEYS=...] [CERT_DIR=D] bash benchmarks/gpu_certify.sh OUTDIR"
 source "$(dirname "$0")/gpu_outdir.sh"
 PROFILE=${PROFILE:-hopper}
 [ -n "${KEYS:-}" ] || WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
 WORKLOADS=${WORKLOADS:-}
+CERT_DIR=${CERT_DIR:-certificates}
 source "$(dirname "$0")/gpu_env.sh"
 : > "$dest/keys.jsonl"
 if [ -n "${KEYS:-}" ]; then
@@ -41,12 +44,12 @@ for i in $(seq 0 $(( SHARDS - 1 ))); do
   # each shard's float64 oracles (numpy's BLAS) get its share of the cores, not all of them each
   CUDA_VISIBLE_DEVICES=$i OMP_NUM_THREADS=$JOBS OPENBLAS_NUM_THREADS=$JOBS MKL_NUM_THREADS=$JOBS \
   PYTHONPATH=/tmp/notorch timeout -s INT "${CERTIFY_S:-0}" python3 -m nbxcert certify \
-    --profile "$PROFILE" --keys "$dest/keys.jsonl" --out certificates --shard "$i/$SHARDS" --jobs "$JOBS" \
+    --profile "$PROFILE" --keys "$dest/keys.jsonl" --out "$CERT_DIR" --shard "$i/$SHARDS" --jobs "$JOBS" \
     ${force[@]+"${force[@]}"} > "$dest/certify_shard$i.log" 2>&1 &
 done
 wait
 echo "certify: $SHARDS shard(s) ended after $(( $(date +%s) - start )) s"
 for w in $WORKLOADS; do
-  PYTHONPATH=/tmp/notorch python3 -m nbxcert coverage --profile "$PROFILE" --workload "$w" --dir certificates \
+  PYTHONPATH=/tmp/notorch python3 -m nbxcert coverage --profile "$PROFILE" --workload "$w" --dir "$CERT_DIR" \
     2>&1 | tail -1 | tee "$dest/coverage_$w.txt"
 done

@@ -9,7 +9,7 @@
 #    an LM-head matmul and a decode attention key of llama-3-8b), with --compare 4: each phase's seconds, and screens
 #    replayed against dispatched;
 # 3. `gpu_certify.sh` of WORKLOAD into certificates/nvidia/$PROFILE, stopped after CERTIFY_S seconds (default 300;
-#    a rerun resumes), then `bench_certified.py throughput` of its log: keys a minute and each part's share.
+#    a rerun resumes; CERT_DIR=D certifies into D instead), then `bench_certified.py throughput` of its log: keys a minute and each part's share.
 #
 # Needs one NVIDIA GPU of the profile (PROFILE, default hopper). OUTDIR gets tests.txt, profile/ (summary.json and a
 # report per key), certify/ (gpu_certify.sh's files) and throughput.json; summary.txt has the lines that matter.
