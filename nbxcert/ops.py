@@ -4,8 +4,8 @@ Every pointwise op of torch (`torch.add`, `torch.exp`, `torch.where`, ...) and o
 `silu`, `leaky_relu`, `logsigmoid` and `log_sigmoid`, `glu`, ...) takes torch's positional and keyword arguments,
 broadcasts its operands, takes Python numbers as operands, promotes as torch does (`nbxcert.kernels.promotion`),
 writes `out=` (any strides) and has its in-place `_` form where torch has one (`add_`, `relu_`, `clamp_`, ...).
-Data movement: `zeros`, `ones`, `full`, `arange`, `linspace`, `copy_`, `fill_`, `to`. All run one certified kernel,
-`nbxcert.kernels.pointwise`.
+Data movement: `empty`, `zeros`, `ones`, `full`, `arange`, `linspace`, `copy_`, `fill_`, `to`. All but `empty` run
+one certified kernel, `nbxcert.kernels.pointwise`.
 
 The other families have torch's signatures too, as thin wrappers over their served functions: `matmul`, `mm`, `bmm`,
 `addmm`, `baddbmm`, `mv`, `addmv` (torch.*, `out=`, beta/alpha); `softmax`, `log_softmax`, `layer_norm`, `rms_norm`,
@@ -49,6 +49,11 @@ _NBXCERT_ONLY = {
     "dequant_matmul": ("quant", "dequant_matmul"),
     "dequant_gemv": ("quant", "dequant_gemv"),
 }
+
+
+def __dir__() -> list[str]:
+    """The ops (torch's names and nbxcert's own, `__all__`) and the errors they raise, not the module's imports."""
+    return sorted(__all__)
 
 
 def __getattr__(name: str):
@@ -486,6 +491,21 @@ def _fill(t, value):
     pw.check_dtype(op, d)
     via, compute, kparams, p_float = pw.plan_for(op, [], d, t, {"value": value})
     return pw.pointwise_call("fill", None, None, None, t, via, compute, kparams, p_float)
+
+
+def empty(*size, dtype="float32", device="cpu", out=None):
+    """A tensor of the size, its elements not set (torch.empty: no kernel runs); `out=` is returned as it is."""
+    if out is not None:
+        if tuple(out.shape) != _size(size):
+            raise ShapeMismatch(f"empty: out has shape {tuple(out.shape)}, the size asked is {_size(size)}")
+        return out
+    pw = _pw()
+    return pw.empty(_size(size), pw.get_dtype(dtype).name, device)
+
+
+def empty_like(input, *, dtype=None):
+    """A tensor of input's shape and device (and dtype, unless given), its elements not set (torch.empty_like)."""
+    return empty(input.shape, dtype=dtype or input.dtype.name, device=input.device)
 
 
 def zeros(*size, dtype="float32", device="cpu", out=None):
@@ -1038,3 +1058,16 @@ def matmul(input, other, *, out=None):
         flat_out = None if out is None else _view_as(op, out, (nb, m, n), "out")
         y = mm_family.bmm(ab, bb, out=flat_out)
     return out if out is not None else y.view(shape)
+
+
+# What `from nbxcert.ops import *` and `dir(nbxcert.ops)` give: every op defined here, nbxcert's own ops (loaded on
+# first use) and the errors the ops raise; the module's imports and helpers are not ops.
+__all__ = sorted(
+    {
+        n
+        for n, v in list(globals().items())
+        if callable(v) and not n.startswith("_") and getattr(v, "__module__", None) == __name__
+    }
+    | set(_NBXCERT_ONLY)
+    | {"ArgumentNotSupported", "DTypeError", "ShapeMismatch", "ViewError"}
+)

@@ -126,6 +126,23 @@ def test_errors_are_one_line(call, error, text):
     assert "\n" not in str(info.value)
 
 
+def test_the_namespace_lists_the_ops_not_its_imports():
+    names = dir(ops)
+    assert {"add", "add_", "empty", "empty_like", "matmul", "rms_norm", "add_rms_norm", "flash_attention"} <= set(names)
+    assert not {"math", "importlib", "annotations", "Any"} & set(names)
+    assert names == sorted(ops.__all__) and not [n for n in names if n.startswith("_")]
+
+
+def test_empty_has_the_shape_and_dtype_asked():
+    e = ops.empty(2, 3, dtype="int8", device=DEVICE)
+    assert e.shape == (2, 3) and e.dtype.name == "int8"
+    like = ops.empty_like(_t([[1.0, 2.0]], np.float16))
+    assert like.shape == (1, 2) and like.dtype.name == "float16"
+    assert ops.empty((1, 2), out=like) is like
+    with pytest.raises(ShapeMismatch, match="out has shape"):
+        ops.empty(3, out=like)
+
+
 def test_other_families_are_reachable():
     from nbxcert.kernels import elementwise
 
