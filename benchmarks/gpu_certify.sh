@@ -17,11 +17,11 @@
 # are certified (`certify --force`), as stale winners need. CERTIFY_S=S interrupts each shard after S seconds (every
 # entry written so far is kept). CERT_DIR=D certifies into D instead of certificates/ (a measurement on a card whose
 # memory class the shipped entries are not of: a certificate file holds one entry a key, so certifying there would
-# replace them).
+# replace them). AHEAD=N keeps N keys' compiles queued ahead of the key on the GPU (`certify --ahead`, default 4).
 #
 # OUTDIR gets keys.jsonl (the keys asked for), certify_shard<i>.log (a line per key as it finishes, then the table),
 # and coverage_<workload>.txt (`nbxcert coverage`'s line) for each of WORKLOADS (with KEYS, those named).
-USAGE="[WORKLOADS=...] [KEYS=...] [CERT_DIR=D] bash benchmarks/gpu_certify.sh OUTDIR"
+USAGE="[WORKLOADS=...] [KEYS=...] [CERT_DIR=D] [AHEAD=N] bash benchmarks/gpu_certify.sh OUTDIR"
 source "$(dirname "$0")/gpu_outdir.sh"
 PROFILE=${PROFILE:-hopper}
 [ -n "${KEYS:-}" ] || WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
@@ -36,8 +36,9 @@ else
     python3 -m nbxcert keys --profile "$PROFILE" --workload "$w" --json >> "$dest/keys.jsonl"
   done
 fi
-force=()
-[ "${FORCE:-0}" = 1 ] && force=(--force)
+extra=()
+[ "${FORCE:-0}" = 1 ] && extra=(--force)
+[ -n "${AHEAD:-}" ] && extra+=(--ahead "$AHEAD")
 echo "$(wc -l < "$dest/keys.jsonl") keys of ${KEYS:-$WORKLOADS} over $SHARDS shard(s), $JOBS compile jobs each"
 start=$(date +%s)
 for i in $(seq 0 $(( SHARDS - 1 ))); do
@@ -45,7 +46,7 @@ for i in $(seq 0 $(( SHARDS - 1 ))); do
   CUDA_VISIBLE_DEVICES=$i OMP_NUM_THREADS=$JOBS OPENBLAS_NUM_THREADS=$JOBS MKL_NUM_THREADS=$JOBS \
   PYTHONPATH=/tmp/notorch timeout -s INT "${CERTIFY_S:-0}" python3 -m nbxcert certify \
     --profile "$PROFILE" --keys "$dest/keys.jsonl" --out "$CERT_DIR" --shard "$i/$SHARDS" --jobs "$JOBS" \
-    ${force[@]+"${force[@]}"} > "$dest/certify_shard$i.log" 2>&1 &
+    ${extra[@]+"${extra[@]}"} > "$dest/certify_shard$i.log" 2>&1 &
 done
 wait
 echo "certify: $SHARDS shard(s) ended after $(( $(date +%s) - start )) s"

@@ -201,6 +201,16 @@ def shard_keys(keys: Sequence[LaunchKey], shard: tuple[int, int] | None) -> list
     return share
 
 
+def keys_ahead(n: int) -> int:
+    """`--ahead`: how many keys' compiles a certify run keeps queued ahead of the key on the GPU, 0 or more."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise UsageError(
+            f"--ahead {n} is not a count of keys",
+            hint=f"give 0 (each key compiles when its turn comes) or more; the default is {ahead.AHEAD_KEYS}",
+        )
+    return n
+
+
 def check_out_dir(out_dir: Path | None) -> Path:
     """Where certify may write: only a directory `--out` names (with no default, a certify run from a checkout wrote
     into the shipped `certificates/`), a directory that exists or can be made, and can be written."""
@@ -268,6 +278,7 @@ def certify(
     progress: Callable[[str], None] | None = None,
     on_key: Callable[[KeyReport], None] | None = None,
     timeout_s: float | None = None,
+    ahead_keys: int | None = None,
 ) -> CertifyReport:
     from nbxcert.kernels.backends import select
     from nbxcert.options import jobs as check_jobs
@@ -283,6 +294,7 @@ def certify(
         check_prune(specs[k.kernel], check_key(specs[k.kernel], k, profile), profile)
     todo = shard_keys(keys, shard)
     jobs, timeout_s = check_jobs(jobs), seconds(timeout_s)
+    depth = ahead.AHEAD_KEYS if ahead_keys is None else keys_ahead(ahead_keys)
     choice = select()
     prov = provenance()
     report = CertifyReport(profile.key, choice.name, str(out_dir))
@@ -311,11 +323,11 @@ def certify(
     queued: set[int] = set()  # the keys (indices into todo) whose compiles were queued ahead
 
     def compile_next(after: int) -> None:
-        """Queue the compiles of the next AHEAD_KEYS keys to sweep after `todo[after]`, those not queued yet."""
+        """Queue the compiles of the next `depth` keys to sweep after `todo[after]`, those not queued yet."""
         assert compiler is not None
         count = 0
         for j in range(after + 1, len(todo)):
-            if count >= ahead.AHEAD_KEYS:
+            if count >= depth:
                 break
             if done_before(todo[j]):
                 continue

@@ -522,16 +522,22 @@ def certify(
         float | None, typer.Option(help="Seconds one candidate may take to compile, or to check and time.")
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON; no progress bar.")] = False,
+    ahead: Annotated[
+        int | None,
+        typer.Option(help="How many keys' compiles run ahead of the key on the GPU (default 4; a GPU run only)."),
+    ] = None,
 ):
     """Sweep every requested key on this device and write certificates under --out (resumable; exit 0 only if all
     certified)."""
     from nbxcert.certify import certify as run_certify
-    from nbxcert.certify import check_out_dir, parse_shard, resolve_profile
+    from nbxcert.certify import check_out_dir, keys_ahead, parse_shard, resolve_profile
     from nbxcert.options import jobs as check_jobs
     from nbxcert.options import seconds
 
     _backend_line()
     share, jobs, timeout = parse_shard(shard), check_jobs(jobs), seconds(timeout)
+    if ahead is not None:
+        keys_ahead(ahead)
     prof, how = resolve_profile(profile)
     modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec, hf_config)
     check_out_dir(out_dir)
@@ -551,7 +557,9 @@ def certify(
             beat.state = f"{finished[0]}/{total} keys done; {text}"
             return text
 
-        run = functools.partial(run_certify, prof.key, found, out_dir, force, share, jobs, modules=modules)
+        run = functools.partial(
+            run_certify, prof.key, found, out_dir, force, share, jobs, modules=modules, ahead_keys=ahead
+        )
         if json_out:
             report = run(timeout_s=timeout, progress=noted, on_key=key_done)
         else:

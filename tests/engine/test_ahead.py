@@ -9,6 +9,7 @@ import time
 import pytest
 
 from nbxcert import ahead, certify
+from nbxcert.errors import UsageError
 from nbxcert.keys import parse_key
 from nbxcert.profiles import get_profile
 from nbxcert.sweep import sweep_key
@@ -142,12 +143,12 @@ def test_a_cancelled_compile_drains_at_once_and_starts_no_worker_again():
         pool.close()
 
 
-@pytest.mark.parametrize("depth", [1, ahead.AHEAD_KEYS])
-def test_certify_compiles_each_next_key_while_the_one_before_is_judged(tmp_path, monkeypatch, depth):
+@pytest.mark.parametrize("asked", [0, 1, 2, None])
+def test_certify_compiles_each_next_key_while_the_one_before_is_judged(tmp_path, monkeypatch, asked):
     """In a certify run with a compile pool (on the interpreter a compile is a no-op, so a pool is forced here), the
-    compiles of the next AHEAD_KEYS keys are queued before key k is recorded, each once, and every key after the
-    first takes its set."""
-    monkeypatch.setattr(ahead, "AHEAD_KEYS", depth)
+    compiles of the next `ahead_keys` keys (`--ahead`; None: AHEAD_KEYS) are queued before key k is recorded, each
+    once, and every key after the first takes its set; with 0 none is queued ahead and each key compiles its own."""
+    depth = ahead.AHEAD_KEYS if asked is None else asked
     events: list[tuple[str, str]] = []
     made: list[ahead.AheadPool] = []
 
@@ -169,17 +170,34 @@ def test_certify_compiles_each_next_key_while_the_one_before_is_judged(tmp_path,
     ]
     keys = [parse_key(t) for t in texts]
     report = certify.certify(
-        "interpreter", keys, tmp_path / "out", jobs=1, on_key=lambda kr: events.append(("done", kr.key))
+        "interpreter",
+        keys,
+        tmp_path / "out",
+        jobs=1,
+        on_key=lambda kr: events.append(("done", kr.key)),
+        ahead_keys=asked,
     )
     assert [k.status for k in report.keys] == ["certified"] * 3
     (p,) = made
+    if depth == 0:
+        assert (p.submitted, p.used) == (0, 0) and [e[0] for e in events] == ["done"] * 3
+        return
     assert (p.submitted, p.used) == (2, 2)
     if depth == 1:  # key 2's compile was queued inside key 1's sweep, before key 1 was recorded; key 3's inside key 2's
         assert [e[0] for e in events] == ["submit", "done", "submit", "done", "done"]
         assert events[0][1].startswith("silu_and_mul") and events[2][1].startswith("embedding")
-    else:  # both queued inside key 1's sweep
+    else:  # both queued inside key 1's sweep (2 keys ahead or more)
         assert [e[0] for e in events] == ["submit", "submit", "done", "done", "done"]
         assert events[0][1].startswith("silu_and_mul") and events[1][1].startswith("embedding")
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.5])
+def test_ahead_that_is_no_count_of_keys_is_refused_in_one_line(tmp_path, bad):
+    with pytest.raises(UsageError, match="is not a count of keys") as info:
+        certify.certify(
+            "interpreter", [parse_key("rmsnorm[n_cols=64,n_rows=2;float16,float16]@v1")], tmp_path, ahead_keys=bad
+        )
+    assert "\n" not in str(info.value) and not (tmp_path / "cpu").exists()
 
 
 def test_compile_workers_keep_no_freed_block(monkeypatch):
