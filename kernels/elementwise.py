@@ -965,12 +965,15 @@ def embedding(table: Tensor, ids: Tensor, out: Tensor | None = None, config: Con
 
 
 # --- inputs and oracle adapters ---------------------------------------------------------------------------------------
+NORMAL_SCALE = 2.0  # "normal" test values: standard normal times this
+
+
 def values_of(gen: np.random.Generator, shape, values: str, dtype: str) -> np.ndarray:
     """Float64 test values: "normal" (standard normal x 2); "large" (normal x 1e4 clipped to +-30000: near float16's
     top, with room for a sum of two or a rotation to stay below its 65504; silu/gelu of -1e4 underflow to an exact 0
     even in float64); "equal" (one repeated value)."""
     if values == "normal":
-        return gen.standard_normal(shape) * 2.0
+        return gen.standard_normal(shape) * NORMAL_SCALE
     if values == "large":
         return np.clip(gen.standard_normal(shape) * 1e4, -30000.0, 30000.0)
     if values == "equal":
@@ -978,15 +981,23 @@ def values_of(gen: np.random.Generator, shape, values: str, dtype: str) -> np.nd
     raise ValueError(f"unknown values kind {values!r}")
 
 
+def tensor_of(gen: np.random.Generator, shape, values: str, dtype: str, device: str) -> Tensor:
+    """`values_of` as a tensor of `dtype` on `device` ("normal" drawn where it lies: `inputs.of_values`)."""
+    return _inputs.of_values(gen, shape, values, dtype, device, values_of, NORMAL_SCALE)
+
+
 def silu_inputs(problem, dtypes, seed, device, values: str = "normal") -> Inputs:
     """x [n_rows, 2d] of `values`; out [n_rows, d]. "large" keeps the gate large and the other half in [-1, 1], so
     the product stays inside float16's range."""
     n_rows, d = int(problem["n_rows"]), int(problem["d"])
     gen = _inputs.rng(seed)
-    x = values_of(gen, (n_rows, 2 * d), values, dtypes[0])
     if values == "large":
-        x[:, d:] = gen.uniform(-1.0, 1.0, (n_rows, d))
-    tensors = {"x": from_numpy(x, dtypes[0], device), "y": empty((n_rows, d), dtypes[0], device)}
+        values_x = values_of(gen, (n_rows, 2 * d), values, dtypes[0])
+        values_x[:, d:] = gen.uniform(-1.0, 1.0, (n_rows, d))
+        x = from_numpy(values_x, dtypes[0], device)
+    else:
+        x = tensor_of(gen, (n_rows, 2 * d), values, dtypes[0], device)
+    tensors = {"x": x, "y": empty((n_rows, d), dtypes[0], device)}
     return Inputs(tensors, {}, ("y",), dict(problem))
 
 
@@ -1020,7 +1031,7 @@ def gelu_inputs(problem, dtypes, seed, device, values: str = "normal") -> Inputs
     """x [n_rows, n_cols] of `values`; y alike."""
     n_rows, n_cols = int(problem["n_rows"]), int(problem["n_cols"])
     gen = _inputs.rng(seed)
-    x = from_numpy(values_of(gen, (n_rows, n_cols), values, dtypes[0]), dtypes[0], device)
+    x = tensor_of(gen, (n_rows, n_cols), values, dtypes[0], device)
     tensors = {"x": x, "y": empty((n_rows, n_cols), dtypes[0], device)}
     return Inputs(tensors, {"approximate": str(problem["approximate"])}, ("y",), dict(problem))
 
@@ -1038,11 +1049,11 @@ def layout_operand(gen, n_rows: int, n_cols: int, layout: str, dtype: str, devic
     """An operand that reads into [n_rows, n_cols] as `layout`: "dense" (contiguous); "broadcast" (a [n_cols] row
     vector, repeated over the rows by a 0 stride); "strided" (the transpose of a contiguous [n_cols, n_rows])."""
     if layout == "dense":
-        return from_numpy(values_of(gen, (n_rows, n_cols), values, dtype), dtype, device)
+        return tensor_of(gen, (n_rows, n_cols), values, dtype, device)
     if layout == "broadcast":
-        return from_numpy(values_of(gen, (n_cols,), values, dtype), dtype, device)
+        return tensor_of(gen, (n_cols,), values, dtype, device)
     if layout == "strided":
-        return from_numpy(values_of(gen, (n_cols, n_rows), values, dtype), dtype, device).T
+        return tensor_of(gen, (n_cols, n_rows), values, dtype, device).T
     raise ValueError(f"unknown layout {layout!r}")
 
 
@@ -1138,7 +1149,7 @@ def rope_inputs(problem, dtypes, seed, device, values: str = "normal") -> Inputs
     t, h, kh = int(problem["n_tokens"]), int(problem["n_heads"]), int(problem["n_kv_heads"])
     d, rot = int(problem["head_dim"]), int(problem["rot_dim"])
     gen = _inputs.rng(seed)
-    qkv = from_numpy(values_of(gen, (t, (h + 2 * kh) * d), values, dtypes[0]), dtypes[0], device)
+    qkv = tensor_of(gen, (t, (h + 2 * kh) * d), values, dtypes[0], device)
     q = qkv[:, : h * d].view(t, h, d) if t else empty((0, h, d), dtypes[0], device)
     k = qkv[:, h * d : (h + kh) * d].view(t, kh, d) if t else empty((0, kh, d), dtypes[0], device)
     positions = from_numpy(gen.integers(0, ROPE_MAX_POSITION, t).astype(np.int64), "int64", device)
@@ -1172,7 +1183,7 @@ def embedding_inputs(problem, dtypes, seed, device, values: str = "normal", voca
     so both ends of the table are read); out [n_tokens, dim]."""
     n, dim = int(problem["n_tokens"]), int(problem["dim"])
     gen = _inputs.rng(seed)
-    table = from_numpy(values_of(gen, (vocab, dim), values, dtypes[0]), dtypes[0], device)
+    table = tensor_of(gen, (vocab, dim), values, dtypes[0], device)
     ids = gen.integers(0, vocab, n)
     if n:
         ids[0], ids[-1] = 0, vocab - 1

@@ -851,18 +851,26 @@ RMSNORM_EPS = float(np.float32(1e-6))
 ADDITIVE_MASK_ROWS = 16  # the additive mask's rows in generated inputs (a [q_len, n_cols] mask, q_len <= 16)
 
 
+ROW_NORMAL_SCALE = 2.0  # "normal" test values: standard normal times this
+
+
 def row_values(gen: np.random.Generator, shape, values: str, dtype: str) -> np.ndarray:
     """Float64 test values: "normal" (standard normal x 2); "large": magnitudes near the top of what the kernels'
     arithmetic holds, a row's sum of squares (norms, variance) included: x 5000 for float16 (its largest finite is
     65504), x 1e15 for bfloat16 (computed in float32, whose squares overflow past ~1.8e19), x 1e30 for float32
     (computed in float64); "equal": every row one repeated value."""
     if values == "normal":
-        return gen.standard_normal(shape) * 2.0
+        return gen.standard_normal(shape) * ROW_NORMAL_SCALE
     if values == "large":
         return gen.standard_normal(shape) * {"float16": 5000.0, "bfloat16": 1e15}.get(dtype, 1e30)
     if values == "equal":
         return np.broadcast_to(gen.standard_normal(shape[:-1] + (1,)) * 3.0, shape).copy()
     raise ValueError(f"unknown values kind {values!r}")
+
+
+def row_tensor(gen: np.random.Generator, shape, values: str, dtype: str, device: str) -> Tensor:
+    """`row_values` as a tensor of `dtype` on `device` ("normal" drawn where it lies: `inputs.of_values`)."""
+    return _inputs.of_values(gen, shape, values, dtype, device, row_values, ROW_NORMAL_SCALE)
 
 
 def softmax_inputs(
@@ -873,7 +881,7 @@ def softmax_inputs(
     n_rows, n_cols, mask = int(problem["n_rows"]), int(problem["n_cols"]), str(problem["mask"])
     dtype = dtypes[0]
     gen = _inputs.rng(seed)
-    x = from_numpy(row_values(gen, (n_rows, n_cols), values, dtype), dtype, device)
+    x = row_tensor(gen, (n_rows, n_cols), values, dtype, device)
     tensors = {"x": x, "y": empty((n_rows, n_cols), dtype, device)}
     if mask == "additive":
         q = int(q_len) if q_len is not None else max(1, min(n_rows, ADDITIVE_MASK_ROWS))
@@ -913,9 +921,9 @@ def norm_inputs(
     n_rows, n_cols = int(problem["n_rows"]), int(problem["n_cols"])
     dtype, wdtype = dtypes
     gen = _inputs.rng(seed)
-    tensors = {"x": from_numpy(row_values(gen, (n_rows, n_cols), values, dtype), dtype, device)}
+    tensors = {"x": row_tensor(gen, (n_rows, n_cols), values, dtype, device)}
     if residual:
-        tensors["residual"] = from_numpy(row_values(gen, (n_rows, n_cols), values, dtype), dtype, device)
+        tensors["residual"] = row_tensor(gen, (n_rows, n_cols), values, dtype, device)
         tensors["s"] = empty((n_rows, n_cols), dtype, device)
     tensors["weight"] = from_numpy(1.0 + 0.5 * gen.standard_normal(n_cols), wdtype, device)
     if not rms:
@@ -979,7 +987,7 @@ def row_reduce_inputs(
     """x [n_rows, n_cols] of `values`; out [n_rows]."""
     n_rows, n_cols = int(problem["n_rows"]), int(problem["n_cols"])
     gen = _inputs.rng(seed)
-    x = from_numpy(row_values(gen, (n_rows, n_cols), values, dtypes[0]), dtypes[0], device)
+    x = row_tensor(gen, (n_rows, n_cols), values, dtypes[0], device)
     scalars = {"op": str(problem["op"]), "correction": int(problem["correction"])}
     return Inputs({"x": x, "out": empty((n_rows,), dtypes[0], device)}, scalars, ("out",), dict(problem))
 
