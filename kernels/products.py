@@ -13,7 +13,8 @@ Both are float64 products of the same float64 operands (only the summation order
 1e-16), so a verdict does not depend on the choice; its time does. matmul's oracle (matmul, addmm, bmm, baddbmm, the
 GEMV) takes `device_products`: its operands are widened on the GPU where they lie, so no float64 operand crosses; the
 dequantizing products and fused MoE take `product_for`, whose float64 operands (made on the host) cross to the GPU and
-the products back. Measured on an H200 (benchmarks/README.md, throughput): a decode LM-head key of qwen2.5-7b (64
+the products back; flash and decode attention take `device_library` and evaluate their whole reference there
+(`attention64`). Measured on an H200 (benchmarks/README.md, throughput): a decode LM-head key of qwen2.5-7b (64
 tokens, a 152064 x 3584 weight) made its inputs and oracle in 3.6 s with the GPU's products against 20.0 s with
 numpy's, whose float64 widening of the weight was 17 s of it; hence the default. `describe(device)` says which is in
 force, for `nbxcert doctor` and `certify`.
@@ -77,6 +78,16 @@ def product_for(device) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     return lambda a, b: cublas.matmul64(a, b, name, lib)
 
 
+def device_library(device):
+    """The cuBLAS an oracle whose inputs lie on `device` multiplies with where `in_force` says "device"; None where
+    the host computes (the caller uses the host's reference)."""
+    if in_force(device)[0] == "host":
+        return None
+    from nbxcert.kernels.backends import cublas
+
+    return cublas.load()
+
+
 def device_products(a, b, lib=None) -> tuple[np.ndarray, np.ndarray] | None:
     """(a @ b, |a| @ |b|) in float64 for operand tensors as they lie ([..., M, K] and [..., K, N] views of 16- or
     32-bit floats, leading dimensions broadcast), computed on their GPU: each operand widened to float64 there by
@@ -103,8 +114,8 @@ def products_on_device(a, b, lib) -> tuple[np.ndarray, np.ndarray]:
     shape = (*lead, m, n)
     if nb * m * n == 0 or k == 0:
         return np.zeros(shape), np.zeros(shape)
-    a64, a_abs = _widened(a.expand(*lead, m, k) if lead else a, nb)
-    b64, b_abs = _widened(b.expand(*lead, k, n) if lead else b, nb)
+    a64, a_abs = widened(a.expand(*lead, m, k) if lead else a, nb)
+    b64, b_abs = widened(b.expand(*lead, k, n) if lead else b, nb)
     z, z_abs = (empty((nb, m, n), "float64", a.device) for _ in range(2))
     index = a.device.index or 0
     cublas.gemm(lib, index, a64.data_ptr(), b64.data_ptr(), z.data_ptr(), nb, m, n, k)
@@ -136,7 +147,7 @@ def _widen_kernel(src, dst, dst_abs, rows, cols, s_b, s_r, s_c, BF16_BITS: tl.co
     tl.store(dst_abs + to, tl.abs(x), mask=inside)
 
 
-def _widened(t, nb: int):
+def widened(t, nb: int):
     """The [nb, rows, cols] float64 contiguous copies of a (batched) matrix view `t` and of its absolute values."""
     from nbxcert.kernels.launch import cdiv
     from nbxcert.kernels.tensor import Tensor, empty

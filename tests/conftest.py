@@ -72,3 +72,13 @@ def _no_torch():
     every test process, the workers of `pytest -n` included)."""
     yield
     assert "torch" not in sys.modules, "torch was imported into this test process: nbxcert and its tests run without it"
+
+
+@pytest.fixture
+def host_cuda(monkeypatch):
+    """cuBLAS calls (`backends.cublas`, a stand-in library: `cublastools.FakeCublas`) on cpu tensors: no stream,
+    nothing to wait for."""
+    from nbxcert.kernels.backends import cuda
+
+    monkeypatch.setattr(cuda, "current_stream", lambda index=None: 0)
+    monkeypatch.setattr(cuda, "synchronize", lambda: None)
