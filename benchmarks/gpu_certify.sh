@@ -17,7 +17,7 @@
 # are certified (`certify --force`), as stale winners need. CERTIFY_S=S interrupts each shard after S seconds (every
 # entry written so far is kept). CERT_DIR=D certifies into D instead of certificates/ (a measurement on a card whose
 # memory class the shipped entries are not of: a certificate file holds one entry a key, so certifying there would
-# replace them). AHEAD=N keeps N keys' compiles queued ahead of the key on the GPU (`certify --ahead`, default 4).
+# replace them). AHEAD=N keeps N keys' compiles queued ahead of the key on the GPU (`certify --ahead`, default 16).
 #
 # OUTDIR gets keys.jsonl (the keys asked for), certify_shard<i>.log (a line per key as it finishes, then the table),
 # and coverage_<workload>.txt (`nbxcert coverage`'s line) for each of WORKLOADS (with KEYS, those named).

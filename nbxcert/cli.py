@@ -524,7 +524,7 @@ def certify(
     json_out: Annotated[bool, typer.Option("--json", help="Print the summary as JSON; no progress bar.")] = False,
     ahead: Annotated[
         int | None,
-        typer.Option(help="How many keys' compiles run ahead of the key on the GPU (default 4; a GPU run only)."),
+        typer.Option(help="How many keys' compiles run ahead of the key on the GPU (default 16; a GPU run only)."),
     ] = None,
 ):
     """Sweep every requested key on this device and write certificates under --out (resumable; exit 0 only if all
