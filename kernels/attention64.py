@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from nbxcert.kernels.jit import jit, tl
-from nbxcert.kernels.products import widened
+from nbxcert.kernels.products import prefix, widened
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 
 # Score elements one step holds on the device (float64: 512 MiB): a step takes as many KV heads of one sequence as
@@ -79,27 +79,33 @@ def attention_on_device(
     rows = group * q_len
     out = np.zeros((batch, heads, q_len, dim))
     err = np.zeros_like(out)
+    if batch == 0 or q_len == 0 or kv_len == 0:
+        return out, err  # every row sees no key: zeros
     scale_t = from_numpy(np.array([scale], dtype=np.float64), "float64", q.device)
     index = q.device.index or 0
+    # One step's buffers, made once for the longest sequence and used by every step (a sequence's own length uses
+    # their prefixes): a size a sequence, freed each time, would leave the memory pool a block of every length kept
+    step = max(1, min(kv_heads, STEP_ELEMENTS // (rows * kv_len)))
+    size = {"q": step * rows * dim, "k": step * dim * kv_len, "s": step * rows * kv_len, "v": step * kv_len * dim}
+    buf = {name: empty((count,), "float64", q.device) for name, count in size.items()}
+    spare = {name: empty((count,), "float64", q.device) for name, count in size.items() if name != "s"}
     for b in range(batch):
         n = kv_len if lengths is None else int(lengths[b])
-        if n == 0 or q_len == 0:
+        if n == 0:
             continue  # every row sees no key: zeros
-        step = max(1, min(kv_heads, STEP_ELEMENTS // max(1, rows * n)))
         for h0 in range(0, kv_heads, step):
             h1 = min(kv_heads, h0 + step)
             hs = h1 - h0
             qg = q[b, h0 * group : h1 * group]  # [hs * group, q_len, dim]: a KV head's query heads, then its rows
-            q64, _ = widened(_grouped(qg, hs, rows, dim), hs)
-            kt64, _ = widened(k[b, h0:h1, :n].transpose(1, 2), hs)  # [hs, dim, n]
-            scores = empty((hs, rows, n), "float64", q.device)
+            q64, _ = widened(_grouped(qg, hs, rows, dim), hs, (buf["q"], spare["q"]))
+            kt64, _ = widened(k[b, h0:h1, :n].transpose(1, 2), hs, (buf["k"], spare["k"]))  # [hs, dim, n]
+            scores = prefix(buf["s"], (hs, rows, n))
             cublas.gemm(lib, index, q64.data_ptr(), kt64.data_ptr(), scores.data_ptr(), hs, rows, n, dim)
-            del q64, kt64
             _softmax64_kernel[(hs * rows,)](
                 scores, scale_t, n, q_len, n - q_len, CAUSAL=bool(causal), BLOCK=SOFTMAX_BLOCK
             )
-            v64, v_abs = widened(v[b, h0:h1, :n], hs)  # [hs, n, dim]
-            o, e = (empty((hs, rows, dim), "float64", q.device) for _ in range(2))
+            v64, v_abs = widened(v[b, h0:h1, :n], hs, (buf["v"], spare["v"]))  # [hs, n, dim]
+            o, e = prefix(buf["q"], (hs, rows, dim)), prefix(spare["q"], (hs, rows, dim))  # q64 is read by now
             cublas.gemm(lib, index, scores.data_ptr(), v64.data_ptr(), o.data_ptr(), hs, rows, dim, n)
             cublas.gemm(lib, index, scores.data_ptr(), v_abs.data_ptr(), e.data_ptr(), hs, rows, dim, n)
             if q.device.type == "cuda":

@@ -147,8 +147,9 @@ def _widen_kernel(src, dst, dst_abs, rows, cols, s_b, s_r, s_c, BF16_BITS: tl.co
     tl.store(dst_abs + to, tl.abs(x), mask=inside)
 
 
-def widened(t, nb: int):
-    """The [nb, rows, cols] float64 contiguous copies of a (batched) matrix view `t` and of its absolute values."""
+def widened(t, nb: int, into=None):
+    """The [nb, rows, cols] float64 contiguous copies of a (batched) matrix view `t` and of its absolute values;
+    `into`: two flat float64 buffers of at least that many elements to write them into (their prefixes), else new."""
     from nbxcert.kernels.launch import cdiv
     from nbxcert.kernels.tensor import Tensor, empty
 
@@ -158,13 +159,24 @@ def widened(t, nb: int):
         t = t.contiguous().reshape(nb, rows, cols)
         s_b = t.strides[0]
     s_r, s_c = t.strides[-2], t.strides[-1]
-    wide, wide_abs = (empty((nb, rows, cols), "float64", t.device) for _ in range(2))
+    if into is None:
+        wide, wide_abs = (empty((nb, rows, cols), "float64", t.device) for _ in range(2))
+    else:
+        wide, wide_abs = (prefix(buf, (nb, rows, cols)) for buf in into)
     bf16 = t.dtype.name == "bfloat16"
     if bf16:  # the same bytes read as int16 (same element size, same strides), as `judge` reads them
         t = Tensor(t.untyped_storage(), t.shape, t.strides, "int16", t.storage_offset())
     grid = (cdiv(rows * cols, WIDEN_BLOCK), nb)
     _widen_kernel[grid](t, wide, wide_abs, rows, cols, s_b, s_r, s_c, BF16_BITS=bf16, BLOCK=WIDEN_BLOCK)
     return wide, wide_abs
+
+
+def prefix(flat, shape):
+    """The first prod(shape) elements of the flat contiguous tensor `flat`, viewed as a contiguous `shape`."""
+    count = int(np.prod(shape, dtype=np.int64))
+    if count > flat.numel:
+        raise ValueError(f"a buffer of {flat.numel} elements cannot hold {tuple(shape)}")
+    return flat[:count].view(*shape)
 
 
 def _require_gpu(device, backend: str | None = None) -> None:
