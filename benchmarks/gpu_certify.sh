@@ -15,9 +15,9 @@
 # goes on where a stopped one ended. KEYS="file ..." certifies the keys of keys files (JSON lines, as `nbxcert keys
 # --json` and `nbxcert stale --out` write them) instead of the workloads'; FORCE=1 sweeps keys again even where they
 # are certified (`certify --force`), as stale winners need. CERTIFY_S=S interrupts each shard after S seconds (every
-# entry written so far is kept). CERT_DIR=D certifies into D instead of certificates/ (a measurement on a card whose
-# memory class the shipped entries are not of: a certificate file holds one entry a key, so certifying there would
-# replace them). AHEAD=N keeps N keys' compiles queued ahead of the key on the GPU (`certify --ahead`, default 16).
+# entry written so far is kept). CERT_DIR=D certifies into D instead of certificates/ (a measurement that is not to
+# be shipped; a key keeps one entry a memory class, so a card of another class than the shipped entries' adds its
+# own beside them). AHEAD=N keeps N keys' compiles queued ahead of the key on the GPU (`certify --ahead`, default 16).
 #
 # OUTDIR gets keys.jsonl (the keys asked for), certify_shard<i>.log (a line per key as it finishes, then the table),
 # and coverage_<workload>.txt (`nbxcert coverage`'s line) for each of WORKLOADS (with KEYS, those named).

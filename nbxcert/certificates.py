@@ -181,7 +181,58 @@ _ENTRY_REQUIRED = {
 }
 
 
+# A key certified on cards of several memory classes of its profile (an H100 and an H200 of nvidia/hopper) keeps one
+# entry a class: the first class's entry holds the others under this field, keyed by their class, each a whole entry
+# of its own (with no such field). Serving takes its card's class (`of_class`); readers that want one entry a key
+# (coverage, stale, export) read the first.
+OTHER_CLASSES = "other_classes"
+
+
+def class_entries(entry: Mapping[str, Any]) -> dict[str, dict]:
+    """Every memory class's entry of one key: {class: entry}, the first class's without its `other_classes`."""
+    first = {k: v for k, v in entry.items() if k != OTHER_CLASSES}
+    return {first["memory_class"]: first, **entry.get(OTHER_CLASSES, {})}
+
+
+def of_class(entry: Mapping[str, Any] | None, memory_class: str) -> dict | None:
+    """The key's entry of `memory_class` (None: no entry, or none of that class)."""
+    return None if entry is None else class_entries(entry).get(memory_class)
+
+
+def with_class(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict:
+    """The key's entry once `new` is added: `new` replaces the entry of its own class and keeps the other classes'
+    (a certify run on an H100 leaves the H200's entry of the same key in place, and the reverse)."""
+    new = {k: v for k, v in new.items() if k != OTHER_CLASSES}
+    if old is None:
+        return new
+    entries = class_entries(old) | {new["memory_class"]: new}
+    first = old["memory_class"]
+    others = {c: entries[c] for c in sorted(entries) if c != first}
+    return entries[first] | ({OTHER_CLASSES: others} if others else {})
+
+
 def validate_entry(path, key_text: str, entry: Any, kernel: str, dtype: str, spec=None) -> None:
+    _check_type(path, key_text, "", entry, dict)
+    others = entry.get(OTHER_CLASSES)
+    _validate_one(path, key_text, {k: v for k, v in entry.items() if k != OTHER_CLASSES}, kernel, dtype, spec)
+    if others is None:
+        return
+    _check_type(path, key_text, OTHER_CLASSES, others, dict)
+    if not others:
+        raise invalid(path, key_text, OTHER_CLASSES, "is empty (leave it out where the key has one class)")
+    for cls, other in others.items():
+        field = f"{OTHER_CLASSES}.{cls}"
+        _check_type(path, key_text, field, other, dict)
+        if OTHER_CLASSES in other:
+            raise invalid(path, key_text, f"{field}.{OTHER_CLASSES}", "an entry of another class holds no others")
+        _validate_one(path, key_text, other, kernel, dtype, spec)
+        if other["memory_class"] != cls:
+            raise invalid(path, key_text, f"{field}.memory_class", f"'{other['memory_class']}' is not its key '{cls}'")
+        if cls == entry["memory_class"]:
+            raise invalid(path, key_text, field, "is the class of the entry that holds it")
+
+
+def _validate_one(path, key_text: str, entry: Any, kernel: str, dtype: str, spec=None) -> None:
     try:
         key = parse_key(key_text)
     except KeyParseError as e:
@@ -368,7 +419,8 @@ def _remove_stale_temps(path: Path) -> None:
 
 
 def add_entry(root: Path, profile_key: str, kernel: str, dtype: str, key_text: str, entry: dict) -> Path:
-    """Add (or replace) one key's certification in its file, under the directory lock, atomically."""
+    """Add one key's certification to its file (replacing the entry of its memory class, keeping the other classes'),
+    under the directory lock, atomically."""
     directory = _inside(root, profile_dir(root, profile_key))
     path = directory / file_name(kernel, dtype)
     with locked(directory):
@@ -380,7 +432,7 @@ def add_entry(root: Path, profile_key: str, kernel: str, dtype: str, key_text: s
         else:
             doc = {"schema_version": SCHEMA_VERSION, "kernel": kernel, "dtype": dtype, "profile": profile_key}
             doc["entries"] = {}
-        doc["entries"][key_text] = entry
+        doc["entries"][key_text] = with_class(doc["entries"].get(key_text), entry)
         validate_doc(path, doc)
         atomic_write(path, dumps(doc))
     return path
@@ -433,12 +485,17 @@ class Directory:
     def path_of(self, profile_key: str, kernel: str, dtype: str) -> Path:
         return _inside(self.root, profile_dir(self.root, profile_key) / file_name(kernel, dtype))
 
-    def existing_entry(self, profile_key: str, kernel: str, dtype: str, key_text: str) -> dict | None:
+    def existing_entry(
+        self, profile_key: str, kernel: str, dtype: str, key_text: str, memory_class: str | None = None
+    ) -> dict | None:
+        """The key's entry in its file (with `memory_class`, that class's; None where there is none)."""
         held = self._cached(self.path_of(profile_key, kernel, dtype))
-        return None if held is None else held[0]["entries"].get(key_text)
+        entry = None if held is None else held[0]["entries"].get(key_text)
+        return entry if memory_class is None else of_class(entry, memory_class)
 
     def add_entry(self, profile_key: str, kernel: str, dtype: str, key_text: str, entry: dict) -> Path:
-        """Add (or replace) one key's certification in its file, under the directory lock, atomically."""
+        """Add one key's certification to its file (replacing the entry of its memory class, keeping the other
+        classes'), under the directory lock, atomically."""
         directory = _inside(self.root, profile_dir(self.root, profile_key))
         path = directory / file_name(kernel, dtype)
         with locked(directory):
@@ -450,6 +507,7 @@ class Directory:
                 held = (doc | {"entries": {}}, {})
                 validate_doc(path, held[0])
             doc, texts = held
+            entry = with_class(doc["entries"].get(key_text), entry)
             validate_entry(path, key_text, entry, kernel, dtype)
             text = entry_text(key_text, entry)
             doc = doc | {"entries": doc["entries"] | {key_text: entry}}
@@ -463,8 +521,11 @@ class Directory:
         return path
 
 
-def existing_entry(root: Path, profile_key: str, kernel: str, dtype: str, key_text: str) -> dict | None:
+def existing_entry(
+    root: Path, profile_key: str, kernel: str, dtype: str, key_text: str, memory_class: str | None = None
+) -> dict | None:
     path = _inside(root, profile_dir(root, profile_key) / file_name(kernel, dtype))
     if not path.exists():
         return None
-    return load_file(path).entries.get(key_text)
+    entry = load_file(path).entries.get(key_text)
+    return entry if memory_class is None else of_class(entry, memory_class)

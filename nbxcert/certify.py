@@ -315,9 +315,13 @@ def certify(
     # the out directory's files read once, and again only when another process writes them (`Directory`)
     written = certificates.Directory(out_dir)
 
+    # this card's memory class: a key's entry of another class is kept beside the one certified here
+    card_class = memory_class(profile, prov)
+
     def done_before(key: LaunchKey) -> bool:
         spec = specs[key.kernel]
-        old = written.existing_entry(profile.key, key.kernel, spec.output_dtypes(key.dtypes)[0], key.text())
+        out_dtype = spec.output_dtypes(key.dtypes)[0]
+        old = written.existing_entry(profile.key, key.kernel, out_dtype, key.text(), card_class)
         return old is not None and not force and same_card(old["provenance"], made_by(spec))
 
     queued: set[int] = set()  # the keys (indices into todo) whose compiles were queued ahead
@@ -349,7 +353,7 @@ def certify(
                 kr = _key_report(result)
                 if result.winner is not None:
                     entry = entry_of(result, spec, profile, made_by(spec), seed)
-                    kr.reason = replaced_class(
+                    kr.reason = beside_classes(
                         written.existing_entry(profile.key, key.kernel, out_dtype, key.text()), entry
                     )
                     written.add_entry(profile.key, key.kernel, out_dtype, key.text(), entry)
@@ -371,15 +375,13 @@ def certify(
     return report
 
 
-def replaced_class(old: dict | None, new: dict) -> str:
-    """What a key's line says when its new entry replaces one of another memory class (a certificate file holds one
-    entry a key, and serving reads only its card's class: the other class's cards lose it); "" otherwise."""
-    if old is None or old.get("memory_class") == new["memory_class"]:
-        return ""
-    return (
-        f"replaces the {old.get('memory_class')} class's entry (made on {old['provenance'].get('gpu')}); "
-        "to keep both, certify each class into a directory of its own"
-    )
+def beside_classes(old: dict | None, new: dict) -> str:
+    """What a key's line says when the key keeps entries of other memory classes beside the new one (serving reads
+    its card's class: an H200 keeps its entry when an H100 certifies the key); "" otherwise."""
+    from nbxcert.certificates import class_entries
+
+    others = sorted(c for c in (class_entries(old) if old else {}) if c != new["memory_class"])
+    return f"kept beside the {', '.join(others)} class's entry" if others else ""
 
 
 def compile_pool(backend: str, env: dict[str, str], modules: list[str], jobs: int) -> CompilePool | None:

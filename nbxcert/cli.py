@@ -927,7 +927,9 @@ def show(
         for r in e["refused"]:
             t.add_row(_cell(f"refused ({r['status']})"), _cell(f"{config_label(r['config'])}: {r['reason']}"))
         t.add_row("reproducible", _yes(e["reproducible"]))
-        t.add_row("memory class", _cell(e["memory_class"]))
+        others = sorted(e.get("other_classes", {}))
+        also = f" (the key also holds entries of the {', '.join(others)} class)" if others else ""
+        t.add_row("memory class", _cell(e["memory_class"] + also))
         t.add_row("seed / oracle", _cell(f"{e['seed']} / {e['oracle']}"))
         problems = "; ".join(
             f"{role} " + ",".join(f"{n}={v}" for n, v in p.items()) for role, p in e["certified_problems"].items()
@@ -1072,6 +1074,7 @@ def merge(
                 "profile": k.profile,
                 "file": k.file,
                 "key": k.key,
+                "memory_class": k.memory_class,
                 "kind": k.kind,
                 "outcome": k.outcome,
                 "chosen": k.chosen.source if k.chosen else None,
@@ -1090,7 +1093,7 @@ def merge(
                 t.add_column(col)
             for k in notable:
                 decision = "refused" if k.outcome == "refused" else f"{k.kind}: kept {k.chosen.source}"
-                t.add_row(_cell(k.profile), _cell(k.key), _cell(decision), _cell(k.note))
+                t.add_row(_cell(k.profile), _cell(f"{k.key} ({k.memory_class})"), _cell(decision), _cell(k.note))
             _show(t)
         print(report.line())
     report.raise_if_refused()
@@ -1109,7 +1112,7 @@ def _index_targets(directory: Path) -> list[tuple[str, str]]:
     for p in all_profiles():
         for path in certificates.iter_files(directory, p.key):
             for entry in certificates.load_file(path).entries.values():
-                targets.add((p.key, entry["memory_class"]))
+                targets.update((p.key, cls) for cls in certificates.class_entries(entry))
     return sorted(targets)
 
 

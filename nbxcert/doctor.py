@@ -242,6 +242,7 @@ def check_certificates(report: DoctorReport, dirs: list[Path] | None = None) -> 
         "invalid": [],
         "invalid_count": 0,
     }
+    from nbxcert.certificates import class_entries, of_class
     from nbxcert.files import is_dir, unreachable
 
     for d in dirs if dirs is not None else search_path():
@@ -259,12 +260,14 @@ def check_certificates(report: DoctorReport, dirs: list[Path] | None = None) -> 
         out["invalid"] += [p.as_dict() for p in scan.problems][: MAX_LISTED - len(out["invalid"])]
         for found in scan.found.values():
             row = out["profiles"].setdefault(found.profile, {"apply": 0, "rejected": 0, "reasons": {}})
+            own = of_class(found.entry, memory_class)  # a key may hold entries of several memory classes
             if found.profile != machine.profile:
                 reasons = [f"for {found.profile}, not this machine's profile {machine.profile}"]
-            elif found.entry["memory_class"] != memory_class:
-                reasons = [f"memory class {found.entry['memory_class']}, this machine's is {memory_class}"]
+            elif own is None:
+                held = ", ".join(class_entries(found.entry))
+                reasons = [f"memory class {held}, this machine's is {memory_class}"]
             else:
-                reasons = provenance_differences(found.entry["provenance"], machine)
+                reasons = provenance_differences(own["provenance"], machine)
             if not reasons:
                 row["apply"] += 1
                 continue

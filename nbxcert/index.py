@@ -207,8 +207,9 @@ def _collect(dirs: list[Path], profile_key: str, memory_class: str) -> dict[str,
     path order) wins a key. Every file is validated whole, other memory classes included, or nothing is returned."""
     chosen: dict[str, bytes] = {}
     for _path, cert in certificates.profile_certificates(dirs, profile_key):
-        for key_text, entry in cert.entries.items():
-            if entry["memory_class"] == memory_class and key_text not in chosen:
+        for key_text, held in cert.entries.items():
+            entry = certificates.of_class(held, memory_class)  # a key may hold entries of several classes
+            if entry is not None and key_text not in chosen:
                 served = {k: v for k, v in entry.items() if k not in AUDIT_ONLY}
                 text = json.dumps(served, sort_keys=True, separators=(",", ":"), allow_nan=False)
                 chosen[key_text] = text.encode()

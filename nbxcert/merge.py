@@ -1,13 +1,14 @@
 """`nbxcert merge`: the certifications of shard directories merged into one directory, OUT.
 
-Merge rules (`merge`): OUT's own certifications take part like a first shard. Copies of one key's certification that
-are identical are one. Certifications of one key made on the same card with the same versions (`SOURCE_FIELDS` of the
-provenance equal) are duplicates of one run: the one with the faster winner (smaller `median_us`) is kept and the
-report says so. Certifications from different cards or versions are a conflict: refused (and nothing is written)
-unless `prefer` says how to choose, `newest` (`newness`: the later provenance date, then the higher nbxcert, Triton
-and driver versions; still tied, the faster winner) or `fastest` (the smaller winner `median_us`, only when every
-candidate's timing kind agrees; a conflict across timing kinds stays refused). Any tie left goes to the one listed
-first (OUT, then the shards in command-line order), so a merge never changes OUT for no reason.
+Merge rules (`merge`), for each key and memory class apart (a key's entries of an H100 and of an H200 are kept side by
+side, `certificates.OTHER_CLASSES`): OUT's own certifications take part like a first shard. Copies of one key's
+certification that are identical are one. Certifications of one key made on the same card with the same versions
+(`SOURCE_FIELDS` of the provenance equal) are duplicates of one run: the one with the faster winner (smaller
+`median_us`) is kept and the report says so. Certifications from different cards or versions are a conflict: refused
+(and nothing is written) unless `prefer` says how to choose, `newest` (`newness`: the later provenance date, then the
+higher nbxcert, Triton and driver versions; still tied, the faster winner) or `fastest` (the smaller winner `median_us`,
+only when every candidate's timing kind agrees; a conflict across timing kinds stays refused). Any tie left goes to the
+one listed first (OUT, then the shards in command-line order), so a merge never changes OUT for no reason.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class KeyMerge:
     chosen: Candidate | None
     candidates: list[Candidate]
     note: str = ""
+    memory_class: str = ""  # a key's entries of each memory class are merged apart (`certificates.OTHER_CLASSES`)
 
 
 @dataclass
@@ -180,25 +182,31 @@ def decide(candidates: Sequence[Candidate], prefer: str | None) -> tuple[Candida
 
 
 def _plan(out_scan: DirScan | None, shards: Sequence[DirScan], prefer: str | None) -> list[KeyMerge]:
-    offered: dict[tuple[str, str, str], list[Candidate]] = {}
+    """One decision a (key, memory class): a key's entries of different classes (an H100's and an H200's) are no
+    conflict, each class is merged on its own."""
+    offered: dict[tuple[str, str, str, str], list[Candidate]] = {}
     existing = out_scan.found if out_scan is not None else {}
+    held: dict[tuple[str, str, str, str], dict] = {}
     for ident, f in existing.items():
-        offered.setdefault(ident, []).append(Candidate(f"{printable(out_scan.root)} (existing)", f.entry))
+        for cls, entry in certificates.class_entries(f.entry).items():
+            held[(*ident, cls)] = entry
+            offered.setdefault((*ident, cls), []).append(Candidate(f"{printable(out_scan.root)} (existing)", entry))
     for s in shards:
         for ident, f in s.found.items():
-            offered.setdefault(ident, []).append(Candidate(printable(s.root), f.entry))
+            for cls, entry in certificates.class_entries(f.entry).items():
+                offered.setdefault((*ident, cls), []).append(Candidate(printable(s.root), entry))
     plan = []
-    for ident in sorted(offered, key=lambda i: (i[0], i[2], i[1])):
+    for ident in sorted(offered, key=lambda i: (i[0], i[2], i[1], i[3])):
         chosen, kind, note = decide(offered[ident], prefer)
         if chosen is None:
             outcome = "refused"
-        elif ident not in existing:
+        elif ident not in held:
             outcome = "new"
-        elif existing[ident].entry == chosen.entry:
+        elif held[ident] == chosen.entry:
             outcome = "unchanged"
         else:
             outcome = "replaced"
-        plan.append(KeyMerge(ident[0], ident[1], ident[2], kind, outcome, chosen, offered[ident], note))
+        plan.append(KeyMerge(ident[0], ident[1], ident[2], kind, outcome, chosen, offered[ident], note, ident[3]))
     return plan
 
 
@@ -254,7 +262,8 @@ def _write(out: Path, current: DirScan | None, plan: Sequence[KeyMerge]) -> list
     for (pk, name), changes in sorted(by_file.items()):
         kernel, dtype = name[: -len(".json")].split(".")
         entries = {ident[2]: f.entry for ident, f in existing.items() if ident[:2] == (pk, name)}
-        entries.update({k.key: k.chosen.entry for k in changes})
+        for k in changes:  # each class's chosen entry beside the key's other classes
+            entries[k.key] = certificates.with_class(entries.get(k.key), k.chosen.entry)
         doc = {"schema_version": certificates.SCHEMA_VERSION, "kernel": kernel, "dtype": dtype, "profile": pk}
         doc["entries"] = dict(sorted(entries.items()))
         path = certificates.profile_dir(out, pk) / name

@@ -201,12 +201,12 @@ def _other_classes(dirs: Sequence[Path], profile_key: str, memory_class: str, se
         return ""
     from collections import Counter
 
-    from nbxcert.certificates import profile_certificates
+    from nbxcert.certificates import class_entries, profile_certificates
 
     counts: Counter = Counter()
     # the files the index was just built from or found built from (a damaged one was refused there, before this)
     for _path, cert in profile_certificates([d for d in dirs if files.is_dir(d)], profile_key):
-        counts.update(e["memory_class"] for e in cert.entries.values())
+        counts.update(c for e in cert.entries.values() for c in class_entries(e))
     counts.pop(memory_class, None)
     if not counts:
         return ""

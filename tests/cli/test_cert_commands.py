@@ -322,6 +322,24 @@ def test_merge_shards_keeps_the_faster_of_duplicates_and_is_idempotent(certs, tm
     assert doc["totals"]["unchanged"] == 3 and doc["written"] == [] and path.stat().st_mtime_ns == before
 
 
+def test_merge_keeps_a_keys_entries_of_two_memory_classes_side_by_side(certs, tmp_path):
+    """Shards certified on cards of two memory classes (an H200 and an H100 of one profile) merge with no conflict:
+    the key keeps both entries, and merging again changes nothing."""
+    k, e = certs.probe_key, certs.probe_entry
+    s1, s2, out = tmp_path / "s1", tmp_path / "s2", tmp_path / "out"
+    big = dict(e(1, median_us=3000.0, gpu="NVIDIA H200"), memory_class="141GB")
+    small = dict(e(1, median_us=2000.0, gpu="NVIDIA H100 80GB HBM3"), memory_class="80GB")
+    certs.write_probe(s1, {k(1): big, k(2): e(2)})
+    certs.write_probe(s2, {k(1): small})
+    check(nbx("merge", out, s1, s2, *SPEC), 0, must=["merged 3 keys", "(3 new, 0 replaced, 0 unchanged)", "0 refused"])
+    merged = json.loads((out / "cpu" / "interpreter" / "fault_probe.float32.json").read_text())["entries"]
+    assert merged[k(1)]["memory_class"] == "141GB" and merged[k(1)]["other_classes"] == {"80GB": small}
+    check(nbx("validate", out, *SPEC), 0, must=["1 file, 2 entries, 0 problems"])
+    doc = check_json(nbx("merge", out, s1, s2, *SPEC, "--json"), 0)
+    assert doc["totals"]["unchanged"] == 3 and doc["written"] == []
+    assert sorted(r["memory_class"] for r in doc["keys"] if r["key"] == k(1)) == ["141GB", "80GB"]
+
+
 def _conflict(certs, tmp_path, **b_provenance):
     k, e = certs.probe_key, certs.probe_entry
     s1, s2 = tmp_path / "s1", tmp_path / "s2"

@@ -98,3 +98,61 @@ def test_four_processes_two_through_a_directory_lose_no_entry(tmp_path):
     run_writers(_WRITER, tmp_path)
     found = entries(tmp_path)
     assert len(found) == 160 and len(set(found.values())) == 1
+
+
+def _of(entry, cls):
+    return dict(entry, memory_class=cls)
+
+
+@pytest.mark.parametrize("writer", ["directory", "add_entry"])
+def test_a_key_keeps_one_entry_a_memory_class(tmp_path, certs, writer):
+    """Entries of one key made on cards of two memory classes are kept side by side (the first class's holds the
+    others, `other_classes`), each replaced only by its own class; both writers write the same bytes."""
+    key = certs.probe_key(1)
+    written = certificates.Directory(tmp_path)
+
+    def add(entry):
+        if writer == "directory":
+            written.add_entry(PROFILE, "fault_probe", "float32", key, entry)
+        else:
+            certificates.add_entry(tmp_path, PROFILE, "fault_probe", "float32", key, entry)
+
+    h200, h100 = (
+        _of(certs.probe_entry(1, median_us=1000.0), "141GB"),
+        _of(certs.probe_entry(1, median_us=900.0), "80GB"),
+    )
+    add(h200)
+    add(h100)
+    held = certificates.load_file(tmp_path / PROFILE / "fault_probe.float32.json").entries[key]
+    assert certificates.class_entries(held) == {"141GB": h200, "80GB": h100}
+    assert certificates.of_class(held, "80GB") == h100 and certificates.of_class(held, "cpu") is None
+    newer = _of(certs.probe_entry(1, median_us=800.0), "80GB")
+    add(newer)
+    held = certificates.load_file(tmp_path / PROFILE / "fault_probe.float32.json").entries[key]
+    assert certificates.class_entries(held) == {"141GB": h200, "80GB": newer}
+    for cls, want in (("141GB", h200), ("80GB", newer), (None, held)):
+        assert certificates.existing_entry(tmp_path, PROFILE, "fault_probe", "float32", key, cls) == want
+        assert certificates.Directory(tmp_path).existing_entry(PROFILE, "fault_probe", "float32", key, cls) == want
+
+
+@pytest.mark.parametrize(
+    "others,field",
+    [
+        ({}, "is empty"),
+        ({"80GB": "x"}, "expected dict"),
+        ({"141GB": {}}, "is the class of the entry that holds it"),
+        ({"90GB": {}}, "is not its key"),
+        ({"80GB": {"other_classes": {}}}, "holds no others"),
+    ],
+)
+def test_entries_of_other_classes_are_validated(certs, others, field, tmp_path):
+    key = certs.probe_key(1)
+    first = _of(certs.probe_entry(1), "141GB")
+    resolved = {c: (_of(certs.probe_entry(1), "80GB") | e if isinstance(e, dict) else e) for c, e in others.items()}
+    if "141GB" in others:
+        resolved["141GB"] = _of(certs.probe_entry(1), "141GB")
+    entry = dict(first, other_classes=resolved)
+    with pytest.raises(CertificateInvalid, match=field):
+        certificates.validate_entry(tmp_path / "x.json", key, entry, "fault_probe", "float32")
+    ok = dict(first, other_classes={"80GB": _of(certs.probe_entry(1), "80GB")})
+    certificates.validate_entry(tmp_path / "x.json", key, ok, "fault_probe", "float32")

@@ -188,3 +188,20 @@ def test_older_code_names_the_entries_certify_would_sweep_again():
     ]
     entries = {k.text(): {"provenance": p} for k, p in zip(keys, provenances, strict=False)}  # the 5th: not certified
     assert older_code(profile, entries, keys) == [keys[1].text(), keys[3].text()]
+
+
+def test_doctor_applies_a_keys_entry_of_this_machines_class_beside_another_classs(certs, tmp_path):
+    """A key holding an entry of this machine's memory class beside one of another class applies here; a key with
+    only another class's entry is rejected, naming the classes it holds."""
+    k, e = certs.probe_key, certs.probe_entry
+    mine = tmp_path / "mine"
+    here = e(310, triton=_triton_version())
+    both = dict(here, memory_class="80GB", other_classes={"cpu": here})
+    certs.write_probe(mine, {k(310): both, k(311): dict(e(311, triton=_triton_version()), memory_class="80GB")})
+    env = {"NBXCERT_CERTIFIED_DIR": str(mine), "NBXCERT_CACHE_DIR": str(tmp_path / "cache")}
+    r = nbx("doctor", "--json", env=env)
+    check(r, 0)
+    doc = json.loads(r.stdout)["certificates"]
+    rejected = {r["key"]: r["reasons"] for r in doc["rejected"]}
+    assert k(310) not in rejected
+    assert rejected[k(311)] == ["memory class 80GB, this machine's is cpu"]

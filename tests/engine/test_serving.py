@@ -291,13 +291,16 @@ def test_a_card_that_finds_no_key_of_its_class_is_told_what_the_others_hold(tmp_
         serving.reset()
 
 
-def test_certify_says_when_it_replaces_another_memory_classs_entry(user_kernel, certified_dir, tmp_path):
-    """A certificate file holds one entry a key: certifying a key on a card of another memory class replaces that
-    class's entry, and the key's line says so, where it was silent."""
+def test_certify_keeps_another_memory_classs_entry_beside_its_own(user_kernel, certified_dir, tmp_path):
+    """A key certified on a card of another memory class than its entry's keeps both entries (an H100's beside an
+    H200's), the key's line says so, and each class's index serves its own; a forced run on the same class replaces
+    only that class's entry."""
     import json
     import shutil
 
+    from nbxcert import certificates
     from nbxcert.certify import certify
+    from nbxcert.index import load_index
     from nbxcert.keys import parse_key
 
     out = tmp_path / "certs"
@@ -310,6 +313,18 @@ def test_certify_says_when_it_replaces_another_memory_classs_entry(user_kernel, 
     key = parse_key("user_scale[n=1000;float32,float32]@v1")
     report = certify("interpreter", [key], out, force=True, modules=["user_kernel"])
     assert report.ok and report.keys[0].status == "certified"
-    assert report.keys[0].reason.startswith("replaces the 80GB class's entry (made on ")
+    assert report.keys[0].reason == "kept beside the 80GB class's entry"
+    held = certificates.load_file(path).entries[key.text()]
+    assert sorted(certificates.class_entries(held)) == ["80GB", "cpu"]
+    assert held["memory_class"] == "80GB" and held["other_classes"]["cpu"]["memory_class"] == "cpu"
+    for cls in ("80GB", "cpu"):
+        index = load_index([out], "cpu/interpreter", cls, tmp_path / f"cache-{cls}", [])
+        assert index.get(key.text())["memory_class"] == cls
     again = certify("interpreter", [key], out, force=True, modules=["user_kernel"])
-    assert again.keys[0].reason == ""  # its own class's entry, replaced by a forced run: nothing to say
+    assert again.keys[0].reason == "kept beside the 80GB class's entry"
+    after = certificates.load_file(path).entries[key.text()]
+    assert {k: v for k, v in after.items() if k != "other_classes"} == {
+        k: v for k, v in held.items() if k != "other_classes"
+    }  # the 80GB entry untouched by the cpu class's run
+    skipped = certify("interpreter", [key], out, modules=["user_kernel"])
+    assert skipped.keys[0].status == "skipped"  # its own class's entry is found: a rerun skips it
