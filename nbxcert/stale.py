@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbxcert.certificates import config_label
+from nbxcert.certificates import class_entries, config_label
 from nbxcert.dirscan import NO_CERTS_HINT, scan_dir
 from nbxcert.errors import UsageError
 from nbxcert.text import printable
@@ -90,7 +90,8 @@ class StaleReport:
                 f"the stale keys are of {len(profiles)} profiles ({', '.join(profiles)}); a keys file is one profile's",
                 hint="give --profile",
             )
-        return "".join(json.dumps({"key": s.key}) + "\n" for s in self.stale)
+        keys = dict.fromkeys(s.key for s in self.stale)  # a key stale in two memory classes is certified once a card
+        return "".join(json.dumps({"key": k}) + "\n" for k in keys)
 
 
 def rule_choice(entry: Mapping[str, Any]) -> tuple[dict[str, Any], float] | None:
@@ -127,17 +128,18 @@ def find_stale(root: Path, profile: str | None = None) -> StaleReport:
     for found in scan_dir(root).require_ok().found.values():
         if profile_key and found.profile != profile_key:
             continue
-        report.entries += 1
-        entry = found.entry
-        if entry.get("finalists") or entry.get("runner_up"):
-            report.judged += 1
-        choice = rule_choice(entry)
-        if choice is not None:
-            config, median = choice
-            w = entry["winner"]
-            report.stale.append(
-                StaleWinner(found.profile, found.key, found.path, w["config"], w["timing"]["median_us"], config, median)
-            )
+        for entry in class_entries(found.entry).values():  # a key's entry of each memory class
+            report.entries += 1
+            if entry.get("finalists") or entry.get("runner_up"):
+                report.judged += 1
+            choice = rule_choice(entry)
+            if choice is not None:
+                config, median = choice
+                w = entry["winner"]
+                median_us = w["timing"]["median_us"]
+                report.stale.append(
+                    StaleWinner(found.profile, found.key, found.path, w["config"], median_us, config, median)
+                )
     if not report.entries:  # "0 of 0 certified winners ... are not the one the rule chooses", exit 0: a gate passed
         # on nothing
         which = f" for {profile_key}" if profile_key else ""

@@ -94,6 +94,18 @@ def test_stale_lists_the_stale_keys_writes_them_as_a_keys_file_and_exits_1(tmp_p
     assert s["key"] == stale_key and s["ratio"] == pytest.approx(46.56 / 26.0) and s["chosen_us"] == 26.0
 
 
+def test_each_memory_class_entry_of_a_key_is_judged(tmp_path):
+    """A key holding entries of two memory classes (`other_classes`) has each judged: the first stands, the other's
+    winner is stale; the keys file names the key once."""
+    key = certs.key()
+    first = dict(_entry((10.0, 0.05, 500), (10.5, 0.05, 500)), memory_class="141GB")
+    other = dict(_entry(*NOISY_BAND), memory_class="80GB")
+    certs.write_file(tmp_path, {key: dict(first, other_classes={"80GB": other})})
+    keys = tmp_path / "stale.jsonl"
+    check(nbx("stale", tmp_path, "--out", keys), 1, must=["1 of 2 certified winners", key])
+    assert [json.loads(line) for line in keys.read_text().splitlines()] == [{"key": key}]
+
+
 def test_stale_of_a_directory_whose_winners_stand_exits_0(tmp_path):
     certs.write_file(tmp_path, {certs.key(): _entry((10.0, 0.05, 500), (10.5, 0.05, 500))})
     keys = tmp_path / "stale.jsonl"
