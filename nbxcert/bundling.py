@@ -73,7 +73,9 @@ def certified_entries(dirs: Sequence[Path], profile_key: str) -> dict[str, Certi
 
     chosen: dict[str, Certified] = {}
     for path, cert in certificates.profile_certificates(dirs, profile_key):
-        for text, entry in cert.entries.items():
+        for text, held in cert.entries.items():
+            # the first memory class's entry: another class's added beside it (`other_classes`) changes no binary
+            entry = next(iter(certificates.class_entries(held).values()))
             chosen.setdefault(text, Certified(text, cert.kernel, cert.dtype, entry, path))
     return chosen
 

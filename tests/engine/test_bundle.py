@@ -459,6 +459,22 @@ def test_the_check_names_each_key_whose_certificate_changed_went_or_is_not_bundl
     assert "Traceback" not in failed.output
 
 
+def test_an_entry_of_another_memory_class_beside_a_bundled_one_changes_nothing(built, certdir, tmp_path, certs):
+    """A key's bundle is its first memory class's winner: an H100's entry added beside an H200's (`other_classes`)
+    leaves the bundle matching its certificates."""
+    import shutil
+
+    beside = tmp_path / "beside"
+    shutil.copytree(certdir, beside)
+    entries = _entries(beside, "rmsnorm")
+    first = entries[RMSNORM[0]]
+    other = dict(first, memory_class="80GB" if first["memory_class"] != "80GB" else "141GB", seed=first["seed"] + 1)
+    entries[RMSNORM[0]] = dict(first, other_classes={other["memory_class"]: other})
+    certs.write_file(beside, entries, kernel="rmsnorm", dtype="float16")
+    report = bundling.check(built, [beside])
+    assert (report.changed, report.gone, report.missing) == ([], [], [])
+
+
 def test_the_check_names_each_key_whose_kernel_code_changed_since_the_build(built, certdir, tmp_path):
     """A kernel whose code changed since the bundle was built has another source key: serving would find none of its
     binaries, so the check fails naming the key and the kernel (here the bundle's record of it is changed instead)."""
