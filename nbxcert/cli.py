@@ -756,6 +756,10 @@ def coverage(
     spec: SpecOption = None,
     json_out: JsonKeysOption = False,
     junit_xml: Annotated[Path | None, typer.Option("--junit-xml", help="Also write a JUnit XML report.")] = None,
+    memory_class: Annotated[
+        str | None,
+        typer.Option(help="Count only entries of this memory class (80GB: what an H100 is served); default any."),
+    ] = None,
 ):
     """How many of a workload's (or keys file's) keys are certified for a profile; the missing ones listed. No keys,
     or a directory that is not there, is an error (exit 1), never 100%."""
@@ -772,7 +776,7 @@ def coverage(
     prof = get_profile(profile)
     _modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec, hf_config)
     with _Heartbeat(f"coverage {prof.key}", f"reading the certificates of {len(found)} keys"):
-        report = run_coverage(prof.key, found, dirs)
+        report = run_coverage(prof.key, found, dirs, memory_class)
     if junit_xml:
         write_text(junit_xml, to_junit(report, min_fraction))
     if json_out:
@@ -780,6 +784,7 @@ def coverage(
             json.dumps(
                 {
                     "profile": report.profile,
+                    "memory_class": report.memory_class,
                     "dirs": report.dirs,
                     "keys": len(report.keys),
                     "certified": len(report.certified),
@@ -796,7 +801,9 @@ def coverage(
         for k in report.missing:
             print(f"missing: {k}")
         line = (
-            f"[nbxcert] coverage {report.profile}: {len(report.certified)}/{len(report.keys)} keys certified "
+            f"[nbxcert] coverage {report.profile}"
+            + (f" ({report.memory_class} class)" if report.memory_class else "")
+            + f": {len(report.certified)}/{len(report.keys)} keys certified "
             f"({100 * report.fraction:.1f}%), minimum {100 * min_fraction:.1f}%"
         )
         if report.fraction < min_fraction:  # the keys it takes, since a rounded percentage can read as the minimum

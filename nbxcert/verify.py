@@ -197,6 +197,7 @@ class CoverageReport:
     results: list[KeyVerdict] = field(default_factory=list)  # one per key, in order
     dirs: list[str] = field(default_factory=list)
     older_code: list[str] = field(default_factory=list)  # certified keys whose entry code has changed since
+    memory_class: str | None = None  # the class counted (None: any)
 
     @property
     def fraction(self) -> float:
@@ -204,16 +205,20 @@ class CoverageReport:
         return len(self.certified) / len(self.keys) if self.keys else 0.0
 
 
-def certified_entries(profile_key: str, dirs: Sequence[Path]) -> dict[str, dict]:
-    """Every key certified for a profile (any memory class) in `dirs`, with its entry (the first directory's, as
-    serving would); each file validated."""
+def certified_entries(profile_key: str, dirs: Sequence[Path], memory_class: str | None = None) -> dict[str, dict]:
+    """Every key certified for a profile in `dirs` (of any memory class, or only those with an entry of
+    `memory_class`), with its entry (the first directory's, as serving would: of that class, when given); each file
+    validated."""
     from nbxcert import certificates
 
     found: dict[str, dict] = {}
     for d in dirs:
         for path in certificates.iter_files(Path(d), profile_key):
             for k, entry in certificates.load_file(path).entries.items():
-                found.setdefault(k, entry)
+                if memory_class is not None:
+                    entry = certificates.of_class(entry, memory_class)
+                if entry is not None:
+                    found.setdefault(k, entry)
     return found
 
 
@@ -222,9 +227,13 @@ def certified_keys(profile_key: str, dirs: Sequence[Path]) -> set[str]:
     return set(certified_entries(profile_key, dirs))
 
 
-def coverage(profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None) -> CoverageReport:
-    """Which of `keys` are certified for a profile in `dirs` (default: serving's search path). No keys, or a
-    directory that is not there, is refused (`UsageError`): before, both counted as 100% or as every key missing."""
+def coverage(
+    profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None, memory_class: str | None = None
+) -> CoverageReport:
+    """Which of `keys` are certified for a profile in `dirs` (default: serving's search path); with `memory_class`,
+    which have an entry of that class (what a card of the class is served: an H100 reads the 80GB class only). No
+    keys, a directory that is not there, or a class none of the profile's cards has, is refused (`UsageError`):
+    before, the first two counted as 100% or as every key missing."""
     from nbxcert.certificates import config_label
     from nbxcert.errors import UsageError
     from nbxcert.options import check_environment, existing_dirs
@@ -233,18 +242,27 @@ def coverage(profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] 
     profile = get_profile(profile_name)
     if not keys:
         raise UsageError("no keys to count", hint="give --workload NAME|FILE, --keys FILE or --key TEXT")
+    if memory_class is not None:
+        classes = sorted({s.memory_class for s in profile.skus}) or ["cpu"]
+        if memory_class not in classes:
+            raise UsageError(
+                f"--memory-class {memory_class} is not a class of {profile.key}'s cards",
+                hint=f"give one of: {', '.join(classes)}",
+            )
     dirs = existing_dirs(dirs)
     check_environment(search_path=dirs is None)
     searched = list(dirs) if dirs else [d for d in serving.search_path() if d.is_dir()]
-    have = certified_entries(profile.key, searched)
+    have = certified_entries(profile.key, searched, memory_class)
     texts = [k.text() for k in keys]
     report = CoverageReport(profile.key, texts, [t for t in texts if t in have], [t for t in texts if t not in have])
     report.dirs = [str(d) for d in searched]
+    report.memory_class = memory_class
     where = ", ".join(report.dirs)
+    target = profile.key + (f" ({memory_class} class)" if memory_class else "")
     for t in texts:
         entry = have.get(t)
         if entry is None:
-            report.results.append(KeyVerdict(t, "missing", reason=f"not certified for {profile.key} in {where}"))
+            report.results.append(KeyVerdict(t, "missing", reason=f"not certified for {target} in {where}"))
         else:
             err = {k: entry["error"][k] for k in ("max_scaled", "max_abs", "max_rel")}
             label = config_label(entry["winner"]["config"])

@@ -627,6 +627,29 @@ def test_validate_of_a_certificate_of_ones_own_kernel_gives_the_spec_hint(probe_
     check(r, 1, must=["unknown kernel 'fault_probe'", "a kernel of your own: give --spec MODULE"])
 
 
+def test_coverage_of_one_memory_class_counts_that_class_entries_only(tmp_path):
+    """`--memory-class` counts what a card of that class is served: a key whose only entry is another class's is
+    missing for it (coverage of any class counted it); a class none of the profile's cards has is refused."""
+    import shutil
+
+    certs = tmp_path / "certs"
+    shutil.copytree(SHIPPED, certs)
+    path = certs / "cpu" / "interpreter" / "rmsnorm.float16.json"
+    doc = json.loads(path.read_text())
+    moved = sorted(doc["entries"])[0]
+    doc["entries"][moved]["memory_class"] = "80GB"  # as if made on another class's card
+    path.write_text(json.dumps(doc))
+    args = ("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", certs, "--json", "--min", "0")
+    every = check_json(nbx(*args), 0)
+    mine = check_json(nbx(*args, "--memory-class", "cpu"), 0)
+    assert every["certified"] == 23 and every["memory_class"] is None
+    assert mine["certified"] == 22 and mine["memory_class"] == "cpu" and mine["missing"] == [moved]
+    gap = next(x for x in mine["results"] if x["key"] == moved)
+    assert "not certified for cpu/interpreter (cpu class) in" in gap["reason"]
+    r = nbx("coverage", "--profile", "hopper", "--workload", "demo", "--memory-class", "90GB")
+    check(r, 1, must=["--memory-class 90GB is not a class of nvidia/hopper's cards", "141GB, 80GB"])
+
+
 def test_coverage_min_minus_zero_is_zero():
     # bug: `--min -0` printed "minimum -0.0%"
     r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", SHIPPED, "--min", "-0")
