@@ -5,11 +5,12 @@ positions -inf, the row maximum subtracted before `exp`, normalised by the row s
 P·|V|; a row that sees no key is zeros. Only where each step runs differs: the operands are widened to float64 on
 the device (`products.widened`), the products are cuBLAS's DGEMM, and the masked softmax is `_softmax64_kernel`, one
 program a score row, in float64. What differs from the host's answer is the summation order of the products and the
-last bit of `exp` (libdevice's against numpy's): a relative 1e-15, against tolerances of 1e-3 and more.
+last bit of `exp` (libdevice's against numpy's): within a relative 1e-12 in the tests, against tolerances of 1e-3
+and more.
 
 Why: on the host, widening a decode cache to float64 and the causal prefill's exponentials were most of an
-attention key's certify time (an H100 run of llama-3-8b, 2026-12-05: 70 s of the oracles' 70 s across its 110
-attention keys, up to 6.8 s a key; `benchmarks/README.md`, throughput).
+attention key's certify time (an H100 run of llama-3-8b, 2026-12-05: 70 s of the run's 543 s in its 110 attention
+keys' oracles, up to 6.8 s a key; `benchmarks/README.md`, throughput).
 
 Used by the attention family's oracle adapters where `products.in_force` says "device" (inputs on a GPU of the cuda
 backend with libcublas; `NBXCERT_ORACLE_PRODUCTS=host` keeps the host's). Paged decode keeps the host's (its pool
