@@ -37,6 +37,10 @@ ENGINE_MODULES = (
     "nbxcert.kernels.backends.cuda",
     "nbxcert.kernels.backends.triton_cuda",
     "nbxcert.kernels.backends.interpreter",
+    # the oracles' float64 products (matmul, fused MoE, the dequantizing products, attention), which their families
+    # import inside the oracle adapters, where no module's globals show them
+    "nbxcert.kernels.products",
+    "nbxcert.kernels.backends.cublas",
 )
 # Only modules under these prefixes are followed from a kernel's own module (the engine is listed above).
 FOLLOWED = ("nbxcert.kernels.", "nbxcert.oracles.")
