@@ -213,11 +213,11 @@ def with_class(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict:
 
 def validate_entry(path, key_text: str, entry: Any, kernel: str, dtype: str, spec=None) -> None:
     _check_type(path, key_text, "", entry, dict)
-    others = entry.get(OTHER_CLASSES)
     _validate_one(path, key_text, {k: v for k, v in entry.items() if k != OTHER_CLASSES}, kernel, dtype, spec)
-    if others is None:
+    if OTHER_CLASSES not in entry:
         return
-    _check_type(path, key_text, OTHER_CLASSES, others, dict)
+    others = entry[OTHER_CLASSES]
+    _check_type(path, key_text, OTHER_CLASSES, others, dict)  # null included: a reader would fail on it
     if not others:
         raise invalid(path, key_text, OTHER_CLASSES, "is empty (leave it out where the key has one class)")
     for cls, other in others.items():

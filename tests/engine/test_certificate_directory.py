@@ -139,6 +139,7 @@ def test_a_key_keeps_one_entry_a_memory_class(tmp_path, certs, writer):
     "others,field",
     [
         ({}, "is empty"),
+        (None, "expected dict"),
         ({"80GB": "x"}, "expected dict"),
         ({"141GB": {}}, "is the class of the entry that holds it"),
         ({"90GB": {}}, "is not its key"),
@@ -148,9 +149,12 @@ def test_a_key_keeps_one_entry_a_memory_class(tmp_path, certs, writer):
 def test_entries_of_other_classes_are_validated(certs, others, field, tmp_path):
     key = certs.probe_key(1)
     first = _of(certs.probe_entry(1), "141GB")
-    resolved = {c: (_of(certs.probe_entry(1), "80GB") | e if isinstance(e, dict) else e) for c, e in others.items()}
-    if "141GB" in others:
-        resolved["141GB"] = _of(certs.probe_entry(1), "141GB")
+    if others is None:
+        resolved = None
+    else:
+        resolved = {c: (_of(certs.probe_entry(1), "80GB") | e if isinstance(e, dict) else e) for c, e in others.items()}
+        if "141GB" in others:
+            resolved["141GB"] = _of(certs.probe_entry(1), "141GB")
     entry = dict(first, other_classes=resolved)
     with pytest.raises(CertificateInvalid, match=field):
         certificates.validate_entry(tmp_path / "x.json", key, entry, "fault_probe", "float32")
