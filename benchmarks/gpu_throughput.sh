@@ -8,13 +8,14 @@
 #    GPU (their tests; torch hidden);
 # 2. `profile_sweep.py` over three keys of WORKLOAD (PROFILE_KEYS: their texts, one a line; default a decode matmul,
 #    an LM-head matmul and a decode attention key of llama-3-8b), with --compare 4: each phase's seconds, and screens
-#    replayed against dispatched;
+#    replayed against dispatched (about a minute; NO_PROFILE=1 skips it);
 # 3. `gpu_certify.sh` of WORKLOAD into certificates/nvidia/$PROFILE, stopped after CERTIFY_S seconds (default 300;
-#    a rerun resumes; CERT_DIR=D certifies into D instead), then `bench_certified.py throughput` of its log: keys a minute and each part's share.
+#    a rerun resumes; CERT_DIR=D certifies into D instead, AHEAD=N keeps N keys' compiles ahead), then
+#    `bench_certified.py throughput` of its log: keys a minute and each part's share.
 #
 # Needs one NVIDIA GPU of the profile (PROFILE, default hopper). OUTDIR gets tests.txt, profile/ (summary.json and a
 # report per key), certify/ (gpu_certify.sh's files) and throughput.json; summary.txt has the lines that matter.
-USAGE="[WORKLOAD=...] [CERTIFY_S=S] [PROFILE_KEYS=...] bash benchmarks/gpu_throughput.sh OUTDIR"
+USAGE="[WORKLOAD=...] [CERTIFY_S=S] [PROFILE_KEYS=...] [NO_PROFILE=1] [CERT_DIR=D] [AHEAD=N] bash benchmarks/gpu_throughput.sh OUTDIR"
 source "$(dirname "$0")/gpu_outdir.sh"
 PROFILE=${PROFILE:-hopper}
 WORKLOAD=${WORKLOAD:-llama-3-8b}
@@ -28,11 +29,13 @@ PYTHONPATH=/tmp/notorch python3 -m pytest -q -p no:cacheprovider \
   tests/kernels/test_launch.py tests/kernels/test_inputs.py tests/kernels/test_attention64.py -k "$ON_GPU" \
   > "$dest/tests.txt" 2>&1
 echo "tests: $(tail -1 "$dest/tests.txt")" | tee -a "$dest/summary.txt"
-asked=()
-while read -r key; do [ -n "$key" ] && asked+=(--key "$key"); done <<< "$PROFILE_KEYS"
-PYTHONPATH=/tmp/notorch python3 benchmarks/profile_sweep.py "${asked[@]}" --out "$dest/profile" --compare 4 \
-  > "$dest/profile.txt" 2>&1
-grep '^{' "$dest/profile.txt" | cut -c1-400 | tee -a "$dest/summary.txt"
+if [ "${NO_PROFILE:-0}" != 1 ]; then
+  asked=()
+  while read -r key; do [ -n "$key" ] && asked+=(--key "$key"); done <<< "$PROFILE_KEYS"
+  PYTHONPATH=/tmp/notorch python3 benchmarks/profile_sweep.py "${asked[@]}" --out "$dest/profile" --compare 4 \
+    > "$dest/profile.txt" 2>&1
+  grep '^{' "$dest/profile.txt" | cut -c1-400 | tee -a "$dest/summary.txt"
+fi
 WORKLOADS=$WORKLOAD CERTIFY_S=${CERTIFY_S:-300} bash "$(dirname "$0")/gpu_certify.sh" "$dest/certify" \
   > "$dest/certify.txt" 2>&1
 python3 benchmarks/bench_certified.py throughput "$dest/certify/certify_shard0.log" > "$dest/throughput.json" 2>&1
