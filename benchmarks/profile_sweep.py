@@ -9,7 +9,9 @@ does them: the inputs and the oracle of each checked problem (`runner.prepared_f
 the first four full-timed, and the first one run again for reproducibility. DIR/summary.json has each phase's wall
 seconds per key; DIR/profile_<n>.txt the cProfile of the checks, screens, timings and runs again (by own time and by
 cumulative time) with --cprofile; with --compare N, the first N candidates' screens timed both through the timer's
-replay of the launch and through the family's launch. Needs the cuda backend.
+replay of the launch and through the family's launch; with --batched-screens REPS, every candidate screened again as
+one queue (REPS repetitions each, one wait at the end): its wall seconds, its medians' worst difference from the
+screens' and the finalists each would choose. Needs the cuda backend.
 """
 
 from __future__ import annotations
@@ -51,8 +53,64 @@ def _both_ways(spec, config, problems, dtypes, profile, seed, device) -> dict:
     return out
 
 
+def _batched_screens(spec, configs, problems, dtypes, profile, seed, device, reps: int) -> tuple[list[float], float]:
+    """Every candidate's screen as one queue: `reps` repetitions each (an L2 flush before each, as the sweep's), each
+    candidate's batch behind the stream gate, and one wait for the device at the end, where the sweep waits three
+    times a candidate and sizes its repetitions from an estimate batch. Each candidate's median in us, and the wall
+    seconds. A measurement of another way to screen (its medians against the sweep's screens), not what certify does."""
+    import statistics
+
+    from nbxcert import runner
+    from nbxcert.kernels import launch
+    from nbxcert.kernels.backends import cuda, triton_cuda
+
+    prepared, _ = runner.prepared_for(spec, problems["timing"], dtypes, profile, seed, device)
+    index = triton_cuda._thread_ready()
+    stream = triton_cuda.current_stream(index)
+    flush = triton_cuda._flush_buffer(index, 2 * max(s.l2_bytes for s in profile.skus))
+    gate = triton_cuda._gate(index)
+    events = triton_cuda._events(index, 2 * reps * len(configs))
+    t0 = time.perf_counter()
+    timed = []
+    for n, config in enumerate(configs):
+        inputs = prepared.restore()
+        again = launch.replay_of(lambda c=config, i=inputs: spec.launch(c, i), list(inputs.tensors.values()))
+        if again is None:
+            again = lambda c=config, i=inputs: spec.launch(c, i)  # noqa: E731 - the family's launch itself
+        mine = events[2 * reps * n : 2 * reps * (n + 1)]
+        pairs = list(zip(mine[0::2], mine[1::2], strict=True))
+        with gate.holding(stream, triton_cuda.GATE_LIMIT_S):
+            for start, end in pairs:
+                flush.zero_()
+                start.record(stream)
+                again()
+                end.record(stream)
+        timed.append(pairs)
+    cuda.stream_synchronize(stream)
+    wall = time.perf_counter() - t0
+    medians = [statistics.median(cuda.Event.elapsed_ms(s, e) * 1e3 for s, e in pairs) for pairs in timed]
+    return medians, wall
+
+
+def _finalist_labels(configs, medians) -> list[str]:
+    """The configs the sweep's rule (`sweep.finalists`) takes to the full timing from these screen medians."""
+    from types import SimpleNamespace
+
+    from nbxcert.sweep import finalists
+
+    ranked = [SimpleNamespace(config=c, median=m) for c, m in zip(configs, medians, strict=True)]
+    return [o.config.label() for o in finalists(ranked, None)]
+
+
 def profile_key(
-    text: str, profile, jobs: int, seed: int, report_path: str, with_cprofile: bool = False, compare: int = 0
+    text: str,
+    profile,
+    jobs: int,
+    seed: int,
+    report_path: str,
+    with_cprofile: bool = False,
+    compare: int = 0,
+    batched_reps: int = 0,
 ) -> dict:
     from nbxcert import runner
     from nbxcert.ahead import compile_requests
@@ -107,6 +165,23 @@ def profile_key(
     if prof is not None:
         prof.disable()
     compared = [_both_ways(spec, c, problems, dtypes, profile, seed, device) for c in configs[:compare]]
+    batched: dict = {}
+    medians = None
+    if batched_reps and configs:
+        try:
+            medians, wall = _batched_screens(spec, configs, problems, dtypes, profile, seed, device, batched_reps)
+        except Exception as e:  # noqa: BLE001 - reported in the key's row; the key's other phases stand
+            medians, batched = None, {"error": f"{type(e).__name__}: {e}"[:500]}
+    if batched_reps and configs and medians is not None:
+        ours = [s["median_us"] for s in screens]
+        batched = {
+            "reps": batched_reps,
+            "wall_s": round(wall, 4),
+            "screens_wall_s": seconds["screens"],
+            "finalists_screened": _finalist_labels(configs, ours),
+            "finalists_batched": _finalist_labels(configs, medians),
+            "worst_relative_difference": round(max(abs(b - a) / a for a, b in zip(ours, medians, strict=True)), 4),
+        }
     gpu_screen_ms = sum(s["median_us"] * s["reps"] for s in screens) / 1e3
     with open(report_path, "w") as f:
         f.write(f"{key.text()}\n{json.dumps(seconds)}\n")
@@ -122,6 +197,7 @@ def profile_key(
         "seconds": seconds,
         "screens_kernel_ms": round(gpu_screen_ms, 2),
         "screen_reps": [s["reps"] for s in screens],
+        "batched_screens": batched,
     }
 
 
@@ -135,13 +211,24 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--compare", type=int, default=0, help="time this many candidates' screens replayed and dispatched"
     )
+    parser.add_argument(
+        "--batched-screens",
+        type=int,
+        default=0,
+        metavar="REPS",
+        help="also screen every candidate as one queue of REPS repetitions each, one wait at the end (a comparison)",
+    )
     args = parser.parse_args(argv)
     _choice, info, profile, match = cuda_device("profile_sweep.py")
+    from nbxcert.kernels.backends.triton_cuda import GATE_BATCH  # once the backend is chosen
+
+    if not 0 <= args.batched_screens <= GATE_BATCH:  # one candidate's repetitions behind one hold of the gate
+        parser.error(f"--batched-screens {args.batched_screens}: give 1 to {GATE_BATCH} repetitions")
     os.makedirs(args.out, exist_ok=True)
     rows = []
     for n, text in enumerate(args.key):
         path = os.path.join(args.out, f"profile_{n}.txt")
-        row = profile_key(text, profile, args.jobs, args.seed, path, args.cprofile, args.compare)
+        row = profile_key(text, profile, args.jobs, args.seed, path, args.cprofile, args.compare, args.batched_screens)
         print(json.dumps(row), flush=True)
         rows.append(row)
     write_json(os.path.join(args.out, "summary.json"), {"device": info.name, "profile": profile.key, "keys": rows})

@@ -1,0 +1,27 @@
+"""profile_sweep.py's comparison of the sweep's screens with batched ones: the finalists each set of medians gives by
+the sweep's own rule (`sweep.finalists`)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def test_the_finalists_of_screen_medians_are_the_sweeps_rule():
+    from nbxcert.kernels.spec import Config
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        profile_sweep = importlib.import_module("profile_sweep")
+        configs = [Config.make(num_warps=w, num_stages=1, BLOCK=b) for b in (64, 128, 256) for w in (4, 8)]
+        medians = [10.0, 11.0, 30.0, 10.5, 10.4, 50.0]
+        got = profile_sweep._finalist_labels(configs, medians)
+    finally:
+        sys.modules.pop("profile_sweep", None)
+        sys.path.remove(str(BENCH))
+    # the fastest two always, then those within 15% of the fastest, at most four
+    assert got == [configs[i].label() for i in (0, 4, 3, 1)]
+    assert configs[2].label() not in got and configs[5].label() not in got
