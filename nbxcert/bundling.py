@@ -71,13 +71,9 @@ def certified_entries(dirs: Sequence[Path], profile_key: str) -> dict[str, Certi
     problem), the first directory (then the first file in path order) winning a key, as serving's index does."""
     from nbxcert import certificates
 
-    chosen: dict[str, Certified] = {}
-    for path, cert in certificates.profile_certificates(dirs, profile_key):
-        for text, held in cert.entries.items():
-            # the first memory class's entry: another class's added beside it (`other_classes`) changes no binary
-            entry = next(iter(certificates.class_entries(held).values()))
-            chosen.setdefault(text, Certified(text, cert.kernel, cert.dtype, entry, path))
-    return chosen
+    # each key's first memory class's entry: another class's added beside it (`other_classes`) changes no binary
+    found = certificates.first_entries(dirs, profile_key)
+    return {text: Certified(text, cert.kernel, cert.dtype, entry, path) for text, (path, cert, entry) in found.items()}
 
 
 @dataclass

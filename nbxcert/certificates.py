@@ -188,9 +188,14 @@ _ENTRY_REQUIRED = {
 OTHER_CLASSES = "other_classes"
 
 
+def own(entry: Mapping[str, Any]) -> dict:
+    """A key's first memory class's entry: the entry without the other classes' it holds."""
+    return {k: v for k, v in entry.items() if k != OTHER_CLASSES}
+
+
 def class_entries(entry: Mapping[str, Any]) -> dict[str, dict]:
-    """Every memory class's entry of one key: {class: entry}, the first class's without its `other_classes`."""
-    first = {k: v for k, v in entry.items() if k != OTHER_CLASSES}
+    """Every memory class's entry of one key: {class: entry}, the first class's first (`own`)."""
+    first = own(entry)
     return {first["memory_class"]: first, **entry.get(OTHER_CLASSES, {})}
 
 
@@ -202,7 +207,7 @@ def of_class(entry: Mapping[str, Any] | None, memory_class: str) -> dict | None:
 def with_class(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict:
     """The key's entry once `new` is added: `new` replaces the entry of its own class and keeps the other classes'
     (a certify run on an H100 leaves the H200's entry of the same key in place, and the reverse)."""
-    new = {k: v for k, v in new.items() if k != OTHER_CLASSES}
+    new = own(new)
     if old is None:
         return new
     entries = class_entries(old) | {new["memory_class"]: new}
@@ -213,7 +218,7 @@ def with_class(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict:
 
 def validate_entry(path, key_text: str, entry: Any, kernel: str, dtype: str, spec=None) -> None:
     _check_type(path, key_text, "", entry, dict)
-    _validate_one(path, key_text, {k: v for k, v in entry.items() if k != OTHER_CLASSES}, kernel, dtype, spec)
+    _validate_one(path, key_text, own(entry), kernel, dtype, spec)
     if OTHER_CLASSES not in entry:
         return
     others = entry[OTHER_CLASSES]
@@ -382,6 +387,23 @@ def profile_certificates(dirs: Sequence[Path], profile_key: str) -> Iterator[tup
                 reason = f"'{cert.profile}' is not its directory's profile '{profile_key}'"
                 raise invalid(path, None, "profile", reason)  # file, key, field, reason, as validate_doc
             yield path, cert
+
+
+def first_entries(
+    dirs: Sequence[Path], profile_key: str, memory_class: str | None = None
+) -> dict[str, tuple[Path, CertFile, dict]]:
+    """Every key certified for `profile_key` in `dirs` as serving's index takes it: {key: (file, its certificate,
+    entry)}, the first directory holding the key (then the first file in path order) winning; the entry is the key's
+    of `memory_class` (keys with none of that class left out), or with None its first class's (`own`). Every file is
+    validated whole (`profile_certificates`)."""
+    chosen: dict[str, tuple[Path, CertFile, dict]] = {}
+    for path, cert in profile_certificates(dirs, profile_key):
+        for key_text, held in cert.entries.items():
+            if key_text not in chosen:
+                entry = own(held) if memory_class is None else of_class(held, memory_class)
+                if entry is not None:
+                    chosen[key_text] = (path, cert, entry)
+    return chosen
 
 
 # --- writing ----------------------------------------------------------------------------------------------------------

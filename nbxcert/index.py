@@ -206,13 +206,9 @@ def _collect(dirs: list[Path], profile_key: str, memory_class: str) -> dict[str,
     """Every certification of the memory class as canonical JSON bytes; the first directory (then the first file in
     path order) wins a key. Every file is validated whole, other memory classes included, or nothing is returned."""
     chosen: dict[str, bytes] = {}
-    for _path, cert in certificates.profile_certificates(dirs, profile_key):
-        for key_text, held in cert.entries.items():
-            entry = certificates.of_class(held, memory_class)  # a key may hold entries of several classes
-            if entry is not None and key_text not in chosen:
-                served = {k: v for k, v in entry.items() if k not in AUDIT_ONLY}
-                text = json.dumps(served, sort_keys=True, separators=(",", ":"), allow_nan=False)
-                chosen[key_text] = text.encode()
+    for key_text, (_path, _cert, entry) in certificates.first_entries(dirs, profile_key, memory_class).items():
+        served = {k: v for k, v in entry.items() if k not in AUDIT_ONLY}
+        chosen[key_text] = json.dumps(served, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
     return chosen
 
 

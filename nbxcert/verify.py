@@ -207,24 +207,12 @@ class CoverageReport:
 
 def certified_entries(profile_key: str, dirs: Sequence[Path], memory_class: str | None = None) -> dict[str, dict]:
     """Every key certified for a profile in `dirs` (of any memory class, or only those with an entry of
-    `memory_class`), with its entry (the first directory's, as serving would: of that class, when given); each file
-    validated."""
+    `memory_class`), with its entry as serving would take it (`certificates.first_entries`); each file validated."""
     from nbxcert import certificates
 
-    found: dict[str, dict] = {}
-    for d in dirs:
-        for path in certificates.iter_files(Path(d), profile_key):
-            for k, entry in certificates.load_file(path).entries.items():
-                if memory_class is not None:
-                    entry = certificates.of_class(entry, memory_class)
-                if entry is not None:
-                    found.setdefault(k, entry)
-    return found
-
-
-def certified_keys(profile_key: str, dirs: Sequence[Path]) -> set[str]:
-    """Every key certified for a profile (any memory class) in `dirs`; each file validated."""
-    return set(certified_entries(profile_key, dirs))
+    return {
+        k: entry for k, (_path, _cert, entry) in certificates.first_entries(dirs, profile_key, memory_class).items()
+    }
 
 
 def coverage(
