@@ -378,9 +378,7 @@ def certify(
 def beside_classes(old: dict | None, new: dict) -> str:
     """What a key's line says when the key keeps entries of other memory classes beside the new one (serving reads
     its card's class: an H200 keeps its entry when an H100 certifies the key); "" otherwise."""
-    from nbxcert.certificates import class_entries
-
-    others = sorted(c for c in (class_entries(old) if old else {}) if c != new["memory_class"])
+    others = sorted(c for c in (certificates.class_entries(old) if old else {}) if c != new["memory_class"])
     return f"kept beside the {', '.join(others)} class's entry" if others else ""
 
 

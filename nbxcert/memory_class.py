@@ -19,3 +19,8 @@ def memory_class(profile, memory_bytes: int, sm_count: int | None = None) -> str
     if len(classes) == 1:
         return classes.pop()
     return f"{round(memory_bytes / 1e9)}GB"
+
+
+def classes_of(profile) -> list[str]:
+    """The memory classes of a profile's cards (its SKUs'), sorted; "cpu" for a profile of none (the interpreter)."""
+    return sorted({s.memory_class for s in profile.skus}) or ["cpu"]

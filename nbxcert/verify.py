@@ -231,7 +231,9 @@ def coverage(
     if not keys:
         raise UsageError("no keys to count", hint="give --workload NAME|FILE, --keys FILE or --key TEXT")
     if memory_class is not None:
-        classes = sorted({s.memory_class for s in profile.skus}) or ["cpu"]
+        from nbxcert.memory_class import classes_of
+
+        classes = classes_of(profile)
         if memory_class not in classes:
             raise UsageError(
                 f"--memory-class {memory_class} is not a class of {profile.key}'s cards",
