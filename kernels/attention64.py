@@ -88,8 +88,8 @@ def attention_on_device(
     # their prefixes): a size a sequence, freed each time, would leave the memory pool a block of every length kept
     step = max(1, min(kv_heads, STEP_ELEMENTS // (rows * kv_len)))
     size = {"q": step * rows * dim, "k": step * dim * kv_len, "s": step * rows * kv_len, "v": step * kv_len * dim}
+    size.update(v_abs=size["v"], e=size["q"])  # |V|, and the error scale P·|V| (the output P·V reuses q's)
     buf = {name: empty((count,), "float64", q.device) for name, count in size.items()}
-    spare = {name: empty((count,), "float64", q.device) for name, count in size.items() if name != "s"}
     for b in range(batch):
         n = kv_len if lengths is None else int(lengths[b])
         if n == 0:
@@ -98,15 +98,15 @@ def attention_on_device(
             h1 = min(kv_heads, h0 + step)
             hs = h1 - h0
             qg = q[b, h0 * group : h1 * group]  # [hs * group, q_len, dim]: a KV head's query heads, then its rows
-            q64, _ = widened(_grouped(qg, hs, rows, dim), hs, (buf["q"], spare["q"]))
-            kt64, _ = widened(k[b, h0:h1, :n].transpose(1, 2), hs, (buf["k"], spare["k"]))  # [hs, dim, n]
+            q64, _ = widened(_grouped(qg, hs, rows, dim), hs, (buf["q"],), absolute=False)
+            kt64, _ = widened(k[b, h0:h1, :n].transpose(1, 2), hs, (buf["k"],), absolute=False)  # [hs, dim, n]
             scores = prefix(buf["s"], (hs, rows, n))
             cublas.gemm(lib, index, q64.data_ptr(), kt64.data_ptr(), scores.data_ptr(), hs, rows, n, dim)
             _softmax64_kernel[(hs * rows,)](
                 scores, scale_t, n, q_len, n - q_len, CAUSAL=bool(causal), BLOCK=SOFTMAX_BLOCK
             )
-            v64, v_abs = widened(v[b, h0:h1, :n], hs, (buf["v"], spare["v"]))  # [hs, n, dim]
-            o, e = prefix(buf["q"], (hs, rows, dim)), prefix(spare["q"], (hs, rows, dim))  # q64 is read by now
+            v64, v_abs = widened(v[b, h0:h1, :n], hs, (buf["v"], buf["v_abs"]))  # [hs, n, dim]
+            o, e = prefix(buf["q"], (hs, rows, dim)), prefix(buf["e"], (hs, rows, dim))  # q64 is read by now
             cublas.gemm(lib, index, scores.data_ptr(), v64.data_ptr(), o.data_ptr(), hs, rows, dim, n)
             cublas.gemm(lib, index, scores.data_ptr(), v_abs.data_ptr(), e.data_ptr(), hs, rows, dim, n)
             if q.device.type == "cuda":

@@ -129,9 +129,12 @@ WIDEN_BLOCK = 1024
 
 
 @jit
-def _widen_kernel(src, dst, dst_abs, rows, cols, s_b, s_r, s_c, BF16_BITS: tl.constexpr, BLOCK: tl.constexpr):
-    """dst[b] = float64(src[b]) and dst_abs[b] = |dst[b]|, contiguous [rows, cols], for the batch of program axis 1;
-    src element (b, r, c) at b * s_b + r * s_r + c * s_c (its 16-bit patterns when BF16_BITS, widened by a shift)."""
+def _widen_kernel(
+    src, dst, dst_abs, rows, cols, s_b, s_r, s_c, BF16_BITS: tl.constexpr, ABS: tl.constexpr, BLOCK: tl.constexpr
+):
+    """dst[b] = float64(src[b]) and, with ABS, dst_abs[b] = |dst[b]|, contiguous [rows, cols], for the batch of
+    program axis 1; src element (b, r, c) at b * s_b + r * s_r + c * s_c (its 16-bit patterns when BF16_BITS, widened
+    by a shift)."""
     pid = tl.program_id(0)
     batch = tl.program_id(1).to(tl.int64)
     offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -144,12 +147,14 @@ def _widen_kernel(src, dst, dst_abs, rows, cols, s_b, s_r, s_c, BF16_BITS: tl.co
         x = tl.load(src + at, mask=inside, other=0.0).to(tl.float64)
     to = batch * rows * cols + offs
     tl.store(dst + to, x, mask=inside)
-    tl.store(dst_abs + to, tl.abs(x), mask=inside)
+    if ABS:
+        tl.store(dst_abs + to, tl.abs(x), mask=inside)
 
 
-def widened(t, nb: int, into=None):
-    """The [nb, rows, cols] float64 contiguous copies of a (batched) matrix view `t` and of its absolute values;
-    `into`: two flat float64 buffers of at least that many elements to write them into (their prefixes), else new."""
+def widened(t, nb: int, into=None, absolute: bool = True):
+    """The [nb, rows, cols] float64 contiguous copies of a (batched) matrix view `t` and, with `absolute`, of its
+    absolute values (else None); `into`: flat float64 buffers of at least that many elements to write them into
+    (their prefixes; one a copy made), else new ones."""
     from nbxcert.kernels.launch import cdiv
     from nbxcert.kernels.tensor import Tensor, empty
 
@@ -159,15 +164,17 @@ def widened(t, nb: int, into=None):
         t = t.contiguous().reshape(nb, rows, cols)
         s_b = t.strides[0]
     s_r, s_c = t.strides[-2], t.strides[-1]
+    made = 2 if absolute else 1
     if into is None:
-        wide, wide_abs = (empty((nb, rows, cols), "float64", t.device) for _ in range(2))
+        copies = [empty((nb, rows, cols), "float64", t.device) for _ in range(made)]
     else:
-        wide, wide_abs = (prefix(buf, (nb, rows, cols)) for buf in into)
+        copies = [prefix(buf, (nb, rows, cols)) for buf in into[:made]]
+    wide, wide_abs = copies[0], (copies[1] if absolute else None)
     bf16 = t.dtype.name == "bfloat16"
     if bf16:  # the same bytes read as int16 (same element size, same strides), as `judge` reads them
         t = Tensor(t.untyped_storage(), t.shape, t.strides, "int16", t.storage_offset())
     grid = (cdiv(rows * cols, WIDEN_BLOCK), nb)
-    _widen_kernel[grid](t, wide, wide_abs, rows, cols, s_b, s_r, s_c, BF16_BITS=bf16, BLOCK=WIDEN_BLOCK)
+    _widen_kernel[grid](t, wide, copies[-1], rows, cols, s_b, s_r, s_c, BF16_BITS=bf16, ABS=absolute, BLOCK=WIDEN_BLOCK)
     return wide, wide_abs
 
 
