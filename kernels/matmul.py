@@ -307,9 +307,11 @@ def _split_k_reduce_kernel(
     idx = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = idx < M * N
     ws = ws_ptr + batch * stride_ws_batch + idx
+    # partial s lies s·batch·M·N elements in: past 2^31 at SPLIT_K = 16 of a 4096 x 37888 product, so 64-bit offsets
+    split_stride = stride_ws_split.to(tl.int64)
     acc = tl.zeros((BLOCK,), dtype=tl.float32)
     for s in tl.static_range(SPLIT_K):
-        acc += tl.load(ws + s * stride_ws_split, mask=mask, other=0.0)
+        acc += tl.load(ws + s * split_stride, mask=mask, other=0.0)
     m = idx // N
     n = idx % N
     z = acc * alpha

@@ -902,6 +902,8 @@ def _conv2d_launch(config: Config, inputs: Inputs) -> None:
 
 
 def _conv2d_oracle(inputs: Inputs) -> dict[str, Reference]:
+    from nbxcert.kernels.products import product_for  # the oracle's float64 product: host or GPU
+
     t, s = inputs.tensors, inputs.scalars
     value, scale = _oracle.conv2d(
         t["x"].float64(),
@@ -913,6 +915,7 @@ def _conv2d_oracle(inputs: Inputs) -> dict[str, Reference]:
         groups=s["groups"],
         acc_eps=ACC_EPS,
         out_eps=finfo(get_dtype(t["y"].dtype.name))["eps"],
+        product=product_for(t["y"].device),
     )
     return {"y": Reference(value, scale)}
 

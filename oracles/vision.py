@@ -6,11 +6,12 @@ layout is a matter of strides, which the adapters in `kernels/vision.py` resolve
 
 - conv2d: an explicit sum over the kernel window. For each window position (r, s) the input pixels it sees,
   x[n, c, oh·stride - padding + r·dilation, ow·stride - padding + s·dilation] (zero outside the image), are
-  multiplied by w[k, c, r, s] and summed over the group's input channels; the R·S terms are added up in float64,
-  then the bias. This is the textbook cross-correlation (torch.nn.functional.conv2d's definition), not the implicit
-  GEMM the kernel performs. Error scale: the same sum of |x|·|w| (+ |bias|), so an output that cancels to near zero is
-  judged against the size of its terms, widened for a float32 accumulation of R·S·C/groups terms as
-  `oracles.matmul.growth` states it (1 for float16 and bfloat16 outputs at every size a UNet has).
+  multiplied by w[k, c, r, s] and summed over the group's input channels (one float64 matrix product per window
+  position, numpy's or the one handed in); the R·S terms are added up in float64, then the bias. This is the textbook
+  cross-correlation (torch.nn.functional.conv2d's definition), not the implicit GEMM the kernel performs. Error scale:
+  the same sum of |x|·|w| (+ |bias|), so an output that cancels to near zero is judged against the size of its terms,
+  widened for a float32 accumulation of R·S·C/groups terms as `oracles.matmul.growth` states it (1 for float16 and
+  bfloat16 outputs at every size a UNet has).
 - group_norm: per sample and group of C/groups channels, the mean and the two-pass population variance over the
   group's channels and pixels, y = (x - mean) / sqrt(var + eps) · weight[c] + bias[c], then optionally
   SiLU(y) = y · sigmoid(y). Error scale as `oracles.rows.layernorm`'s: (|x| + mean|x|) · rstd · |weight| + |bias|,
@@ -21,6 +22,8 @@ layout is a matter of strides, which the adapters in `kernels/vision.py` resolve
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -49,9 +52,11 @@ def conv2d(
     groups: int = 1,
     acc_eps: float,
     out_eps: float,
+    product: Callable[[np.ndarray, np.ndarray], np.ndarray] = np.matmul,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The cross-correlation of x [N, C, H, W] with w [K, C/groups, R, S] (+ bias [K]) and its error scale, both
-    [N, K, OH, OW] float64 (module docstring). `acc_eps`, `out_eps`: the accumulator's and the output's epsilons."""
+    [N, K, OH, OW] float64 (module docstring). `acc_eps`, `out_eps`: the accumulator's and the output's epsilons;
+    `product`: the float64 matrix product each window position's sum over channels is (numpy's by default)."""
     x, w = _f64(x), _f64(w)
     n, c, h, wd = x.shape
     k, cg, r_size, s_size = w.shape
@@ -59,24 +64,27 @@ def conv2d(
         raise ValueError(f"conv2d: x has {c} channels, w {w.shape}, groups {groups}: shapes do not agree")
     oh = out_size(h, r_size, stride, padding, dilation)
     ow = out_size(wd, s_size, stride, padding, dilation)
-    xp = np.zeros((n, c, h + 2 * padding, wd + 2 * padding))
-    xp[:, :, padding : padding + h, padding : padding + wd] = x
+    # channels last, so that each window position's sum over a group's channels is one matrix product
+    xp = np.zeros((n, h + 2 * padding, wd + 2 * padding, c))
+    xp[:, padding : padding + h, padding : padding + wd] = x.transpose(0, 2, 3, 1)
     kg = k // groups
-    value = np.zeros((n, k, oh, ow))
-    scale = np.zeros((n, k, oh, ow))
+    value = np.zeros((n, oh, ow, k))
+    scale = np.zeros((n, oh, ow, k))
     for g in range(groups):
-        xg = xp[:, g * cg : (g + 1) * cg]
+        xg = xp[..., g * cg : (g + 1) * cg]
         wg = w[g * kg : (g + 1) * kg]
         for r in range(r_size):
             for s in range(s_size):
                 top, left = r * dilation, s * dilation
-                # the input pixels window position (r, s) sees, for every output pixel: [N, Cg, OH, OW]
+                # the input pixels window position (r, s) sees, one row per output pixel: [N·OH·OW, Cg]
                 rows = slice(top, top + stride * (oh - 1) + 1, stride)
                 cols = slice(left, left + stride * (ow - 1) + 1, stride)
-                seen = xg[:, :, rows, cols]
-                tap = wg[:, :, r, s]  # [Kg, Cg]
-                value[:, g * kg : (g + 1) * kg] += np.einsum("nchw,kc->nkhw", seen, tap)
-                scale[:, g * kg : (g + 1) * kg] += np.einsum("nchw,kc->nkhw", np.abs(seen), np.abs(tap))
+                seen = np.ascontiguousarray(xg[:, rows, cols]).reshape(n * oh * ow, cg)
+                tap = np.ascontiguousarray(wg[:, :, r, s].T)  # [Cg, Kg]
+                out = (n, oh, ow, kg)
+                value[..., g * kg : (g + 1) * kg] += product(seen, tap).reshape(out)
+                scale[..., g * kg : (g + 1) * kg] += product(np.abs(seen), np.abs(tap)).reshape(out)
+    value, scale = value.transpose(0, 3, 1, 2), scale.transpose(0, 3, 1, 2)
     if bias is not None:
         b = _f64(bias)[None, :, None, None]
         value = value + b

@@ -531,6 +531,43 @@ def test_wrapped_columns_claim_no_vector_across_the_wrap(kind):
     assert wrap_run(47, 64, 48) == 64  # not the contiguous dimension: nothing vectorized along it, the tile claimed
 
 
+def split_offsets(items: list[dict]):
+    """(In the cross-compiling subprocess.) Per item, the lines of the split-K reduce kernel's TTIR that use
+    stride_ws_split."""
+    from nbxcert.kernels.backends import cross
+    from nbxcert.kernels.spec import Config, get_spec
+
+    for item in items:
+        spec = get_spec(item["spec"])
+        inputs = spec.make_inputs(item["problem"], tuple(item["dtypes"]), 0, "cpu")
+        with cross.recording() as launched:
+            spec.launch(Config.from_dict(item["config"]), inputs)
+        ttir = [
+            launch.compiled.asm["ttir"]
+            for launch in launched
+            if "@_split_k_reduce_kernel" in launch.compiled.asm["ttir"]
+        ]
+        yield [
+            line.strip()
+            for text in ttir
+            for line in text.splitlines()
+            if "%stride_ws_split" in line and "loc(" in line and "tt.func" not in line
+        ]
+
+
+def test_split_k_reduce_offsets_partials_in_64_bits():
+    """The reduce kernel reads partial s at s·batch·M·N elements into the workspace: past 2^31 at SPLIT_K = 16 of a
+    4096 x 37888 product (on the H100 every such candidate was wrong at 46% of its elements when the offset was formed
+    in 32 bits). The stride is widened to 64 bits before any multiple of it is taken."""
+    config = Config.make(
+        num_warps=4, num_stages=2, KIND="split_k", BLOCK_M=32, BLOCK_N=64, K_BYTES=64, GROUP_M=8, SPLIT_K=4
+    )
+    item = _item(mm.MATMUL, config, {"M": 33, "N": 48, "K": 64, "trans_a": 0, "trans_b": 0, "aligned": 1}, "float16")
+    (lines,) = crosstools.cross_compile(90, split_offsets, [item], timeout=600)
+    assert lines, "no split-K reduce kernel was compiled"
+    assert all("arith.extsi %stride_ws_split : i32 to i64" in line for line in lines), lines
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("arch,profile_key", [(90, "nvidia/hopper"), (80, "nvidia/ampere")])
 def test_smem_estimate_bounds_compiler(arch, profile_key):

@@ -106,6 +106,25 @@ def test_conv_oracle_against_a_per_pixel_loop():
                     assert scale[n, k, i, j] == pytest.approx(mag, abs=1e-12)
 
 
+def test_conv_oracle_takes_its_products_from_the_product_handed_in():
+    # a key's float64 reference runs its sums over channels through the product of `kernels.products` (cuBLAS on a
+    # GPU): one product a window position for the value and one for the scale, whose result is what it returns
+    gen = np.random.default_rng(1)
+    x, w, b = gen.standard_normal((2, 4, 5, 5)), gen.standard_normal((6, 2, 3, 3)), gen.standard_normal(6)
+    shapes = []
+
+    def product(a, m):
+        shapes.append((a.shape, m.shape))
+        return np.matmul(a, m)
+
+    kw = dict(stride=1, padding=1, dilation=1, groups=2, acc_eps=0, out_eps=1)
+    value, scale = oracle.conv2d(x, w, b, product=product, **kw)
+    assert shapes == [((2 * 5 * 5, 2), (2, 3))] * (2 * 9 * 2)
+    np.testing.assert_array_equal((value, scale), oracle.conv2d(x, w, b, **kw))
+    zero, _ = oracle.conv2d(x, w, b, product=lambda a, m: np.zeros((a.shape[0], m.shape[1])), **kw)
+    np.testing.assert_array_equal(zero, np.broadcast_to(b[None, :, None, None], zero.shape))
+
+
 def test_group_norm_oracle_on_a_hand_made_group():
     """Two groups of one channel: values ±1 normalise to ±1/sqrt(1 + eps), then weight and bias apply."""
     x = np.array([[[[1.0, -1.0]], [[3.0, 5.0]]]])  # [1, 2, 1, 2]
