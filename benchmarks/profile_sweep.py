@@ -4,14 +4,15 @@ cProfile. A diagnosis of certification throughput, not a certificate: nothing is
     python3 benchmarks/profile_sweep.py --key "matmul[...]@v1" [--key ...] --out DIR [--profile hopper] [--jobs N]
 
 For each key: its kept candidates are compiled in a pool first (Triton's cache), then, in this process, as the runner
-does them: the inputs and the oracle of each checked problem (`runner.prepared_for`), every candidate's first launch
-(its kernel loaded from the cache), every candidate checked at both ends of the bucket, every candidate screen-timed,
-the first four full-timed, and the first one run again for reproducibility. DIR/summary.json has each phase's wall
-seconds per key; DIR/profile_<n>.txt the cProfile of the checks, screens, timings and runs again (by own time and by
-cumulative time) with --cprofile; with --compare N, the first N candidates' screens timed both through the timer's
-replay of the launch and through the family's launch; with --batched-screens REPS, every candidate screened again as
-one queue (REPS repetitions each, one wait at the end): its wall seconds, its medians' worst difference from the
-screens' and the finalists each would choose. Needs the cuda backend.
+does them: the inputs and the oracle of each checked problem (`runner.prepared_for`), every candidate's kernels loaded
+from the cache at both ends of the bucket (`loads`: not launched), every candidate's first launch (checked), every
+candidate checked again, every candidate screen-timed, the first four full-timed, and the first one run again for
+reproducibility. DIR/summary.json has each phase's wall seconds per key; DIR/profile_<n>.txt the cProfile of the checks,
+screens, timings and runs again (by own time and by cumulative time) with --cprofile; with --compare N, the first N
+candidates' screens timed both through the timer's replay of the launch and through the family's launch; with
+--batched-screens REPS, every candidate screened again as one queue (REPS repetitions each, one wait at the end): its
+wall seconds, its medians' worst difference from the screens' and the finalists each would choose. Needs the cuda
+backend.
 """
 
 from __future__ import annotations
@@ -144,7 +145,12 @@ def profile_key(
         oracle += prepared.oracle_seconds
     t = _phase(seconds, "inputs_and_oracle", t)
     seconds["of_which_oracle"] = round(oracle, 4)
-    for c in configs:  # each kernel loaded from the cache, its first launch
+    for c in configs:  # each kernel from Triton's cache, loaded into this process's context, not launched
+        for role in runner._roles(problems):
+            with runner.compile_only():
+                spec.launch(c, runner.prepared_for(spec, problems[role], dtypes, profile, seed, device)[0].restore())
+    t = _phase(seconds, "loads", t)
+    for c in configs:  # each kernel's first launch, checked
         runner.handle({**base, "op": "check", "config": c.as_dict()})
     t = _phase(seconds, "first_launches", t)
     prof = cProfile.Profile() if with_cprofile else None
