@@ -9,7 +9,8 @@
 # 2. `profile_sweep.py` over three keys of WORKLOAD (PROFILE_KEYS: their texts, one a line; default a decode matmul,
 #    an LM-head matmul and a decode attention key of llama-3-8b), with --compare 4: each phase's seconds, and screens
 #    replayed against dispatched, and every candidate screened again as one queue of 8 repetitions each
-#    (`--batched-screens`: its wall, medians and finalists beside the sweep's screens; about a minute with the rest;
+#    (`--batched-screens`: its wall, medians and finalists beside the sweep's screens), and the candidates' kernels
+#    loaded apart from their first launches, half of them on 8 threads (`--load-threads`); about a minute with the rest;
 #    NO_PROFILE=1 skips the step);
 # 3. `gpu_certify.sh` of WORKLOAD into certificates/nvidia/$PROFILE, stopped after CERTIFY_S seconds (default 300;
 #    a rerun resumes; CERT_DIR=D certifies into D instead, AHEAD=N keeps N keys' compiles ahead), then
@@ -35,7 +36,7 @@ if [ "${NO_PROFILE:-0}" != 1 ]; then
   asked=()
   while read -r key; do [ -n "$key" ] && asked+=(--key "$key"); done <<< "$PROFILE_KEYS"
   PYTHONPATH=/tmp/notorch python3 benchmarks/profile_sweep.py "${asked[@]}" --out "$dest/profile" --compare 4 \
-    --batched-screens 8 \
+    --batched-screens 8 --load-threads 8 \
     > "$dest/profile.txt" 2>&1
   grep '^{' "$dest/profile.txt" | cut -c1-400 | tee -a "$dest/summary.txt"
 fi

@@ -5,14 +5,14 @@ cProfile. A diagnosis of certification throughput, not a certificate: nothing is
 
 For each key: its kept candidates are compiled in a pool first (Triton's cache), then, in this process, as the runner
 does them: the inputs and the oracle of each checked problem (`runner.prepared_for`), every candidate's kernels loaded
-from the cache at both ends of the bucket (`loads`: not launched), every candidate's first launch (checked), every
-candidate checked again, every candidate screen-timed, the first four full-timed, and the first one run again for
-reproducibility. DIR/summary.json has each phase's wall seconds per key; DIR/profile_<n>.txt the cProfile of the checks,
-screens, timings and runs again (by own time and by cumulative time) with --cprofile; with --compare N, the first N
-candidates' screens timed both through the timer's replay of the launch and through the family's launch; with
---batched-screens REPS, every candidate screened again as one queue (REPS repetitions each, one wait at the end): its
-wall seconds, its medians' worst difference from the screens' and the finalists each would choose. Needs the cuda
-backend.
+from the cache at both ends of the bucket (`loads`: not launched; the second half of them on --load-threads N threads,
+each half's milliseconds a candidate in the row's `loads`), every candidate's first launch (checked), every candidate
+checked again, every candidate screen-timed, the first four full-timed, and the first one run again for reproducibility.
+DIR/summary.json has each phase's wall seconds per key; DIR/profile_<n>.txt the cProfile of the checks, screens, timings
+and runs again (by own time and by cumulative time) with --cprofile; with --compare N, the first N candidates' screens
+timed both through the timer's replay of the launch and through the family's launch; with --batched-screens REPS, every
+candidate screened again as one queue (REPS repetitions each, one wait at the end): its wall seconds, its medians' worst
+difference from the screens' and the finalists each would choose. Needs the cuda backend.
 """
 
 from __future__ import annotations
@@ -93,6 +93,39 @@ def _batched_screens(spec, configs, problems, dtypes, profile, seed, device, rep
     return medians, wall
 
 
+def _loads(spec, configs, problems, dtypes, profile, seed, device, threads: int) -> dict:
+    """Every candidate's kernels taken from Triton's cache and loaded into this process's context at both ends of the
+    bucket, not launched: the first half of the candidates one after another, the second half on `threads` threads
+    (the driver's module load lets other threads run; 1: the second half in turn as well). The milliseconds a
+    candidate each way, to tell whether loading kernels on threads would shorten a key's checks."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from nbxcert import runner
+
+    inputs = [
+        runner.prepared_for(spec, problems[r], dtypes, profile, seed, device)[0].inputs for r in runner._roles(problems)
+    ]
+
+    def load(config) -> None:
+        for one in inputs:
+            with runner.compile_only():
+                spec.launch(config, one)
+
+    half = len(configs) // 2
+    t0 = time.perf_counter()
+    for c in configs[:half]:
+        load(c)
+    t1 = time.perf_counter()
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        list(pool.map(load, configs[half:]))
+    t2 = time.perf_counter()
+    return {
+        "threads": threads,
+        "in_turn_ms_a_candidate": round((t1 - t0) * 1e3 / max(half, 1), 3),
+        "on_threads_ms_a_candidate": round((t2 - t1) * 1e3 / max(len(configs) - half, 1), 3),
+    }
+
+
 def _finalist_labels(configs, medians) -> list[str]:
     """The configs the sweep's rule (`sweep.finalists`) takes to the full timing from these screen medians."""
     from types import SimpleNamespace
@@ -112,6 +145,7 @@ def profile_key(
     with_cprofile: bool = False,
     compare: int = 0,
     batched_reps: int = 0,
+    load_threads: int = 1,
 ) -> dict:
     from nbxcert import runner
     from nbxcert.ahead import compile_requests
@@ -145,10 +179,7 @@ def profile_key(
         oracle += prepared.oracle_seconds
     t = _phase(seconds, "inputs_and_oracle", t)
     seconds["of_which_oracle"] = round(oracle, 4)
-    for c in configs:  # each kernel from Triton's cache, loaded into this process's context, not launched
-        for role in runner._roles(problems):
-            with runner.compile_only():
-                spec.launch(c, runner.prepared_for(spec, problems[role], dtypes, profile, seed, device)[0].restore())
+    loads = _loads(spec, configs, problems, dtypes, profile, seed, device, load_threads)
     t = _phase(seconds, "loads", t)
     for c in configs:  # each kernel's first launch, checked
         runner.handle({**base, "op": "check", "config": c.as_dict()})
@@ -204,6 +235,7 @@ def profile_key(
         "screens_kernel_ms": round(gpu_screen_ms, 2),
         "screen_reps": [s["reps"] for s in screens],
         "batched_screens": batched,
+        "loads": loads,
     }
 
 
@@ -224,7 +256,16 @@ def main(argv=None) -> int:
         metavar="REPS",
         help="also screen every candidate as one queue of REPS repetitions each, one wait at the end (a comparison)",
     )
+    parser.add_argument(
+        "--load-threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="load the second half of the candidates' kernels on N threads (the first half in turn; a comparison)",
+    )
     args = parser.parse_args(argv)
+    if args.load_threads < 1:
+        parser.error(f"--load-threads {args.load_threads}: give 1 or more")
     _choice, info, profile, match = cuda_device("profile_sweep.py")
     from nbxcert.kernels.backends.triton_cuda import GATE_BATCH  # once the backend is chosen
 
@@ -234,7 +275,17 @@ def main(argv=None) -> int:
     rows = []
     for n, text in enumerate(args.key):
         path = os.path.join(args.out, f"profile_{n}.txt")
-        row = profile_key(text, profile, args.jobs, args.seed, path, args.cprofile, args.compare, args.batched_screens)
+        row = profile_key(
+            text,
+            profile,
+            args.jobs,
+            args.seed,
+            path,
+            args.cprofile,
+            args.compare,
+            args.batched_screens,
+            args.load_threads,
+        )
         print(json.dumps(row), flush=True)
         rows.append(row)
     write_json(os.path.join(args.out, "summary.json"), {"device": info.name, "profile": profile.key, "keys": rows})
