@@ -2,8 +2,9 @@
 
 Serving's lookup comes here on a miss only. Every pruned-in candidate runs on the launch's arguments; those that fail,
 or whose output disagrees with the consensus (the median of the first `CONSENSUS_OF` that ran) beyond the dtype
-tolerance, are rejected; the fastest of the rest wins, chosen as the certifying sweep chooses
-(`nbxcert.sweep.choose_winner`) from timings summarised as the runner summarises them (`nbxcert.runner.summary`).
+tolerance, are rejected; the fastest of the rest wins, timed and chosen as the certifying sweep times and chooses: on a
+GPU every candidate screened briefly, the finalists timed in full (`nbxcert.sweep.finalists`, `choose_winner`), from
+timings summarised as the runner summarises them (`nbxcert.runner.summary`).
 
 Imports `nbxcert.errors` and serving's notices at module level; numpy, the comparison, the sweep's winner choice and
 the runner's timing only inside the functions that run a sweep, so that importing `nbxcert.serving` loads no sweep.
@@ -70,7 +71,7 @@ def sweep_at_run_time(
     largest member only for a sweep).
     `dtypes`: the key's; with them and NBXCERT_SWEEP_JOBS above 1, the candidates are compiled first in that many
     worker processes (`nbxcert.ahead.compile_ahead`), so that their first runs here load them."""
-    from nbxcert.sweep import Outcome, choose_winner
+    from nbxcert.sweep import choose_winner
 
     if isinstance(runtime, dict):
         runtime = RuntimeLaunch(**runtime)
@@ -122,8 +123,7 @@ def sweep_at_run_time(
         )
     if consensus is None:
         raise LaunchError(f"kernel {spec.name}: no candidate ran at run time for problem {dict(problem)}")
-    timed = [Outcome(c, "correct", timing=_time(runtime, c)) for c in agreed]
-    winner, _ = choose_winner(timed, spec.default)
+    winner, _ = choose_winner(_timed(spec, runtime, agreed), spec.default)
     for dst, src in zip(runtime.restore, saved, strict=False):
         dst.copy_(src)
     if winner is None:
@@ -170,19 +170,37 @@ class _Consensus:
 
 
 RUNTIME_REPETITIONS = 100  # a run-time sweep's repetitions of one candidate, at most
+# (warm-up ms, timed ms, repetitions at most): every agreed candidate's brief screen, then the full timing of the
+# finalists the certifying sweep's rule takes from the screens (`nbxcert.sweep.finalists`)
+RUNTIME_SCREEN = (0.5, 2.0, 50)
+RUNTIME_FULL = (5.0, 20.0, RUNTIME_REPETITIONS)
 
 
-def _time(runtime: RuntimeLaunch, cfg) -> dict:
-    """One candidate's timing, summarised as a sweep's are: CUDA events on a GPU, one launch's CPU time under the
-    interpreter."""
+def _timed(spec, runtime: RuntimeLaunch, agreed: list) -> list:
+    """The agreed candidates' outcomes to choose the winner from. On a GPU, as the certifying sweep times: each
+    candidate screened briefly, then the finalists (the screen's fastest, those near it, the untuned default) timed
+    at the full budget, and only they are chosen from (the full budget for every candidate was 25 ms or more each of
+    a matmul key's 82). Under the interpreter, one launch's CPU time each."""
     from nbxcert.kernels.backends import select
+    from nbxcert.sweep import Outcome, finalists
+
+    if select().name != "cuda":
+        return [Outcome(c, "correct", timing=_time(runtime, c, None), phase="final") for c in agreed]
+    screened = [Outcome(c, "correct", timing=_time(runtime, c, RUNTIME_SCREEN), phase="screen") for c in agreed]
+    final = finalists(screened, spec.default)
+    return [Outcome(o.config, "correct", timing=_time(runtime, o.config, RUNTIME_FULL), phase="final") for o in final]
+
+
+def _time(runtime: RuntimeLaunch, cfg, budget: tuple[float, float, int] | None) -> dict:
+    """One candidate's timing, summarised as a sweep's are: CUDA events on a GPU within `budget` (warm-up ms, timed
+    ms, repetitions at most; each repetition is a host launch), one launch's CPU time under the interpreter (None)."""
     from nbxcert.runner import summary
 
-    if select().name == "cuda":
+    if budget is not None:
         from nbxcert.kernels.backends import triton_cuda
 
-        # 5 + 20 ms, at most RUNTIME_REPETITIONS repetitions (each one is a host launch)
-        timed = triton_cuda.time_events(lambda: runtime.run(cfg), 5.0, 20.0, max_repetitions=RUNTIME_REPETITIONS)
+        warmup_ms, rep_ms, most = budget
+        timed = triton_cuda.time_events(lambda: runtime.run(cfg), warmup_ms, rep_ms, max_repetitions=most)
         return summary(timed.times_ms, "cuda_events_gated" if timed.gated else "cuda_events_waiting")
     t0 = time.perf_counter()
     runtime.run(cfg)

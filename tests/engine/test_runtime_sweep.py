@@ -1,6 +1,7 @@
 """The run-time sweep (`nbxcert.serving.runtime_sweep`): a candidate whose output disagrees with the consensus is
-rejected and never wins; a sweep holds a bounded number of candidates' outputs, not every one; NBXCERT_SWEEP_JOBS is
-checked and, above 1, has the candidates compiled ahead in that many workers; compile_ahead's pool stops when idle."""
+rejected and never wins; on a GPU only the screen's finalists are timed in full; a sweep holds a bounded number of
+candidates' outputs, not every one; NBXCERT_SWEEP_JOBS is checked and, above 1, has the candidates compiled ahead in
+that many workers; compile_ahead's pool stops when idle."""
 
 from __future__ import annotations
 
@@ -109,6 +110,32 @@ def test_a_sweep_holds_a_bounded_number_of_outputs_not_every_candidates():
 def test_fewer_candidates_than_a_consensus_still_judge_each_other():
     configs = _configs(3)
     assert _sweep(configs, wrong={configs[0]}) in configs[1:]
+
+
+def test_on_a_gpu_every_candidate_is_screened_and_only_the_finalists_are_timed_in_full(monkeypatch):
+    """As the certifying sweep times: every agreed candidate screened at the brief budget, the finalists the sweep's
+    rule takes (the two fastest, those within 15% of the fastest, at most four, and the untuned default) timed at the
+    full budget, and the winner chosen from the full timings alone."""
+    from nbxcert.kernels import backends
+    from nbxcert.runner import summary
+    from nbxcert.serving import runtime_sweep as rs
+
+    configs = _configs(8)  # configs[0]: the untuned default
+    screen = dict(zip(configs, (50.0, 11.0, 30.0, 10.0, 40.0, 10.5, 11.4, 12.0), strict=True))
+    full = {configs[0]: 50.0, configs[1]: 12.0, configs[3]: 13.0, configs[5]: 9.0, configs[6]: 14.0}
+    calls = []
+
+    def timed(runtime, cfg, budget):
+        calls.append((cfg, budget))
+        median = screen[cfg] if budget == rs.RUNTIME_SCREEN else full[cfg]
+        return summary([median] * 20, "cuda_events_gated")
+
+    monkeypatch.setattr(backends, "select", lambda: SimpleNamespace(name="cuda"))
+    monkeypatch.setattr(rs, "_time", timed)
+    assert _sweep(configs) == configs[5]
+    assert [c for c, b in calls if b == rs.RUNTIME_SCREEN] == configs
+    assert {c for c, b in calls if b == rs.RUNTIME_FULL} == {configs[i] for i in (3, 5, 1, 6, 0)}
+    assert len(calls) == len(configs) + 5
 
 
 @pytest.mark.parametrize("text", ["0", "-2", "many", "1.5", "99999"])
