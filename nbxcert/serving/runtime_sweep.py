@@ -170,8 +170,9 @@ class _Consensus:
 
 
 RUNTIME_REPETITIONS = 100  # a run-time sweep's repetitions of one candidate, at most
-# (warm-up ms, timed ms, repetitions at most): every agreed candidate's brief screen, then the full timing of the
-# finalists the certifying sweep's rule takes from the screens (`nbxcert.sweep.finalists`)
+# (warm-up ms, timed ms, repetitions at most): every agreed candidate's brief screen (the certifying sweep's,
+# `runner.SCREEN_MS`), then the full timing of the finalists the sweep's rule takes from the screens
+# (`nbxcert.sweep.finalists`)
 RUNTIME_SCREEN = (0.5, 2.0, 50)
 RUNTIME_FULL = (5.0, 20.0, RUNTIME_REPETITIONS)
 

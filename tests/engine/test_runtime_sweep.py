@@ -117,8 +117,10 @@ def test_on_a_gpu_every_candidate_is_screened_and_only_the_finalists_are_timed_i
     rule takes (the two fastest, those within 15% of the fastest, at most four, and the untuned default) timed at the
     full budget, and the winner chosen from the full timings alone."""
     from nbxcert.kernels import backends
-    from nbxcert.runner import summary
+    from nbxcert.runner import SCREEN_MS, summary
     from nbxcert.serving import runtime_sweep as rs
+
+    assert rs.RUNTIME_SCREEN == SCREEN_MS  # the certifying sweep's screen
 
     configs = _configs(8)  # configs[0]: the untuned default
     screen = dict(zip(configs, (50.0, 11.0, 30.0, 10.0, 40.0, 10.5, 11.4, 12.0), strict=True))
