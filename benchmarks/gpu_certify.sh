@@ -20,7 +20,8 @@
 # own beside them). AHEAD=N keeps N keys' compiles queued ahead of the key on the GPU (`certify --ahead`, default 16).
 #
 # OUTDIR gets keys.jsonl (the keys asked for), certify_shard<i>.log (a line per key as it finishes, then the table),
-# and coverage_<workload>.txt (`nbxcert coverage`'s line) for each of WORKLOADS (with KEYS, those named).
+# and coverage_<workload>.txt (`nbxcert coverage`'s line for this card's memory class) for each of WORKLOADS (with
+# KEYS, those named).
 USAGE="[WORKLOADS=...] [KEYS=...] [CERT_DIR=D] [AHEAD=N] bash benchmarks/gpu_certify.sh OUTDIR"
 source "$(dirname "$0")/gpu_outdir.sh"
 PROFILE=${PROFILE:-hopper}
@@ -50,7 +51,14 @@ for i in $(seq 0 $(( SHARDS - 1 ))); do
 done
 wait
 echo "certify: $SHARDS shard(s) ended after $(( $(date +%s) - start )) s"
+# this card's memory class: the coverage a card of it is served (a key's entries of other classes are not)
+CLASS=$(PYTHONPATH=/tmp/notorch python3 -c "
+from nbxcert.kernels.backends import cuda
+from nbxcert.memory_class import memory_class
+from nbxcert.profiles import get_profile
+info = cuda.device_info(0)
+print(memory_class(get_profile('$PROFILE'), info.total_memory, info.attributes.get('multiprocessor_count')))")
 for w in $WORKLOADS; do
   PYTHONPATH=/tmp/notorch python3 -m nbxcert coverage --profile "$PROFILE" --workload "$w" --dir "$CERT_DIR" \
-    2>&1 | tail -1 | tee "$dest/coverage_$w.txt"
+    --memory-class "$CLASS" 2>&1 | tail -1 | tee "$dest/coverage_$w.txt"
 done
