@@ -785,6 +785,7 @@ def coverage(
                 {
                     "profile": report.profile,
                     "memory_class": report.memory_class,
+                    "by_memory_class": report.by_class,
                     "dirs": report.dirs,
                     "keys": len(report.keys),
                     "certified": len(report.certified),
@@ -814,6 +815,9 @@ def coverage(
                 f"; {len(report.older_code)} of the certified made by code that has changed since "
                 "(served as they are; certify sweeps them again)"
             )
+        if report.by_class:  # a card is served its own class's entries only
+            each = ", ".join(f"{c} {n}/{len(report.keys)}" for c, n in report.by_class.items())
+            line += f"; by memory class (a card is served its own): {each}"
         print(line)
     raise typer.Exit(0 if report.fraction >= min_fraction else 1)
 

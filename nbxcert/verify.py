@@ -198,6 +198,9 @@ class CoverageReport:
     dirs: list[str] = field(default_factory=list)
     older_code: list[str] = field(default_factory=list)  # certified keys whose entry code has changed since
     memory_class: str | None = None  # the class counted (None: any)
+    # without a class asked, of a profile whose cards are of several classes: the keys certified for each class (a
+    # card is served only its own class's entries, so "any" can read complete where one class is not)
+    by_class: dict[str, int] = field(default_factory=dict)
 
     @property
     def fraction(self) -> float:
@@ -260,6 +263,14 @@ def coverage(
     from nbxcert.certify import older_code
 
     report.older_code = older_code(profile, have, keys)
+    if memory_class is None:
+        from nbxcert.memory_class import classes_of
+
+        classes = classes_of(profile)
+        if len(classes) > 1:
+            for c in classes:
+                held = certified_entries(profile.key, searched, c)
+                report.by_class[c] = sum(t in held for t in texts)
     return report
 
 

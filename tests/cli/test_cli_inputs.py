@@ -650,6 +650,30 @@ def test_coverage_of_one_memory_class_counts_that_class_entries_only(tmp_path):
     check(r, 1, must=["--memory-class 90GB is not a class of nvidia/hopper's cards", "141GB, 80GB"])
 
 
+def test_coverage_of_any_class_says_each_classs_count(tmp_path):
+    """Without `--memory-class`, a profile whose cards are of two classes: the line counts a key certified on either
+    (as the gate's first entries) and says how many each class holds, since a card is served its own class's only (a
+    workload certified on an H100 read 100% where an H200 was served half of it)."""
+    from nbxcert import certificates
+
+    shipped = json.loads((SHIPPED / "nvidia" / "hopper" / "rmsnorm.float16.json").read_text())
+    both = sorted(k for k, e in shipped["entries"].items() if "other_classes" in e)[:3]
+    doc = dict(shipped, entries={})
+    doc["entries"][both[0]] = shipped["entries"][both[0]]  # both classes
+    doc["entries"][both[1]] = certificates.of_class(shipped["entries"][both[1]], "141GB")  # an H200's only
+    doc["entries"][both[2]] = certificates.of_class(shipped["entries"][both[2]], "80GB")  # an H100's only
+    certs = tmp_path / "certs" / "nvidia" / "hopper"
+    certs.mkdir(parents=True)
+    (certs / "rmsnorm.float16.json").write_text(json.dumps(doc))
+    keys = [a for k in both for a in ("--key", k)]
+    args = ("coverage", "--profile", "hopper", *keys, "--dir", tmp_path / "certs")
+    report = check_json(nbx(*args, "--json"), 0)
+    assert report["certified"] == 3 and report["by_memory_class"] == {"141GB": 2, "80GB": 2}
+    check(nbx(*args), 0, must=["3/3 keys certified", "by memory class (a card is served its own): 141GB 2/3, 80GB 2/3"])
+    one = check_json(nbx(*args, "--json", "--memory-class", "80GB", "--min", "0"), 0)
+    assert one["certified"] == 2 and one["by_memory_class"] == {}
+
+
 def test_coverage_min_minus_zero_is_zero():
     # bug: `--min -0` printed "minimum -0.0%"
     r = nbx("coverage", "--profile", "interpreter", "--workload", "demo", "--dir", SHIPPED, "--min", "-0")
