@@ -18,7 +18,7 @@ import math
 import os
 import re
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -396,8 +396,16 @@ def first_entries(
     entry)}, the first directory holding the key (then the first file in path order) winning; the entry is the key's
     of `memory_class` (keys with none of that class left out), or with None its first class's (`own`). Every file is
     validated whole (`profile_certificates`)."""
+    return first_entries_of(profile_certificates(dirs, profile_key), memory_class)
+
+
+def first_entries_of(
+    files: Iterable[tuple[Path, CertFile]], memory_class: str | None = None
+) -> dict[str, tuple[Path, CertFile, dict]]:
+    """`first_entries` of certificate files already read (`profile_certificates`'s, in its order): a reader that
+    wants several classes' reads the files once."""
     chosen: dict[str, tuple[Path, CertFile, dict]] = {}
-    for path, cert in profile_certificates(dirs, profile_key):
+    for path, cert in files:
         for key_text, held in cert.entries.items():
             if key_text not in chosen:
                 entry = own(held) if memory_class is None else of_class(held, memory_class)

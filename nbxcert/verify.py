@@ -208,16 +208,6 @@ class CoverageReport:
         return len(self.certified) / len(self.keys) if self.keys else 0.0
 
 
-def certified_entries(profile_key: str, dirs: Sequence[Path], memory_class: str | None = None) -> dict[str, dict]:
-    """Every key certified for a profile in `dirs` (of any memory class, or only those with an entry of
-    `memory_class`), with its entry as serving would take it (`certificates.first_entries`); each file validated."""
-    from nbxcert import certificates
-
-    return {
-        k: entry for k, (_path, _cert, entry) in certificates.first_entries(dirs, profile_key, memory_class).items()
-    }
-
-
 def coverage(
     profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None, memory_class: str | None = None
 ) -> CoverageReport:
@@ -225,7 +215,7 @@ def coverage(
     which have an entry of that class (what a card of the class is served: an H100 reads the 80GB class only). No
     keys, a directory that is not there, or a class none of the profile's cards has, is refused (`UsageError`):
     before, the first two counted as 100% or as every key missing."""
-    from nbxcert.certificates import config_label
+    from nbxcert import certificates
     from nbxcert.errors import UsageError
     from nbxcert.options import check_environment, existing_dirs
     from nbxcert.profiles import get_profile
@@ -245,7 +235,8 @@ def coverage(
     dirs = existing_dirs(dirs)
     check_environment(search_path=dirs is None)
     searched = list(dirs) if dirs else [d for d in serving.search_path() if d.is_dir()]
-    have = certified_entries(profile.key, searched, memory_class)
+    files = list(certificates.profile_certificates(searched, profile.key))  # read once, for every class counted
+    have = {k: entry for k, (_path, _cert, entry) in certificates.first_entries_of(files, memory_class).items()}
     texts = [k.text() for k in keys]
     report = CoverageReport(profile.key, texts, [t for t in texts if t in have], [t for t in texts if t not in have])
     report.dirs = [str(d) for d in searched]
@@ -258,7 +249,7 @@ def coverage(
             report.results.append(KeyVerdict(t, "missing", reason=f"not certified for {target} in {where}"))
         else:
             err = {k: entry["error"][k] for k in ("max_scaled", "max_abs", "max_rel")}
-            label = config_label(entry["winner"]["config"])
+            label = certificates.config_label(entry["winner"]["config"])
             report.results.append(KeyVerdict(t, "certified", "certificate", label, err))
     from nbxcert.certify import older_code
 
@@ -269,7 +260,7 @@ def coverage(
         classes = classes_of(profile)
         if len(classes) > 1:
             for c in classes:
-                held = certified_entries(profile.key, searched, c)
+                held = certificates.first_entries_of(files, c)
                 report.by_class[c] = sum(t in held for t in texts)
     return report
 
