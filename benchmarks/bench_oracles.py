@@ -1,13 +1,17 @@
-"""CPU time of the float64 attention oracle at a decode and a prefill shape (its cost is part of every certify and
-verify of an attention key). `--oracle-file` times another version of `oracles/attention.py` on the same inputs and
-reports the largest difference from this one's answer.
+"""CPU time of a float64 oracle on the host (its cost is part of every certify and verify of its keys): attention at
+a decode and a prefill shape, or (`--module vision`) conv2d at sd-unet-block's largest 3x3 key. `--oracle-file`
+times another version of the module on the same inputs and reports the largest difference from this one's answer.
 
     python3 benchmarks/bench_oracles.py
     git show bf4036a:oracles/attention.py > /tmp/attention_before.py
     python3 benchmarks/bench_oracles.py --oracle-file /tmp/attention_before.py
+    git show 12dc62a:oracles/vision.py > /tmp/vision_before.py
+    python3 benchmarks/bench_oracles.py --module vision --oracle-file /tmp/vision_before.py --repeats 1
 
 Cases (float16 inputs, seed 0): decode, batch 16, 32 query heads on 4 KV heads of 64, KV lengths drawn in [1, 8192];
-prefill, causal, 8 query heads on 2 KV heads of 64, 2048 tokens. Each the best of --repeats runs.
+prefill, causal, 8 query heads on 2 KV heads of 64, 2048 tokens; conv2d, batch 8, 640 channels in and out, 32 x 32,
+3 x 3, padding 1, with a bias (numpy's matrix product: the host's, as where no GPU computes it). Each the best of
+--repeats runs.
 """
 
 from __future__ import annotations
@@ -18,6 +22,12 @@ import sys
 import time
 
 import numpy as np
+
+
+def _conv2d_case(rng):
+    x = rng.standard_normal((8, 640, 32, 32)).astype(np.float16)
+    w = (rng.standard_normal((640, 640, 3, 3)) * 0.02).astype(np.float16)
+    return x, w, rng.standard_normal(640).astype(np.float16)
 
 
 def _cases(rng):
@@ -35,7 +45,13 @@ def _cases(rng):
     return decode, prefill
 
 
-def _run(oracle, decode, prefill):
+def _run(module: str, oracle, rng) -> dict:
+    """{case: a call of `oracle` (a version of oracles/<module>.py) on the module's cases}."""
+    if module == "vision":
+        x, w, b = _conv2d_case(rng)
+        kw = {"stride": 1, "padding": 1, "dilation": 1, "groups": 1, "acc_eps": 2.0**-24, "out_eps": 2.0**-11}
+        return {"conv2d": lambda: oracle.conv2d(x, w, b, **kw)}
+    decode, prefill = _cases(rng)
     return {
         "decode": lambda: oracle.decode_attention(*decode, 0.125),
         "prefill": lambda: oracle.attention(*prefill, 0.125, True),
@@ -44,21 +60,19 @@ def _run(oracle, decode, prefill):
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--oracle-file", help="another oracles/attention.py to time beside this one")
+    parser.add_argument("--module", choices=("attention", "vision"), default="attention", help="the oracles timed")
+    parser.add_argument("--oracle-file", help="another oracles/<module>.py to time beside this one")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    from nbxcert.oracles import attention
-
-    oracles = {"this": attention}
+    oracles = {"this": importlib.import_module(f"nbxcert.oracles.{args.module}")}
     if args.oracle_file:
-        spec = importlib.util.spec_from_file_location("attention_other", args.oracle_file)
+        spec = importlib.util.spec_from_file_location(f"{args.module}_other", args.oracle_file)
         other = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(other)
         oracles["other"] = other
-    decode, prefill = _cases(np.random.default_rng(0))
     answers = {}
     for label, oracle in oracles.items():
-        for case, fn in _run(oracle, decode, prefill).items():
+        for case, fn in _run(args.module, oracle, np.random.default_rng(0)).items():
             best = float("inf")
             for _ in range(args.repeats):
                 t0 = time.perf_counter()
@@ -66,7 +80,7 @@ def main(argv=None) -> int:
                 best = min(best, time.perf_counter() - t0)
             print(f"{label:5s} {case:8s} {best:7.3f} s")
     if "other" in oracles:
-        for case in ("decode", "prefill"):
+        for case in sorted({c for _, c in answers}):
             diff = max(
                 float(np.abs(a - b).max()) for a, b in zip(answers["this", case], answers["other", case], strict=False)
             )

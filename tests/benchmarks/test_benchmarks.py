@@ -97,6 +97,19 @@ def test_the_oracle_benchmark_times_this_oracle_beside_another_file(tmp_path):
     assert lines[4].endswith("0.00e+00") and lines[5].endswith("0.00e+00")
 
 
+def test_the_oracle_benchmark_times_the_conv2d_oracle_too():
+    """`--module vision`: conv2d's reference beside a copy of oracles/vision.py, which agrees to the bit."""
+    import subprocess
+
+    oracle = Path(__file__).resolve().parents[2] / "oracles" / "vision.py"
+    cmd = [sys.executable, str(BENCH / "bench_oracles.py"), "--module", "vision", "--repeats", "1", "--oracle-file"]
+    r = subprocess.run([*cmd, str(oracle)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert [line.split()[:2] for line in lines[:2]] == [["this", "conv2d"], ["other", "conv2d"]]
+    assert lines[2] == "conv2d: largest difference of out and error scale between the two: 0.00e+00"
+
+
 @pytest.fixture
 def bench_autotune(monkeypatch):
     from nbxcert.kernels.spec import unregister
