@@ -25,3 +25,11 @@ def test_the_finalists_of_screen_medians_are_the_sweeps_rule():
     # the fastest two always, then those within 15% of the fastest, at most four
     assert got == [configs[i].label() for i in (0, 4, 3, 1)]
     assert configs[2].label() not in got and configs[5].label() not in got
+
+
+def test_load_threads_below_one_is_refused_before_any_gpu_is_asked_for():
+    import subprocess
+
+    cmd = [sys.executable, str(BENCH / "profile_sweep.py"), "--key", "k", "--out", "o", "--load-threads", "0"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--load-threads 0: give 1 or more" in r.stderr
