@@ -66,7 +66,7 @@ from nbxcert.kernels.jit import jit, tl
 from nbxcert.kernels.launch import cdiv, launch_kernel, served
 from nbxcert.kernels.prune import lanes_refusal, next_pow2, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KeyField, PruneResult, Reference, choose_config
-from nbxcert.kernels.tensor import Tensor, empty, from_numpy
+from nbxcert.kernels.tensor import Tensor, empty, from_bits, from_numpy
 from nbxcert.oracles import moe as _oracle
 
 DTYPES = (("float16", "float16"), ("bfloat16", "bfloat16"))
@@ -729,20 +729,29 @@ def _launch_moe_inputs(config: Config, inputs: Inputs) -> None:
 
 
 def _oracle_moe(inputs: Inputs) -> dict[str, Reference]:
-    from nbxcert.kernels.products import product_for  # the oracle's float64 product: host or GPU
+    from nbxcert.kernels.products import device_library, products_on_device  # the oracle's float64 products
 
     t, s = inputs.tensors, inputs.scalars
-    value, scale = _oracle.fused_moe(
-        t["a"].float64(),
-        t["w"].float64(),
-        t["topk_weights"].float64(),
-        t["topk_ids"].numpy(),
-        pair_rows=bool(s["pair_rows"]),
-        mul_weight=bool(s["mul_weight"]),
-        acc_eps=ACC_EPS,
-        out_eps=finfo(t["out"].dtype)["eps"],
-        product=product_for(t["out"].device),
-    )
+    a, w = t["a"], t["w"]
+    terms = {
+        "pair_rows": bool(s["pair_rows"]),
+        "mul_weight": bool(s["mul_weight"]),
+        "acc_eps": ACC_EPS,
+        "out_eps": finfo(t["out"].dtype)["eps"],
+    }
+    routing = (t["topk_weights"].float64(), t["topk_ids"].numpy())
+    lib = device_library(t["out"].device)
+    if lib is None:  # numpy's products of the operands widened on the host
+        value, scale = _oracle.fused_moe(a.float64(), w.float64(), *routing, **terms)
+        return {"out": Reference(value, scale)}
+    # each routed expert's weight is widened where it lies and multiplied by cuBLAS there: only its pairs' rows of `a`
+    # cross to the device, as they are stored (a weight of 8 x 28672 x 4096 is 7.5 GB in float64)
+    a_bits = a.numpy()
+
+    def expert_products(e: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return products_on_device(from_bits(a_bits[rows], a.dtype, a.device), w[e].T, lib)
+
+    value, scale = _oracle.fused_moe_of(expert_products, tuple(w.shape), *routing, **terms)
     return {"out": Reference(value, scale)}
 
 

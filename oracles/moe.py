@@ -53,36 +53,56 @@ def fused_moe(
     topk_weights: np.ndarray,
     topk_ids: np.ndarray,
     *,
-    pair_rows: bool,
-    mul_weight: bool,
-    acc_eps: float,
-    out_eps: float,
     product: Callable[[np.ndarray, np.ndarray], np.ndarray] = np.matmul,
+    **terms,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Each pair's expert output [P, N] and its error scale, float64 (`product`: the float64 matrix product, as
-    `oracles.matmul.addmm` takes it).
+    `oracles.matmul.addmm` takes it; `terms`: `fused_moe_of`'s pair_rows, mul_weight, acc_eps and out_eps).
 
     a: [M, K] (or [P, K] with `pair_rows`); w: [E, N, K] (each expert's weight as nn.Linear stores it, out x in);
     topk_weights, topk_ids: [M, top_k]. A pair whose expert is outside [0, E) is not computed (NaN: never compared,
     since the kernel leaves its row unwritten)."""
     a = np.asarray(a, dtype=np.float64)
     w = np.asarray(w, dtype=np.float64)
+
+    def expert_products(e: int, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        picked = a[rows]
+        return product(picked, w[e].T), product(np.abs(picked), np.abs(w[e]).T)
+
+    return fused_moe_of(expert_products, w.shape, topk_weights, topk_ids, **terms)
+
+
+def fused_moe_of(
+    expert_products: Callable[[int, np.ndarray], tuple[np.ndarray, np.ndarray]],
+    w_shape: tuple[int, int, int],
+    topk_weights: np.ndarray,
+    topk_ids: np.ndarray,
+    *,
+    pair_rows: bool,
+    mul_weight: bool,
+    acc_eps: float,
+    out_eps: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """`fused_moe` from each routed expert's two float64 products, made wherever its weight lies:
+    `expert_products(e, rows)` gives `(a[rows] @ W[e]ᵀ, |a[rows]| @ |W[e]|ᵀ)`, [len(rows), N], for the rows of `a` of
+    expert `e`'s pairs; `w_shape` is W's [E, N, K]. The routing, the router weights and the error scale are this
+    function's own."""
+    experts, n, k = w_shape
     ids = np.asarray(topk_ids).reshape(-1).astype(np.int64)
     weights = np.asarray(topk_weights, dtype=np.float64).reshape(-1)
     top_k = np.asarray(topk_ids).shape[-1]
-    n, k = w.shape[1], w.shape[2]
     value = np.full((ids.size, n), np.nan)
     scale = np.full((ids.size, n), np.nan)
     # pairs that share an expert are multiplied together only to use one float64 matrix product per expert; each
     # row is still its own token's row times its own expert's weight
     for e in np.unique(ids):
-        if not 0 <= e < w.shape[0]:
+        if not 0 <= e < experts:
             continue
         pairs = np.flatnonzero(ids == e)
-        rows = a[pairs if pair_rows else pairs // top_k]
+        product, product_abs = expert_products(int(e), pairs if pair_rows else pairs // top_k)
         factor = weights[pairs][:, None] if mul_weight else 1.0
-        value[pairs] = factor * product(rows, w[e].T)
-        scale[pairs] = np.abs(factor) * product(np.abs(rows), np.abs(w[e]).T)
+        value[pairs] = factor * product
+        scale[pairs] = np.abs(factor) * product_abs
     return value, scale * growth(k, acc_eps, out_eps)
 
 

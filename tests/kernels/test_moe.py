@@ -273,6 +273,54 @@ def test_host_layout_agrees_with_the_oracle():
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]) and int(got[2][0]) == want[2]
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_oracle_multiplies_each_expert_on_the_device_where_products_are_the_devices(
+    dtype, host_cuda, backend, monkeypatch
+):
+    """Where `products.device_library` gives a cuBLAS, fused_moe's oracle widens each routed expert's weight where it
+    lies and multiplies there (two products an expert), only the pairs' rows crossing; the host's references
+    otherwise, the same to rounding, NaN rows (pairs of no expert) included."""
+    _interpreter_only(backend)
+    from cublastools import FakeCublas
+
+    from nbxcert.kernels import products
+
+    spec = SPECS["fused_moe"]
+    for seed, problem in enumerate(spec.example_problems):
+        inputs = spec.make_inputs(problem, (dtype, dtype), seed, backend.device)
+        monkeypatch.setattr(products, "device_library", lambda device: None)
+        host = spec.oracle(inputs)["out"]
+        lib = FakeCublas()
+        monkeypatch.setattr(products, "device_library", lambda device, lib=lib: lib)
+        device = spec.oracle(inputs)["out"]
+        ids = inputs.tensors["topk_ids"].numpy()
+        routed = np.unique(ids[(ids >= 0) & (ids < problem["experts"])])
+        assert len(lib.calls) == 2 * routed.size, problem
+        assert np.array_equal(np.isnan(device.value), np.isnan(host.value))
+        np.testing.assert_allclose(device.value, host.value, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(device.scale, host.scale, rtol=1e-12, atol=1e-12)
+
+
+def test_the_oracle_from_expert_products_is_the_oracle():
+    """`fused_moe_of` handed numpy's products of each expert is `fused_moe`, bit for bit."""
+    rng = np.random.default_rng(4)
+    ids, weights = _route(rng, 9, 8, 2)
+    ids[0, 1] = 8  # a pair of no expert: NaN in both
+    a, w = rng.standard_normal((18, 24)), rng.standard_normal((8, 20, 24))
+    terms = {"pair_rows": True, "mul_weight": True, "acc_eps": moe.ACC_EPS, "out_eps": 2.0**-10}
+    asked = []
+
+    def expert_products(e, rows):
+        asked.append(e)
+        return a[rows] @ w[e].T, np.abs(a[rows]) @ np.abs(w[e]).T
+
+    got = oracle.fused_moe_of(expert_products, w.shape, weights, ids, **terms)
+    want = oracle.fused_moe(a, w, weights, ids, **terms)
+    assert sorted(asked) == sorted(set(ids.reshape(-1).tolist()) - {8})
+    for g, x in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, x)
+
+
 @pytest.mark.parametrize("name", list(SPECS))
 def test_problem_of_reads_back_every_example(name, backend):
     spec = SPECS[name]
@@ -408,6 +456,29 @@ def test_gpu_fused_moe_every_kept_candidate_at_mixtral_shapes(plan, profile, bac
             if report:
                 failures.append(report)
     assert not failures, f"{len(failures)} of {runs} runs mismatch:\n" + "\n\n".join(failures[:3])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("plan", ["mixtral up, 16 tokens", "mixtral down, 512 tokens"])
+def test_gpu_oracle_on_the_device_is_the_hosts(plan, monkeypatch, backend):
+    """cuBLAS on each routed expert's weight widened on the GPU against numpy on the host-widened weight."""
+    if backend.name != "cuda":
+        pytest.skip("needs the cuda backend")
+    from nbxcert.kernels import products
+
+    spec = SPECS["fused_moe"]
+    inputs = spec.make_inputs(GPU_PLANS[plan], ("bfloat16", "bfloat16"), 0, backend.device)
+    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "host")
+    host = spec.oracle(inputs)["out"]
+    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "device")
+    assert products.describe(backend.device).startswith("cuBLAS DGEMM on ")
+    device = spec.oracle(inputs)["out"]
+    assert np.array_equal(np.isnan(device.value), np.isnan(host.value))
+    # two float64 sums of up to 14336 terms in different orders: apart by at most K·2^-53 of the absolute sum, which
+    # is far below the error scale (the absolute sum times the float32/16 accumulation's growth)
+    routed = ~np.isnan(host.value)
+    assert np.all(np.abs(device.value - host.value)[routed] <= 1e-8 * host.scale[routed])
+    np.testing.assert_allclose(device.scale, host.scale, rtol=1e-10, atol=0)
 
 
 @pytest.mark.gpu
