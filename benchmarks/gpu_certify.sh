@@ -19,10 +19,14 @@
 # be shipped; a key keeps one entry a memory class, so a card of another class than the shipped entries' adds its
 # own beside them). AHEAD=N keeps N keys' compiles queued ahead of the key on the GPU (`certify --ahead`, default 16).
 #
-# OUTDIR gets keys.jsonl (the keys asked for), certify_shard<i>.log (a line per key as it finishes, then the table),
+# The keys this card's memory class lacks are certified first, then those certified by code that has changed since,
+# then the rest (ORDER=given keeps the order asked for).
+#
+# OUTDIR gets keys.jsonl (the keys asked for, in the order certified), coverage_before.json (their coverage for this
+# card's class before the run), certify_shard<i>.log (a line per key as it finishes, then the table),
 # and coverage_<workload>.txt (`nbxcert coverage`'s line for this card's memory class) for each of WORKLOADS (with
 # KEYS, those named).
-USAGE="[WORKLOADS=...] [KEYS=...] [CERT_DIR=D] [AHEAD=N] bash benchmarks/gpu_certify.sh OUTDIR"
+USAGE="[WORKLOADS=...] [KEYS=...] [CERT_DIR=D] [AHEAD=N] [ORDER=given] bash benchmarks/gpu_certify.sh OUTDIR"
 source "$(dirname "$0")/gpu_outdir.sh"
 PROFILE=${PROFILE:-hopper}
 [ -n "${KEYS:-}" ] || WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
@@ -36,6 +40,33 @@ else
   for w in $WORKLOADS; do
     python3 -m nbxcert keys --profile "$PROFILE" --workload "$w" --json >> "$dest/keys.jsonl"
   done
+fi
+# this card's memory class: the coverage a card of it is served (a key's entries of other classes are not)
+CLASS=$(PYTHONPATH=/tmp/notorch python3 -c "
+from nbxcert.kernels.backends import cuda
+from nbxcert.memory_class import memory_class
+from nbxcert.profiles import get_profile
+info = cuda.device_info(0)
+print(memory_class(get_profile('$PROFILE'), info.total_memory, info.attributes.get('multiprocessor_count')))")
+# the keys this card's class lacks first, then those certified by code that has changed since, then the rest (skipped
+# when certified): a run stopped by CERTIFY_S has added as many keys as it could (ORDER=given keeps the file's order)
+if [ "${ORDER:-missing-first}" != given ]; then
+  PYTHONPATH=/tmp/notorch python3 -m nbxcert coverage --profile "$PROFILE" --keys "$dest/keys.jsonl" --dir "$CERT_DIR" \
+    --memory-class "$CLASS" --min 0 --json > "$dest/coverage_before.json" \
+    || { echo "gpu_certify.sh: nbxcert coverage of the keys failed (above); nothing certified"; exit 1; }
+  python3 - "$dest/keys.jsonl" "$dest/coverage_before.json" <<'PY'
+import json, sys
+
+keys_path, report_path = sys.argv[1:]
+lines = [line for line in open(keys_path) if line.strip()]
+report = json.load(open(report_path))
+rank = {key: 0 for key in report["missing"]}
+rank.update({key: 1 for key in report["older_code"]})
+lines.sort(key=lambda line: rank.get(json.loads(line)["key"], 2))  # stable: the file's order within each group
+open(keys_path, "w").writelines(lines)
+print(f"{len(report['missing'])} keys missing for the {report['memory_class']} class, "
+      f"{len(report['older_code'])} made by older code: in that order, first")
+PY
 fi
 extra=()
 [ "${FORCE:-0}" = 1 ] && extra=(--force)
@@ -51,13 +82,6 @@ for i in $(seq 0 $(( SHARDS - 1 ))); do
 done
 wait
 echo "certify: $SHARDS shard(s) ended after $(( $(date +%s) - start )) s"
-# this card's memory class: the coverage a card of it is served (a key's entries of other classes are not)
-CLASS=$(PYTHONPATH=/tmp/notorch python3 -c "
-from nbxcert.kernels.backends import cuda
-from nbxcert.memory_class import memory_class
-from nbxcert.profiles import get_profile
-info = cuda.device_info(0)
-print(memory_class(get_profile('$PROFILE'), info.total_memory, info.attributes.get('multiprocessor_count')))")
 for w in $WORKLOADS; do
   PYTHONPATH=/tmp/notorch python3 -m nbxcert coverage --profile "$PROFILE" --workload "$w" --dir "$CERT_DIR" \
     --memory-class "$CLASS" 2>&1 | tail -1 | tee "$dest/coverage_$w.txt"
