@@ -25,6 +25,7 @@ from crosstools import cross_compile
 from typer.testing import CliRunner
 
 from nbxcert import bundling
+from nbxcert.certificates import own
 from nbxcert.errors import BundleCorrupt, ProvenanceMismatch
 from nbxcert.keys import parse_key
 from nbxcert.profiles import get_profile
@@ -110,7 +111,8 @@ def _launches_compiled(items):
 def test_a_bundle_for_sm_90_holds_every_launch_of_its_keys_with_its_cubin_and_record(built, certdir):
     import triton
 
-    shipped = {k: e for kernel, dtype in KEYS for k, e in _entries(certdir, kernel, dtype).items()}
+    # each key's first memory class's entry (`own`): another class's beside it is not bundled
+    shipped = {k: own(e) for kernel, dtype in KEYS for k, e in _entries(certdir, kernel, dtype).items()}
     with Bundle.open(built) as bundle:
         m = bundle.manifest
         assert (m["schema_version"], m["profile"], m["triton_version"]) == (1, "nvidia/hopper", triton.__version__)
@@ -467,7 +469,7 @@ def test_an_entry_of_another_memory_class_beside_a_bundled_one_changes_nothing(b
     beside = tmp_path / "beside"
     shutil.copytree(certdir, beside)
     entries = _entries(beside, "rmsnorm")
-    first = entries[RMSNORM[0]]
+    first = own(entries[RMSNORM[0]])  # the shipped entry may hold another class's already: this one replaces it
     other = dict(first, memory_class="80GB" if first["memory_class"] != "80GB" else "141GB", seed=first["seed"] + 1)
     entries[RMSNORM[0]] = dict(first, other_classes={other["memory_class"]: other})
     certs.write_file(beside, entries, kernel="rmsnorm", dtype="float16")
