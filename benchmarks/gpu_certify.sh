@@ -3,6 +3,7 @@
 # directory:
 #
 #   WORKLOADS="tinyllama-1.1b llama-3-8b" bash benchmarks/gpu_certify.sh OUTDIR
+#   WORKLOADS=shipped bash benchmarks/gpu_certify.sh OUTDIR   # every workload of the coverage gate (coverage.txt)
 #   KEYS=stale.jsonl FORCE=1 bash benchmarks/gpu_certify.sh OUTDIR     # keys files instead (`nbxcert stale --out`)
 #
 # Needs one or more NVIDIA GPUs of one host, of the profile to certify (PROFILE, default hopper: H100 or H200; the
@@ -32,6 +33,9 @@ PROFILE=${PROFILE:-hopper}
 [ -n "${KEYS:-}" ] || WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
 WORKLOADS=${WORKLOADS:-}
 CERT_DIR=${CERT_DIR:-certificates}
+if [ "$WORKLOADS" = shipped ]; then  # every workload the profile's coverage gate names, in its order
+  WORKLOADS=$(grep -v '^#' "certificates/nvidia/$PROFILE/coverage.txt" | awk 'NF && !seen[$1]++ {print $1}' | xargs)
+fi
 source "$(dirname "$0")/gpu_env.sh"
 : > "$dest/keys.jsonl"
 if [ -n "${KEYS:-}" ]; then
