@@ -1,6 +1,7 @@
 """CPU time of a float64 oracle on the host (its cost is part of every certify and verify of its keys): attention at
-a decode and a prefill shape, or (`--module vision`) conv2d at sd-unet-block's largest 3x3 key. `--oracle-file`
-times another version of the module on the same inputs and reports the largest difference from this one's answer.
+a decode and a prefill shape, (`--module vision`) conv2d at sd-unet-block's largest 3x3 key, or (`--module quant`) the
+quantized products at a gate-up projection. `--oracle-file` times another version of the module on the same inputs and
+reports the largest difference from this one's answer.
 
     python3 benchmarks/bench_oracles.py
     git show bf4036a:oracles/attention.py > /tmp/attention_before.py
@@ -10,8 +11,9 @@ times another version of the module on the same inputs and reports the largest d
 
 Cases (float16 inputs, seed 0): decode, batch 16, 32 query heads on 4 KV heads of 64, KV lengths drawn in [1, 8192];
 prefill, causal, 8 query heads on 2 KV heads of 64, 2048 tokens; conv2d, batch 8, 640 channels in and out, 32 x 32,
-3 x 3, padding 1, with a bias (numpy's matrix product: the host's, as where no GPU computes it). Each the best of
---repeats runs.
+3 x 3, padding 1, with a bias (numpy's matrix product: the host's, as where no GPU computes it); `--module quant`,
+the dequantizing product at llama-3-8b's gate-up projection (16 tokens, K 4096, N 28672), int4 (group 128) and int8,
+as where no GPU dequantizes the weight (`kernels.quant64` does where one does). Each the best of --repeats runs.
 """
 
 from __future__ import annotations
@@ -45,8 +47,33 @@ def _cases(rng):
     return decode, prefill
 
 
+def _quant_cases(rng):
+    """llama-3-8b's gate-up projection (K 4096, N 28672), 16 tokens: int4 with group 128 and int8 per channel."""
+    m, k, n = 16, 4096, 28672
+    x = rng.standard_normal((m, k)).astype(np.float16)
+    words = lambda shape: rng.integers(-(2**31), 2**31, shape, dtype=np.int64).astype(np.int32)  # noqa: E731
+    int4 = (
+        x,
+        "int4",
+        words((k // 8, n)),
+        rng.standard_normal((k // 128, n)).astype(np.float16),
+        words((k // 128, n // 8)),
+    )
+    int8 = (
+        x,
+        "int8",
+        rng.integers(-128, 128, (k, n), dtype=np.int64).astype(np.int8),
+        rng.random(n).astype(np.float16),
+    )
+    return int4, int8
+
+
 def _run(module: str, oracle, rng) -> dict:
     """{case: a call of `oracle` (a version of oracles/<module>.py) on the module's cases}."""
+    if module == "quant":
+        int4, int8 = _quant_cases(rng)
+        kw = {"acc_eps": 2.0**-23, "out_eps": 2.0**-11}
+        return {"int4": lambda: oracle.dequant_matmul(*int4, **kw), "int8": lambda: oracle.dequant_matmul(*int8, **kw)}
     if module == "vision":
         x, w, b = _conv2d_case(rng)
         kw = {"stride": 1, "padding": 1, "dilation": 1, "groups": 1, "acc_eps": 2.0**-24, "out_eps": 2.0**-11}
@@ -60,7 +87,9 @@ def _run(module: str, oracle, rng) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--module", choices=("attention", "vision"), default="attention", help="the oracles timed")
+    parser.add_argument(
+        "--module", choices=("attention", "vision", "quant"), default="attention", help="the oracles timed"
+    )
     parser.add_argument("--oracle-file", help="another oracles/<module>.py to time beside this one")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)

@@ -13,9 +13,10 @@ Both are float64 products of the same float64 operands (only the summation order
 1e-16), so a verdict does not depend on the choice; its time does. matmul's oracle (matmul, addmm, bmm, baddbmm, the
 GEMV) takes `device_products`: its operands are widened on the GPU where they lie, so no float64 operand crosses; fused
 MoE's (`products_on_device` an expert) widens each routed expert's weight there, only the pairs' rows of its input
-crossing as they are stored; the dequantizing products and conv2d (a product a window position) take `product_for`,
-whose float64 operands (made on the host) cross to the GPU and the products back; flash and decode attention take `device_library` and evaluate
-their whole reference there (`attention64`). Measured on an H200 (benchmarks/README.md, throughput): a decode LM-head
+crossing as they are stored; the dequantizing products dequantize the weight there (`quant64`) and multiply it by
+`products_on_device`; conv2d (a product a window position) takes `product_for`, whose float64 operands (made on the
+host) cross to the GPU and the products back; flash and decode attention take `device_library` and evaluate their
+whole reference there (`attention64`). Measured on an H200 (benchmarks/README.md, throughput): a decode LM-head
 key of qwen2.5-7b (64 tokens, a 152064 x 3584 weight) made its inputs and oracle in 3.6 s with the GPU's products
 against 20.0 s with numpy's, whose float64 widening of the weight was 17 s of it; hence the default. `describe(device)`
 says which is in force, for `nbxcert doctor` and `certify`.

@@ -37,6 +37,7 @@ import numpy as np
 
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
+from nbxcert.kernels import quant64
 from nbxcert.kernels.common import family_spec, gemv_offsets, narrow, upcast
 from nbxcert.kernels.dtypes import finfo, get_dtype
 from nbxcert.kernels.jit import jit, tl
@@ -500,20 +501,18 @@ def _launcher(gemv: bool):
 
 
 def _quant_oracle(inputs: Inputs) -> dict[str, Reference]:
-    from nbxcert.kernels.products import product_for  # the oracle's float64 product: host or GPU
+    from nbxcert.kernels.products import device_library, products_on_device  # the oracle's float64 products
 
-    t = inputs.tensors
+    t, fmt = inputs.tensors, inputs.scalars["format"]
+    terms = {"acc_eps": ACC_EPS, "out_eps": finfo(get_dtype(t["out"].dtype.name))["eps"]}
+    lib = device_library(t["out"].device)
+    if lib is not None:  # the weight dequantized where it lies (`quant64`), multiplied there by cuBLAS
+        w = quant64.dequantized(fmt, t["qweight"], t["scales"], t.get("qzeros"), GROUP)
+        value, scale = _oracle.dequant_matmul_of(*products_on_device(t["x"], w, lib), w.shape[0], **terms)
+        return {"out": Reference(value, scale)}
     qz = t["qzeros"].numpy() if "qzeros" in t else None
     value, scale = _oracle.dequant_matmul(
-        t["x"].float64(),
-        inputs.scalars["format"],
-        t["qweight"].numpy(),
-        t["scales"].float64(),
-        qz,
-        GROUP,
-        acc_eps=ACC_EPS,
-        out_eps=finfo(get_dtype(t["out"].dtype.name))["eps"],
-        product=product_for(t["out"].device),
+        t["x"].float64(), fmt, t["qweight"].numpy(), t["scales"].float64(), qz, GROUP, **terms
     )
     return {"out": Reference(value, scale)}
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from nbxcert.oracles.matmul import matmul
+from nbxcert.oracles.matmul import addmm_of, matmul
 
 FORMATS = ("int4", "int8")
 
@@ -74,3 +74,9 @@ def dequant_matmul(
     `product` as there)."""
     w = dequantize(fmt, qweight, scales, qzeros, group)
     return matmul(np.asarray(x, dtype=np.float64), w, acc_eps=acc_eps, out_eps=out_eps, product=product)
+
+
+def dequant_matmul_of(xw: np.ndarray, abs_xw: np.ndarray, k: int, *, acc_eps: float, out_eps: float):
+    """`dequant_matmul` from its two float64 products made elsewhere (a GPU's): xw = X @ W and abs_xw = |X| @ |W| over
+    K terms, W the weight as `dequantize` states it."""
+    return addmm_of(xw, abs_xw, k, acc_eps=acc_eps, out_eps=out_eps)

@@ -102,6 +102,48 @@ def test_user_facing_functions_match_the_oracle(profile, backend):
         }
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("fmt", quant.FORMATS)
+def test_the_weight_dequantized_on_the_device_is_the_hosts_to_the_bit(fmt, dtype, backend):
+    """`quant64.dequantized` (one float64 element a lane, where the weight lies) against `oracles.quant.dequantize`:
+    every step exact, so equal bit for bit, every nibble of every word and every group's zero point and scale; a
+    transposed (column-major) qweight view as well."""
+    from nbxcert.kernels import quant64
+
+    dev = backend.device
+    inputs = quant.quant_inputs({"M": 2, "N": 48, "K": 384, "format": fmt}, (dtype,), 5, dev)
+    t = inputs.tensors
+    qz = t["qzeros"].numpy() if "qzeros" in t else None
+    want = oracle.dequantize(fmt, t["qweight"].numpy(), t["scales"].float64(), qz, quant.GROUP)
+    got = quant64.dequantized(fmt, t["qweight"], t["scales"], t.get("qzeros"), quant.GROUP)
+    assert got.dtype.name == "float64" and tuple(got.shape) == want.shape
+    np.testing.assert_array_equal(got.numpy(), want)
+    column_major = from_numpy(np.ascontiguousarray(t["qweight"].numpy().T), t["qweight"].dtype, dev).T
+    got = quant64.dequantized(fmt, column_major, t["scales"], t.get("qzeros"), quant.GROUP)
+    np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("fmt", quant.FORMATS)
+def test_the_oracle_dequantizes_on_the_device_where_products_are_the_devices(fmt, host_cuda, backend, monkeypatch):
+    """Where `products.device_library` gives a cuBLAS, the oracle dequantizes where the weight lies and multiplies
+    there (two products); the host's reference otherwise: the same to rounding."""
+    if backend.name != "interpreter":
+        pytest.skip("the interpreter's host memory stands in for the device here")
+    from cublastools import FakeCublas
+
+    from nbxcert.kernels import products
+
+    inputs = quant.quant_inputs({"M": 5, "N": 40, "K": 256, "format": fmt}, ("bfloat16",), 6, backend.device)
+    monkeypatch.setattr(products, "device_library", lambda device: None)
+    host = quant._quant_oracle(inputs)["out"]
+    lib = FakeCublas()
+    monkeypatch.setattr(products, "device_library", lambda device: lib)
+    device = quant._quant_oracle(inputs)["out"]
+    assert len(lib.calls) == 2
+    np.testing.assert_allclose(device.value, host.value, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(device.scale, host.scale, rtol=1e-12, atol=0)
+
+
 def test_bad_operands_are_refused_by_name(backend):
     dev = backend.device
     t = quant.quant_inputs({"M": 8, "N": 48, "K": 256, "format": "int4"}, ("float16",), 0, dev).tensors
@@ -165,6 +207,25 @@ def test_gpu_every_kept_candidate_at_real_shapes(name, m, n, k, fmt, profile, ba
     for dtypes in spec.dtypes if fmt == "int4" else spec.dtypes[:1]:
         failures += check_configs(spec, prob, dtypes, profile, 7, backend.device)
     assert not failures, "\n\n".join(failures[:3])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", quant.FORMATS)
+def test_gpu_oracle_on_the_device_is_the_hosts(fmt, monkeypatch, backend):
+    """The weight dequantized and multiplied on the GPU against numpy on the host, at a gate-up projection's shape."""
+    if backend.name != "cuda":
+        pytest.skip("needs the cuda backend")
+    from nbxcert.kernels import products
+
+    inputs = quant.quant_inputs({"M": 16, "N": 14336, "K": 4096, "format": fmt}, ("bfloat16",), 7, backend.device)
+    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "host")
+    host = quant._quant_oracle(inputs)["out"]
+    monkeypatch.setenv("NBXCERT_ORACLE_PRODUCTS", "device")
+    assert products.describe(backend.device).startswith("cuBLAS DGEMM on ")
+    device = quant._quant_oracle(inputs)["out"]
+    # two float64 sums of 4096 terms in different orders: apart by far less than the error scale
+    assert np.all(np.abs(device.value - host.value) <= 1e-8 * host.scale)
+    np.testing.assert_allclose(device.scale, host.scale, rtol=1e-10, atol=0)
 
 
 def _pack_awq_by_hand(q: np.ndarray) -> np.ndarray:
