@@ -9,8 +9,9 @@ of qzeros[k // G, n // 8]; int8, W[k, n] = q[k, n] · s[n]. Every step is exact 
 a lane.
 
 Why: on the host, the float64 weight of a 4096 x 28672 projection is 940 MB a copy, and `dequantize` makes several
-(the unpacked nibbles, the gathered zero points and scales, the product), each then sent to cuBLAS: seconds a key for
-every quantized key of a workload, where the device takes milliseconds.
+(the unpacked nibbles, the gathered zero points and scales, the product), the weight and its absolute value then sent
+to cuBLAS: 1.3 s for int4 on a 2-core host before any transfer (`benchmarks/bench_oracles.py --module quant`), at
+each of a workload's largest quantized keys, where the device takes milliseconds.
 
 Used by the quantized family's oracle adapter where `products.device_library` gives a cuBLAS (inputs on a GPU of the
 cuda backend with libcublas; `NBXCERT_ORACLE_PRODUCTS=host` keeps the host's).
