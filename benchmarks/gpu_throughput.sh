@@ -4,8 +4,8 @@
 #
 #   WORKLOAD=llama-3-8b CERTIFY_S=300 bash benchmarks/gpu_throughput.sh OUTDIR
 #
-# 1. the sweep's timing replay, the inputs' device draws and the attention references on the device checked on this
-#    GPU (their tests; torch hidden);
+# 1. the sweep's timing replay, the inputs' device draws and the attention, fused MoE and quantized references on the
+#    device checked on this GPU (their tests; torch hidden);
 # 2. `profile_sweep.py` over three keys of WORKLOAD (PROFILE_KEYS: their texts, one a line; default a decode matmul,
 #    an LM-head matmul and a decode attention key of llama-3-8b), with --compare 4: each phase's seconds, and screens
 #    replayed against dispatched, and every candidate screened again as one queue of 8 repetitions each
@@ -28,8 +28,10 @@ matmul[K=4096,M=64,N=128256,aligned=1,trans_a=0,trans_b=1;float16,float16]@v1
 decode_attention[batch=32,head_dim=128,heads=32,kv_heads=8,kv_len=4096;float16]@v1"}
 : > "$dest/summary.txt"
 ON_GPU="timed_launch_replays or not_replayed or device_draw or draws_a_large or compile_only or device_reference"
+ON_GPU="$ON_GPU or gpu_oracle_on_the_device"  # fused MoE's and the quantized products' references on the device
 PYTHONPATH=/tmp/notorch python3 -m pytest -q -p no:cacheprovider \
-  tests/kernels/test_launch.py tests/kernels/test_inputs.py tests/kernels/test_attention64.py -k "$ON_GPU" \
+  tests/kernels/test_launch.py tests/kernels/test_inputs.py tests/kernels/test_attention64.py \
+  tests/kernels/test_moe.py tests/kernels/test_quant.py -k "$ON_GPU" \
   > "$dest/tests.txt" 2>&1
 echo "tests: $(tail -1 "$dest/tests.txt")" | tee -a "$dest/summary.txt"
 if [ "${NO_PROFILE:-0}" != 1 ]; then
