@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -810,16 +811,24 @@ def coverage(
         if report.fraction < min_fraction:  # the keys it takes, since a rounded percentage can read as the minimum
             needed = math.ceil(min_fraction * len(report.keys) - 1e-9)
             line += f": below it, {needed - len(report.certified)} more certified keys needed ({needed})"
+        if report.missing:  # which kernels lack them, the most first (the `missing:` lines above name each key)
+            line += f"; missing by kernel: {_by_kernel(report.missing)}"
         if report.older_code:
             line += (
                 f"; {len(report.older_code)} of the certified made by code that has changed since "
-                "(served as they are; certify sweeps them again)"
+                f"({_by_kernel(report.older_code)}; served as they are, certify sweeps them again)"
             )
         if report.by_class:  # a card is served its own class's entries only
             each = ", ".join(f"{c} {n}/{len(report.keys)}" for c, n in report.by_class.items())
             line += f"; by memory class (a card is served its own): {each}"
         print(line)
     raise typer.Exit(0 if report.fraction >= min_fraction else 1)
+
+
+def _by_kernel(key_texts) -> str:
+    """ "softmax 3, matmul 1": how many of the keys each kernel has, the most first."""
+    kernels = Counter(k.split("[", 1)[0] for k in key_texts)
+    return ", ".join(f"{name} {n}" for name, n in kernels.most_common())
 
 
 # --- certificate directories: validate, show, diff, merge -------------------------------------------------------------
