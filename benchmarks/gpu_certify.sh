@@ -24,7 +24,8 @@
 # then the rest (ORDER=given keeps the order asked for).
 #
 # OUTDIR gets keys.jsonl (the keys asked for, in the order certified), coverage_before.json (their coverage for this
-# card's class before the run), certify_shard<i>.log (a line per key as it finishes, then the table),
+# card's class before the run), certify_shard<i>.log (a line per key as it finishes, then the table), throughput.json
+# (`bench_certified.py throughput` of those logs: keys a minute, shares, each kernel's time),
 # and coverage_<workload>.txt (`nbxcert coverage`'s line for this card's memory class) for each of WORKLOADS (with
 # KEYS, those named).
 USAGE="[WORKLOADS=...] [KEYS=...] [CERT_DIR=D] [AHEAD=N] [ORDER=given] bash benchmarks/gpu_certify.sh OUTDIR"
@@ -86,6 +87,9 @@ for i in $(seq 0 $(( SHARDS - 1 ))); do
 done
 wait
 echo "certify: $SHARDS shard(s) ended after $(( $(date +%s) - start )) s"
+# keys a minute, the parts' shares and each kernel's time (`by_kernel`), from the shards' logs
+PYTHONPATH=/tmp/notorch python3 benchmarks/bench_certified.py throughput "$dest"/certify_shard*.log \
+  > "$dest/throughput.json" 2>&1
 for w in $WORKLOADS; do
   PYTHONPATH=/tmp/notorch python3 -m nbxcert coverage --profile "$PROFILE" --workload "$w" --dir "$CERT_DIR" \
     --memory-class "$CLASS" 2>&1 | tail -1 | tee "$dest/coverage_$w.txt"
