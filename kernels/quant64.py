@@ -59,6 +59,8 @@ def dequantized(fmt: str, qweight: Tensor, scales: Tensor, qzeros: Tensor | None
     int4 = fmt == "int4"
     if fmt not in ("int4", "int8"):
         raise ValueError(f"unknown format {fmt!r}; known: int4, int8")
+    if int4 and qzeros is None:
+        raise ValueError("int4 dequantization needs qzeros (the zero points, int32 [K / group, N / 8])")
     rows, n = qweight.shape
     k = rows * 8 if int4 else rows
     s64, _ = widened(scales if scales.dim() == 2 else scales.unsqueeze(0), 1, absolute=False)

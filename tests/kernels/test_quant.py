@@ -121,6 +121,11 @@ def test_the_weight_dequantized_on_the_device_is_the_hosts_to_the_bit(fmt, dtype
     column_major = from_numpy(np.ascontiguousarray(t["qweight"].numpy().T), t["qweight"].dtype, dev).T
     got = quant64.dequantized(fmt, column_major, t["scales"], t.get("qzeros"), quant.GROUP)
     np.testing.assert_array_equal(got.numpy(), want)
+    if fmt == "int4":
+        with pytest.raises(ValueError, match="int4 dequantization needs qzeros"):
+            quant64.dequantized(fmt, t["qweight"], t["scales"], None, quant.GROUP)
+    with pytest.raises(ValueError, match="unknown format 'int3'"):
+        quant64.dequantized("int3", t["qweight"], t["scales"], t.get("qzeros"), quant.GROUP)
 
 
 @pytest.mark.parametrize("fmt", quant.FORMATS)
