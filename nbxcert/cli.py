@@ -827,7 +827,9 @@ def coverage(
 
 def _by_kernel(key_texts) -> str:
     """ "softmax 3, matmul 1": how many of the keys each kernel has, the most first."""
-    kernels = Counter(k.split("[", 1)[0] for k in key_texts)
+    from nbxcert.keys import parse_key
+
+    kernels = Counter(parse_key(k).kernel for k in key_texts)
     return ", ".join(f"{name} {n}" for name, n in kernels.most_common())
 
 

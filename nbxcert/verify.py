@@ -223,15 +223,14 @@ def coverage(
     profile = get_profile(profile_name)
     if not keys:
         raise UsageError("no keys to count", hint="give --workload NAME|FILE, --keys FILE or --key TEXT")
-    if memory_class is not None:
-        from nbxcert.memory_class import classes_of
+    from nbxcert.memory_class import classes_of
 
-        classes = classes_of(profile)
-        if memory_class not in classes:
-            raise UsageError(
-                f"--memory-class {memory_class} is not a class of {profile.key}'s cards",
-                hint=f"give one of: {', '.join(classes)}",
-            )
+    classes = classes_of(profile)
+    if memory_class is not None and memory_class not in classes:
+        raise UsageError(
+            f"--memory-class {memory_class} is not a class of {profile.key}'s cards",
+            hint=f"give one of: {', '.join(classes)}",
+        )
     dirs = existing_dirs(dirs)
     check_environment(search_path=dirs is None)
     searched = list(dirs) if dirs else [d for d in serving.search_path() if d.is_dir()]
@@ -254,14 +253,10 @@ def coverage(
     from nbxcert.certify import older_code
 
     report.older_code = older_code(profile, have, keys)
-    if memory_class is None:
-        from nbxcert.memory_class import classes_of
-
-        classes = classes_of(profile)
-        if len(classes) > 1:
-            for c in classes:
-                held = certificates.first_entries_of(files, c)
-                report.by_class[c] = sum(t in held for t in texts)
+    if memory_class is None and len(classes) > 1:
+        for c in classes:
+            held = certificates.first_entries_of(files, c)
+            report.by_class[c] = sum(t in held for t in texts)
     return report
 
 
