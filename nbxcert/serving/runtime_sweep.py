@@ -170,10 +170,8 @@ class _Consensus:
 
 
 RUNTIME_REPETITIONS = 100  # a run-time sweep's repetitions of one candidate, at most
-# (warm-up ms, timed ms, repetitions at most): every agreed candidate's brief screen (the certifying sweep's,
-# `runner.SCREEN_MS`), then the full timing of the finalists the sweep's rule takes from the screens
-# (`nbxcert.sweep.finalists`)
-RUNTIME_SCREEN = (0.5, 2.0, 50)
+# (warm-up ms, timed ms, repetitions at most) of the finalists' full timing; every agreed candidate is first screened
+# at the certifying sweep's own brief budget (`runner.SCREEN_MS`)
 RUNTIME_FULL = (5.0, 20.0, RUNTIME_REPETITIONS)
 
 
@@ -183,11 +181,12 @@ def _timed(spec, runtime: RuntimeLaunch, agreed: list) -> list:
     at the full budget, and only they are chosen from (the full budget for every candidate was 25 ms or more each of
     a matmul key's 82). Under the interpreter, one launch's CPU time each."""
     from nbxcert.kernels.backends import select
+    from nbxcert.runner import SCREEN_MS
     from nbxcert.sweep import Outcome, finalists
 
     if select().name != "cuda":
         return [Outcome(c, "correct", timing=_time(runtime, c, None), phase="final") for c in agreed]
-    screened = [Outcome(c, "correct", timing=_time(runtime, c, RUNTIME_SCREEN), phase="screen") for c in agreed]
+    screened = [Outcome(c, "correct", timing=_time(runtime, c, SCREEN_MS), phase="screen") for c in agreed]
     final = finalists(screened, spec.default)
     return [Outcome(o.config, "correct", timing=_time(runtime, o.config, RUNTIME_FULL), phase="final") for o in final]
 

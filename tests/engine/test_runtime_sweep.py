@@ -120,8 +120,6 @@ def test_on_a_gpu_every_candidate_is_screened_and_only_the_finalists_are_timed_i
     from nbxcert.runner import SCREEN_MS, summary
     from nbxcert.serving import runtime_sweep as rs
 
-    assert rs.RUNTIME_SCREEN == SCREEN_MS  # the certifying sweep's screen
-
     configs = _configs(8)  # configs[0]: the untuned default
     screen = dict(zip(configs, (50.0, 11.0, 30.0, 10.0, 40.0, 10.5, 11.4, 12.0), strict=True))
     full = {configs[0]: 50.0, configs[1]: 12.0, configs[3]: 13.0, configs[5]: 9.0, configs[6]: 14.0}
@@ -129,13 +127,13 @@ def test_on_a_gpu_every_candidate_is_screened_and_only_the_finalists_are_timed_i
 
     def timed(runtime, cfg, budget):
         calls.append((cfg, budget))
-        median = screen[cfg] if budget == rs.RUNTIME_SCREEN else full[cfg]
+        median = screen[cfg] if budget == SCREEN_MS else full[cfg]
         return summary([median] * 20, "cuda_events_gated")
 
     monkeypatch.setattr(backends, "select", lambda: SimpleNamespace(name="cuda"))
     monkeypatch.setattr(rs, "_time", timed)
     assert _sweep(configs) == configs[5]
-    assert [c for c, b in calls if b == rs.RUNTIME_SCREEN] == configs
+    assert [c for c, b in calls if b == SCREEN_MS] == configs  # the certifying sweep's screen
     assert {c for c, b in calls if b == rs.RUNTIME_FULL} == {configs[i] for i in (3, 5, 1, 6, 0)}
     assert len(calls) == len(configs) + 5
 
