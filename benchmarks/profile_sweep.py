@@ -286,11 +286,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.load_threads < 1:
         parser.error(f"--load-threads {args.load_threads}: give 1 or more")
-    _choice, info, profile, match = cuda_device("profile_sweep.py")
-    from nbxcert.kernels.backends.triton_cuda import GATE_BATCH  # once the backend is chosen
+    from nbxcert.kernels.backends.triton_cuda import GATE_BATCH
 
     if not 0 <= args.batched_screens <= GATE_BATCH:  # one candidate's repetitions behind one hold of the gate
-        parser.error(f"--batched-screens {args.batched_screens}: give 1 to {GATE_BATCH} repetitions")
+        parser.error(f"--batched-screens {args.batched_screens}: give 1 to {GATE_BATCH} repetitions (0: none)")
+    _choice, info, profile, match = cuda_device("profile_sweep.py")
     os.makedirs(args.out, exist_ok=True)
     rows = []
     for n, text in enumerate(args.key):

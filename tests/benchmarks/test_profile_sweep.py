@@ -7,6 +7,8 @@ import importlib
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
@@ -33,3 +35,14 @@ def test_load_threads_below_one_is_refused_before_any_gpu_is_asked_for():
     cmd = [sys.executable, str(BENCH / "profile_sweep.py"), "--key", "k", "--out", "o", "--load-threads", "0"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "--load-threads 0: give 1 or more" in r.stderr
+
+
+@pytest.mark.parametrize("reps", ["-1", "33"])
+def test_batched_screens_outside_one_hold_of_the_gate_are_refused_before_any_gpu_is_asked_for(reps):
+    import subprocess
+
+    from nbxcert.kernels.backends.triton_cuda import GATE_BATCH
+
+    cmd = [sys.executable, str(BENCH / "profile_sweep.py"), "--key", "k", "--out", "o", "--batched-screens", reps]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and f"--batched-screens {reps}: give 1 to {GATE_BATCH} repetitions (0: none)" in r.stderr
