@@ -59,19 +59,7 @@ if [ "${ORDER:-missing-first}" != given ]; then
   PYTHONPATH=/tmp/notorch python3 -m nbxcert coverage --profile "$PROFILE" --keys "$dest/keys.jsonl" --dir "$CERT_DIR" \
     --memory-class "$CLASS" --min 0 --json > "$dest/coverage_before.json" \
     || { echo "gpu_certify.sh: nbxcert coverage of the keys failed (above); nothing certified"; exit 1; }
-  python3 - "$dest/keys.jsonl" "$dest/coverage_before.json" <<'PY'
-import json, sys
-
-keys_path, report_path = sys.argv[1:]
-lines = [line for line in open(keys_path) if line.strip()]
-report = json.load(open(report_path))
-rank = {key: 0 for key in report["missing"]}
-rank.update({key: 1 for key in report["older_code"]})
-lines.sort(key=lambda line: rank.get(json.loads(line)["key"], 2))  # stable: the file's order within each group
-open(keys_path, "w").writelines(lines)
-print(f"{len(report['missing'])} keys missing for the {report['memory_class']} class, "
-      f"{len(report['older_code'])} made by older code: in that order, first")
-PY
+  python3 "$(dirname "$0")/order_keys.py" "$dest/keys.jsonl" "$dest/coverage_before.json"
 fi
 extra=()
 [ "${FORCE:-0}" = 1 ] && extra=(--force)
