@@ -28,7 +28,8 @@ matmul[K=4096,M=64,N=128256,aligned=1,trans_a=0,trans_b=1;float16,float16]@v1
 decode_attention[batch=32,head_dim=128,heads=32,kv_heads=8,kv_len=4096;float16]@v1"}
 : > "$dest/summary.txt"
 ON_GPU="timed_launch_replays or not_replayed or device_draw or draws_a_large or compile_only or device_reference"
-ON_GPU="$ON_GPU or gpu_oracle_on_the_device"  # fused MoE's and the quantized products' references on the device
+# fused MoE's and the quantized products' references on the device, and the device's dequantized weight to the bit
+ON_GPU="$ON_GPU or gpu_oracle_on_the_device or weight_dequantized_on_the_device"
 PYTHONPATH=/tmp/notorch python3 -m pytest -q -p no:cacheprovider \
   tests/kernels/test_launch.py tests/kernels/test_inputs.py tests/kernels/test_attention64.py \
   tests/kernels/test_moe.py tests/kernels/test_quant.py -k "$ON_GPU" \
