@@ -13,7 +13,8 @@ Cases (float16 inputs, seed 0): decode, batch 16, 32 query heads on 4 KV heads o
 prefill, causal, 8 query heads on 2 KV heads of 64, 2048 tokens; conv2d, batch 8, 640 channels in and out, 32 x 32,
 3 x 3, padding 1, with a bias (numpy's matrix product: the host's, as where no GPU computes it); `--module quant`,
 the dequantizing product at llama-3-8b's gate-up projection (16 tokens, K 4096, N 28672), int4 (group 128) and int8,
-as where no GPU dequantizes the weight (`kernels.quant64` does where one does). Each the best of --repeats runs.
+as where no GPU dequantizes the weight (`kernels.quant64` does where one does; `--quant-shape M,K,N` another
+shape). Each the best of --repeats runs.
 """
 
 from __future__ import annotations
@@ -47,9 +48,11 @@ def _cases(rng):
     return decode, prefill
 
 
-def _quant_cases(rng):
-    """llama-3-8b's gate-up projection (K 4096, N 28672), 16 tokens: int4 with group 128 and int8 per channel."""
-    m, k, n = 16, 4096, 28672
+def _quant_cases(rng, shape=(16, 4096, 28672)):
+    """(M, K, N): by default llama-3-8b's gate-up projection, 16 tokens; int4 with group 128 and int8 per channel."""
+    m, k, n = shape
+    if k % 128 or n % 8:
+        raise SystemExit(f"bench_oracles.py: --quant-shape {m},{k},{n}: K must be a multiple of 128 and N of 8")
     x = rng.standard_normal((m, k)).astype(np.float16)
     words = lambda shape: rng.integers(-(2**31), 2**31, shape, dtype=np.int64).astype(np.int32)  # noqa: E731
     int4 = (
@@ -68,10 +71,10 @@ def _quant_cases(rng):
     return int4, int8
 
 
-def _run(module: str, oracle, rng) -> dict:
+def _run(module: str, oracle, rng, quant_shape=(16, 4096, 28672)) -> dict:
     """{case: a call of `oracle` (a version of oracles/<module>.py) on the module's cases}."""
     if module == "quant":
-        int4, int8 = _quant_cases(rng)
+        int4, int8 = _quant_cases(rng, quant_shape)
         kw = {"acc_eps": 2.0**-23, "out_eps": 2.0**-11}
         return {"int4": lambda: oracle.dequant_matmul(*int4, **kw), "int8": lambda: oracle.dequant_matmul(*int8, **kw)}
     if module == "vision":
@@ -92,7 +95,16 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--oracle-file", help="another oracles/<module>.py to time beside this one")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--quant-shape", default="16,4096,28672", help="M,K,N of `--module quant`'s product (default: the gate-up's)"
+    )
     args = parser.parse_args(argv)
+    try:
+        quant_shape = tuple(int(v) for v in args.quant_shape.split(","))
+    except ValueError:
+        quant_shape = ()
+    if len(quant_shape) != 3 or min(quant_shape) < 1:
+        parser.error(f"--quant-shape {args.quant_shape!r}: three positive integers M,K,N")
     oracles = {"this": importlib.import_module(f"nbxcert.oracles.{args.module}")}
     if args.oracle_file:
         spec = importlib.util.spec_from_file_location(f"{args.module}_other", args.oracle_file)
@@ -101,7 +113,7 @@ def main(argv=None) -> int:
         oracles["other"] = other
     answers = {}
     for label, oracle in oracles.items():
-        for case, fn in _run(args.module, oracle, np.random.default_rng(0)).items():
+        for case, fn in _run(args.module, oracle, np.random.default_rng(0), quant_shape).items():
             best = float("inf")
             for _ in range(args.repeats):
                 t0 = time.perf_counter()

@@ -110,6 +110,31 @@ def test_the_oracle_benchmark_times_the_conv2d_oracle_too():
     assert lines[2] == "conv2d: largest difference of out and error scale between the two: 0.00e+00"
 
 
+def test_the_oracle_benchmark_times_the_quantized_references_too():
+    """`--module quant` at a small shape: the int4 and int8 products beside a copy of oracles/quant.py, which agrees to
+    the bit; a shape the int4 groups cannot tile is refused in one line."""
+    import subprocess
+
+    oracle = Path(__file__).resolve().parents[2] / "oracles" / "quant.py"
+    cmd = [sys.executable, str(BENCH / "bench_oracles.py"), "--module", "quant", "--repeats", "1"]
+    r = subprocess.run(
+        [*cmd, "--quant-shape", "3,256,64", "--oracle-file", str(oracle)], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert [line.split()[:2] for line in lines[:4]] == [
+        ["this", "int4"],
+        ["this", "int8"],
+        ["other", "int4"],
+        ["other", "int8"],
+    ]
+    assert lines[4:] == [
+        f"{case}: largest difference of out and error scale between the two: 0.00e+00" for case in ("int4", "int8")
+    ]
+    r = subprocess.run([*cmd, "--quant-shape", "3,100,64"], capture_output=True, text=True)
+    assert r.returncode == 1 and "K must be a multiple of 128" in r.stderr, r.stderr[-2000:]
+
+
 @pytest.fixture
 def bench_autotune(monkeypatch):
     from nbxcert.kernels.spec import unregister
