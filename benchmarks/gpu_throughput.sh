@@ -42,14 +42,7 @@ if [ "${NO_PROFILE:-0}" != 1 ]; then
     --batched-screens 8 --load-threads 8 \
     > "$dest/profile.txt" 2>&1
   # each key's phases, loads and batched screens (the rows' first 400 characters held only the replay comparison)
-  python3 -c '
-import json, sys
-for row in json.load(open(sys.argv[1]))["keys"]:
-    b = row.get("batched_screens") or {}
-    same = b and sorted(b["finalists_screened"]) == sorted(b["finalists_batched"])
-    print(json.dumps({"key": row["key"], "candidates": row["candidates"], "seconds": row["seconds"],
-                      "loads": row.get("loads"), "batched_wall_s": b.get("wall_s"), "same_finalists": same}))
-' "$dest/profile/summary.json" 2>&1 | tee -a "$dest/summary.txt"
+  python3 benchmarks/profile_sweep.py --summarize "$dest/profile/summary.json" 2>&1 | tee -a "$dest/summary.txt"
 fi
 WORKLOADS=$WORKLOAD CERTIFY_S=${CERTIFY_S:-300} bash "$(dirname "$0")/gpu_certify.sh" "$dest/certify" \
   > "$dest/certify.txt" 2>&1

@@ -2,6 +2,7 @@
 cProfile. A diagnosis of certification throughput, not a certificate: nothing is written but the report.
 
     python3 benchmarks/profile_sweep.py --key "matmul[...]@v1" [--key ...] --out DIR [--profile hopper] [--jobs N]
+    python3 benchmarks/profile_sweep.py --summarize DIR/summary.json   # one JSON line a key (gpu_throughput.sh's)
 
 For each key: its kept candidates are compiled in a pool first (Triton's cache), then, in this process, as the runner
 does them: the inputs and the oracle of each checked problem (`runner.prepared_for`), every candidate's kernels loaded
@@ -259,10 +260,24 @@ def profile_key(
     }
 
 
+def summary_lines(summary: dict) -> list[str]:
+    """One JSON line a key of a written summary.json: its candidates, phases' seconds, loads and batched screens'
+    wall, and whether the batched screens chose the sweep's finalists (None where none were run)."""
+    lines = []
+    for row in summary["keys"]:
+        b = row.get("batched_screens") or {}
+        same = sorted(b["finalists_screened"]) == sorted(b["finalists_batched"]) if b else None
+        line = {"key": row["key"], "candidates": row["candidates"], "seconds": row["seconds"]}
+        line.update(loads=row.get("loads"), batched_wall_s=b.get("wall_s"), same_finalists=same)
+        lines.append(json.dumps(line))
+    return lines
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--key", action="append", required=True, help="a launch key's text (repeatable)")
-    parser.add_argument("--out", required=True, help="the directory the report is written to")
+    parser.add_argument("--key", action="append", help="a launch key's text (repeatable)")
+    parser.add_argument("--out", help="the directory the report is written to")
+    parser.add_argument("--summarize", metavar="SUMMARY_JSON", help="print a written summary.json's lines and stop")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="compile workers (default: every core)")
     parser.add_argument("--seed", type=int, default=20261129)
     parser.add_argument("--cprofile", action="store_true", help="profile the checks and timings (slows them)")
@@ -284,6 +299,12 @@ def main(argv=None) -> int:
         help="load the second half of the candidates' kernels on N threads (the first half in turn; a comparison)",
     )
     args = parser.parse_args(argv)
+    if args.summarize:
+        with open(args.summarize) as f:
+            print("\n".join(summary_lines(json.load(f))))
+        return 0
+    if not args.key or not args.out:
+        parser.error("give --key (one or more) and --out, or --summarize SUMMARY_JSON")
     if args.load_threads < 1:
         parser.error(f"--load-threads {args.load_threads}: give 1 or more")
     from nbxcert.kernels.backends.triton_cuda import GATE_BATCH

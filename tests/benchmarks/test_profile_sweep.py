@@ -46,3 +46,31 @@ def test_batched_screens_outside_one_hold_of_the_gate_are_refused_before_any_gpu
     cmd = [sys.executable, str(BENCH / "profile_sweep.py"), "--key", "k", "--out", "o", "--batched-screens", reps]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and f"--batched-screens {reps}: give 1 to {GATE_BATCH} repetitions (0: none)" in r.stderr
+
+
+def test_a_written_summary_is_one_line_a_key_with_whether_batched_screens_chose_the_same_finalists(tmp_path):
+    """`--summarize`: what gpu_throughput.sh prints of the report (it was inline Python no test ran)."""
+    import json
+    import subprocess
+
+    batched = {"wall_s": 0.25, "finalists_screened": ["a", "b"], "finalists_batched": ["b", "a"]}
+    rows = [
+        {"key": "k1", "candidates": 3, "seconds": {"checks": 0.5}, "loads": {"threads": 8}, "batched_screens": batched},
+        {"key": "k2", "candidates": 2, "seconds": {}, "batched_screens": dict(batched, finalists_batched=["a", "c"])},
+        {"key": "k3", "candidates": 1, "seconds": {}, "batched_screens": None},
+    ]
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps({"device": "d", "profile": "p", "keys": rows}))
+    r = subprocess.run(
+        [sys.executable, str(BENCH / "profile_sweep.py"), "--summarize", str(path)], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [(x["key"], x["same_finalists"], x["batched_wall_s"]) for x in lines] == [
+        ("k1", True, 0.25),
+        ("k2", False, 0.25),
+        ("k3", None, None),
+    ]
+    assert lines[0]["loads"] == {"threads": 8} and lines[0]["seconds"] == {"checks": 0.5}
+    r = subprocess.run([sys.executable, str(BENCH / "profile_sweep.py")], capture_output=True, text=True)
+    assert r.returncode == 2 and "give --key (one or more) and --out, or --summarize SUMMARY_JSON" in r.stderr
