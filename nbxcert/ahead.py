@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from nbxcert.keys import LaunchKey, key_problems
@@ -173,12 +173,23 @@ class AheadPool:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
-    def close(self) -> None:
-        """The run is over: sets not started are dropped, the one in flight is waited for, the pool closed."""
+    def close(self, also: Sequence[Worker] = ()) -> None:
+        """The run is over: sets not started are dropped, the one in flight is waited for, the pool's workers closed
+        together with `also` (the run's runners)."""
         self._stopped("the compile pool was closed")
         if self._thread is not None:
             self._thread.join()
-        self.pool.close()
+        close_together([*also, *self.pool.workers])
+
+
+def close_together(workers: Sequence[Worker]) -> None:
+    """Close every worker's pipe first, then wait for each: a worker exits when its pipe closes (its CUDA context torn
+    down meanwhile), so seventeen of them stop at once instead of one after another."""
+    for w in workers:
+        if w.conn is not None:
+            w.conn.close()
+    for w in workers:
+        w.close()
 
 
 def compile_request(spec, config, dtypes, problems: dict, seed, profile_key: str) -> dict:

@@ -13,6 +13,7 @@ import hashlib
 import os
 import platform
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,9 @@ class CertifyReport:
     backend: str
     out_dir: str
     keys: list[KeyReport] = field(default_factory=list)
+    # where the run's wall went outside its keys' own seconds: `plan` (the keys checked, the backend and provenance),
+    # `keys` (every key swept or skipped, its record written), `close` (the workers stopped)
+    seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -284,6 +288,7 @@ def certify(
     from nbxcert.options import jobs as check_jobs
     from nbxcert.options import seconds
 
+    t_start = time.perf_counter()
     # every input checked before a worker starts or a file is written
     profile, _how = resolve_profile(profile_name)
     out_dir = check_out_dir(out_dir)
@@ -340,6 +345,8 @@ def certify(
                 queued.add(j)
                 compiler.submit(compile_requests(specs[todo[j].kernel], todo[j], profile, seed))
 
+    t_keys = time.perf_counter()
+    report.seconds["plan"] = t_keys - t_start
     try:
         for i, key in enumerate(todo):
             spec = specs[key.kernel]
@@ -368,10 +375,13 @@ def certify(
             compiler.kill()
         raise
     finally:
-        for r in runners:
-            r.close()
+        t_close = time.perf_counter()
+        report.seconds["keys"] = t_close - t_keys
         if compiler is not None:
-            compiler.close()
+            compiler.close(also=runners)
+        else:
+            ahead.close_together(runners)
+        report.seconds["close"] = time.perf_counter() - t_close
     return report
 
 

@@ -586,6 +586,7 @@ def certify(
                     "profile": report.profile,
                     "out": report.out_dir,
                     "totals": totals,
+                    "seconds": {k: round(v, 3) for k, v in report.seconds.items()},
                     "keys": [vars(k) for k in report.keys],
                 },
                 indent=2,
@@ -604,7 +605,8 @@ def certify(
         print(
             _plain(
                 f"certified {totals['certified']}, skipped {totals['skipped']} (already certified), "
-                f"failed {totals['failed']}; files under {Path(out_dir) / report.profile}"
+                f"failed {totals['failed']}; files under {Path(out_dir) / report.profile}; "
+                + ", ".join(f"{k} {v:.1f} s" for k, v in report.seconds.items())
             )
         )
     raise typer.Exit(0 if report.ok else 1)

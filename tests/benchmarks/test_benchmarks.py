@@ -290,6 +290,13 @@ def test_the_autotune_comparison_and_table(bench_autotune):
     assert result["total"]["ratio"] == 13.0 / 3.5 and result["process_ratio"] == 6.0 and result["met"]
     lines = bench_autotune.table(result)
     assert len(lines) == 3 + 2 + 2 and lines[-1].endswith("x6.00 (target >= 5x: met)")
+    # certify's own phases (its --json `seconds`) are kept and shown beside the walls
+    report["seconds"] = {"plan": 0.25, "keys": 8.0, "close": 0.5}
+    result = bench_autotune.compare(plan, {"wall_s": 10.0, "report": report}, peer)
+    assert result["ours_run_seconds"] == report["seconds"]
+    assert "nbxcert's run: plan 0.2 s, keys 8.0 s, close 0.5 s (the rest of its wall: start)" in bench_autotune.table(
+        result
+    )
     summary = '[nbxcert] a line\n{\n  "keys": [\n    {"key": "k1"}\n  ]\n}\n'
     assert bench_autotune.last_json(summary) == {"keys": [{"key": "k1"}]}
     assert bench_autotune.last_json("Traceback ...\n{ not json\n") is None

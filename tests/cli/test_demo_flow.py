@@ -63,6 +63,10 @@ def test_certify_writes_valid_certificates_and_a_rerun_skips_them(demo):
     r = nbx("certify", "--profile", "interpreter", *workload, "--out", str(out), "--json")
     again = json.loads(r.stdout)
     assert r.returncode == 0 and again["totals"]["skipped"] == summary["totals"]["certified"]
+    # the run's wall outside its keys: planning, the keys (each key's own seconds within them), closing the workers
+    assert list(summary["seconds"]) == ["plan", "keys", "close"] and list(again["seconds"]) == ["plan", "keys", "close"]
+    swept = sum(k["seconds"]["total"] for k in summary["keys"] if k["status"] == "certified")
+    assert swept <= summary["seconds"]["keys"] < swept + 30 and again["seconds"]["keys"] < summary["seconds"]["keys"]
     # without --json, one line per key however long, also when the output is a log file, not a terminal (Rich
     # wrapped them at 80 columns there, which broke a key's line in two in the H200 logs)
     r = nbx("certify", "--profile", "interpreter", *workload, "--out", str(out))

@@ -13,7 +13,7 @@ from nbxcert.errors import UsageError
 from nbxcert.keys import parse_key
 from nbxcert.profiles import get_profile
 from nbxcert.sweep import sweep_key
-from nbxcert.worker import CompilePool
+from nbxcert.worker import CompilePool, Worker
 
 INTERPRETED = {"NBXCERT_BACKEND": "interpreter", "TRITON_INTERPRET": "1"}
 
@@ -218,3 +218,26 @@ def test_compile_workers_keep_no_freed_block(monkeypatch):
     monkeypatch.setenv("NBXCERT_MEMORY_KEPT_PER_SIZE", "some")
     with pytest.raises(UsageError, match="NBXCERT_MEMORY_KEPT_PER_SIZE=some is not a whole number of blocks"):
         memory.kept_per_size()
+
+
+def test_workers_closed_together_stop_at_once_not_one_after_another(tmp_path, monkeypatch):
+    """A run's end closes its runners and compile workers together (`close_together`): four workers that each take a
+    second to exit stop in about one second, not four (each tears its CUDA context down on a GPU)."""
+    (tmp_path / "slow_exit.py").write_text("import atexit\nimport time\n\natexit.register(time.sleep, 1.0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))  # the spawned workers start with the parent's sys.path
+    workers = [Worker(INTERPRETED, ["slow_exit"]) for _ in range(4)]
+    request = _requests(1, "x")[0]
+    for w in workers:
+        assert w.request(request, 60)["status"] == "compiled"
+    t0 = time.perf_counter()
+    ahead.close_together(workers)
+    together = time.perf_counter() - t0
+    assert all(not w.process or not w.process.is_alive() for w in workers)
+    assert 1.0 <= together < 2.5, together
+    # one after another, as the run closed them before: each waits for the one before it
+    for w in workers:
+        assert w.request(request, 60)["status"] == "compiled"
+    t0 = time.perf_counter()
+    for w in workers:
+        w.close()
+    assert time.perf_counter() - t0 >= 4.0
