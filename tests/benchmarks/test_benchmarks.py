@@ -514,3 +514,30 @@ def test_the_quant_rows_say_which_peer_and_keep_both_times(bench_quant):
     assert body[9] == "  tinygemm output not checked: ModuleNotFoundError: no nbxcert"
     assert any(bench_quant.TINYGEMM in line for line in lines) and any(bench_quant.INT8PACK in line for line in lines)
     assert all(len(line) <= 200 for line in lines)
+
+
+def test_the_pool_start_probe_times_cold_warm_and_lone_workers(tmp_path):
+    """probe_pool_start.py under the interpreter (its compiles are empty there): every phase reported, cold workers'
+    round trips longer than warm ones' (their start is in them), and a key with too few candidates refused."""
+    import json
+    import os
+    import subprocess
+
+    env = {**os.environ, "NBXCERT_BACKEND": "interpreter", "TRITON_INTERPRET": "1"}
+    cmd = [sys.executable, str(BENCH / "probe_pool_start.py"), "--jobs", "2", "--out", str(tmp_path / "p.json")]
+    r = subprocess.run(
+        [*cmd, "--key", "rmsnorm[n_cols=300,n_rows=8;float16,float16]@v1"], capture_output=True, text=True, env=env
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    report = json.loads((tmp_path / "p.json").read_text())
+    assert (report["backend"], report["profile"], report["jobs"]) == ("interpreter", "cpu/interpreter", 2)
+    assert report["contexts"]["wall_s"] > 0 and report["cold"]["n"] == report["warm"]["n"] == 2
+    assert report["cold"]["round_trip_s"]["median"] > 10 * report["warm"]["round_trip_s"]["median"]
+    assert report["alone"]["round_trip_s"] > report["alone"]["compile_s"] >= 0
+    r = subprocess.run(
+        [*cmd, "--jobs", "50", "--key", "rmsnorm[n_cols=300,n_rows=8;float16,float16]@v1"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.returncode == 1 and "--jobs 50 needs 101 (a different one for every request)" in r.stderr
