@@ -183,10 +183,11 @@ class AheadPool:
 
 
 def close_together(workers: Sequence[Worker]) -> None:
-    """Close every worker's pipe first, then wait for each: a worker exits when its pipe closes (its CUDA context torn
-    down meanwhile), so seventeen of them stop at once instead of one after another."""
+    """Close every live worker's pipe first, then wait for each: a worker exits when its pipe closes (its CUDA context
+    torn down meanwhile), so seventeen of them stop at once instead of one after another. For workers no request is
+    in flight on (a run's end); an interrupted run kills its workers and closes them one by one instead."""
     for w in workers:
-        if w.conn is not None:
+        if w.process is not None and w.process.is_alive() and w.conn is not None:
             w.conn.close()
     for w in workers:
         w.close()

@@ -373,15 +373,20 @@ def certify(
             r.kill()
         if compiler is not None:
             compiler.kill()
-        raise
-    finally:
-        t_close = time.perf_counter()
-        report.seconds["keys"] = t_close - t_keys
+        # the threads that drove them may still be inside a request: each finds its worker gone (its pipe is left
+        # to it), and the workers are tidied one by one
+        for r in runners:
+            r.close()
         if compiler is not None:
-            compiler.close(also=runners)
-        else:
-            ahead.close_together(runners)
-        report.seconds["close"] = time.perf_counter() - t_close
+            compiler.close()
+        raise
+    t_close = time.perf_counter()
+    report.seconds["keys"] = t_close - t_keys
+    if compiler is not None:
+        compiler.close(also=runners)
+    else:
+        ahead.close_together(runners)
+    report.seconds["close"] = time.perf_counter() - t_close
     return report
 
 
