@@ -341,6 +341,10 @@ COLD_CHILD = r"""
 import json, sys, time
 t_start = time.perf_counter()
 a = json.loads(sys.argv[1])
+if a.get("cprofile_out"):  # a diagnosis of where the run's time goes (cProfile's overhead slows it)
+    import cProfile
+    profiler = cProfile.Profile()
+    profiler.enable()
 if a.get("no_torch"):  # an application of nbxcert alone: Triton 3.6's specializer would import torch where it can
     class _RefuseTorch:
         def find_spec(self, name, path=None, target=None):
@@ -463,6 +467,15 @@ for s in load_all().values():
     for k in s.kernels:
         compiled += sum(len(c[0]) for c in getattr(k, "device_caches", {}).values())
 result.update(triton_compiled=compiled, bundle_loaded=binaries.loaded_count())
+if a.get("cprofile_out"):
+    import io, pstats
+    profiler.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(40)
+    stats.sort_stats("cumulative").print_stats(40)
+    with open(a["cprofile_out"], "w") as f:
+        f.write(text.getvalue())
 print(json.dumps(result))
 """
 
@@ -484,6 +497,7 @@ def _cold_run(
     cache_dir: str = "",
     stop_after: float = 0.0,
     sweep_jobs: int = 0,
+    cprofile_out: str = "",
 ) -> dict:
     """One fresh process running the workload's launches; `triton_cache`: this Triton cache directory (default: an
     empty one of its own); `bundle`: serve the winners it holds compiled (`NBXCERT_BUNDLE_PATH`), with nbxcert's
@@ -516,7 +530,7 @@ def _cold_run(
     arg["no_torch"] = no_torch
     arg["from_launch"] = from_launch
     arg["stop_after"] = stop_after
-    arg.update(warm=warm, autotune=autotune, max_launches=max_launches)
+    arg.update(warm=warm, autotune=autotune, max_launches=max_launches, cprofile_out=cprofile_out)
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
@@ -597,6 +611,10 @@ def coldstart(args) -> dict:
     chosen = {r for r in args.runs.split(",") if r} if args.runs else None
     if chosen is not None:
         phases = [{n: r for n, r in runs.items() if n in chosen} for runs in phases]
+    if args.cprofile_out:  # each run's cProfile report beside the others': PREFIX.<run>.txt
+        for runs in phases:
+            for name, run in runs.items():
+                run["cprofile_out"] = f"{args.cprofile_out}.{name}.txt"
     results = {}
     for runs in phases:
         if gpus:
@@ -1008,6 +1026,13 @@ def main(argv=None) -> int:
         help="the sweep starts no launch after this many seconds from its process's start: a part of a sequence "
         "measured in parts ends between two launches and says the next (next_launch), for the next part's "
         "--from-launch",
+    )
+    c.add_argument(
+        "--cprofile-out",
+        default="",
+        metavar="PREFIX",
+        help="run each child under cProfile and write its top functions (own and cumulative time) to PREFIX.<run>.txt "
+        "(a diagnosis: the profiler slows the run)",
     )
     c.add_argument(
         "--sweep-jobs",

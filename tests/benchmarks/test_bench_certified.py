@@ -381,6 +381,20 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
     assert stopped["launches"] == 0 and stopped["next_launch"] == 1
 
 
+def test_coldstart_writes_each_runs_cprofile_report_when_asked(tmp_path, monkeypatch):
+    """`--cprofile-out PREFIX`: the chosen run's child under cProfile, its top functions in PREFIX.<run>.txt."""
+    monkeypatch.setenv("NBXCERT_BACKEND", "interpreter")
+    prefix = tmp_path / "prof"
+    args = ["coldstart", "--workload", "demo", "--dir", str(ROOT / "certificates"), "--max-launches", "1"]
+    args += ["--runs", "certified", "--cprofile-out", str(prefix), "--out", str(tmp_path / "cold.json")]
+    assert bc.main(args) == 0
+    assert json.loads((tmp_path / "cold.json").read_text())["certified"]["launches"] == 1
+    text = (tmp_path / "prof.certified.txt").read_text()
+    assert "function calls" in text and "Ordered by: internal time" in text and "Ordered by: cumulative time" in text
+    assert "_embedding_launch" in text  # the demo's first launch (an embedding) is among what it saw
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cold.json", "prof.certified.txt"]
+
+
 def test_report_joins_a_workloads_shards_and_refuses_a_key_measured_twice(tmp_path):
     """`report` over two shard files: one distribution over all their keys, the peer's by kernel, the default's per
     kernel, the certified time against the time now; a shard given twice is refused by name."""
