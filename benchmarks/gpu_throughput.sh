@@ -11,14 +11,16 @@
 #    replayed against dispatched, and every candidate screened again as one queue of 8 repetitions each
 #    (`--batched-screens`: its wall, medians and finalists beside the sweep's screens), and the candidates' kernels
 #    loaded apart from their first launches, half of them on 8 threads (`--load-threads`); about a minute with the rest;
-#    NO_PROFILE=1 skips the step);
+#    NO_PROFILE=1 skips the step); before it, `probe_pool_start.py` on the first of those keys (a cold pool of compile
+#    workers against warm ones and a lone one, in a Triton cache of its own; NO_PROBE=1 skips it);
 # 3. `gpu_certify.sh` of WORKLOAD into certificates/nvidia/$PROFILE, stopped after CERTIFY_S seconds (default 300;
 #    a rerun resumes; CERT_DIR=D certifies into D instead, AHEAD=N keeps N keys' compiles ahead), then
 #    `bench_certified.py throughput` of its log: keys a minute and each part's share.
 #
-# Needs one NVIDIA GPU of the profile (PROFILE, default hopper). OUTDIR gets tests.txt, profile/ (summary.json and a
-# report per key), certify/ (gpu_certify.sh's files) and throughput.json; summary.txt has the lines that matter.
-USAGE="[WORKLOAD=...] [CERTIFY_S=S] [PROFILE_KEYS=...] [NO_PROFILE=1] [CERT_DIR=D] [AHEAD=N] bash benchmarks/gpu_throughput.sh OUTDIR"
+# Needs one NVIDIA GPU of the profile (PROFILE, default hopper). OUTDIR gets tests.txt, probe_pool_start.json,
+# profile/ (summary.json and a report per key), certify/ (gpu_certify.sh's files) and throughput.json; summary.txt has
+# the lines that matter.
+USAGE="[WORKLOAD=...] [CERTIFY_S=S] [PROFILE_KEYS=...] [NO_PROBE=1] [NO_PROFILE=1] [CERT_DIR=D] [AHEAD=N] bash benchmarks/gpu_throughput.sh OUTDIR"
 source "$(dirname "$0")/gpu_outdir.sh"
 PROFILE=${PROFILE:-hopper}
 WORKLOAD=${WORKLOAD:-llama-3-8b}
@@ -35,6 +37,13 @@ PYTHONPATH=/tmp/notorch python3 -m pytest -q -p no:cacheprovider \
   tests/kernels/test_moe.py tests/kernels/test_quant.py -k "$ON_GPU" \
   > "$dest/tests.txt" 2>&1
 echo "tests: $(tail -1 "$dest/tests.txt")" | tee -a "$dest/summary.txt"
+if [ "${NO_PROBE:-0}" != 1 ]; then
+  # a cold compile pool's first compiles against warm workers and a lone one (the first profiled key's candidates),
+  # in a Triton cache of its own so the run below starts as cold as it was asked to
+  PYTHONPATH=/tmp/notorch TRITON_CACHE_DIR=$(mktemp -d) python3 benchmarks/probe_pool_start.py \
+    --key "$(head -1 <<< "$PROFILE_KEYS")" --out "$dest/probe_pool_start.json" > "$dest/probe_pool_start.txt" 2>&1
+  tail -1 "$dest/probe_pool_start.txt" | tee -a "$dest/summary.txt"
+fi
 if [ "${NO_PROFILE:-0}" != 1 ]; then
   asked=()
   while read -r key; do [ -n "$key" ] && asked+=(--key "$key"); done <<< "$PROFILE_KEYS"

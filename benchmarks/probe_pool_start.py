@@ -3,7 +3,9 @@ own, against the same compiles on warm workers and on one worker started alone. 
 (`bench_autotune.py`'s first matmul key: 12.9 s of compile wall for 49 candidates on 16 workers, where Triton compiles
 one in about 0.5 s in a warm process), not a certificate: nothing is written but the report.
 
-    python3 benchmarks/probe_pool_start.py --key "matmul[...]@v1" [--jobs N] --out probe.json
+    python3 benchmarks/probe_pool_start.py --key "matmul[...]@v1" [--jobs N] [--out probe.json]
+
+It prints one line (each phase's median round trip and its compile); --out writes the whole report as JSON.
 
 Phases, each timed from this process (a request's round trip) and inside the worker (the compile's own `seconds`):
 - `contexts`: N fresh processes at once, each choosing the backend and allocating one device buffer (the CUDA context
@@ -161,12 +163,22 @@ def main(argv=None) -> int:
     if "TRITON_CACHE_DIR" not in os.environ:
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="nbx-probe-cache-")
     report = probe(args.key, args.jobs)
-    import json
-
-    print(json.dumps(report, indent=1))
     if args.out:
         common.write_json(args.out, report)
+    print(summary_line(report))
     return 0
+
+
+def summary_line(report: dict[str, Any]) -> str:
+    """The report in one line: each phase's median round trip and what of it the compile was."""
+    cold, warm, alone = report["cold"], report["warm"], report["alone"]
+    return (
+        f"pool start ({report['jobs']} workers, {report['backend']}): contexts made at once "
+        f"{report['contexts']['seconds']['median']:.2f} s each (wall {report['contexts']['wall_s']:.2f} s); "
+        f"cold workers {cold['round_trip_s']['median']:.2f} s a request (max {cold['round_trip_s']['max']:.2f}, "
+        f"compile {cold['compile_s']['median']:.2f}); warm {warm['round_trip_s']['median']:.2f} s (compile "
+        f"{warm['compile_s']['median']:.2f}); alone {alone['round_trip_s']:.2f} s (compile {alone['compile_s']:.2f})"
+    )
 
 
 if __name__ == "__main__":
