@@ -226,6 +226,24 @@ def _close_ahead_pool() -> None:
         pool.close()
 
 
+def ready_for_workers() -> None:
+    """On a GPU, build here, once, the C modules every worker process loads before its first compile: Triton's CUDA
+    utilities (compiled into the Triton cache by the driver nbxcert installs, in the background since this process
+    chose its backend) and nbxcert's launcher (into nbxcert's cache). With an empty Triton cache, a certify run's
+    runner and sixteen compile workers otherwise each ran the same C compiler build at once, on the cores their first
+    compiles needed. Nothing off CUDA; a build's failure is raised here, in one line, as a worker would meet it."""
+    from nbxcert.kernels.backends import select
+
+    if select().name != "cuda":
+        return
+    from nbxcert.kernels.backends import launcher, triton_cuda
+
+    launcher.build()
+    driver = triton_cuda.installed()
+    if driver is not None:
+        driver.utils  # noqa: B018 - waits for the build the driver started (or raises its failure)
+
+
 def _pool_finds(spec) -> bool:
     """Whether a compile worker finds `spec` by name: a spec of nbxcert's own library, registered as the one of its
     name. A user's spec lives in a module the workers have not imported: its candidates compile in the caller."""
@@ -266,6 +284,7 @@ def compile_ahead(spec, problem, dtypes, configs, profile_key: str, seed: int = 
         if _ahead["timer"] is not None:
             _ahead["timer"].cancel()
         if _ahead["pool"] is None:
+            ready_for_workers()
             _ahead["pool"] = CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
         replies = _ahead["pool"].compile_all(requests, COMPILE_TIMEOUT_S)
         timer = threading.Timer(AHEAD_IDLE_S, _close_ahead_pool)

@@ -53,8 +53,9 @@ class CertifyReport:
     backend: str
     out_dir: str
     keys: list[KeyReport] = field(default_factory=list)
-    # where the run's wall went outside its keys' own seconds: `plan` (the keys checked, the backend and provenance),
-    # `keys` (every key swept or skipped, its record written), `close` (the workers stopped)
+    # where the run's wall went outside its keys' own seconds: `plan` (the keys checked, the backend and provenance,
+    # the C modules the workers load built), `keys` (every key swept or skipped, its record written), `close` (the
+    # workers stopped)
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -345,6 +346,8 @@ def certify(
                 queued.add(j)
                 compiler.submit(compile_requests(specs[todo[j].kernel], todo[j], profile, seed))
 
+    # the C modules every worker loads, built once here rather than by each of them at once
+    ahead.ready_for_workers()
     t_keys = time.perf_counter()
     report.seconds["plan"] = t_keys - t_start
     try:

@@ -4,6 +4,7 @@ before it has compiled."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 import pytest
@@ -243,3 +244,41 @@ def test_workers_closed_together_stop_at_once_not_one_after_another(tmp_path, mo
     together = time.perf_counter() - t0
     assert all(not w.process or not w.process.is_alive() for w in workers)
     assert one_by_one >= 4.0 and 1.0 <= together < one_by_one - 1.5, (together, one_by_one)
+
+
+def test_on_a_gpu_the_workers_c_modules_are_built_once_before_any_worker_starts(monkeypatch):
+    """`ready_for_workers`: on CUDA, nbxcert's launcher built and the driver's Triton utilities waited for, in the
+    calling process (each worker loads them instead of running the same C build at once); nothing off CUDA."""
+    import types
+
+    from nbxcert.kernels import backends
+
+    calls: list[str] = []
+
+    class Driver:
+        @property
+        def utils(self):
+            calls.append("utils")
+            return object()
+
+    launcher = types.SimpleNamespace(build=lambda: calls.append("launcher"))
+    triton_cuda = types.SimpleNamespace(installed=lambda: Driver())
+    for name, module in (("launcher", launcher), ("triton_cuda", triton_cuda)):
+        monkeypatch.setitem(sys.modules, f"nbxcert.kernels.backends.{name}", module)
+        monkeypatch.setattr(backends, name, module, raising=False)
+    ahead.ready_for_workers()  # this process's backend: the interpreter
+    assert calls == []
+    monkeypatch.setattr(backends, "select", lambda: types.SimpleNamespace(name="cuda"))
+    ahead.ready_for_workers()
+    assert calls == ["launcher", "utils"]
+
+
+def test_certify_builds_the_workers_c_modules_before_it_starts_a_worker(tmp_path, monkeypatch):
+    order: list[str] = []
+    monkeypatch.setattr(ahead, "ready_for_workers", lambda: order.append("ready"))
+    start = Worker._start
+    monkeypatch.setattr(Worker, "_start", lambda self: (order.append("worker"), start(self))[1])
+    key = parse_key("rmsnorm[n_cols=64,n_rows=2;float16,float16]@v1")
+    report = certify.certify("interpreter", [key], tmp_path / "out", jobs=1)
+    assert [k.status for k in report.keys] == ["certified"]
+    assert order[0] == "ready" and order.count("ready") == 1 and "worker" in order
