@@ -101,7 +101,8 @@ def summary(rows: list[dict[str, float]]) -> dict[str, Any]:
 
 
 def probe(key_text: str, jobs: int, seed: int = 0) -> dict[str, Any]:
-    from nbxcert.ahead import close_together, compile_requests
+    from nbxcert.ahead import close_together, compile_requests, ready_for_workers
+    from nbxcert.certify import COMPILE_WORKER_ENV
     from nbxcert.kernels.backends import select
     from nbxcert.kernels.spec import get_spec
     from nbxcert.keys import parse_key
@@ -124,16 +125,17 @@ def probe(key_text: str, jobs: int, seed: int = 0) -> dict[str, Any]:
             f"probe_pool_start: {key_text} keeps {len(requests)} candidates; --jobs {jobs} needs {2 * jobs + 1} "
             "(a different one for every request)"
         )
+    ready_for_workers()  # as certify does before its workers start
     t0 = time.perf_counter()
     context_s = contexts(env, jobs)
     contexts_wall = time.perf_counter() - t0
-    workers = [Worker(env) for _ in range(jobs)]
+    workers = [Worker({**env, **COMPILE_WORKER_ENV}) for _ in range(jobs)]  # as certify's pool makes them
     try:
         cold = timed_requests(workers, requests[:jobs])
         warm = timed_requests(workers, requests[jobs : 2 * jobs])
     finally:
         close_together(workers)
-    alone = Worker(env)
+    alone = Worker({**env, **COMPILE_WORKER_ENV})
     try:
         single = timed_requests([alone], requests[2 * jobs : 2 * jobs + 1])
     finally:
