@@ -3200,11 +3200,15 @@ def _evaluate(fn, operands: list[np.ndarray], kwargs: dict, shape: tuple[int, ..
 
     def part(lo: int, hi: int):
         ref, scale = fn(*(o[lo:hi] if np.ndim(o) else o for o in flat), **kwargs)
-        ref = np.asarray(ref)
-        return ref, np.broadcast_to(np.asarray(scale), ref.shape)
+        return np.asarray(ref), np.asarray(scale)
 
     done = _parts.in_parts(part, parts)
-    return np.concatenate([r for r, _ in done]), np.concatenate([s for _, s in done])
+    ref = np.concatenate([r for r, _ in done])
+    # one scale for every element (an exact op's 0, a view of one value): kept a view of it, not made whole
+    constant = {float(s.reshape(-1)[0]) if s.size and not any(s.strides) else None for _, s in done}
+    if len(constant) == 1 and None not in constant:
+        return ref, np.broadcast_to(np.float64(constant.pop()), ref.shape)
+    return ref, np.concatenate([np.broadcast_to(s, r.shape) for r, s in done])
 
 
 def _oracle_for(op: Op):
@@ -3350,3 +3354,9 @@ def check_dtype(op: Op, common: str) -> None:
     """`DTypeError` (one line) when `op` does not take the common dtype `common`."""
     if common not in op.dtypes:
         raise DTypeError(f"{op.name}: dtype {common} is not supported (takes {', '.join(op.dtypes)})")
+
+
+# The modules this one imports only when it runs (`oracle_module`, `promotion`, the oracle's parts): inputs of
+# every pointwise spec's code digest all the same (`nbxcert.fingerprint`), so a change of an op's oracle or of type
+# promotion sweeps the pointwise keys again.
+__digest_modules__ = ("nbxcert.oracles.pointwise", "nbxcert.kernels.promotion", "nbxcert.oracles.parts")

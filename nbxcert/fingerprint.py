@@ -105,7 +105,8 @@ def _module_file(name: str) -> Path | None:
 
 def _reachable(start: str) -> set[str]:
     """`start` and every module under FOLLOWED its globals refer to (modules, or functions and classes defined in
-    one), followed transitively."""
+    one), followed transitively, and those a module names in `__digest_modules__`: the modules it imports only when
+    it runs (no global shows them), such as the pointwise kernels' oracle module and type promotion."""
     seen: set[str] = set()
     todo = [start]
     while todo:
@@ -115,6 +116,11 @@ def _reachable(start: str) -> set[str]:
         seen.add(name)
         module = sys.modules[name]
         package = hasattr(module, "__path__")
+        for declared in getattr(module, "__digest_modules__", ()):
+            if not declared.startswith(FOLLOWED):
+                raise RuntimeError(f"{name}.__digest_modules__ names {declared}, which is outside {FOLLOWED}")
+            importlib.import_module(declared)
+            todo.append(declared)
         for value in vars(module).values():
             if isinstance(value, types.ModuleType):
                 other = value.__name__

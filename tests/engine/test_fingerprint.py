@@ -67,6 +67,43 @@ def test_the_digest_covers_the_family_its_helpers_the_engine_and_the_device_file
         assert {n for n in digest if now[n] == digest[n]} == kept, changed
 
 
+def test_every_spec_is_digested_with_its_oracles_even_those_imported_only_when_judged(fresh, monkeypatch, tmp_path):
+    """Every registered spec's digest covers an oracle module. The pointwise kernels import their oracle module and
+    type promotion only when they run (no global shows them): they name them in `__digest_modules__`; an edit of
+    either sweeps the pointwise keys again, and leaves the other families' digests. (Before, an oracle of the
+    pointwise ops could change and every pointwise certificate count as made by the current code.)"""
+    specs, hopper = load_all(), get_profile("hopper")
+    for name, spec in specs.items():
+        modules = fingerprint._reachable(spec.launch.__module__) | fingerprint._reachable(spec.oracle.__module__)
+        assert any(m.startswith("nbxcert.oracles.") for m in modules), name
+    digest = {n: fingerprint.code_digest(specs[n], hopper) for n in ("pw_neg", "pw_add", "rmsnorm", "matmul")}
+    real = fingerprint._module_file
+
+    def edited(name: str):
+        if name != changed:
+            return real(name)
+        copy = tmp_path / f"{name}.py"
+        copy.write_bytes(real(name).read_bytes() + b"\nCHANGED = 1\n")
+        return copy
+
+    monkeypatch.setattr(fingerprint, "_module_file", edited)
+    for changed in ("nbxcert.oracles.pointwise", "nbxcert.kernels.promotion"):
+        fingerprint._memo.clear()
+        now = {n: fingerprint.code_digest(specs[n], hopper) for n in digest}
+        assert {n for n in digest if now[n] != digest[n]} == {"pw_neg", "pw_add"}, changed
+
+
+def test_a_digest_module_declared_outside_nbxcert_kernels_and_oracles_is_refused(monkeypatch):
+    import sys
+    import types
+
+    module = types.ModuleType("nbxcert.kernels.declares")
+    module.__digest_modules__ = ("numpy",)
+    monkeypatch.setitem(sys.modules, "nbxcert.kernels.declares", module)
+    with pytest.raises(RuntimeError, match="names numpy, which is outside"):
+        fingerprint._reachable("nbxcert.kernels.declares")
+
+
 def test_an_edit_of_comments_or_docstrings_alone_keeps_the_digest(fresh, monkeypatch, tmp_path):
     """Prose is not code: a comment, a docstring, a blank line or trailing spaces edited in a family's module keep its
     digest (no key swept again for them); a string in code, or a comment marker inside one, is code."""
