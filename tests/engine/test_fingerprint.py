@@ -34,6 +34,28 @@ def test_same_card_compares_the_code_digest_when_both_hold_one_else_the_version(
     assert not certify.same_card(dict(card, code="a"), dict(card, code="a", driver="2"))
 
 
+def _digests_after_edits(monkeypatch, tmp_path, specs, profile, names, changes):
+    """{changed module: {spec name: its digest}} with each module of `changes` edited in turn (as if its source had
+    changed: a line of code added to a copy)."""
+    real = fingerprint._module_file
+    changed = [""]
+
+    def edited(name: str):
+        if name != changed[0]:
+            return real(name)
+        copy = tmp_path / f"{name}.py"
+        copy.write_bytes(real(name).read_bytes() + b"\nCHANGED = 1\n")
+        return copy
+
+    monkeypatch.setattr(fingerprint, "_module_file", edited)
+    out = {}
+    for module in changes:
+        changed[0] = module
+        fingerprint._memo.clear()
+        out[module] = {n: fingerprint.code_digest(specs[n], profile) for n in names}
+    return out
+
+
 def test_the_digest_covers_the_family_its_helpers_the_engine_and_the_device_file(fresh, monkeypatch, tmp_path):
     specs, hopper = load_all(), get_profile("hopper")
     digest = {n: fingerprint.code_digest(specs[n], hopper) for n in ("rmsnorm", "softmax", "embedding", "matmul")}
@@ -41,17 +63,7 @@ def test_the_digest_covers_the_family_its_helpers_the_engine_and_the_device_file
     assert len({digest["rmsnorm"], digest["embedding"], digest["matmul"]}) == 3
     assert fingerprint.code_digest(specs["rmsnorm"], get_profile("ampere")) != digest["rmsnorm"]  # the device file
 
-    real = fingerprint._module_file
-
-    def edited(name: str):  # as if the module's source had changed
-        if name != changed:
-            return real(name)
-        copy = tmp_path / f"{name}.py"
-        copy.write_bytes(real(name).read_bytes() + b"\nCHANGED = 1\n")
-        return copy
-
-    monkeypatch.setattr(fingerprint, "_module_file", edited)
-    for changed, moved, kept in (
+    cases = (
         ("nbxcert.kernels.elementwise", {"embedding"}, {"rmsnorm", "softmax", "matmul"}),
         # the helpers the families share (matmul's tile order among them), not rows' own code
         ("nbxcert.kernels.common", {"rmsnorm", "softmax", "embedding", "matmul"}, set()),
@@ -60,9 +72,10 @@ def test_the_digest_covers_the_family_its_helpers_the_engine_and_the_device_file
         ("nbxcert.runner", {"rmsnorm", "softmax", "embedding", "matmul"}, set()),  # the engine
         # the oracles' float64 products, imported inside matmul's oracle adapter (no global shows them)
         ("nbxcert.kernels.products", {"rmsnorm", "softmax", "embedding", "matmul"}, set()),
-    ):
-        fingerprint._memo.clear()
-        now = {n: fingerprint.code_digest(specs[n], hopper) for n in digest}
+    )
+    after = _digests_after_edits(monkeypatch, tmp_path, specs, hopper, list(digest), [c[0] for c in cases])
+    for changed, moved, kept in cases:
+        now = after[changed]
         assert {n for n in digest if now[n] != digest[n]} == moved, changed
         assert {n for n in digest if now[n] == digest[n]} == kept, changed
 
@@ -77,19 +90,8 @@ def test_every_spec_is_digested_with_its_oracles_even_those_imported_only_when_j
         modules = fingerprint._reachable(spec.launch.__module__) | fingerprint._reachable(spec.oracle.__module__)
         assert any(m.startswith("nbxcert.oracles.") for m in modules), name
     digest = {n: fingerprint.code_digest(specs[n], hopper) for n in ("pw_neg", "pw_add", "rmsnorm", "matmul")}
-    real = fingerprint._module_file
-
-    def edited(name: str):
-        if name != changed:
-            return real(name)
-        copy = tmp_path / f"{name}.py"
-        copy.write_bytes(real(name).read_bytes() + b"\nCHANGED = 1\n")
-        return copy
-
-    monkeypatch.setattr(fingerprint, "_module_file", edited)
-    for changed in ("nbxcert.oracles.pointwise", "nbxcert.kernels.promotion"):
-        fingerprint._memo.clear()
-        now = {n: fingerprint.code_digest(specs[n], hopper) for n in digest}
+    changes = ("nbxcert.oracles.pointwise", "nbxcert.kernels.promotion")
+    for changed, now in _digests_after_edits(monkeypatch, tmp_path, specs, hopper, list(digest), changes).items():
         assert {n for n in digest if now[n] != digest[n]} == {"pw_neg", "pw_add"}, changed
 
 
