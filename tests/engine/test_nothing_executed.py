@@ -17,6 +17,9 @@ IMPORT_ALLOWED = {
     ("nbxcert/worker.py", "serve_cross_compiling"),  # the modules `nbxcert census/bundle --spec` pass to their workers
     ("kernels/spec.py", "load_all"),  # f"nbxcert.kernels.{module}" over the constant FAMILY_MODULES
     ("nbxcert/ops.py", "_family"),  # f"nbxcert.kernels.{module}", the module checked against FAMILY_MODULES first
+    # a kernel module's own `__digest_modules__` (its source's constant tuple), each refused unless it is one of
+    # nbxcert's kernel or oracle modules
+    ("nbxcert/fingerprint.py", "_reachable"),
 }
 BANNED_MODULES = {"pickle", "_pickle", "cPickle", "marshal", "shelve", "dill", "cloudpickle", "jsonpickle", "runpy"}
 BANNED_BUILTINS = {"eval", "exec", "compile", "__import__"}
