@@ -226,6 +226,13 @@ def _close_ahead_pool() -> None:
         pool.close()
 
 
+def cuda_pool(env: dict[str, str], modules: Sequence[str], jobs: int, make=None) -> CompilePool:
+    """A pool of `jobs` compile workers for this process's GPU (`make`, default `CompilePool`), the C modules they
+    load built here first (`ready_for_workers`): how certify, `nbxcert warm` and the run-time sweep make theirs."""
+    ready_for_workers()
+    return (make or CompilePool)(env, list(modules), jobs)
+
+
 def ready_for_workers() -> None:
     """On a GPU, build here, once, the C modules every worker process loads before its first compile: Triton's CUDA
     utilities (compiled into the Triton cache by the driver nbxcert installs, in the background since this process
@@ -284,8 +291,7 @@ def compile_ahead(spec, problem, dtypes, configs, profile_key: str, seed: int = 
         if _ahead["timer"] is not None:
             _ahead["timer"].cancel()
         if _ahead["pool"] is None:
-            ready_for_workers()
-            _ahead["pool"] = CompilePool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
+            _ahead["pool"] = cuda_pool({"NBXCERT_BACKEND": "cuda"}, [], jobs or os.cpu_count() or 1)
         replies = _ahead["pool"].compile_all(requests, COMPILE_TIMEOUT_S)
         timer = threading.Timer(AHEAD_IDLE_S, _close_ahead_pool)
         timer.daemon = True

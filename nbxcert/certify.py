@@ -54,8 +54,8 @@ class CertifyReport:
     out_dir: str
     keys: list[KeyReport] = field(default_factory=list)
     # where the run's wall went outside its keys' own seconds: `plan` (the keys checked, the backend and provenance,
-    # the C modules the workers load built), `keys` (every key swept or skipped, its record written), `close` (the
-    # workers stopped)
+    # the compile pool made: the C modules its workers load built), `keys` (every key swept or skipped, its record
+    # written), `close` (the workers stopped)
     seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -346,8 +346,6 @@ def certify(
                 queued.add(j)
                 compiler.submit(compile_requests(specs[todo[j].kernel], todo[j], profile, seed))
 
-    # the C modules every worker loads, built once here rather than by each of them at once
-    ahead.ready_for_workers()
     t_keys = time.perf_counter()
     report.seconds["plan"] = t_keys - t_start
     try:
@@ -376,8 +374,8 @@ def certify(
             r.kill()
         if compiler is not None:
             compiler.kill()
-        # the threads that drove them may still be inside a request: each finds its worker gone (its pipe is left
-        # to it), and the workers are tidied one by one
+        # the threads that drove the runners may still be inside a request: each finds its worker gone (its pipe is
+        # left to it), and the runners are tidied one by one; the pool's once its thread has ended
         for r in runners:
             r.close()
         if compiler is not None:
@@ -405,7 +403,7 @@ def compile_pool(backend: str, env: dict[str, str], modules: list[str], jobs: in
     key's shape-only inputs and frees them before the next key's; it keeps no freed block aside for a size it will not
     ask again (COMPILE_WORKER_ENV), so sixteen workers that met a 7B model's largest keys do not hold the device's
     memory that the runner's checks need."""
-    return CompilePool({**env, **COMPILE_WORKER_ENV}, modules, jobs) if backend == "cuda" else None
+    return ahead.cuda_pool({**env, **COMPILE_WORKER_ENV}, modules, jobs, CompilePool) if backend == "cuda" else None
 
 
 # What a compile worker's environment adds to the run's: freed blocks go back to its pool (`memory.kept_per_size`).

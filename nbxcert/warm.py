@@ -62,13 +62,12 @@ def compile_all(requests: Sequence[dict], jobs: int | None = None, modules: Sequ
     Triton's on-disk cache; the replies in the requests' order (status "compiled", or the refusal and its reason).
     In two phases (`phases`): one request of each kernel first, then the others, which find it in the cache and
     compile only the specialisations they add."""
-    from nbxcert.ahead import ready_for_workers
+    from nbxcert.ahead import cuda_pool
     from nbxcert.worker import CompilePool
 
     requests = list(requests)
     replies: list[dict] = [{}] * len(requests)
-    ready_for_workers()
-    pool = CompilePool({"NBXCERT_BACKEND": "cuda"}, list(modules), jobs or os.cpu_count() or 1)
+    pool = cuda_pool({"NBXCERT_BACKEND": "cuda"}, modules, jobs or os.cpu_count() or 1, CompilePool)
     try:
         for phase in phases(requests):
             if phase:

@@ -274,8 +274,11 @@ def test_on_a_gpu_the_workers_c_modules_are_built_once_before_any_worker_starts(
 
 
 def test_certify_builds_the_workers_c_modules_before_it_starts_a_worker(tmp_path, monkeypatch):
+    """The pool certify makes on a GPU (`ahead.cuda_pool`: forced here on the interpreter, whose compiles are no-ops)
+    builds the C modules before the run's first worker, runner or compile worker, starts."""
     order: list[str] = []
     monkeypatch.setattr(ahead, "ready_for_workers", lambda: order.append("ready"))
+    monkeypatch.setattr(certify, "compile_pool", lambda backend, env, modules, jobs: ahead.cuda_pool(env, modules, 2))
     start = Worker._start
     monkeypatch.setattr(Worker, "_start", lambda self: (order.append("worker"), start(self))[1])
     key = parse_key("rmsnorm[n_cols=64,n_rows=2;float16,float16]@v1")
