@@ -79,15 +79,25 @@ def test_the_host_cost_benchmark_runs_without_a_gpu(tmp_path):
     assert all(c["overhead_us"] == c["served_us"] - c["raw_us"] for c in cases)
 
 
-def test_the_oracle_benchmark_times_this_oracle_beside_another_file(tmp_path):
-    """bench_oracles.py times oracles/attention.py beside a given copy of it; a copy of itself agrees to the bit."""
+def _bench_oracles(*args: str):
+    """bench_oracles.py run with `args` at one repeat: its finished process."""
     import subprocess
 
-    oracle = Path(__file__).resolve().parents[2] / "oracles" / "attention.py"
-    cmd = [sys.executable, str(BENCH / "bench_oracles.py"), "--repeats", "1", "--oracle-file", str(oracle)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    cmd = [sys.executable, str(BENCH / "bench_oracles.py"), "--repeats", "1", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+def _against_itself(module: str, *args: str) -> list[str]:
+    """bench_oracles.py's lines for oracles/<module>.py timed beside a copy of itself (`--oracle-file`)."""
+    oracle = Path(__file__).resolve().parents[2] / "oracles" / f"{module}.py"
+    r = _bench_oracles("--module", module, *args, "--oracle-file", str(oracle))
     assert r.returncode == 0, r.stderr[-2000:]
-    lines = r.stdout.splitlines()
+    return r.stdout.splitlines()
+
+
+def test_the_oracle_benchmark_times_this_oracle_beside_another_file():
+    """bench_oracles.py times oracles/attention.py beside a given copy of it; a copy of itself agrees to the bit."""
+    lines = _against_itself("attention")
     assert [line.split()[:2] for line in lines[:4]] == [
         ["this", "decode"],
         ["this", "prefill"],
@@ -99,13 +109,7 @@ def test_the_oracle_benchmark_times_this_oracle_beside_another_file(tmp_path):
 
 def test_the_oracle_benchmark_times_the_conv2d_oracle_too():
     """`--module vision`: conv2d's reference beside a copy of oracles/vision.py, which agrees to the bit."""
-    import subprocess
-
-    oracle = Path(__file__).resolve().parents[2] / "oracles" / "vision.py"
-    cmd = [sys.executable, str(BENCH / "bench_oracles.py"), "--module", "vision", "--repeats", "1", "--oracle-file"]
-    r = subprocess.run([*cmd, str(oracle)], capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-2000:]
-    lines = r.stdout.splitlines()
+    lines = _against_itself("vision")
     assert [line.split()[:2] for line in lines[:2]] == [["this", "conv2d"], ["other", "conv2d"]]
     assert lines[2] == "conv2d: largest difference of out and error scale between the two: 0.00e+00"
 
@@ -113,15 +117,7 @@ def test_the_oracle_benchmark_times_the_conv2d_oracle_too():
 def test_the_oracle_benchmark_times_the_quantized_references_too():
     """`--module quant` at a small shape: the int4 and int8 products beside a copy of oracles/quant.py, which agrees to
     the bit; a shape the int4 groups cannot tile is refused in one line."""
-    import subprocess
-
-    oracle = Path(__file__).resolve().parents[2] / "oracles" / "quant.py"
-    cmd = [sys.executable, str(BENCH / "bench_oracles.py"), "--module", "quant", "--repeats", "1"]
-    r = subprocess.run(
-        [*cmd, "--quant-shape", "3,256,64", "--oracle-file", str(oracle)], capture_output=True, text=True
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    lines = r.stdout.splitlines()
+    lines = _against_itself("quant", "--quant-shape", "3,256,64")
     assert [line.split()[:2] for line in lines[:4]] == [
         ["this", "int4"],
         ["this", "int8"],
@@ -131,7 +127,7 @@ def test_the_oracle_benchmark_times_the_quantized_references_too():
     assert lines[4:] == [
         f"{case}: largest difference of out and error scale between the two: 0.00e+00" for case in ("int4", "int8")
     ]
-    r = subprocess.run([*cmd, "--quant-shape", "3,100,64"], capture_output=True, text=True)
+    r = _bench_oracles("--module", "quant", "--quant-shape", "3,100,64")
     assert r.returncode == 1 and "K must be a multiple of 128" in r.stderr, r.stderr[-2000:]
 
 
