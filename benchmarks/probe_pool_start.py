@@ -71,13 +71,19 @@ def timed_requests(workers: list, requests: list[dict[str, Any]]) -> list[dict[s
     """Worker i answers request i, all at once (a thread each): each one's round trip, the compile's own seconds in the
     worker, and the rest of the round trip."""
     rows: list[dict[str, float] | None] = [None] * len(workers)
+    failed: list[str] = []  # a thread's failure, said by the caller (an exception in a thread would only be printed)
 
     def ask(i: int) -> None:
         t0 = time.perf_counter()
-        reply = workers[i].request(requests[i], COMPILE_TIMEOUT_S)
+        try:
+            reply = workers[i].request(requests[i], COMPILE_TIMEOUT_S)
+        except Exception as e:  # noqa: BLE001 - reported below, in one line
+            failed.append(f"candidate {requests[i]['config']}: {type(e).__name__}: {e}")
+            return
         trip = time.perf_counter() - t0
         if reply.get("status") != "compiled":
-            raise SystemExit(f"probe_pool_start: candidate {requests[i]['config']} did not compile: {reply}")
+            failed.append(f"candidate {requests[i]['config']} did not compile: {reply.get('reason', reply)}")
+            return
         compile_s = float(reply.get("seconds", 0.0))
         rows[i] = {"round_trip_s": trip, "compile_s": compile_s, "rest_s": trip - compile_s}
 
@@ -86,8 +92,10 @@ def timed_requests(workers: list, requests: list[dict[str, Any]]) -> list[dict[s
         t.start()
     for t in threads:
         t.join()
-    if any(r is None for r in rows):
-        raise SystemExit("probe_pool_start: a worker gave no reply (its line above)")
+    if failed:
+        raise SystemExit(
+            f"probe_pool_start: {failed[0]}" + (f" (and {len(failed) - 1} more)" if len(failed) > 1 else "")
+        )
     return [r for r in rows if r is not None]
 
 

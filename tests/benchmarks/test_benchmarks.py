@@ -539,3 +539,28 @@ def test_the_pool_start_probe_times_cold_warm_and_lone_workers(tmp_path):
         env=env,
     )
     assert r.returncode == 1 and "--jobs 50 needs 101 (a different one for every request)" in r.stderr
+
+
+def test_the_pool_start_probe_says_a_failed_request_in_one_line():
+    """A refusal or an exception inside a request's thread ends the probe with one line naming the candidate (an
+    exception raised in a thread would only have been printed, and the probe gone on)."""
+    import importlib
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        probe = importlib.import_module("probe_pool_start")
+    finally:
+        sys.path.remove(str(BENCH))
+
+    class Refusing:
+        def request(self, request, timeout_s):
+            return {"status": "compile", "reason": "ptxas: too many resources"}
+
+    class Raising:
+        def request(self, request, timeout_s):
+            raise OSError("the pipe broke")
+
+    with pytest.raises(SystemExit, match=r"candidate \{'a': 1\} did not compile: ptxas: too many resources"):
+        probe.timed_requests([Refusing()], [{"config": {"a": 1}}])
+    with pytest.raises(SystemExit, match=r"candidate \{'b': 2\}: OSError: the pipe broke \(and 1 more\)"):
+        probe.timed_requests([Raising(), Raising()], [{"config": {"b": 2}}, {"config": {"b": 2}}])
