@@ -240,12 +240,15 @@ def _serialize(entries: dict[str, bytes], profile_key: str, memory_class: str, f
     return body + hashlib.sha256(body).digest()
 
 
-def _compile(dirs: list[Path], profile_key: str, memory_class: str, attempts: int = 3) -> tuple[bytes, str]:
+def _compile(
+    dirs: list[Path], profile_key: str, memory_class: str, attempts: int = 3, taken: str | None = None
+) -> tuple[bytes, str]:
     """The index's bytes and the fingerprint of what they were built from. The fingerprint is taken before and after
     the JSON is read, so an index never carries the name of bytes it was not built from (a certify run writing
-    meanwhile makes it try again)."""
+    meanwhile makes it try again); `taken`: the fingerprint the caller has just taken, the first attempt's before."""
     for _ in range(attempts):
-        before = fingerprint(dirs, profile_key)
+        before = taken if taken is not None else fingerprint(dirs, profile_key)
+        taken = None
         entries = _collect(dirs, profile_key, memory_class)
         if fingerprint(dirs, profile_key) == before:
             return _serialize(entries, profile_key, memory_class, before), before
@@ -541,7 +544,7 @@ def load_index(
             f"{path}: built for {index.profile_key} {index.memory_class} from {index.fingerprint[:32]}, not its name"
         )
         index.close()
-    data, built_from = _compile(dirs, profile_key, memory_class)
+    data, built_from = _compile(dirs, profile_key, memory_class, taken=expected)
     path = index_path(cache, profile_key, memory_class, built_from)
     if problem is not None and notices is not None:
         notices.append(f"{problem}; rebuilt it from the JSON certificates")
