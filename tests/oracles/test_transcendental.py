@@ -153,3 +153,58 @@ def test_large_arrays_are_evaluated_in_parts_on_threads_to_the_same_bits(monkeyp
         for arr in (x, x[:, ::3], x.T):
             got = fn(arr)
             assert got.shape == arr.shape and np.array_equal(got, one(arr), equal_nan=True), fn.__name__
+
+
+def _every_half(kind: str) -> np.ndarray:
+    """Every finite value of a 16-bit float format, as float64 (zeros, subnormals, the largest included)."""
+    with np.errstate(invalid="ignore"):  # the signalling NaN codes
+        if kind == "float16":
+            values = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
+        else:
+            values = (np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+    return values[np.isfinite(values)]
+
+
+@pytest.mark.parametrize("kind", ["float16", "bfloat16"])
+def test_sixteen_bit_arguments_are_tabulated_to_the_same_bits(kind, monkeypatch):
+    """A large array of 16-bit floats' values (a half-precision kernel's input, widened) is evaluated once for each
+    distinct argument and gathered: the values are the element-wise evaluation's, bit for bit, whatever the layout,
+    with every finite value of the format among them (both zeros, subnormals, the extremes, infinities)."""
+    from nbxcert.oracles import elementwise as E
+
+    values = np.concatenate([_every_half(kind), [np.inf, -np.inf]])
+    x = np.random.default_rng(5).permutation(np.tile(values, 15)).reshape(5, -1)
+    assert x[:, ::3].size >= E.TABULATE_AT
+    evaluated = []
+    monkeypatch.setattr(E, "elementwise_in_parts", lambda fn, a: evaluated.append(a.size) or fn(a))
+    for fn, one in ((E.exp, E._exp_extended), (E.tanh, E._tanh_extended), (E.sigmoid, E._sigmoid_extended)):
+        for arr in (x, x[:, ::3], x.T):
+            with np.errstate(over="ignore", invalid="ignore"):
+                want = one(arr)
+            got = fn(arr)
+            assert got.shape == arr.shape and np.array_equal(got, want, equal_nan=True), (fn.__name__, kind)
+    assert evaluated == [], "a 16-bit array large enough was evaluated element by element"
+
+
+def test_other_arrays_are_evaluated_element_by_element(monkeypatch):
+    """An array with one value no 16-bit float holds (or a NaN), or one too small to gain, takes the element-wise way:
+    the table is never built from values it does not hold."""
+    from nbxcert.oracles import elementwise as E
+
+    x = np.random.default_rng(6).standard_normal(E.TABULATE_AT).astype(np.float16).astype(np.float64)
+    assert E._half_codes(x) is not None  # all half values: tabulated
+    for odd in (1.0 + 2.0**-30, np.nan):
+        y = x.copy()
+        y[1234] = odd
+        assert E._half_codes(y) is None
+    bf = x.astype(np.float32)
+    bf = (bf.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32).astype(np.float64) * 2.0**100  # bf16, no half
+    found = E._half_codes(bf)
+    assert found is not None and np.array_equal(found[1][found[0]], bf)
+    evaluated = []
+    monkeypatch.setattr(E, "elementwise_in_parts", lambda fn, a: evaluated.append(a.size) or fn(a))
+    E.sigmoid(x[: E.TABULATE_AT - 1])
+    y = x.copy()
+    y[-1] = 0.1  # past the first values: the whole array is looked at
+    E.sigmoid(y)
+    assert evaluated == [E.TABULATE_AT - 1, E.TABULATE_AT]
