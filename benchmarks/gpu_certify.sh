@@ -26,9 +26,10 @@
 # OUTDIR gets keys.jsonl (the keys asked for, in the order certified), coverage_before.json (their coverage for this
 # card's class before the run), certify_shard<i>.log (a line per key as it finishes, then the table), throughput.json
 # (`bench_certified.py throughput` of those logs: keys a minute, shares, each kernel's time),
-# and coverage_<workload>.txt (`nbxcert coverage`'s line for this card's memory class) for each of WORKLOADS (with
-# KEYS, those named).
-USAGE="[WORKLOADS=...] [KEYS=...] [CERT_DIR=D] [AHEAD=N] [ORDER=given] bash benchmarks/gpu_certify.sh OUTDIR"
+# coverage_<workload>.txt (`nbxcert coverage`'s line for this card's memory class) for each of WORKLOADS (with
+# KEYS, those named), written.txt (the certificate files the run wrote) and written.tar.gz (those files; in parts
+# written.tar.gz.part-aa, -ab, ... where it is over PACK_MB MB, default 15).
+USAGE="[WORKLOADS=...] [KEYS=...] [CERT_DIR=D] [AHEAD=N] [ORDER=given] [PACK_MB=15] bash benchmarks/gpu_certify.sh OUTDIR"
 source "$(dirname "$0")/gpu_outdir.sh"
 PROFILE=${PROFILE:-hopper}
 [ -n "${KEYS:-}" ] || WORKLOADS=${WORKLOADS:-tinyllama-1.1b}
@@ -66,6 +67,7 @@ extra=()
 [ -n "${AHEAD:-}" ] && extra+=(--ahead "$AHEAD")
 echo "$(wc -l < "$dest/keys.jsonl") keys of ${KEYS:-$WORKLOADS} over $SHARDS shard(s), $JOBS compile jobs each"
 start=$(date +%s)
+touch "$dest/.started"  # the certificate files written from here on are packed below
 for i in $(seq 0 $(( SHARDS - 1 ))); do
   # each shard's float64 oracles (numpy's BLAS) get its share of the cores, not all of them each
   CUDA_VISIBLE_DEVICES=$i OMP_NUM_THREADS=$JOBS OPENBLAS_NUM_THREADS=$JOBS MKL_NUM_THREADS=$JOBS \
@@ -82,3 +84,11 @@ for w in $WORKLOADS; do
   PYTHONPATH=/tmp/notorch python3 -m nbxcert coverage --profile "$PROFILE" --workload "$w" --dir "$CERT_DIR" \
     --memory-class "$CLASS" 2>&1 | tail -1 | tee "$dest/coverage_$w.txt"
 done
+# the certificate files this run wrote, alone (a whole directory of them is tens of MB), into written.tar.gz, cut into
+# parts of PACK_MB (default 15) where it is larger: `cat written.tar.gz.part-* | tar xzf -` in the checkout unpacks them
+find "$CERT_DIR" -type f -name '*.json' -newer "$dest/.started" | sort > "$dest/written.txt"
+tar czf "$dest/written.tar.gz" -T "$dest/written.txt"
+if [ "$(stat -c %s "$dest/written.tar.gz")" -gt $(( ${PACK_MB:-15} * 1000000 )) ]; then
+  split -b "${PACK_MB:-15}000000" "$dest/written.tar.gz" "$dest/written.tar.gz.part-" && rm "$dest/written.tar.gz"
+fi
+echo "certificate files written: $(wc -l < "$dest/written.txt"), packed in $(cd "$dest" && ls written.tar.gz* | xargs)"
