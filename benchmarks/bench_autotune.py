@@ -23,6 +23,9 @@ nbxcert's.
 
     python3 benchmarks/bench_autotune.py --workload qwen2.5-7b --families matmul,rmsnorm,silu_and_mul --keys 7 \\
         --out autotune.json
+
+NBXCERT_COMPILE_POOL=cross in its environment has certify's compile workers cross-compile (`nbxcert.crosspool`); the
+report's `compile_pool` says which pool ran.
 """
 
 from __future__ import annotations
@@ -622,7 +625,16 @@ def main(argv=None) -> None:
         import common
 
         info = {n: theirs.get(n) for n in ("gpu", "torch", "triton")}
-        head = {"workload": args.workload, "profile": profile.name, "dtype": args.dtype, "families": families, **info}
+        # the compile pool nbxcert's certify made (NBXCERT_COMPILE_POOL, passed on): on the GPU, or cross-compiling
+        pool = os.environ.get("NBXCERT_COMPILE_POOL", "").strip() or "device"
+        head = {
+            "workload": args.workload,
+            "profile": profile.name,
+            "dtype": args.dtype,
+            "families": families,
+            "compile_pool": pool,
+            **info,
+        }
         common.write_json(args.out, {**head, **result})
 
 

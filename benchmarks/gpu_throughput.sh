@@ -17,7 +17,7 @@
 #    a rerun resumes; CERT_DIR=D certifies into D instead, AHEAD=N keeps N keys' compiles ahead), then
 #    `bench_certified.py throughput` of its log: keys a minute and each part's share.
 #
-# Needs one NVIDIA GPU of the profile (PROFILE, default hopper). OUTDIR gets tests.txt, probe_pool_start.json,
+# Needs one NVIDIA GPU of the profile (PROFILE, default hopper). OUTDIR gets tests.txt, probe_pool_start_{device,cross}.json,
 # profile/ (summary.json and a report per key), certify/ (gpu_certify.sh's files) and throughput.json; summary.txt has
 # the lines that matter.
 USAGE="[WORKLOAD=...] [CERTIFY_S=S] [PROFILE_KEYS=...] [NO_PROBE=1] [NO_PROFILE=1] [CERT_DIR=D] [AHEAD=N] bash benchmarks/gpu_throughput.sh OUTDIR"
@@ -32,17 +32,23 @@ decode_attention[batch=32,head_dim=128,heads=32,kv_heads=8,kv_len=4096;float16]@
 ON_GPU="timed_launch_replays or not_replayed or device_draw or draws_a_large or compile_only or device_reference"
 # fused MoE's and the quantized products' references on the device, and the device's dequantized weight to the bit
 ON_GPU="$ON_GPU or gpu_oracle_on_the_device or weight_dequantized_on_the_device"
+# the cross-compiling pool's kernels found by the runner in Triton's cache (NBXCERT_COMPILE_POOL=cross)
+ON_GPU="$ON_GPU or runner_finds_every_kernel_the_cross_pool_compiled"
 PYTHONPATH=/tmp/notorch python3 -m pytest -q -p no:cacheprovider \
   tests/kernels/test_launch.py tests/kernels/test_inputs.py tests/kernels/test_attention64.py \
-  tests/kernels/test_moe.py tests/kernels/test_quant.py -k "$ON_GPU" \
+  tests/kernels/test_moe.py tests/kernels/test_quant.py tests/engine/test_crosspool.py -k "$ON_GPU" \
   > "$dest/tests.txt" 2>&1
 echo "tests: $(tail -1 "$dest/tests.txt")" | tee -a "$dest/summary.txt"
 if [ "${NO_PROBE:-0}" != 1 ]; then
   # a cold compile pool's first compiles against warm workers and a lone one (the first profiled key's candidates),
   # in a Triton cache of its own so the run below starts as cold as it was asked to
-  PYTHONPATH=/tmp/notorch TRITON_CACHE_DIR=$(mktemp -d) python3 benchmarks/probe_pool_start.py \
-    --key "$(head -1 <<< "$PROFILE_KEYS")" --out "$dest/probe_pool_start.json" > "$dest/probe_pool_start.txt" 2>&1
-  tail -1 "$dest/probe_pool_start.txt" | tee -a "$dest/summary.txt"
+  # both kinds of pool (NBXCERT_COMPILE_POOL): workers compiling on the GPU, and cross-compiling for it
+  for pool in device cross; do
+    PYTHONPATH=/tmp/notorch TRITON_CACHE_DIR=$(mktemp -d) python3 benchmarks/probe_pool_start.py --pool "$pool" \
+      --key "$(head -1 <<< "$PROFILE_KEYS")" --out "$dest/probe_pool_start_$pool.json" \
+      > "$dest/probe_pool_start_$pool.txt" 2>&1
+    tail -1 "$dest/probe_pool_start_$pool.txt" | tee -a "$dest/summary.txt"
+  done
 fi
 if [ "${NO_PROFILE:-0}" != 1 ]; then
   asked=()

@@ -14,6 +14,8 @@ Phases, each timed from this process (a request's round trip) and inside the wor
   different candidate each: its round trip, its compile, and the rest (the worker's start: spawn, imports, backend);
 - `warm`: the same N workers, the next N candidates;
 - `alone`: one fresh worker started with nothing else starting, one more candidate.
+`--pool cross` probes cross-compiling workers (`nbxcert.crosspool`, NBXCERT_COMPILE_POOL=cross: no CUDA context of
+their own; `contexts` is measured all the same, the cost they avoid).
 An empty Triton cache of this run's own (a temporary directory) unless TRITON_CACHE_DIR is set.
 """
 
@@ -108,7 +110,8 @@ def summary(rows: list[dict[str, float]]) -> dict[str, Any]:
     return out
 
 
-def probe(key_text: str, jobs: int, seed: int = 0) -> dict[str, Any]:
+def probe(key_text: str, jobs: int, seed: int = 0, pool: str = "device") -> dict[str, Any]:
+    from nbxcert import crosspool
     from nbxcert.ahead import close_together, compile_requests, ready_for_workers
     from nbxcert.certify import COMPILE_WORKER_ENV
     from nbxcert.kernels.backends import select
@@ -137,13 +140,23 @@ def probe(key_text: str, jobs: int, seed: int = 0) -> dict[str, Any]:
     t0 = time.perf_counter()
     context_s = contexts(env, jobs)
     contexts_wall = time.perf_counter() - t0
-    workers = [Worker({**env, **COMPILE_WORKER_ENV}) for _ in range(jobs)]  # as certify's pool makes them
+    if pool == "cross":  # as `crosspool.CrossCompilePool` makes them, for this GPU's target
+        cross_env = crosspool.worker_env({**env, **COMPILE_WORKER_ENV}, crosspool.device_target())
+
+        def make() -> Worker:
+            return crosspool.CrossWorker(cross_env, [])
+    else:
+
+        def make() -> Worker:
+            return Worker({**env, **COMPILE_WORKER_ENV})  # as certify's pool makes them
+
+    workers = [make() for _ in range(jobs)]
     try:
         cold = timed_requests(workers, requests[:jobs])
         warm = timed_requests(workers, requests[jobs : 2 * jobs])
     finally:
         close_together(workers)
-    alone = Worker({**env, **COMPILE_WORKER_ENV})
+    alone = make()
     try:
         single = timed_requests([alone], requests[2 * jobs : 2 * jobs + 1])
     finally:
@@ -151,6 +164,7 @@ def probe(key_text: str, jobs: int, seed: int = 0) -> dict[str, Any]:
     return {
         "key": key_text,
         "backend": choice.name,
+        "pool": pool,
         "profile": profile.key,
         "jobs": jobs,
         "contexts": {"seconds": summary([{"s": s} for s in context_s])["s"], "wall_s": round(contexts_wall, 4)},
@@ -167,12 +181,20 @@ def main(argv=None) -> int:
         "--jobs", type=int, default=os.cpu_count() or 1, help="workers started at once (default: every core)"
     )
     parser.add_argument("--out", help="write the report as JSON here")
+    parser.add_argument(
+        "--pool",
+        choices=("device", "cross"),
+        default=None,
+        help="workers compiling on the GPU (device) or cross-compiling for it (cross); default NBXCERT_COMPILE_POOL's",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: give 1 or more")
     if "TRITON_CACHE_DIR" not in os.environ:
         os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="nbx-probe-cache-")
-    report = probe(args.key, args.jobs)
+    from nbxcert.crosspool import pool_kind
+
+    report = probe(args.key, args.jobs, pool=args.pool or pool_kind())
     if args.out:
         common.write_json(args.out, report)
     print(summary_line(report))
@@ -183,7 +205,8 @@ def summary_line(report: dict[str, Any]) -> str:
     """The report in one line: each phase's median round trip and what of it the compile was."""
     cold, warm, alone = report["cold"], report["warm"], report["alone"]
     return (
-        f"pool start ({report['jobs']} workers, {report['backend']}): contexts made at once "
+        f"pool start ({report['jobs']} {report.get('pool', 'device')} workers, {report['backend']}): contexts made at "
+        "once "
         f"{report['contexts']['seconds']['median']:.2f} s each (wall {report['contexts']['wall_s']:.2f} s); "
         f"cold workers {cold['round_trip_s']['median']:.2f} s a request (max {cold['round_trip_s']['max']:.2f}, "
         f"compile {cold['compile_s']['median']:.2f}); warm {warm['round_trip_s']['median']:.2f} s (compile "

@@ -228,8 +228,14 @@ def _close_ahead_pool() -> None:
 
 def cuda_pool(env: dict[str, str], modules: Sequence[str], jobs: int, make=None) -> CompilePool:
     """A pool of `jobs` compile workers for this process's GPU (`make`, default `CompilePool`), the C modules they
-    load built here first (`ready_for_workers`): how certify, `nbxcert warm` and the run-time sweep make theirs."""
+    load built here first (`ready_for_workers`): how certify, `nbxcert warm` and the run-time sweep make theirs. With
+    NBXCERT_COMPILE_POOL=cross, workers that cross-compile for the GPU with no CUDA context (`nbxcert.crosspool`)."""
+    from nbxcert import crosspool
+
+    kind = crosspool.pool_kind()
     ready_for_workers()
+    if kind == "cross":
+        return crosspool.CrossCompilePool(env, list(modules), jobs, crosspool.device_target())
     return (make or CompilePool)(env, list(modules), jobs)
 
 

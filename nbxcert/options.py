@@ -184,3 +184,15 @@ def check_environment(search_path: bool = True) -> None:
     record = os.environ.get("NBXCERT_KEY_RECORD")
     if record:
         writable_file(Path(record), "NBXCERT_KEY_RECORD", pipe_read=True)
+
+
+def env_choice(name: str, choices: Sequence[str], default: str, what: str) -> str:
+    """The value of the environment variable `name`, one of `choices` (`default` where it is unset or empty); any
+    other value is a `UsageError` naming it (`what`: what a value names, as "a mode")."""
+    value = os.environ.get(name, default).strip() or default
+    if value not in choices:
+        raise UsageError(
+            f"{name}={value} is not {what}",
+            hint=f"set it to one of {', '.join(choices)}, or unset it ({default})",
+        )
+    return value

@@ -247,15 +247,9 @@ UNCERTIFIED_MODES = ("sweep", "default")
 def _uncertified_mode() -> str:
     """NBXCERT_UNCERTIFIED: what a key with no certificate gets outside certified-only mode: `sweep` (the default; a
     run-time sweep on the launch's own arguments) or `default` (the kernel's untuned default, said once)."""
-    from nbxcert.errors import UsageError
+    from nbxcert.options import env_choice
 
-    mode = os.environ.get("NBXCERT_UNCERTIFIED", "sweep").strip() or "sweep"
-    if mode not in UNCERTIFIED_MODES:
-        raise UsageError(
-            f"NBXCERT_UNCERTIFIED={mode} is not a mode",
-            hint=f"set it to one of {', '.join(UNCERTIFIED_MODES)}, or unset it (sweep)",
-        )
-    return mode
+    return env_choice("NBXCERT_UNCERTIFIED", UNCERTIFIED_MODES, "sweep", "a mode")
 
 
 def _record(st: ServingState, key_text: str, event: str) -> None:

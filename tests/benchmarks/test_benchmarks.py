@@ -531,7 +531,7 @@ def test_the_pool_start_probe_times_cold_warm_and_lone_workers(tmp_path):
     assert report["cold"]["round_trip_s"]["median"] > 10 * report["warm"]["round_trip_s"]["median"]
     assert report["alone"]["round_trip_s"] > report["alone"]["compile_s"] >= 0
     line = r.stdout.strip().splitlines()[-1]
-    assert line.startswith("pool start (2 workers, interpreter): contexts made at once ") and "; alone " in line
+    assert line.startswith("pool start (2 device workers, interpreter): contexts made at once ") and "; alone " in line
     r = subprocess.run(
         [*cmd, "--jobs", "50", "--key", "rmsnorm[n_cols=300,n_rows=8;float16,float16]@v1"],
         capture_output=True,
