@@ -66,7 +66,7 @@ def test_cuda_pool_makes_the_cross_pool_for_the_gpus_target_when_asked(monkeypat
     assert made == ["ready"]  # refused before anything was built or started
 
 
-def test_cross_workers_compile_a_sweeps_candidates_for_sm90_with_no_gpu(tmp_path, monkeypatch):
+def test_cross_workers_compile_a_sweeps_candidates_for_sm90_with_no_gpu(tmp_path, monkeypatch, faulty):
     """Candidates of a matmul key (one of each kind the hopper prune keeps: tiled, split-K, TMA persistent...) and of
     a test kernel compile for sm_90 in two cross workers into Triton's on-disk cache, each reply `compiled`; the test
     kernel's deliberate compile failure is refused as `compile`, with its line, and the worker goes on."""
@@ -79,14 +79,14 @@ def test_cross_workers_compile_a_sweeps_candidates_for_sm90_with_no_gpu(tmp_path
     for c in kept:
         kinds.setdefault(c["KIND"], c)
     assert {"tiled", "tma_persistent"} <= set(kinds)
-    faulty = get_spec_from_fixture()
     requests = _requests(MATMUL_KEY, list(kinds.values()))
     problems = {"smallest": {"n": 1000}, "largest": {"n": 1000}}
     for fault in (3, 0):  # a static assertion that fails the compile, then a kernel that compiles
-        config = next(c for c in faulty.candidates if c["FAULT"] == fault)
-        base = {"spec": faulty.name, "problems": problems, "dtypes": ["float32"], "seed": 0, "profile": "nvidia/hopper"}
+        config = next(c for c in faulty.SPEC.candidates if c["FAULT"] == fault)
+        base = {"spec": faulty.SPEC.name, "problems": problems, "dtypes": ["float32"], "seed": 0}
+        base["profile"] = "nvidia/hopper"
         requests.append({**base, "op": "compile", "config": config.as_dict()})
-    pool = crosspool.CrossCompilePool({}, ["tests.fixtures.faulty_kernels"], 2, crosstools.target(90))
+    pool = crosspool.CrossCompilePool({}, ["faulty_kernels"], 2, crosstools.target(90))
     try:
         replies = pool.compile_all(requests, 600)
     finally:
@@ -102,12 +102,6 @@ def test_cross_workers_compile_a_sweeps_candidates_for_sm90_with_no_gpu(tmp_path
     # Triton's cache key holds the variables that change a compile, and the metadata records them: the workers'
     # were the pool maker's (here: none), so a runner's launch names the same cache entries
     assert not [k for m in metadata for k in m if k.startswith("TRITON_")], "a worker compiled under its own TRITON_*"
-
-
-def get_spec_from_fixture():
-    from tests.fixtures import faulty_kernels
-
-    return faulty_kernels.SPEC
 
 
 def _is_md(path: Path) -> bool:
