@@ -381,6 +381,36 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
     assert stopped["launches"] == 0 and stopped["next_launch"] == 1
 
 
+def test_coldstart_can_build_the_certificate_index_before_the_timed_process(tmp_path, monkeypatch):
+    """`index_built` (the `bundled_index` run): `nbxcert index build` into the run's own nbxcert cache before the
+    process starts, which then finds the index built (no build counted in its start); a directory the build refuses
+    ends the benchmark in one line naming it."""
+    monkeypatch.setenv("NBXCERT_BACKEND", "interpreter")
+    built: list = []
+    real = bc.subprocess.run
+
+    def run(cmd, **kw):
+        if cmd[1:4] == ["-m", "nbxcert", "index"]:
+            built.append(cmd)
+            done = real(cmd, **kw)
+            if done.returncode == 0:
+                assert list(Path(cmd[-1]).glob("*.nbxidx")), "the index is in the run's cache before it starts"
+            return done
+        return real(cmd, **kw)
+
+    monkeypatch.setattr(bc.subprocess, "run", run)
+    cert_dir = str(ROOT / "certificates")
+    result = bc._cold_run("demo", bc._device()[1], cert_dir, True, limit_s=300, max_launches=1, index_built=True)
+    assert result["launches"] == 1 and result["index_built"] is True
+    assert len(built) == 1 and built[0][5] == cert_dir
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "nvidia" / "hopper").mkdir(parents=True)
+    (bad / "nvidia" / "hopper" / "rmsnorm.float16.json").write_text("{")
+    with pytest.raises(SystemExit, match="nbxcert index build .*bad failed"):
+        bc._cold_run("demo", bc._device()[1], str(bad), True, limit_s=300, max_launches=1, index_built=True)
+
+
 def test_coldstart_writes_each_runs_cprofile_report_when_asked(tmp_path, monkeypatch):
     """`--cprofile-out PREFIX`: the chosen run's child under cProfile, its top functions in PREFIX.<run>.txt."""
     monkeypatch.setenv("NBXCERT_BACKEND", "interpreter")
