@@ -666,20 +666,12 @@ def coldstart(args) -> dict:
         "speedup_over_common_prefix": prefix_ratio(certified, swept),
         "speedup_warmed_over_common_prefix": prefix_ratio(warmed, swept),
     }
-    if "bundled" in results:
-        bundled = results["bundled"]
-        out.update(
-            bundled=bundled,
-            speedup_bundled=ratio(bundled),
-            speedup_bundled_over_common_prefix=prefix_ratio(bundled, swept),
-        )
-    if "bundled_index" in results:
-        bundled_index = results["bundled_index"]
-        out.update(
-            bundled_index=bundled_index,
-            speedup_bundled_index=ratio(bundled_index),
-            speedup_bundled_index_over_common_prefix=prefix_ratio(bundled_index, swept),
-        )
+    for name in ("bundled", "bundled_index"):  # served from the bundle; the same with the index built beforehand
+        if name in results:
+            run = results[name]
+            out[name] = run
+            out[f"speedup_{name}"] = ratio(run)
+            out[f"speedup_{name}_over_common_prefix"] = prefix_ratio(run, swept)
     if "autotuned" in results:
         autotuned = results["autotuned"]
         out.update(
