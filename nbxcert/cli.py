@@ -297,6 +297,15 @@ def _oracle_products() -> str:
     return products.describe(select().device)
 
 
+def _compile_pool() -> str:
+    """Where this run's candidates compile (`crosspool.describe`), for certify's log; a bad NBXCERT_COMPILE_POOL is
+    refused here, before any key."""
+    from nbxcert import crosspool
+    from nbxcert.kernels.backends import select
+
+    return crosspool.describe(select().name)
+
+
 def _yes(flag: bool) -> str:
     return "[green]yes[/green]" if flag else "[red]no[/red]"
 
@@ -344,6 +353,8 @@ def doctor(json_out: JsonReportOption = False):
     t.add_row("torch importable", f"{'yes' if report.torch_importable else 'no'} (information only: never imported)")
     if report.oracle_products:
         t.add_row("oracle products", _cell(report.oracle_products))
+    if report.compile_pool:
+        t.add_row("compile pool", _cell(report.compile_pool))
     _certificate_rows(t, report.certificates)
     for p in report.problems:
         t.add_row("[red]problem[/red]", _cell(p))
@@ -546,6 +557,7 @@ def certify(
         print(f"[nbxcert] notice: this device runs on the {prof.key} profile by a {how} match", file=sys.stderr)
     total = len(found)
     print(f"[nbxcert] oracle products: {_oracle_products()}", file=sys.stderr)
+    print(f"[nbxcert] compile pool: {_compile_pool()}", file=sys.stderr)
     with _Heartbeat(f"certify {prof.key}", f"0/{total} keys done") as beat:
         finished = [0]
 

@@ -59,6 +59,17 @@ def pool_kind() -> str:
     return env_choice("NBXCERT_COMPILE_POOL", POOL_KINDS, "device", "a compile pool")
 
 
+def describe(backend: str) -> str:
+    """The compile pool a run on `backend` makes, in words (doctor's row, certify's log); a bad NBXCERT_COMPILE_POOL
+    raises its `UsageError`."""
+    kind = pool_kind()
+    if backend != "cuda":
+        return f"none on the {backend} backend (it compiles nothing ahead)"
+    if kind == "cross":
+        return "cross: workers cross-compile for the GPU, no CUDA context each (NBXCERT_COMPILE_POOL=cross)"
+    return "device: each compile worker makes a CUDA context (NBXCERT_COMPILE_POOL=cross: cross-compiling workers)"
+
+
 def device_target():
     """The cross-compiling target of this process's GPU (device 0): its compute capability and SM count, the profile
     it matches."""

@@ -73,6 +73,7 @@ class DoctorReport:
     versions: dict[str, str] = field(default_factory=dict)
     torch_importable: bool = False
     oracle_products: str = ""  # `kernels.products.describe`: numpy on the host, or cuBLAS on the GPU
+    compile_pool: str = ""  # `crosspool.describe`: where certify's and the sweep's candidates compile
     problems: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
     certificates: dict = field(default_factory=dict)  # `check_certificates`: which apply here, which are rejected
@@ -202,6 +203,7 @@ def run_doctor(pci_root: Path = PCI_ROOT) -> DoctorReport:
     if report.backend_usable:
         report.certificates = check_certificates(report)
         report.oracle_products = _oracle_products(choice)
+        report.compile_pool = _compile_pool(choice)
     return report
 
 
@@ -212,6 +214,16 @@ def _oracle_products(choice) -> str:
     try:
         return products.describe(choice.device, choice.name)
     except NbxcertError as e:  # NBXCERT_ORACLE_PRODUCTS=device with no libcublas, or a bad value: doctor says so
+        return f"unusable: {e}"
+
+
+def _compile_pool(choice) -> str:
+    from nbxcert import crosspool
+    from nbxcert.errors import NbxcertError
+
+    try:
+        return crosspool.describe(choice.name)
+    except NbxcertError as e:  # a bad NBXCERT_COMPILE_POOL: doctor says so
         return f"unusable: {e}"
 
 

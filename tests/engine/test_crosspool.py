@@ -158,3 +158,24 @@ def test_on_the_gpu_the_runner_finds_every_kernel_the_cross_pool_compiled(backen
     found = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(found["compiled"]) == {"compiled"} and set(found["checked"]) == {"correct"}, found
     assert found["seen"] and all(hit for _name, hit in found["seen"]), found["seen"]
+
+
+def test_doctor_and_certify_say_which_pool_compiles_and_refuse_a_bad_setting(tmp_path, monkeypatch):
+    """`crosspool.describe`: the pool a run makes in words (doctor's `compile pool` row, certify's log line); a bad
+    NBXCERT_COMPILE_POOL is doctor's `unusable: ...` and certify's one-line usage error before any key."""
+    monkeypatch.delenv("NBXCERT_COMPILE_POOL", raising=False)
+    assert crosspool.describe("cuda").startswith("device: each compile worker makes a CUDA context")
+    assert crosspool.describe("interpreter") == "none on the interpreter backend (it compiles nothing ahead)"
+    monkeypatch.setenv("NBXCERT_COMPILE_POOL", "cross")
+    assert crosspool.describe("cuda").startswith("cross: workers cross-compile for the GPU, no CUDA context")
+    env = {**os.environ, "NBXCERT_BACKEND": "interpreter", "NBXCERT_COMPILE_POOL": "bad"}
+    run = [sys.executable, "-m", "nbxcert"]
+    r = subprocess.run([*run, "doctor", "--json"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert json.loads(r.stdout)["compile_pool"] == "unusable: NBXCERT_COMPILE_POOL=bad is not a compile pool"
+    certify = [*run, "certify", "--profile", "interpreter", "--workload", "demo", "--out", str(tmp_path / "c")]
+    r = subprocess.run(certify, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode != 0 and r.stderr.strip().splitlines()[-1] == (
+        "nbxcert: usage: NBXCERT_COMPILE_POOL=bad is not a compile pool -> set it to one of device, cross, or unset "
+        "it (device)"
+    )
+    assert not (tmp_path / "c").exists() or not any((tmp_path / "c").rglob("*.json"))
