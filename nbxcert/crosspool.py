@@ -14,8 +14,9 @@ divisibility) are the launch's on the GPU.
 
 What it changes is where a candidate compiles, never what the sweep judges: the runner launches each candidate on
 the GPU and finds its compiled kernel in Triton's cache, or compiles it itself where it does not (the certificates say
-nothing of where a kernel was compiled). A compile error is the candidate's refusal as before; a kernel over the
-GPU's resources is refused when the runner loads it, as before (compiling never loads a kernel).
+nothing of where a kernel was compiled). A compile error is the candidate's refusal as before. A kernel over the
+GPU's resources, which a worker of the usual pool finds as it loads the kernel, is found by the runner as it loads it
+(a cross worker loads nothing): the same refusal, `resources`, one step later.
 
 Opt-in until measured against the usual pool on a GPU (`NBXCERT_COMPILE_POOL`: `device`, the default, or `cross`).
 """
