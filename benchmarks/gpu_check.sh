@@ -36,7 +36,7 @@
 #   bundle    the compiled-binaries GPU test (tests/kernels/backends/test_binaries_gpu.py), then `nbxcert bundle` of
 #             $WORKLOAD's certified winners into OUTDIR/$WORKLOAD.nbxbundle (cross-compiled on every core) and
 #             bench_certified.py coldstart serving from it, beside the certified run that compiles at first launch
-#             (COLD_RUNS, default "bundled,certified"; every run a fresh process with an empty Triton cache)
+#             (COLD_RUNS, default "bundled,bundled_index,certified"; every run a fresh process with an empty Triton cache)
 set -u
 SET=${1:-}
 case "$SET" in
@@ -129,7 +129,7 @@ case "$SET" in
       --out "$dest/$WORKLOAD.nbxbundle" --jobs "$(nproc)"
     ls -l "$dest/$WORKLOAD.nbxbundle" | tee -a "$dest/summary.txt"
     step coldstart_bundled 900 python3 benchmarks/bench_certified.py coldstart --workload "$WORKLOAD" \
-      --dir certificates --bundle "$dest/$WORKLOAD.nbxbundle" --runs "${COLD_RUNS:-bundled,certified}" \
+      --dir certificates --bundle "$dest/$WORKLOAD.nbxbundle" --runs "${COLD_RUNS:-bundled,bundled_index,certified}" \
       --certified-limit 300 --out "$dest/coldstart_bundled.json"
     ;;
 esac
