@@ -38,7 +38,7 @@ import math
 
 import numpy as np
 
-from nbxcert.oracles.parts import elementwise_in_parts
+from nbxcert.oracles.parts import elementwise_in_parts, in_parts, part_bounds, row_parts
 
 _EXTENDED = np.finfo(np.longdouble).nmant >= 63
 
@@ -68,39 +68,90 @@ def _sigmoid_extended(x: np.ndarray) -> np.ndarray:
         return (np.longdouble(1) / (np.longdouble(1) + np.exp(-xl))).astype(np.float64)
 
 
-# A large array whose every value is a 16-bit float's (a float16 or bfloat16 kernel's input, widened) holds at most
-# 65536 distinct arguments: the extended-precision function is evaluated once for each of them and gathered, element
-# by element the same values as evaluating every element. A long double exp costs some 100 ns an element: the SwiGLU
-# oracle of 4096 x 18944 spent 3.7 s of its key's 5.0 s in its sigmoid on a 16-core host.
+# A large array is evaluated in tiles of TILE elements, each thread its stretch of the array (or its rows of a strided
+# one) tile after tile: a tile's temporaries (its long double copy is 16 bytes an element) are small and taken again
+# from the process's heap, where whole-array ones took fresh memory from the system at every call (its first touch
+# faulted page by page: a SwiGLU oracle of 4096 x 18944 took 6.5 s at its first call in a process on a 2-core host,
+# 0.6 s at the next). A tile whose every value is a 16-bit float's (a float16 or bfloat16 kernel's input, widened)
+# holds at most 65536 distinct arguments: the function's values at all of them are computed once a process
+# (`_table`) and gathered, element by element the same values as evaluating every element (a long double exp costs
+# some 100 ns an element). Smaller arrays are evaluated whole, as before.
 TABULATE_AT = 1 << 18
+TILE = 1 << 16
+_TABLES: dict = {}  # (function, "float16" or "bfloat16") -> its float64 values at the format's 65536 codes
 
 
-def _half_codes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(16-bit codes of x's values, the float64 value of each of the 65536 codes) where every value of x is exactly a
-    float16's, or else exactly a bfloat16's; None where one is neither (a NaN included: those go the direct way)."""
+def _grid(kind: str) -> np.ndarray:
+    """The float64 value of each of the 65536 codes of a 16-bit float format (its NaN codes included)."""
+    with np.errstate(invalid="ignore"):  # the signalling NaN codes
+        if kind == "float16":
+            return np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
+        return (np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+
+
+def _table(fn, kind: str) -> np.ndarray:
+    """fn at every code of `kind`, computed once a process (two threads may both compute it: the same values)."""
+    table = _TABLES.get((fn, kind))
+    if table is None:
+        with np.errstate(invalid="ignore"):  # the NaN codes, never gathered: a tile gathers only where it holds none
+            table = _TABLES[(fn, kind)] = fn(_grid(kind))
+    return table
+
+
+def _half_codes(x: np.ndarray) -> tuple[np.ndarray, str] | None:
+    """(16-bit codes of x's values, the format) where every value of x is exactly a float16's, or else exactly a
+    bfloat16's; None where one is neither (a NaN included: those go the direct way)."""
     with np.errstate(over="ignore", invalid="ignore"):
         half = x.astype(np.float16)
         if np.array_equal(half.astype(np.float64), x):
-            return half.view(np.uint16), np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float64)
+            return half.view(np.uint16), "float16"
         single = x.astype(np.float32)
     bits = single.view(np.uint32)
     if np.any(bits & np.uint32(0xFFFF)) or not np.array_equal(single.astype(np.float64), x):
         return None
-    with np.errstate(invalid="ignore"):  # the signalling NaN codes
-        grid = (np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
-    return (bits >> np.uint32(16)).astype(np.uint16), grid
+    return (bits >> np.uint32(16)).astype(np.uint16), "bfloat16"
+
+
+def _on_tile(fn, tile: np.ndarray) -> np.ndarray:
+    found = _half_codes(tile)
+    if found is None:
+        return fn(tile)
+    codes, kind = found
+    return _table(fn, kind)[codes]
 
 
 def _evaluate(fn, x: np.ndarray) -> np.ndarray:
-    """fn (extended precision, element by element) over x: through the table of its 16-bit arguments where x is large
-    and holds only those, else element by element in parts on threads."""
-    if x.size >= TABULATE_AT and _half_codes(x.flat[:4096]) is not None:  # its first values tell most arrays apart
-        found = _half_codes(x)
-        if found is not None:
-            codes, grid = found
-            with np.errstate(invalid="ignore"):  # the grid's NaN codes, never gathered: x held no NaN
-                return fn(grid)[codes]
-    return elementwise_in_parts(fn, x)
+    """fn (extended precision, element by element) over x: a small x whole; a large one tile by tile on the process's
+    cores, each tile through the table of its 16-bit arguments where it holds only those."""
+    if x.size < TABULATE_AT:
+        return elementwise_in_parts(fn, x)
+    out = np.empty(x.shape)
+    if x.flags.c_contiguous:
+        src, dst = x.reshape(-1), out.reshape(-1)
+
+        def part(lo: int, hi: int) -> None:
+            for i in range(lo, hi, TILE):
+                dst[i : min(i + TILE, hi)] = _on_tile(fn, src[i : min(i + TILE, hi)])
+
+        parts = part_bounds(src.size)
+    else:  # a strided view (SwiGLU's halves): its rows, a block of them (or a stretch of one long row) a tile
+        src = x.reshape(-1, x.shape[-1])
+        dst = out.reshape(src.shape)
+        rows, cols = src.shape
+        row_step, col_step = max(1, TILE // cols), min(cols, TILE)
+
+        def part(lo: int, hi: int) -> None:
+            for r in range(lo, hi, row_step):
+                for c in range(0, cols, col_step):
+                    block = (slice(r, min(r + row_step, hi)), slice(c, c + col_step))
+                    dst[block] = _on_tile(fn, src[block])
+
+        parts = row_parts(rows, cols)
+    if parts is None:
+        part(0, dst.shape[0])
+    else:
+        in_parts(part, parts)
+    return out
 
 
 def exp(x) -> np.ndarray:
@@ -136,7 +187,9 @@ def silu_and_mul(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(x, dtype=np.float64)
     d = x.shape[-1] // 2
     a, b = x[..., :d], x[..., d:]
-    ref = a * sigmoid(a) * b
+    ref = sigmoid(a)  # then a * sigmoid(a) * b in place, the same products in the same order: no array of its size more
+    np.multiply(a, ref, out=ref)
+    np.multiply(ref, b, out=ref)
     return ref, np.abs(ref)
 
 

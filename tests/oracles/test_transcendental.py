@@ -166,45 +166,78 @@ def _every_half(kind: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("kind", ["float16", "bfloat16"])
-def test_sixteen_bit_arguments_are_tabulated_to_the_same_bits(kind, monkeypatch):
-    """A large array of 16-bit floats' values (a half-precision kernel's input, widened) is evaluated once for each
-    distinct argument and gathered: the values are the element-wise evaluation's, bit for bit, whatever the layout,
-    with every finite value of the format among them (both zeros, subnormals, the extremes, infinities)."""
+def test_sixteen_bit_arguments_are_tabulated_to_the_same_bits(kind):
+    """A large array of 16-bit floats' values (a half-precision kernel's input, widened) is evaluated through the
+    function's values at the format's 65536 codes, computed once: the values are the element-wise evaluation's, bit
+    for bit, whatever the layout, with every finite value of the format among them (both zeros, subnormals, the
+    extremes, infinities); the function itself sees the codes' values and nothing else."""
     from nbxcert.oracles import elementwise as E
 
     values = np.concatenate([_every_half(kind), [np.inf, -np.inf]])
     x = np.random.default_rng(5).permutation(np.tile(values, 15)).reshape(5, -1)
     assert x[:, ::3].size >= E.TABULATE_AT
-    evaluated = []
-    monkeypatch.setattr(E, "elementwise_in_parts", lambda fn, a: evaluated.append(a.size) or fn(a))
-    for fn, one in ((E.exp, E._exp_extended), (E.tanh, E._tanh_extended), (E.sigmoid, E._sigmoid_extended)):
-        for arr in (x, x[:, ::3], x.T):
+    for one in (E._exp_extended, E._tanh_extended, E._sigmoid_extended):
+        seen: list[int] = []
+
+        def spy(a, one=one, seen=seen):
+            seen.append(a.size)
+            return one(a)
+
+        for arr in (x, x[:, ::3], x.T, x[:, 1:]):
             with np.errstate(over="ignore", invalid="ignore"):
                 want = one(arr)
-            got = fn(arr)
-            assert got.shape == arr.shape and np.array_equal(got, want, equal_nan=True), (fn.__name__, kind)
-    assert evaluated == [], "a 16-bit array large enough was evaluated element by element"
+            got = E._evaluate(spy, arr)
+            assert got.shape == arr.shape and np.array_equal(got, want, equal_nan=True), (one.__name__, kind)
+        # float16 holds every bfloat16 value of moderate size: a bfloat16 array's tiles may go through either table
+        assert seen and set(seen) == {1 << 16} and len(seen) <= 2, seen
+    assert E.exp(x).shape == x.shape  # the public functions take this way too
 
 
-def test_other_arrays_are_evaluated_element_by_element(monkeypatch):
-    """An array with one value no 16-bit float holds (or a NaN), or one too small to gain, takes the element-wise way:
-    the table is never built from values it does not hold."""
+def test_other_tiles_are_evaluated_element_by_element_and_small_arrays_whole():
+    """A tile with one value no 16-bit float holds (or a NaN) is evaluated element by element, the rest of the array
+    through the table, the same values either way; an array too small to gain is evaluated whole."""
     from nbxcert.oracles import elementwise as E
 
-    x = np.random.default_rng(6).standard_normal(E.TABULATE_AT).astype(np.float16).astype(np.float64)
-    assert E._half_codes(x) is not None  # all half values: tabulated
+    x = np.random.default_rng(6).standard_normal(4 * E.TILE).astype(np.float16).astype(np.float64)
+    x = np.concatenate([x] * (E.TABULATE_AT // x.size + 1))
+    codes, kind = E._half_codes(x)
+    assert kind == "float16" and np.array_equal(E._grid(kind)[codes], x)
     for odd in (1.0 + 2.0**-30, np.nan):
         y = x.copy()
         y[1234] = odd
         assert E._half_codes(y) is None
     bf = x.astype(np.float32)
     bf = (bf.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32).astype(np.float64) * 2.0**100  # bf16, no half
-    found = E._half_codes(bf)
-    assert found is not None and np.array_equal(found[1][found[0]], bf)
-    evaluated = []
-    monkeypatch.setattr(E, "elementwise_in_parts", lambda fn, a: evaluated.append(a.size) or fn(a))
-    E.sigmoid(x[: E.TABULATE_AT - 1])
-    y = x.copy()
-    y[-1] = 0.1  # past the first values: the whole array is looked at
-    E.sigmoid(y)
-    assert evaluated == [E.TABULATE_AT - 1, E.TABULATE_AT]
+    codes, kind = E._half_codes(bf)
+    assert kind == "bfloat16" and np.array_equal(E._grid(kind)[codes], bf)
+    for odd in (0.1, np.nan):
+        y = x.copy()
+        y[-1] = odd  # in the last tile
+        seen: list[int] = []
+
+        def spy(a, seen=seen):
+            seen.append(a.size)
+            return E._sigmoid_extended(a)
+
+        got = E._evaluate(spy, y)
+        assert np.array_equal(got, E._sigmoid_extended(y), equal_nan=True)
+        # the table once (the codes' 65536 values), and the odd tile alone (at most TILE elements)
+        assert len(seen) == 2 and (1 << 16) in seen and max(seen) <= E.TILE, seen
+    seen = []
+    small = x[: E.TABULATE_AT - 1]
+    E._evaluate(lambda a: seen.append(a.size) or E._sigmoid_extended(a), small)
+    assert seen == [small.size]
+
+
+def test_large_arrays_of_other_values_are_evaluated_tile_by_tile_to_the_same_bits():
+    """A large array of float64 values (no 16-bit float's) goes tile by tile, element by element, on the cores: the
+    same values as one evaluation, contiguous, strided, transposed, and in rows longer than a tile."""
+    from nbxcert.oracles import elementwise as E
+
+    x = np.random.default_rng(7).standard_normal((3, 2 * E.TABULATE_AT)) * 30
+    for fn, one in ((E.exp, E._exp_extended), (E.tanh, E._tanh_extended), (E.sigmoid, E._sigmoid_extended)):
+        for arr in (x, x[:, ::2], x.T, x.reshape(-1, 96)[:, 5:]):
+            assert arr.size >= E.TABULATE_AT
+            with np.errstate(over="ignore"):
+                want = one(arr)
+            assert np.array_equal(fn(arr), want, equal_nan=True), fn.__name__
