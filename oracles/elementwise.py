@@ -89,12 +89,12 @@ def _grid(kind: str) -> np.ndarray:
         return (np.arange(1 << 16, dtype=np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
 
 
-def _table(fn, kind: str) -> np.ndarray:
-    """fn at every code of `kind`, computed once a process (two threads may both compute it: the same values)."""
-    table = _TABLES.get((fn, kind))
+def _table(fn, kind: str, tables: dict) -> np.ndarray:
+    """fn at every code of `kind`, kept in `tables` (two threads may both compute it: the same values)."""
+    table = tables.get((fn, kind))
     if table is None:
         with np.errstate(invalid="ignore"):  # the NaN codes, never gathered: a tile gathers only where it holds none
-            table = _TABLES[(fn, kind)] = fn(_grid(kind))
+            table = tables[(fn, kind)] = fn(_grid(kind))
     return table
 
 
@@ -112,26 +112,29 @@ def _half_codes(x: np.ndarray) -> tuple[np.ndarray, str] | None:
     return (bits >> np.uint32(16)).astype(np.uint16), "bfloat16"
 
 
-def _on_tile(fn, tile: np.ndarray) -> np.ndarray:
+def _on_tile(fn, tile: np.ndarray, tables: dict) -> np.ndarray:
     found = _half_codes(tile)
     if found is None:
         return fn(tile)
     codes, kind = found
-    return _table(fn, kind)[codes]
+    return _table(fn, kind, tables)[codes]
 
 
-def _evaluate(fn, x: np.ndarray) -> np.ndarray:
-    """fn (extended precision, element by element) over x: a small x whole; a large one tile by tile on the process's
-    cores, each tile through the table of its 16-bit arguments where it holds only those."""
+def _evaluate(fn, x: np.ndarray, remember: bool = True) -> np.ndarray:
+    """fn (float64 -> float64, element by element) over x: a small x whole; a large one tile by tile on the process's
+    cores, each tile through the table of its 16-bit arguments where it holds only those. `remember`: keep fn's
+    tables for the process (a module's function); else this call's alone (a function made for the call, which would
+    otherwise be kept for ever)."""
     if x.size < TABULATE_AT:
         return elementwise_in_parts(fn, x)
+    tables = _TABLES if remember else {}
     out = np.empty(x.shape)
     if x.flags.c_contiguous:
         src, dst = x.reshape(-1), out.reshape(-1)
 
         def part(lo: int, hi: int) -> None:
             for i in range(lo, hi, TILE):
-                dst[i : min(i + TILE, hi)] = _on_tile(fn, src[i : min(i + TILE, hi)])
+                dst[i : min(i + TILE, hi)] = _on_tile(fn, src[i : min(i + TILE, hi)], tables)
 
         parts = part_bounds(src.size)
     else:  # a strided view (SwiGLU's halves): its rows, a block of them (or a stretch of one long row) a tile
@@ -144,7 +147,7 @@ def _evaluate(fn, x: np.ndarray) -> np.ndarray:
             for r in range(lo, hi, row_step):
                 for c in range(0, cols, col_step):
                     block = (slice(r, min(r + row_step, hi)), slice(c, c + col_step))
-                    dst[block] = _on_tile(fn, src[block])
+                    dst[block] = _on_tile(fn, src[block], tables)
 
         parts = row_parts(rows, cols)
     if parts is None:
@@ -175,10 +178,26 @@ def sigmoid(x) -> np.ndarray:
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 
-def erf(x) -> np.ndarray:
-    """erf(x) in float64: the C library's erf element by element (within 1 ulp with glibc)."""
-    x = np.asarray(x, dtype=np.float64)
+def _erf_direct(x: np.ndarray) -> np.ndarray:
     return np.asarray(_erf(x), dtype=np.float64).reshape(x.shape)
+
+
+def erf(x) -> np.ndarray:
+    """erf(x) in float64: the C library's erf element by element (within 1 ulp with glibc); a large array tile by
+    tile, through the table of its 16-bit arguments where it holds only those (`_evaluate`: a Python call an element
+    otherwise, which threads cannot share)."""
+    return _evaluate(_erf_direct, np.asarray(x, dtype=np.float64))
+
+
+def _gelu_erf_term(x: np.ndarray) -> np.ndarray:
+    """erf(x / sqrt 2): element by element, so a tile of 16-bit arguments takes it from their table."""
+    return _erf_direct(x / math.sqrt(2.0))
+
+
+def _gelu_tanh_term(x: np.ndarray) -> np.ndarray:
+    """tanh(sqrt(2/pi) (x + 0.044715 x^3)) in extended precision, element by element."""
+    with np.errstate(over="ignore"):
+        return _tanh_extended(math.sqrt(2.0 / math.pi) * (x + GELU_TANH_C * x * x * x))
 
 
 # --- kernel oracles ---------------------------------------------------------------------------------------------------
@@ -201,10 +220,10 @@ def gelu(x: np.ndarray, approximate: str) -> tuple[np.ndarray, np.ndarray]:
     x^3)))."""
     x = np.asarray(x, dtype=np.float64)
     if approximate == "none":
-        f = erf(x / math.sqrt(2.0))
+        f = _evaluate(_gelu_erf_term, x)
     elif approximate == "tanh":
-        with np.errstate(over="ignore"):
-            f = tanh(math.sqrt(2.0 / math.pi) * (x + GELU_TANH_C * x * x * x))
+        _require_extended()
+        f = _evaluate(_gelu_tanh_term, x)
     else:
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     ref = 0.5 * x * (1.0 + f)

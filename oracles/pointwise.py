@@ -273,7 +273,8 @@ _LD = np.longdouble
 
 def _extended(fn, *xs) -> np.ndarray:
     """fn evaluated on the operands widened to long double (x86 80-bit: 64 significand bits), rounded once to float64.
-    Large operands run in parts on threads (`oracles.parts.elementwise_in_parts`)."""
+    Large operands run in parts on threads (`oracles.parts.elementwise_in_parts`); one operand tile by tile, through
+    the table of its 16-bit values where a tile holds only those (`oracles.elementwise._evaluate`: the same values)."""
     _ew._require_extended()
 
     def run(*args):
@@ -281,7 +282,9 @@ def _extended(fn, *xs) -> np.ndarray:
             return np.asarray(fn(*(a.astype(_LD) for a in args))).astype(np.float64)
 
     xs = _floats(*xs)
-    return _parts.elementwise_in_parts(run, *(np.broadcast_arrays(*xs) if len(xs) > 1 else xs))
+    if len(xs) == 1:  # tile by tile, a tile of 16-bit arguments through their table (`oracles.elementwise._evaluate`)
+        return _ew._evaluate(run, xs[0], remember=False)
+    return _parts.elementwise_in_parts(run, *np.broadcast_arrays(*xs))
 
 
 def _softplus_ld(t):

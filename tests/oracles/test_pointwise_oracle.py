@@ -901,3 +901,23 @@ def test_the_oracle_imports_nothing_of_the_kernels_or_the_engine_and_no_torch():
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert imported <= {"__future__", "math", "fractions", "concurrent.futures", "numpy", "nbxcert.oracles"}, imported
     assert "torch" not in sys.modules
+
+
+def test_one_operand_extended_ops_take_the_tiles_to_the_same_bits():
+    """A long double op of one large operand goes tile by tile, a tile of 16-bit values through their table
+    (`oracles.elementwise._evaluate`): the values of evaluating every element, special values included; two operands
+    go the parts' way, as before."""
+    import numpy as np
+
+    from nbxcert.oracles import elementwise as ew
+    from nbxcert.oracles import pointwise as pw
+
+    rng = np.random.default_rng(9)
+    half = (rng.standard_normal(ew.TABULATE_AT + 999) * 8).astype(np.float16)
+    half[:6] = [0.0, -0.0, np.inf, -np.inf, 65504.0, 6e-8]
+    for x in (half.astype(np.float64), rng.standard_normal(ew.TABULATE_AT + 999) * 8):
+        for fn in (np.exp2, np.expm1, np.log, np.log1p, np.sin, lambda t: pw._LD(1) / np.sqrt(t)):
+            with np.errstate(all="ignore"):
+                want = np.asarray(fn(x.astype(pw._LD))).astype(np.float64)
+            assert np.array_equal(pw._extended(fn, x), want, equal_nan=True)
+    assert not [k for k in ew._TABLES if getattr(k[0], "__name__", "") == "run"]  # a call's tables are its own

@@ -241,3 +241,25 @@ def test_large_arrays_of_other_values_are_evaluated_tile_by_tile_to_the_same_bit
             with np.errstate(over="ignore"):
                 want = one(arr)
             assert np.array_equal(fn(arr), want, equal_nan=True), fn.__name__
+
+
+@pytest.mark.parametrize("half", [True, False])
+def test_erf_and_gelus_terms_take_the_tiles_to_the_same_bits(half):
+    """erf, and GELU's erf and tanh terms, over a large array go the tile way (through the 16-bit table where the
+    values are a float16's): the values of the whole-array formulas, bit for bit."""
+    from nbxcert.oracles import elementwise as E
+
+    x = np.random.default_rng(8).standard_normal((5, E.TABULATE_AT)) * 4
+    if half:
+        x = x.astype(np.float16).astype(np.float64)
+    strided = x[:, ::2]
+    for arr in (x, strided):
+        assert np.array_equal(E.erf(arr), np.asarray(E._erf(arr), dtype=np.float64))
+        want_erf = np.asarray(E._erf(arr / math.sqrt(2.0)), dtype=np.float64)
+        with np.errstate(over="ignore"):
+            want_tanh = E._tanh_extended(math.sqrt(2.0 / math.pi) * (arr + E.GELU_TANH_C * arr * arr * arr))
+        for approximate, f in (("none", want_erf), ("tanh", want_tanh)):
+            ref, scale = E.gelu(arr, approximate)
+            assert np.array_equal(ref, 0.5 * arr * (1.0 + f)) and np.array_equal(
+                scale, 0.5 * np.abs(arr) * (1.0 + np.abs(f))
+            )
