@@ -624,9 +624,11 @@ def main(argv=None) -> None:
     if args.out:
         import common
 
+        from nbxcert.crosspool import pool_kind
+
         info = {n: theirs.get(n) for n in ("gpu", "torch", "triton")}
         # the compile pool nbxcert's certify made (NBXCERT_COMPILE_POOL, passed on): on the GPU, or cross-compiling
-        pool = os.environ.get("NBXCERT_COMPILE_POOL", "").strip() or "device"
+        pool = pool_kind()  # as certify reads it (a bad value is refused there)
         head = {
             "workload": args.workload,
             "profile": profile.name,

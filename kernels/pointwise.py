@@ -3214,16 +3214,13 @@ def _evaluate(fn, operands: list[np.ndarray], kwargs: dict, shape: tuple[int, ..
     return ref, np.concatenate([np.broadcast_to(s, r.shape) for r, s in done])
 
 
-# An op of two or more array operands is judged TILE elements at a time within each part, into one reference and one
-# scale: whole-part temporaries (a few arrays of each operand's size) were fresh memory faulted in at every call
-# (pw_sub's oracle: 3.9 s of 2^25 elements on the H200's host). One-operand ops keep their parts whole: their long
-# double functions go tile by tile themselves, through the table of their 16-bit arguments
+# An op of two or more array operands is judged a tile (`oracles.parts.TILE` elements) at a time within each part, into
+# one reference and one scale: whole-part temporaries (a few arrays of each operand's size) were fresh memory faulted
+# in at every call (pw_sub's oracle: 3.9 s of 2^25 elements on the H200's host). One-operand ops keep their parts
+# whole: their long double functions go tile by tile themselves, through the table of their 16-bit arguments
 # (`oracles.elementwise._evaluate`), which a tile smaller than its threshold would skip.
-TILE = 1 << 16
-
-
 def _evaluate_in_tiles(fn, flat: list, kwargs: dict, parts: list) -> tuple[np.ndarray, np.ndarray]:
-    """`_evaluate`'s parts, each TILE elements at a time into one reference and one scale; a tile's scale that is one
+    """`_evaluate`'s parts, each a tile at a time into one reference and one scale; a tile's scale that is one
     value for all its elements (a view of it) is noted, not written, and the scale is kept a view of that value where
     every tile's is the same one."""
     from nbxcert.oracles import parts as _parts
@@ -3233,8 +3230,8 @@ def _evaluate_in_tiles(fn, flat: list, kwargs: dict, parts: list) -> tuple[np.nd
 
     def part(lo: int, hi: int) -> list:
         constants = []
-        for i in range(lo, hi, TILE):
-            j = min(i + TILE, hi)
+        for i in range(lo, hi, _parts.TILE):
+            j = min(i + _parts.TILE, hi)
             r, sc = fn(*(o[i:j] if np.ndim(o) else o for o in flat), **kwargs)
             ref[i:j] = r
             sc = np.asarray(sc)
@@ -3245,7 +3242,7 @@ def _evaluate_in_tiles(fn, flat: list, kwargs: dict, parts: list) -> tuple[np.nd
         return constants
 
     constants = [c for done in _parts.in_parts(part, parts) for c in done]
-    tiles = sum(-(-(hi - lo) // TILE) for lo, hi in parts)
+    tiles = sum(-(-(hi - lo) // _parts.TILE) for lo, hi in parts)
     if len(constants) == tiles and len({v for _, _, v in constants}) == 1:
         return ref, np.broadcast_to(np.float64(constants[0][2]), ref.shape)
     for i, j, v in constants:

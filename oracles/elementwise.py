@@ -38,7 +38,7 @@ import math
 
 import numpy as np
 
-from nbxcert.oracles.parts import elementwise_in_parts, in_parts, part_bounds, row_parts
+from nbxcert.oracles.parts import TILE, elementwise_in_parts, in_parts, part_bounds, row_parts
 
 _EXTENDED = np.finfo(np.longdouble).nmant >= 63
 
@@ -68,16 +68,13 @@ def _sigmoid_extended(x: np.ndarray) -> np.ndarray:
         return (np.longdouble(1) / (np.longdouble(1) + np.exp(-xl))).astype(np.float64)
 
 
-# A large array is evaluated in tiles of TILE elements, each thread its stretch of the array (or its rows of a strided
-# one) tile after tile: a tile's temporaries (its long double copy is 16 bytes an element) are small and taken again
-# from the process's heap, where whole-array ones took fresh memory from the system at every call (its first touch
-# faulted page by page: a SwiGLU oracle of 4096 x 18944 took 6.5 s at its first call in a process on a 2-core host,
-# 0.6 s at the next). A tile whose every value is a 16-bit float's (a float16 or bfloat16 kernel's input, widened)
+# A large array is evaluated in tiles (`oracles.parts.TILE` elements), each thread its stretch of the array (or its
+# rows of a strided one) tile after tile, so no temporary of the array's size is made (see there; a long double copy
+# is 16 bytes an element). A tile whose every value is a 16-bit float's (a float16 or bfloat16 kernel's input, widened)
 # holds at most 65536 distinct arguments: the function's values at all of them are computed once a process
 # (`_table`) and gathered, element by element the same values as evaluating every element (a long double exp costs
 # some 100 ns an element). Smaller arrays are evaluated whole, as before.
 TABULATE_AT = 1 << 18
-TILE = 1 << 16
 _TABLES: dict = {}  # (function, "float16" or "bfloat16") -> its float64 values at the format's 65536 codes
 
 

@@ -16,6 +16,10 @@ import numpy as np
 # cut into parts evaluated on threads (numpy's loops release the GIL), element by element the same values. A SwiGLU
 # of 4096 tokens x 14336 took seconds of one core per sweep of its key otherwise.
 PARALLEL_AT = 1 << 20
+# Where a large evaluation goes a tile at a time (`oracles.elementwise._evaluate`, the pointwise kernels' oracle of two
+# or more operands), a tile is TILE elements: its temporaries are small and taken again from the heap, where whole
+# arrays over glibc's mmap threshold were fresh memory faulted in at every call.
+TILE = 1 << 16
 
 
 def threads() -> int:
