@@ -415,11 +415,16 @@ def last_json(text: str) -> dict | None:
     return None
 
 
-def run_ours(profile: str, keys_path: Path, work: Path) -> dict[str, Any]:
-    out_dir = work / "certificates"
+def run_ours(profile: str, keys_path: Path, work: Path, pool: str = "") -> dict[str, Any]:
+    """nbxcert certify over the keys, in a Triton cache and a certificate folder of its own; `pool` sets
+    NBXCERT_COMPILE_POOL for it (empty: as this environment has it)."""
+    stem = f"ours-{pool}" if pool else "ours"
+    out_dir = work / f"certificates-{stem}"
     out_dir.mkdir()
-    env = side_env(work / "triton-ours")
-    r, wall = _run_side("nbxcert certify", ours_command(profile, keys_path, out_dir), env, work, "ours")
+    env = side_env(work / f"triton-{stem}")
+    if pool:
+        env["NBXCERT_COMPILE_POOL"] = pool
+    r, wall = _run_side("nbxcert certify", ours_command(profile, keys_path, out_dir), env, work, stem)
     report = last_json(r.stdout)
     if r.returncode != 0 or report is None:
         failed = [k for k in (report or {}).get("keys", []) if k.get("status") == "failed"]
@@ -428,7 +433,7 @@ def run_ours(profile: str, keys_path: Path, work: Path) -> dict[str, Any]:
             if failed
             else _last_line(r.stderr)
         )
-        raise SystemExit(f"bench_autotune: nbxcert certify exited {r.returncode}: {why} (its output: {work}/ours.*)")
+        raise SystemExit(f"bench_autotune: nbxcert certify exited {r.returncode}: {why} (its output: {work}/{stem}.*)")
     return {"wall_s": wall, "report": report}
 
 
@@ -588,6 +593,21 @@ def table(result: dict) -> list[str]:
     return lines
 
 
+def parse_pools(text: str) -> list[str]:
+    """--pools: the compile pools to run nbxcert's side with, in order; [""] (the environment's) when none named."""
+    from nbxcert.crosspool import POOL_KINDS
+
+    pools = [p.strip() for p in text.split(",") if p.strip()]
+    bad = [p for p in pools if p not in POOL_KINDS]
+    if bad:
+        raise SystemExit(
+            f"bench_autotune: --pools {bad[0]!r} is not a compile pool; give one of {', '.join(POOL_KINDS)}"
+        )
+    if len(set(pools)) != len(pools):
+        raise SystemExit(f"bench_autotune: --pools {text!r} names a pool twice")
+    return pools or [""]
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="qwen2.5-7b", help="a shipped workload (default qwen2.5-7b)")
@@ -596,6 +616,12 @@ def main(argv=None) -> None:
     ap.add_argument("--keys", type=int, default=7, help="keys of each family (default 7)")
     ap.add_argument("--dtype", default="float16", help="the keys' first dtype (default float16)")
     ap.add_argument("--out", default="", help="write the results as JSON to this path")
+    ap.add_argument(
+        "--pools",
+        default="",
+        help="comma-separated compile pools (device, cross): nbxcert's side run once each, in this order, each in an "
+        "empty Triton cache, all against the one triton.autotune run (default: NBXCERT_COMPILE_POOL as set)",
+    )
     ap.add_argument("--peer", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.peer:
@@ -615,12 +641,22 @@ def main(argv=None) -> None:
     work = Path(tempfile.mkdtemp(prefix="nbx-autotune-"))
     keys_path = write_keys_file(plan, work / "keys.jsonl")
     print(f"{len(plan)} keys of {', '.join(families)} ({args.workload}, {args.dtype}); work in {work}", flush=True)
-    ours = run_ours(profile.name, keys_path, work)
-    print(f"nbxcert certify: {ours['wall_s']:.1f} s process wall", flush=True)
+    pools = parse_pools(args.pools)
+    runs = {}
+    for pool in pools:
+        runs[pool] = run_ours(profile.name, keys_path, work, pool)
+        print(
+            f"nbxcert certify{f' ({pool} pool)' if pool else ''}: {runs[pool]['wall_s']:.1f} s process wall", flush=True
+        )
     theirs = run_peer(plan, work)
-    result = compare(plan, ours, theirs)
+    result = compare(plan, runs[pools[0]], theirs)
     for line in table(result):
         print(line)
+    others = {pool: compare(plan, runs[pool], theirs) for pool in pools[1:]}
+    for pool, other in others.items():
+        print(f"-- nbxcert with the {pool} compile pool, against the same triton.autotune run:")
+        for line in table(other):
+            print(line)
     if args.out:
         import common
 
@@ -628,7 +664,7 @@ def main(argv=None) -> None:
 
         info = {n: theirs.get(n) for n in ("gpu", "torch", "triton")}
         # the compile pool nbxcert's certify made (NBXCERT_COMPILE_POOL, passed on): on the GPU, or cross-compiling
-        pool = pool_kind()  # as certify reads it (a bad value is refused there)
+        pool = pools[0] or pool_kind()  # as certify reads it (a bad value is refused there)
         head = {
             "workload": args.workload,
             "profile": profile.name,
@@ -637,7 +673,8 @@ def main(argv=None) -> None:
             "compile_pool": pool,
             **info,
         }
-        common.write_json(args.out, {**head, **result})
+        extra = {"other_pools": others} if others else {}
+        common.write_json(args.out, {**head, **result, **extra})
 
 
 if __name__ == "__main__":

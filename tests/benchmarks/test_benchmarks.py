@@ -300,6 +300,17 @@ def test_the_autotune_comparison_and_table(bench_autotune):
         bench_autotune.compare(plan, {"wall_s": 10.0, "report": {"keys": report["keys"][:2]}}, peer)
 
 
+def test_the_autotune_pools_are_named_compile_pools(bench_autotune):
+    """--pools: nbxcert's side once per named compile pool, in order; none named keeps the environment's; a pool that
+    is not one, or one named twice, is refused in one line."""
+    assert bench_autotune.parse_pools("") == [""]
+    assert bench_autotune.parse_pools("device, cross") == ["device", "cross"]
+    with pytest.raises(SystemExit, match="'gpu' is not a compile pool; give one of device, cross"):
+        bench_autotune.parse_pools("device,gpu")
+    with pytest.raises(SystemExit, match="names a pool twice"):
+        bench_autotune.parse_pools("cross,cross")
+
+
 @pytest.fixture
 def bench_quant(monkeypatch):
     with bench_module(monkeypatch, "bench_quant") as module:
