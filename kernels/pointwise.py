@@ -1363,7 +1363,8 @@ def _h_fmod(a, b, DM: tl.constexpr):
     reciprocal (`_p_div`: within 2^-22.4, so q is the quotient's floor or one off), r = |a| - q |b| by one fma (exact:
     r lies in (-|b|, 2 |b|) on |b|'s grid of 2^11 steps, or is |a| itself), moved into [0, |b|) by one add of -|b|
     or |b|, a's sign. Elsewhere (the quotient past 2^22, b = 0, a infinite) CUDA's fmod, given 0 and 1 in the other
-    lanes, where it leaves at once (|0| < |1|); under the interpreter the long division (`_fmod_float`)."""
+    lanes, where it leaves at once (|0| < |1|), in a block that holds such a lane only; under the interpreter the long
+    division (`_fmod_float`)."""
     ax = tl.abs(a)
     ay = tl.abs(b)
     # (and a divisor below float32's least normal, a Python scalar: the ftz reciprocal would read it as 0)
@@ -1372,14 +1373,17 @@ def _h_fmod(a, b, DM: tl.constexpr):
     r = tl.where(q == 0.0, ax, tl.fma(-q, ay, ax))  # an infinite b: 0 times it is NaN
     r = tl.where(r < 0.0, r + ay, r)
     r = tl.where(r >= ay, r - ay, r)
-    fast = tl.where(_sign_bit(a), -r, r)
-    big_a = tl.where(big, a, 0.0)
-    big_b = tl.where(big, b, 1.0)
-    if DM < EMULATED:
-        slow = libdevice.fmod(big_a, big_b)
-    else:
-        slow = _fmod_float(big_a, big_b)
-    return tl.where(big, slow, fast)
+    r = tl.where(_sign_bit(a), -r, r)
+    # a block with a lane off the fast path (none in most blocks, whose branch is then skipped)
+    if tl.max(tl.where(big, 1, 0), axis=None) != 0:
+        big_a = tl.where(big, a, 0.0)
+        big_b = tl.where(big, b, 1.0)
+        if DM < EMULATED:
+            slow = libdevice.fmod(big_a, big_b)
+        else:
+            slow = _fmod_float(big_a, big_b)
+        r = tl.where(big, slow, r)
+    return r
 
 
 FLOOR_DIV_FAST_BELOW = tl.constexpr(536870912.0)  # 2^29
