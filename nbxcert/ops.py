@@ -594,9 +594,71 @@ def copy_(input, src):
     return _cast_into(src, input)
 
 
-def clone(input):
-    """A contiguous copy (torch.clone)."""
-    return _cast_into(input, _pw().empty(input.shape, input.dtype.name, input.device))
+MEMORY_FORMATS = ("preserve_format", "contiguous_format")
+
+
+def _memory_format(op: str, memory_format) -> str:
+    """torch's memory_format by name (`torch.preserve_format` or the string); the channels-last formats refused."""
+    name = str(memory_format).removeprefix("torch.")
+    if name not in MEMORY_FORMATS:
+        _refuse(op, f"memory_format={memory_format} (nbxcert copies as {' or '.join(MEMORY_FORMATS)})")
+    return name
+
+
+def _dense_order(shape: tuple, strides: tuple) -> list[int]:
+    """The dimensions from the innermost out, as torch orders a view's for a copy that keeps its layout: by stride,
+    a larger size outermost between equal strides, a broadcast dimension (stride 0) left where it stands."""
+    order = list(range(len(shape)))[::-1]
+    for i in range(1, len(order)):
+        j = i
+        for k in range(i - 1, -1, -1):
+            a, b = order[k], order[j]
+            if strides[a] == 0 or strides[b] == 0:
+                continue
+            if strides[a] > strides[b] or (strides[a] == strides[b] and shape[a] > shape[b]):
+                order[k], order[j] = order[j], order[k]
+                j = k
+            elif strides[a] < strides[b]:
+                break
+    return order
+
+
+def _is_dense(shape: tuple, strides: tuple) -> bool:
+    """Non-overlapping and dense: the elements fill numel consecutive places of storage, in some order of the
+    dimensions (dimensions of size 1 hold none)."""
+    need = 1
+    for n, st in sorted(((n, st) for n, st in zip(shape, strides, strict=True) if n > 1), key=lambda d: d[1]):
+        if st != need:
+            return False
+        need *= n
+    return True
+
+
+def clone(input, *, memory_format="preserve_format"):
+    """A copy (torch.clone). memory_format `preserve_format` (torch's default): a dense view in any order of its
+    dimensions (a transposed or permuted tensor) is copied as it lies in storage, the copy keeping its strides (one
+    pass over the elements in storage order); any other view into dense strides that keep its order of dimensions.
+    `contiguous_format`: a contiguous copy (as `input.contiguous()` makes one)."""
+    pw = _pw()
+    if _memory_format("clone", memory_format) == "contiguous_format" or input.is_contiguous():
+        return _cast_into(input, pw.empty(input.shape, input.dtype.name, input.device))
+    tm = importlib.import_module("nbxcert.kernels.tensor")
+    shape, strides = tuple(input.shape), tuple(input.strides)
+    if _is_dense(shape, strides):
+        out = tm.Tensor(tm.Storage(input.nbytes, input.device), shape, strides, input.dtype)
+        flat = (input.numel,)
+        # both hold the elements in one stretch of storage in the same order: copied as one contiguous run
+        _cast_into(
+            tm.Tensor(input.untyped_storage(), flat, (1,), input.dtype, input.storage_offset()),
+            tm.Tensor(out.untyped_storage(), flat, (1,), input.dtype),
+        )
+        return out
+    dense, step = [0] * len(shape), 1
+    for d in _dense_order(shape, strides):
+        dense[d] = step
+        step *= max(shape[d], 1)
+    out = tm.Tensor(tm.Storage(input.nbytes, input.device), shape, dense, input.dtype)
+    return _cast_into(input, out)
 
 
 def to(input, dtype, copy=False):

@@ -11,7 +11,7 @@ import pytest
 from devicetools import DEVICE, from_numpy
 
 from nbxcert import ops  # noqa: E402
-from nbxcert.errors import CastRefused, DTypeError, LaunchError, ShapeMismatch  # noqa: E402
+from nbxcert.errors import ArgumentNotSupported, CastRefused, DTypeError, LaunchError, ShapeMismatch  # noqa: E402
 
 
 def _t(values, dtype):
@@ -82,6 +82,34 @@ def test_copy_into_a_strided_view_and_fill():
     np.testing.assert_array_equal(dst.numpy(), np.arange(12).reshape(4, 3).T)
     ops.fill_(dst[:, ::2], -1.0)
     assert (dst.numpy()[:, ::2] == -1).all() and (dst.numpy()[:, 1::2] >= 0).all()
+
+
+@pytest.mark.parametrize(
+    ("view", "strides"),
+    [
+        (lambda x: x.T, (1, 6)),  # dense in another order: copied as it lies, its strides kept
+        (lambda x: x.view(2, 3, 4).permute(2, 0, 1), (1, 12, 4)),
+        (lambda x: x[:, ::2], (3, 1)),  # not dense: dense strides in the view's order of dimensions
+        (lambda x: x[:, ::2].T, (1, 3)),
+        (lambda x: x[:, :1].expand(4, 5), (5, 1)),  # a broadcast dimension
+        (lambda x: x, (6, 1)),
+    ],
+)
+def test_clone_keeps_the_layout_as_torch_does(view, strides):
+    """torch.clone's default memory_format (preserve_format): the copy of a dense view keeps its strides (a
+    transposed tensor's clone is a copy in storage order, not a transpose), any other view gets dense strides in its
+    order of dimensions; contiguous_format gives a contiguous copy; values equal in every case."""
+    host = np.arange(24, dtype=np.float32).reshape(4, 6)
+    v = view(from_numpy(host))
+    c = ops.clone(v)
+    assert c.strides == strides and c.shape == v.shape
+    np.testing.assert_array_equal(c.numpy(), v.numpy())
+    for fmt in ("contiguous_format", "torch.contiguous_format"):
+        d = ops.clone(v, memory_format=fmt)
+        assert d.is_contiguous()
+        np.testing.assert_array_equal(d.numpy(), v.numpy())
+    with pytest.raises(ArgumentNotSupported, match="clone: memory_format=channels_last"):
+        ops.clone(v, memory_format="channels_last")
 
 
 def test_activation_inplace_and_keywords():
