@@ -123,7 +123,14 @@ def _cases(H: str = H) -> list[tuple]:  # noqa: N803 - the cases' one letter for
         ("silu_sliced_rows", ((H, "sliced"),), "ops.silu(x)", "F.silu(x)"),
     ]
     cases += [
+        # torch.clone keeps a dense view's strides (a copy in storage order); contiguous() of it is the transpose
         ("copy_transposed", ((H, "normal"),), "ops.clone(x.T)", "x.T.clone()"),
+        (
+            "contiguous_transposed",
+            ((H, "normal"),),
+            "ops.clone(x.T, memory_format='contiguous_format')",
+            "x.T.contiguous()",
+        ),
         (f"cast_f32_to_{short}", (("float32", "normal"),), f"ops.to(x, '{H}')", f"x.to(torch.{H})"),
         (f"cast_{short}_to_f32", ((H, "normal"),), "ops.to(x, 'float32')", "x.to(torch.float32)"),
         (
