@@ -18,6 +18,10 @@ torch has no name for, keep nbxcert's signatures under their own names: `add_rms
 `silu_and_mul`, `gelu_and_mul`, `rope` (`rotary_embedding`), `flash_attention`, `decode_attention`,
 `paged_decode_attention`, `fused_moe`, `upsample_nearest2d`, `dequant_matmul`, `dequant_gemv`.
 
+Every op also takes another library's tensors (torch, CuPy, JAX; numpy under the interpreter), as the families'
+served entry points do (`nbxcert.kernels.interop`): no copy in, that library's tensors out, an in-place op's and an
+`out=`'s as the very object passed; a dtype may be written as that library writes it (`torch.float16`).
+
 Importing this module imports no kernel (each is loaded on its first use) and never torch. Errors are one line:
 `DTypeError` (a dtype the op does not take), `CastRefused` (a result that `out=` cannot hold),
 `ShapeMismatch` (shapes that do not broadcast, an `out=` of the wrong shape), `ArgumentNotSupported` (above),
@@ -26,7 +30,9 @@ Importing this module imports no kernel (each is loaded on its first use) and ne
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import math
 from typing import Any
 
@@ -86,6 +92,15 @@ def _tensor_type():
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (bool, int, float)) and not isinstance(v, type)
+
+
+def _get_dtype(dtype):
+    """A dtype by nbxcert's name or alias, or as torch, numpy or JAX write one (`torch.float16`, `np.float16`,
+    `np.dtype("float16")`): read by its name, no library imported."""
+    dtypes = importlib.import_module("nbxcert.kernels.dtypes")
+    if isinstance(dtype, (str, dtypes.DType)):
+        return dtypes.get_dtype(dtype)
+    return dtypes.get_dtype(str(getattr(dtype, "__name__", None) or dtype).removeprefix("torch."))
 
 
 def _apply(name: str, operands: list, params: dict | None = None, out=None, promote_params: tuple = ()) -> Any:
@@ -480,7 +495,7 @@ def _size(size: tuple) -> tuple[int, ...]:
 def _fill_new(shape, value, dtype, device, out):
     pw = _pw()
     if out is None:
-        out = pw.empty(shape, pw.get_dtype(dtype).name, device)
+        out = pw.empty(shape, _get_dtype(dtype).name, device)
     return _fill(out, value)
 
 
@@ -500,7 +515,7 @@ def empty(*size, dtype="float32", device="cpu", out=None):
             raise ShapeMismatch(f"empty: out has shape {tuple(out.shape)}, the size asked is {_size(size)}")
         return out
     pw = _pw()
-    return pw.empty(_size(size), pw.get_dtype(dtype).name, device)
+    return pw.empty(_size(size), _get_dtype(dtype).name, device)
 
 
 def empty_like(input, *, dtype=None):
@@ -557,7 +572,7 @@ def arange(start, end=None, step=1, *, dtype=None, device="cpu", out=None):
         dtype = "int64" if all(isinstance(v, int) for v in (start, end, step)) else "float32"
     pw = _pw()
     if out is None:
-        out = pw.empty((n,), pw.get_dtype(dtype).name, device)
+        out = pw.empty((n,), _get_dtype(dtype).name, device)
     elif tuple(out.shape) != (n,):
         raise ShapeMismatch(f"arange: out has shape {tuple(out.shape)}, the result's is ({n},)")
     op = pw.OPS["arange"]
@@ -570,7 +585,7 @@ def linspace(start, end, steps, *, dtype="float32", device="cpu", out=None):
     """steps values from start to end (torch.linspace)."""
     pw = _pw()
     if out is None:
-        out = pw.empty((int(steps),), pw.get_dtype(dtype).name, device)
+        out = pw.empty((int(steps),), _get_dtype(dtype).name, device)
     elif tuple(out.shape) != (int(steps),):
         raise ShapeMismatch(f"linspace: out has shape {tuple(out.shape)}, the result's is ({int(steps)},)")
     op = pw.OPS["linspace"]
@@ -666,7 +681,7 @@ def to(input, dtype, copy=False):
     infinities and values out of range refused), anything to bool is != 0. input itself where it already has the
     dtype, as torch returns it, unless `copy`."""
     pw = _pw()
-    target = pw.get_dtype(dtype).name
+    target = _get_dtype(dtype).name
     if target == input.dtype.name and not copy:
         return input
     return _cast_into(input, pw.empty(input.shape, target, input.device))
@@ -1133,3 +1148,42 @@ __all__ = sorted(
     | set(_NBXCERT_ONLY)
     | {"ArgumentNotSupported", "DTypeError", "ShapeMismatch", "ViewError"}
 )
+
+
+# Another library's tensors (torch, CuPy, JAX; numpy under the interpreter) are taken by every op above as the kernel
+# families' served entry points take them (`nbxcert.kernels.interop`): the op runs on nbxcert views of them (DLPack or
+# the CUDA array interface, no copy) and its result comes back as that library's tensors (an in-place op's or an
+# `out=`'s as the very object passed). A call of nbxcert tensors and Python values alone goes straight to the op.
+_NATIVE: set = set()  # the argument types a call goes straight with: filled at the first call (no import before)
+
+
+def _taking_foreign(fn):
+    @functools.wraps(fn)
+    def op(*args, **kwargs):
+        native = _NATIVE
+        if not native:
+            native.update({_tensor_type(), int, float, bool, str, type(None)})
+        for v in args:
+            if type(v) not in native:
+                break
+        else:
+            for v in kwargs.values():
+                if type(v) not in native:
+                    break
+            else:
+                return fn(*args, **kwargs)
+        interop = importlib.import_module("nbxcert.kernels.interop")
+        views, view_kwargs, caller = interop.to_nbx(args, kwargs)
+        if caller is None:
+            return fn(*args, **kwargs)
+        return interop.serve(fn, views, view_kwargs, caller)
+
+    return op
+
+
+_wrapped: dict[int, Any] = {}  # one wrapper per function, so an alias stays the same object (`cast is to`)
+for _name in __all__:
+    _fn = globals().get(_name)
+    if inspect.isfunction(_fn) and _fn.__module__ == __name__:
+        globals()[_name] = _wrapped.setdefault(id(_fn), _taking_foreign(_fn))
+del _wrapped, _name, _fn

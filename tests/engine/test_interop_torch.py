@@ -47,6 +47,16 @@ SCRIPT = textwrap.dedent(
     prod = mm.matmul(a, b.T)
     assert type(prod) is torch.Tensor and torch.allclose(prod.float(), a.float() @ b.float().T, atol=0.1, rtol=1e-2)
 
+    from nbxcert import ops  # torch's names over nbxcert's kernels, on torch tensors
+
+    s = ops.add(a, a, alpha=2)
+    assert type(s) is torch.Tensor and torch.equal(s, a + 2 * a)
+    assert ops.to(a, torch.float32).dtype == torch.float32 and ops.to(a, torch.float16) is a
+    t = ops.clone(a.T)
+    assert t.stride() == a.T.clone().stride() and torch.equal(t, a.T), "preserve_format, as torch.clone"
+    doubled = a.clone()
+    assert ops.mul_(doubled, 2) is doubled and torch.equal(doubled, a * 2)
+
     side = torch.cuda.Stream()
     late = torch.empty_like(x)
     with torch.cuda.stream(side):

@@ -547,6 +547,36 @@ def test_a_served_op_takes_numpy_arrays_under_the_interpreter_and_gives_numpy_ba
     assert type(summed) is np.ndarray and type(normed) is np.ndarray
 
 
+def test_nbxcert_ops_take_numpy_arrays_under_the_interpreter_and_give_numpy_back(backend):
+    """Bug: `nbxcert.ops` took nbxcert tensors only (`ops.add` of two foreign tensors was refused as "an operand of
+    type ndarray is neither a Tensor nor a number", `ops.rms_norm` broke on the numpy result of its family). Every op
+    takes them as the families do: fresh results in the caller's library, an in-place op's and an `out=`'s as the
+    very object passed, a dtype as that library writes it."""
+    if backend.name != "interpreter":
+        pytest.skip("numpy arrays are host data on a GPU")
+    from nbxcert import ops
+
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    got = ops.add(x, x, alpha=2)
+    assert type(got) is np.ndarray and np.array_equal(got, 3 * x)
+    mixed = ops.mul(T.from_numpy(x), x)  # one nbxcert tensor, one numpy array: the caller's library is numpy's
+    assert type(mixed) is np.ndarray and np.array_equal(mixed, x * x)
+    y = x.copy()
+    assert ops.add_(y, 1) is y and np.array_equal(y, x + 1)  # written through the view, no copy
+    out = np.zeros_like(x)
+    assert ops.mul(x, 2, out=out) is out and np.array_equal(out, 2 * x)
+    half = ops.to(x, np.float16)  # numpy's dtype, read by its name
+    assert type(half) is np.ndarray and half.dtype == np.float16 and ops.to(x, np.dtype("float32")) is x
+    copy = ops.clone(x.T)  # preserve_format: a transposed array's copy keeps its strides, as torch's does
+    assert type(copy) is np.ndarray and copy.strides == x.T.strides and np.array_equal(copy, x.T)
+    normed = ops.rms_norm(x, (8,), np.ones(8, np.float32))
+    ref = x / np.sqrt((x.astype(np.float64) ** 2).mean(-1, keepdims=True) + np.finfo(np.float32).eps)
+    assert type(normed) is np.ndarray and np.allclose(normed, ref, rtol=1e-5)
+    assert ops.cast is ops.to and ops.logsigmoid is ops.log_sigmoid  # an alias stays the same op
+    with pytest.raises(DTypeError, match="unknown dtype 'float7'"):
+        ops.to(x, "float7")
+
+
 def test_a_served_op_takes_jax_arrays_under_the_interpreter_and_gives_jax_arrays_back(backend):
     """JAX (where it is installed: it is not a test dependency) as the caller's library: its CPU arrays are viewed
     with no copy, and the results are JAX arrays made by `jax.dlpack.from_dlpack`, bit for bit nbxcert's own."""
