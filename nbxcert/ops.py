@@ -94,13 +94,19 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (bool, int, float)) and not isinstance(v, type)
 
 
+def _torch_name(value) -> str:
+    """A torch constant (`torch.float16`, `torch.preserve_format`), a numpy or JAX dtype, or a string, by the name
+    nbxcert gives it: read from the object, its library never imported."""
+    return str(getattr(value, "__name__", None) or value).removeprefix("torch.")
+
+
 def _get_dtype(dtype):
     """A dtype by nbxcert's name or alias, or as torch, numpy or JAX write one (`torch.float16`, `np.float16`,
-    `np.dtype("float16")`): read by its name, no library imported."""
+    `np.dtype("float16")`)."""
     dtypes = importlib.import_module("nbxcert.kernels.dtypes")
     if isinstance(dtype, (str, dtypes.DType)):
         return dtypes.get_dtype(dtype)
-    return dtypes.get_dtype(str(getattr(dtype, "__name__", None) or dtype).removeprefix("torch."))
+    return dtypes.get_dtype(_torch_name(dtype))
 
 
 def _apply(name: str, operands: list, params: dict | None = None, out=None, promote_params: tuple = ()) -> Any:
@@ -614,7 +620,7 @@ MEMORY_FORMATS = ("preserve_format", "contiguous_format")
 
 def _memory_format(op: str, memory_format) -> str:
     """torch's memory_format by name (`torch.preserve_format` or the string); the channels-last formats refused."""
-    name = str(memory_format).removeprefix("torch.")
+    name = _torch_name(memory_format)
     if name not in MEMORY_FORMATS:
         _refuse(op, f"memory_format={memory_format} (nbxcert copies as {' or '.join(MEMORY_FORMATS)})")
     return name
@@ -1185,5 +1191,7 @@ _wrapped: dict[int, Any] = {}  # one wrapper per function, so an alias stays the
 for _name in __all__:
     _fn = globals().get(_name)
     if inspect.isfunction(_fn) and _fn.__module__ == __name__:
-        globals()[_name] = _wrapped.setdefault(id(_fn), _taking_foreign(_fn))
+        if id(_fn) not in _wrapped:
+            _wrapped[id(_fn)] = _taking_foreign(_fn)
+        globals()[_name] = _wrapped[id(_fn)]
 del _wrapped, _name, _fn
