@@ -334,23 +334,24 @@ def drive_all(
             except queue.Empty:
                 return
             try:
-                replies[i] = w.request(r, timeout_s)
-            except WorkerGone as gone:
-                replies[i] = {"status": gone.status, "reason": gone.detail}
+                try:
+                    replies[i] = w.request(r, timeout_s)
+                except WorkerGone as gone:
+                    replies[i] = {"status": gone.status, "reason": gone.detail}
+                with lock:
+                    done[0] += 1
+                    count = done[0]
+                if on_reply is not None:  # a progress line, which the interrupted caller may be tearing down
+                    on_reply(count)
             except Exception:
                 if stop.is_set():  # the sweep was interrupted and this worker killed: the interrupt is the news
                     return
                 raise
-            with lock:
-                done[0] += 1
-                count = done[0]
-            if on_reply is not None:
-                on_reply(count)
 
     threads = [threading.Thread(target=drive, args=(w,), daemon=True) for w in workers[: max(1, len(requests))]]
-    for t in threads:
-        t.start()
-    try:
+    try:  # an interrupt may land while the threads start, as well as while they run
+        for t in threads:
+            t.start()
         for t in threads:
             t.join()
     except BaseException:
@@ -360,7 +361,8 @@ def drive_all(
         for w in workers:
             w.kill()
         for t in threads:
-            t.join(timeout=10)
+            if t.is_alive():  # one not started yet cannot be joined
+                t.join(timeout=10)
         raise
     return replies
 
