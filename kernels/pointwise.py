@@ -3234,23 +3234,22 @@ def _evaluate_in_tiles(fn, flat: list, kwargs: dict, parts: list) -> tuple[np.nd
 
     def part(lo: int, hi: int) -> list:
         constants = []
-        for i in range(lo, hi, _parts.TILE):
-            j = min(i + _parts.TILE, hi)
-            r, sc = fn(*(o[i:j] if np.ndim(o) else o for o in flat), **kwargs)
-            ref[i:j] = r
+        for t in _parts.tiles(lo, hi):
+            r, sc = fn(*(o[t] if np.ndim(o) else o for o in flat), **kwargs)
+            ref[t] = r
             sc = np.asarray(sc)
             if sc.size and not any(sc.strides):
-                constants.append((i, j, float(sc.reshape(-1)[0])))
+                constants.append((t, float(sc.reshape(-1)[0])))
             else:
-                scale[i:j] = sc
+                scale[t] = sc
         return constants
 
     constants = [c for done in _parts.in_parts(part, parts) for c in done]
     tiles = sum(-(-(hi - lo) // _parts.TILE) for lo, hi in parts)
-    if len(constants) == tiles and len({v for _, _, v in constants}) == 1:
-        return ref, np.broadcast_to(np.float64(constants[0][2]), ref.shape)
-    for i, j, v in constants:
-        scale[i:j] = v
+    if len(constants) == tiles and len({v for _, v in constants}) == 1:
+        return ref, np.broadcast_to(np.float64(constants[0][1]), ref.shape)
+    for t, v in constants:
+        scale[t] = v
     return ref, scale
 
 

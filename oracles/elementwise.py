@@ -38,7 +38,7 @@ import math
 
 import numpy as np
 
-from nbxcert.oracles.parts import TILE, elementwise_in_parts, in_parts, part_bounds, row_parts
+from nbxcert.oracles.parts import TILE, elementwise_in_parts, in_parts, part_bounds, row_parts, tiles
 
 _EXTENDED = np.finfo(np.longdouble).nmant >= 63
 
@@ -130,8 +130,8 @@ def _evaluate(fn, x: np.ndarray, remember: bool = True) -> np.ndarray:
         src, dst = x.reshape(-1), out.reshape(-1)
 
         def part(lo: int, hi: int) -> None:
-            for i in range(lo, hi, TILE):
-                dst[i : min(i + TILE, hi)] = _on_tile(fn, src[i : min(i + TILE, hi)], tables)
+            for t in tiles(lo, hi):
+                dst[t] = _on_tile(fn, src[t], tables)
 
         parts = part_bounds(src.size)
     else:  # a strided view (SwiGLU's halves): its rows, a block of them (or a stretch of one long row) a tile

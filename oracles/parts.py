@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -20,6 +21,12 @@ PARALLEL_AT = 1 << 20
 # or more operands), a tile is TILE elements: its temporaries are small and taken again from the heap, where whole
 # arrays over glibc's mmap threshold were fresh memory faulted in at every call.
 TILE = 1 << 16
+
+
+def tiles(lo: int, hi: int) -> Iterator[slice]:
+    """[lo, hi) as slices of at most TILE elements, in order."""
+    for i in range(lo, hi, TILE):
+        yield slice(i, min(i + TILE, hi))
 
 
 def threads() -> int:
