@@ -195,11 +195,13 @@ def test_winners_reads_every_entry_with_a_timed_default():
         (keys[k].kernel, tuple(keys[k].dtypes), json.dumps(e["winner"]["config"], sort_keys=True))
         for k, e in entries.items()
     }
-    assert out["keys"] == len(entries) and out["distinct_winners"] == len(winners) < len(entries)
+    assert out["keys"] == len(entries) and out["distinct_winners"] == len(winners)
     # --workload: only that workload's certified keys (tinyllama-1.1b's 526 of the shipped Hopper certificates)
     every = bc.winners(argparse.Namespace(dir=str(root), profile="hopper", workload=""))
     tiny = bc.winners(argparse.Namespace(dir=str(root), profile="hopper", workload="tinyllama-1.1b"))
     assert tiny["all"]["n"] == 526 < every["all"]["n"] and tiny["workload"] == "tinyllama-1.1b"
+    # keys that share a kernel, dtypes and winner share a compile: the Hopper keys have such (the demo's 23 may not)
+    assert 0 < every["distinct_winners"] < every["keys"]
 
 
 def test_shard_text_is_read_and_refused_when_out_of_range():
