@@ -2891,6 +2891,7 @@ def pointwise_call(
     config and launches. A refused input raises `LaunchError` (`nbxcert.kernels.faults`)."""
     row = OPS[op]
     operands = [x, y, z][: max(row.arity, 0)]
+    result, operands, out = out, *_in_storage_order(operands, out)
     scalars = []
     for v, d in zip([x, y, z], via, strict=True):
         scalars.append(None if v is None or isinstance(v, Tensor) else scalar_arg(v, d, compute))
@@ -2901,7 +2902,7 @@ def pointwise_call(
         hi, lo = _bounds(compute, out.dtype.name)
         scalars[1], scalars[2] = (FLOAT_SCALAR, float_bits(hi)), (FLOAT_SCALAR, float_bits(lo))
         bound = INT_BITS[out.dtype.name]
-        operands = [x, hi, lo]
+        operands = [operands[0], hi, lo]
     plan = Plan(op, tuple(via), compute, tuple(scalars), tuple(params), p_float, bound)
     spec = SPECS[op]
 
@@ -2913,7 +2914,23 @@ def pointwise_call(
     run(choose_config(spec, problem, dtypes, config, run=run, outputs=(out,), restore=restore))
     if plan_has_guard(op, compute, out):
         faults.after_launch(out.device)
-    return out
+    return result
+
+
+def _in_storage_order(operands: list, out: Tensor) -> tuple[list, Tensor]:
+    """An element-wise op is the same op on its operands and output with their dimensions permuted alike: where `out`
+    is dense in another order of its dimensions than the given one (a transposed or permuted result), the views in
+    its storage order, so that it is contiguous and an operand laid out as it is reads dense (the flat kernel over
+    one run of storage, the dense key), a broadcast one broadcast. Anything else as given."""
+    if out.ndim < 2 or out.is_contiguous():
+        return operands, out
+    shape = tuple(out.shape)
+    perm = sorted(range(out.ndim), key=lambda d: (out.strides[d], shape[d]), reverse=True)
+    view = out.permute(perm)
+    if not view.is_contiguous():  # a strided output: no order makes it one run
+        return operands, out
+    moved = [t.expand(shape).permute(perm) if isinstance(t, Tensor) else t for t in operands]
+    return moved, view
 
 
 def plan_has_guard(op: str, compute: str, out: Tensor) -> bool:

@@ -269,8 +269,12 @@ class Tensor:
         return self._storage
 
     def is_contiguous(self) -> bool:
-        expected = _contiguous_strides(self.shape)
-        return all(n == 1 or s == e for n, s, e in zip(self.shape, self._strides, expected, strict=False))
+        step = 1  # on a served call's path (a new result's layout, the key's): one pass, innermost first
+        for n, s in zip(reversed(self.shape), reversed(self._strides), strict=True):
+            if n != 1 and s != step:
+                return False
+            step *= max(n, 1)
+        return True
 
     def span(self) -> tuple[int, int]:
         """[first byte, one past the last byte) this view touches in its storage."""

@@ -34,6 +34,7 @@ import functools
 import importlib
 import inspect
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from nbxcert.errors import ArgumentNotSupported, DTypeError, ShapeMismatch, ViewError
@@ -137,7 +138,7 @@ def _apply(name: str, operands: list, params: dict | None = None, out=None, prom
         common = "float32"
     pw.check_dtype(op, common)
     if out is None:
-        out = pw.empty(shape, result, device)
+        out = _result(shape, tensors, result, device)
     else:
         if not isinstance(out, Tensor):
             raise DTypeError(f"{op.name}: out must be a Tensor, got {type(out).__name__}")
@@ -626,60 +627,68 @@ def _memory_format(op: str, memory_format) -> str:
     return name
 
 
-def _dense_order(shape: tuple, strides: tuple) -> list[int]:
-    """The dimensions from the innermost out, as torch orders a view's for a copy that keeps its layout: by stride,
-    a larger size outermost between equal strides, a broadcast dimension (stride 0) left where it stands."""
+def _stride_order(shape: tuple, strides: Sequence[tuple]) -> list[int]:
+    """The dimensions from the innermost out, as torch orders them for a result's layout (TensorIterator's reordering
+    of dimensions): an insertion sort where the first operand whose strides in two dimensions are both nonzero and
+    differ decides their order, a larger size outermost between equal strides, and a dimension that no operand
+    orders (a broadcast, stride 0) left where it stands. `strides`: each operand's, broadcast to `shape`."""
     order = list(range(len(shape)))[::-1]
+
+    def swap(a: int, b: int) -> int:
+        for st in strides:
+            sa, sb = st[a], st[b]
+            if sa == 0 or sb == 0:
+                continue
+            if sa != sb:
+                return 1 if sa > sb else -1
+            if shape[a] > shape[b]:
+                return 1
+        return 0
+
     for i in range(1, len(order)):
         j = i
         for k in range(i - 1, -1, -1):
-            a, b = order[k], order[j]
-            if strides[a] == 0 or strides[b] == 0:
-                continue
-            if strides[a] > strides[b] or (strides[a] == strides[b] and shape[a] > shape[b]):
+            c = swap(order[k], order[j])
+            if c > 0:
                 order[k], order[j] = order[j], order[k]
                 j = k
-            elif strides[a] < strides[b]:
+            elif c < 0:
                 break
     return order
 
 
-def _is_dense(shape: tuple, strides: tuple) -> bool:
-    """Non-overlapping and dense: the elements fill numel consecutive places of storage, in some order of the
-    dimensions (dimensions of size 1 hold none)."""
-    need = 1
-    for n, st in sorted(((n, st) for n, st in zip(shape, strides, strict=True) if n > 1), key=lambda d: d[1]):
-        if st != need:
-            return False
-        need *= n
-    return True
+def _broadcast_strides(t, shape: tuple) -> tuple:
+    """t's strides read into the broadcast `shape`: 0 for a dimension it repeats or lacks."""
+    lead = len(shape) - t.ndim
+    return (0,) * lead + tuple(
+        0 if n == 1 and shape[lead + i] != 1 else st for i, (n, st) in enumerate(zip(t.shape, t.strides, strict=True))
+    )
+
+
+def _result(shape: tuple, tensors: list, dtype: str, device):
+    """A new result of an element-wise op, laid out as torch lays one out: contiguous where every tensor operand is;
+    else dense in the order of dimensions its operands' strides give (`_stride_order`), so the result of operands
+    that share a transposed or permuted layout has it too (and the op runs over them in storage order)."""
+    pw = _pw()
+    if len(shape) < 2 or all(t.is_contiguous() for t in tensors):
+        return pw.empty(shape, dtype, device)
+    tm = importlib.import_module("nbxcert.kernels.tensor")
+    dense, step = [0] * len(shape), 1
+    for d in _stride_order(shape, [_broadcast_strides(t, shape) for t in tensors]):
+        dense[d] = step
+        step *= max(shape[d], 1)
+    kind = _get_dtype(dtype)
+    return tm.Tensor(tm.Storage(step * kind.itemsize, device), shape, dense, kind)
 
 
 def clone(input, *, memory_format="preserve_format"):
-    """A copy (torch.clone). memory_format `preserve_format` (torch's default): a dense view in any order of its
-    dimensions (a transposed or permuted tensor) is copied as it lies in storage, the copy keeping its strides (one
-    pass over the elements in storage order); any other view into dense strides that keep its order of dimensions.
-    `contiguous_format`: a contiguous copy (as `input.contiguous()` makes one)."""
+    """A copy (torch.clone). memory_format `preserve_format` (torch's default): the copy laid out as input is, in
+    dense strides that keep its order of dimensions (a transposed or permuted dense view keeps its very strides, and
+    is copied in one pass over storage); `contiguous_format`: a contiguous copy (as `input.contiguous()` makes one)."""
     pw = _pw()
-    if _memory_format("clone", memory_format) == "contiguous_format" or input.is_contiguous():
+    if _memory_format("clone", memory_format) == "contiguous_format":
         return _cast_into(input, pw.empty(input.shape, input.dtype.name, input.device))
-    tm = importlib.import_module("nbxcert.kernels.tensor")
-    shape, strides = tuple(input.shape), tuple(input.strides)
-    if _is_dense(shape, strides):
-        out = tm.Tensor(tm.Storage(input.nbytes, input.device), shape, strides, input.dtype)
-        flat = (input.numel,)
-        # both hold the elements in one stretch of storage in the same order: copied as one contiguous run
-        _cast_into(
-            tm.Tensor(input.untyped_storage(), flat, (1,), input.dtype, input.storage_offset()),
-            tm.Tensor(out.untyped_storage(), flat, (1,), input.dtype),
-        )
-        return out
-    dense, step = [0] * len(shape), 1
-    for d in _dense_order(shape, strides):
-        dense[d] = step
-        step *= max(shape[d], 1)
-    out = tm.Tensor(tm.Storage(input.nbytes, input.device), shape, dense, input.dtype)
-    return _cast_into(input, out)
+    return _cast_into(input, _result(tuple(input.shape), [input], input.dtype.name, input.device))
 
 
 def to(input, dtype, copy=False):

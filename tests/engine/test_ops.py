@@ -112,6 +112,67 @@ def test_clone_keeps_the_layout_as_torch_does(view, strides):
         ops.clone(v, memory_format="channels_last")
 
 
+X = np.arange(24, dtype=np.float32).reshape(4, 6) - 11.5
+
+
+def _x():
+    return from_numpy(X)
+
+
+def _dense(t):
+    return ops.clone(t, memory_format="contiguous_format")
+
+
+@pytest.mark.parametrize(
+    ("make", "host", "strides"),
+    [  # torch's result strides for these calls (TensorIterator: the first operand that orders two dimensions decides)
+        (lambda: ops.add(_x().T, _x().T), lambda: X.T + X.T, (1, 6)),  # a shared layout: the result has it too
+        (lambda: ops.add(_x().T, _dense(_x().T)), lambda: X.T + X.T, (1, 6)),
+        (lambda: ops.add(_dense(_x().T), _x().T), lambda: X.T + X.T, (4, 1)),
+        (lambda: ops.mul(_x().T, 2.0), lambda: X.T * 2, (1, 6)),
+        (lambda: ops.add(_x().T, from_numpy(np.ones(4, np.float32))), lambda: X.T + 1, (1, 6)),  # a broadcast row
+        (lambda: ops.neg(_x().T), lambda: -X.T, (1, 6)),
+        (lambda: ops.add(_x()[:, ::2], _x()[:, ::2]), lambda: 2 * X[:, ::2], (3, 1)),  # not dense: dense strides
+        (
+            lambda: ops.sub(_x().view(2, 3, 4).permute(2, 0, 1), ops.neg(_x().view(2, 3, 4).permute(2, 0, 1))),
+            lambda: 2 * X.reshape(2, 3, 4).transpose(2, 0, 1),
+            (1, 12, 4),
+        ),
+    ],
+)
+def test_an_elementwise_result_is_laid_out_as_torch_lays_it_out(make, host, strides):
+    """A new result's strides follow its operands' layout as torch's do; its values are the op's on numpy arrays."""
+    got = make()
+    assert got.strides == strides
+    np.testing.assert_array_equal(got.numpy(), host())
+
+
+def test_operands_that_share_a_layout_are_served_the_dense_key(tmp_path, monkeypatch):
+    """An op over two transposed operands (and a clone of one) runs over storage in order: the key is the dense
+    one, as for contiguous operands, not the transposed layout's gather."""
+    import json
+
+    from nbxcert import serving
+
+    record = tmp_path / "keys.jsonl"
+    monkeypatch.setenv("NBXCERT_KEY_RECORD", str(record))
+    serving.reset()  # the serving state reads the variable once
+    a, b = _x(), _x()
+    got = ops.add(a.T, b.T)
+    np.testing.assert_array_equal(got.numpy(), a.numpy().T + b.numpy().T)
+    into = ops.zeros(6, 4, device=DEVICE).T.T  # a contiguous output: the operands read transposed
+    assert into.is_contiguous()
+    ops.add(a.T, b.T, out=into)
+    np.testing.assert_array_equal(into.numpy(), a.numpy().T + b.numpy().T)
+    monkeypatch.delenv("NBXCERT_KEY_RECORD")
+    serving.reset()
+    keys = [json.loads(line)["key"] for line in record.read_text().splitlines()]
+    assert [k.split("[")[1].split(";")[0] for k in keys if k.startswith("pw_add")] == [
+        "numel=32,out=dense,x=dense,y=dense,z=none",
+        "numel=32,out=dense,x=transposed,y=transposed,z=none",
+    ], keys
+
+
 def test_activation_inplace_and_keywords():
     x = _t([-1.0, 2.0], np.float32)
     y = ops.leaky_relu(x, negative_slope=0.5)
