@@ -1135,12 +1135,21 @@ ROPE_MAX_POSITION = 4096
 ROPE_BASE = 10000.0
 
 
+_ROPE_CACHES: dict[tuple, np.ndarray] = {}
+
+
 def rope_cache(rot_dim: int, max_position: int = ROPE_MAX_POSITION, base: float = ROPE_BASE) -> np.ndarray:
     """The usual cos/sin cache [max_position, rot_dim]: frequency i is base^(-2i / rot_dim) (float64 values; stored
-    as float32)."""
-    inv_freq = base ** (-np.arange(0, rot_dim, 2) / rot_dim)
-    angles = np.arange(max_position)[:, None] * inv_freq[None, :]
-    return np.concatenate([np.cos(angles), np.sin(angles)], axis=1)
+    as float32). Made once a process for each (rot_dim, max_position, base), as a model makes its own once (every
+    rope key's inputs take one: 40 of them cost half a second of a cold start's host time); read-only."""
+    found = _ROPE_CACHES.get((rot_dim, max_position, base))
+    if found is None:
+        inv_freq = base ** (-np.arange(0, rot_dim, 2) / rot_dim)
+        angles = np.arange(max_position)[:, None] * inv_freq[None, :]
+        found = np.concatenate([np.cos(angles), np.sin(angles)], axis=1)
+        found.flags.writeable = False
+        _ROPE_CACHES[rot_dim, max_position, base] = found
+    return found
 
 
 def rope_inputs(problem, dtypes, seed, device, values: str = "normal") -> Inputs:
