@@ -202,11 +202,25 @@ def silu_and_mul(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """SwiGLU: x [..., 2d] -> silu(x[..., :d]) * x[..., d:], with silu(a) = a * sigmoid(a)."""
     x = np.asarray(x, dtype=np.float64)
     d = x.shape[-1] // 2
-    a, b = x[..., :d], x[..., d:]
-    ref = sigmoid(a)  # then a * sigmoid(a) * b in place, the same products in the same order: no array of its size more
-    np.multiply(a, ref, out=ref)
-    np.multiply(ref, b, out=ref)
-    return ref, np.abs(ref)
+    rows = x.reshape(-1, x.shape[-1])
+    ref, scale = np.empty((rows.shape[0], d)), np.empty((rows.shape[0], d))
+
+    def part(lo: int, hi: int) -> None:
+        # a * sigmoid(a) * b in place, the products in that order, and its scale: a block of rows a thread (the
+        # products of 4096 x 18944 on one core were 2 of the oracle's 3.7 s on the H200's host)
+        a, b, r = rows[lo:hi, :d], rows[lo:hi, d:], ref[lo:hi]
+        r[...] = sigmoid(a)
+        np.multiply(a, r, out=r)
+        np.multiply(r, b, out=r)
+        np.abs(r, out=scale[lo:hi])
+
+    parts = row_parts(*ref.shape)
+    if parts is None:
+        part(0, ref.shape[0])
+    else:
+        in_parts(part, parts)
+    shape = x.shape[:-1] + (d,)
+    return ref.reshape(shape), scale.reshape(shape)
 
 
 GELU_TANH_C = 0.044715  # the tanh approximation's cubic coefficient (Hendrycks & Gimpel 2016)
