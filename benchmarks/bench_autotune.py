@@ -24,7 +24,7 @@ nbxcert's.
     python3 benchmarks/bench_autotune.py --workload qwen2.5-7b --families matmul,rmsnorm,silu_and_mul --keys 7 \\
         --out autotune.json
 
-NBXCERT_COMPILE_POOL=cross in its environment has certify's compile workers cross-compile (`nbxcert.crosspool`); the
+NBXCERT_COMPILE_POOL in its environment picks certify's compile workers (`nbxcert.crosspool`: cross, the default); the
 report's `compile_pool` says which pool ran.
 """
 

@@ -228,8 +228,9 @@ def _close_ahead_pool() -> None:
 
 def cuda_pool(env: dict[str, str], modules: Sequence[str], jobs: int, make=None) -> CompilePool:
     """A pool of `jobs` compile workers for this process's GPU (`make`, default `CompilePool`), the C modules they
-    load built here first (`ready_for_workers`): how certify, `nbxcert warm` and the run-time sweep make theirs. With
-    NBXCERT_COMPILE_POOL=cross, workers that cross-compile for the GPU with no CUDA context (`nbxcert.crosspool`)."""
+    load built here first (`ready_for_workers`): how certify, `nbxcert warm` and the run-time sweep make theirs: workers
+    that cross-compile for the GPU with no CUDA context (`nbxcert.crosspool`), or with NBXCERT_COMPILE_POOL=device
+    workers compiling on the GPU."""
     from nbxcert import crosspool
 
     kind = crosspool.pool_kind()

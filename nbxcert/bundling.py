@@ -3,7 +3,9 @@
 made from other certificates than the ones shipped beside it.
 
 What is compiled. Each key asked for (a workload's, a keys file's, or every key certified in the directories) with a
-certificate (the first directory holding it wins, as serving's index takes it): its certified winner, at the entry's
+certificate (the first directory holding it wins, as serving's index takes it): its certified winner (of the key's
+first memory class, or with `--memory-class` of that class: an H100's winners, where they differ from an H200's, are
+another bundle's, `<workload>.80GB.nbxbundle` by the shipped bundles' naming), at the entry's
 certified problems (smallest, largest and timing members of its bucket) and, with a workload, at every launch the
 workload makes at its real shape whose key it is (a real shape may specialise otherwise than the bucket's ends: a
 size divisible by 16 or not). A key with no certificate is skipped and named in the report.
@@ -66,13 +68,14 @@ class Certified:
     path: Path
 
 
-def certified_entries(dirs: Sequence[Path], profile_key: str) -> dict[str, Certified]:
+def certified_entries(dirs: Sequence[Path], profile_key: str, memory_class: str | None = None) -> dict[str, Certified]:
     """Every key certified for `profile_key` in `dirs` (each file validated whole; `CertificateInvalid` names a
-    problem), the first directory (then the first file in path order) winning a key, as serving's index does."""
+    problem), the first directory (then the first file in path order) winning a key, as serving's index does: each
+    key's entry of its first memory class, or of `memory_class` (keys with none of it left out). A card of another
+    class is served its own class's winner, which may be another config: another bundle's binaries."""
     from nbxcert import certificates
 
-    # each key's first memory class's entry: another class's added beside it (`other_classes`) changes no binary
-    found = certificates.first_entries(dirs, profile_key)
+    found = certificates.first_entries(dirs, profile_key, memory_class)
     return {text: Certified(text, cert.kernel, cert.dtype, entry, path) for text, (path, cert, entry) in found.items()}
 
 
@@ -173,14 +176,16 @@ def plan(
     dirs: Sequence[Path],
     workload: str | Workload | None = None,
     kernels: Sequence[str] | None = None,
+    memory_class: str | None = None,
 ) -> tuple[list[Item], list[str], list[tuple[str, str]]]:
     """(the keys to compile, the keys skipped for want of a certificate, the keys refused with the reason). `keys`
-    None: every key certified for the profile in `dirs` (only those of `kernels` when given)."""
+    None: every key certified for the profile in `dirs` (only those of `kernels` when given); `memory_class`: that
+    class's winners (`certified_entries`)."""
     from nbxcert.errors import NbxcertError
     from nbxcert.kernels.spec import Config, get_spec
     from nbxcert.keys import make_key, parse_key
 
-    certified = certified_entries(dirs, profile.key)
+    certified = certified_entries(dirs, profile.key, memory_class)
     if keys is None:
         texts = sorted(t for t, c in certified.items() if not kernels or c.kernel in kernels)
     else:
@@ -219,6 +224,18 @@ def plan(
     return list(items.values()), skipped, refused
 
 
+def check_class(profile, memory_class: str | None) -> None:
+    """A memory class a card of the profile has (`UsageError` naming the classes otherwise)."""
+    from nbxcert.memory_class import classes_of
+
+    classes = classes_of(profile)
+    if memory_class is not None and memory_class not in classes:
+        raise UsageError(
+            f"--memory-class {memory_class} is not a class of {profile.key}'s cards",
+            hint=f"give one of: {', '.join(classes)}",
+        )
+
+
 def ptxas_version(target: Target) -> str:
     """The last line of `ptxas --version` of the ptxas Triton runs for `target` (Triton's own, unless
     TRITON_PTXAS_PATH names another)."""
@@ -249,11 +266,13 @@ def build(
     jobs: int | None = None,
     modules: Sequence[str] = (),
     progress: Callable[[int, int], None] | None = None,
+    memory_class: str | None = None,
 ) -> BundleReport:
     """Compile the certified winners of `keys` (None: every key certified in `dirs`; `dirs` None: serving's search
     path) for the profile's target and write the bundle `out` (see the module doc). `workload`: also compile each key
     at the workload's launches of it. `modules`: the user's own specs, imported here and in the workers.
-    `progress(done, total)` after each key compiled."""
+    `progress(done, total)` after each key compiled. `memory_class`: that class's winners (default each key's first
+    class's)."""
     import triton
 
     from nbxcert.census import load_census_specs
@@ -263,13 +282,14 @@ def build(
     profile = get_profile(profile_name)
     target = bundle_target(profile)
     load_census_specs(profile, modules)
+    check_class(profile, memory_class)
     if dirs is None:
         from nbxcert.serving import search_path
 
         dirs = search_path()
     jobs = max(1, jobs or os.cpu_count() or 1)
     report = BundleReport(profile.key, target, triton.__version__, str(out), jobs)
-    items, report.skipped, report.failed = plan(profile, keys, dirs, workload, kernels)
+    items, report.skipped, report.failed = plan(profile, keys, dirs, workload, kernels, memory_class)
     report.asked = len(items) + len(report.skipped) + len(report.failed)
     if not items:
         where = ", ".join(printable(d) for d in dirs)
@@ -578,22 +598,24 @@ def check(
     profile_name: str | None = None,
     kernels: Sequence[str] | None = None,
     modules: Sequence[str] = (),
+    memory_class: str | None = None,
 ) -> CheckReport:
     """Check a bundle (its integrity, every binary read) against the certificates of its profile in `dirs`: a key
     whose entry's digest differs is `changed`, a bundled key certified no more is `gone`, a certified key (of `keys`
     when given, of `kernels` when given) the bundle lacks is `missing`, and a key one of whose kernels' code changed
     since the bundle was built (its source key is not the bundled one: serving would find none of its binaries) is
-    `stale`."""
+    `stale`. `memory_class`: against that class's entries (a bundle built with it)."""
     with Bundle.open(path) as bundle:
         bundle.verify()
         manifest = bundle.manifest
-    if profile_name is not None:
-        from nbxcert.profiles import get_profile
+    from nbxcert.profiles import get_profile
 
+    if profile_name is not None:
         asked = get_profile(profile_name).key
         if asked != manifest["profile"]:
             raise UsageError(f"bundle {printable(path)} holds {manifest['profile']}'s winners, not {asked}'s")
-    certified = certified_entries(dirs, manifest["profile"])
+    check_class(get_profile(manifest["profile"]), memory_class)
+    certified = certified_entries(dirs, manifest["profile"], memory_class)
     bundled = {k["key"]: k for k in manifest["keys"]}
     report = CheckReport(str(path), manifest["profile"], [str(d) for d in dirs], len(bundled))
     for text, k in bundled.items():

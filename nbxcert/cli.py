@@ -1356,10 +1356,17 @@ def bundle(
     jobs: JobsOption = None,
     spec: SpecOption = None,
     json_out: JsonReportOption = False,
+    memory_class: Annotated[
+        str | None,
+        typer.Option(
+            help="Bundle (or check against) this memory class's winners (80GB: an H100's); default each key's first "
+            "class's."
+        ),
+    ] = None,
 ):
     """Compile the certified winners of PROFILE for its GPU (cross-compiling, no GPU needed) into one bundle file that
     serving loads instead of compiling: the keys of --workload, --hf-config, --keys or --key, or every key certified in
-    --dir.
+    --dir. A card of another memory class is served its own class's winners: bundle those with --memory-class.
     With --check FILE: exit 1 naming each key whose certificate in --dir changed, is gone, or is not bundled."""
     from nbxcert import bundling
     from nbxcert.census import load_census_specs
@@ -1404,7 +1411,7 @@ def bundle(
                 raise errors.UsageError("--workload, --hf-config, --keys and --key need --profile to form their keys")
             load_census_specs(prof, modules)
             found = gather_keys(prof, key or (), keys_file, workload, wanted)
-        report = bundling.check(check_file, dirs, found, profile, wanted, modules)
+        report = bundling.check(check_file, dirs, found, profile, wanted, modules, memory_class)
         if json_out:
             print(json.dumps(report.as_dict(), indent=2))
         else:
@@ -1413,7 +1420,10 @@ def bundle(
             print(report.line())
             if not report.ok:
                 print(
-                    _plain(f"rebuild it: nbxcert bundle --profile {report.profile} ... --out {check_file}"),
+                    _plain(
+                        f"rebuild it: nbxcert bundle --profile {report.profile} ... --out {check_file}"
+                        + (f" --memory-class {memory_class}" if memory_class else "")
+                    ),
                     file=sys.stderr,
                 )
         raise typer.Exit(0 if report.ok else 1)
@@ -1426,7 +1436,9 @@ def bundle(
         def progress(done: int, total: int) -> None:
             beat.state = f"{done}/{total} keys compiled"
 
-        report = bundling.build(prof.key, found, dirs, out_file, workload, wanted, jobs, modules, progress)
+        report = bundling.build(
+            prof.key, found, dirs, out_file, workload, wanted, jobs, modules, progress, memory_class
+        )
     if json_out:
         print(json.dumps(report.as_dict(), indent=2))
     else:

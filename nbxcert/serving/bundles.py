@@ -521,16 +521,23 @@ class Bundle:
 
 
 # --- serving ----------------------------------------------------------------------------------------------------------
-def bundle_files(profile_key: str, dirs: Sequence[Path]) -> list[Path]:
+def bundle_files(profile_key: str, dirs: Sequence[Path], other_classes: Sequence[str] = ()) -> list[Path]:
     """The bundle files serving reads for `profile_key`, in order: NBXCERT_BUNDLE_PATH's (a file as named, a
-    directory's `*.nbxbundle` files sorted), then `<dir>/<profile_key>/*.nbxbundle` of each certificate directory."""
+    directory's `*.nbxbundle` files sorted), then `<dir>/<profile_key>/*.nbxbundle` of each certificate directory.
+    A directory's `<name>.<class>.nbxbundle` of a class in `other_classes` (another card's winners,
+    `nbxcert bundle --memory-class`) is left unopened: its binaries serve no key of this card's class."""
+    other = {f".{c}{SUFFIX}" for c in other_classes}
+
+    def listed(directory: Path) -> list[Path]:
+        return sorted(p for p in directory.glob(f"*{SUFFIX}") if not any(p.name.endswith(o) for o in other))
+
     found: list[Path] = []
     for part in os.environ.get(ENV_PATH, "").split(os.pathsep):
         if not part.strip():
             continue
         p = Path(part)
         if p.is_dir():
-            found += sorted(p.glob(f"*{SUFFIX}"))
+            found += listed(p)
         elif p.exists():
             found.append(p)
         else:
@@ -538,7 +545,7 @@ def bundle_files(profile_key: str, dirs: Sequence[Path]) -> list[Path]:
     for d in dirs:
         base = Path(d) / profile_key
         if base.is_dir():
-            found += sorted(base.glob(f"*{SUFFIX}"))
+            found += listed(base)
     unique: dict[str, Path] = {}
     for p in found:
         unique.setdefault(os.path.realpath(p), p)
@@ -600,15 +607,19 @@ class BundleSource:
 _registered: BundleSource | None = None
 
 
-def register(profile, dirs: Sequence[Path], strict: bool) -> BundleSource | None:
-    """Open the bundles serving reads for `profile` (`bundle_files`), drop the unusable ones (another Triton, another
-    target, corrupt: one notice each, or the error under `strict`), and register a lookup over the rest with the kernel
-    layer. Returns it, or None (and registers nothing) when no bundle is usable or the profile compiles nothing."""
+def register(profile, dirs: Sequence[Path], strict: bool, memory_class: str | None = None) -> BundleSource | None:
+    """Open the bundles serving reads for `profile` (`bundle_files`; with this card's `memory_class`, not those named
+    for the profile's other classes), drop the unusable ones (another Triton, another target, corrupt: one notice
+    each, or the error under `strict`), and register a lookup over the rest with the kernel layer. Returns it, or None
+    (and registers nothing) when no bundle is usable or the profile compiles nothing."""
     global _registered
     unregister()
     if profile.backend != "cuda" or profile.target_arch is None:
         return None  # nbxcert's launcher runs CUDA binaries only
-    files = bundle_files(profile.key, dirs)
+    from nbxcert.memory_class import classes_of
+
+    others = [c for c in classes_of(profile) if memory_class is not None and c != memory_class]
+    files = bundle_files(profile.key, dirs, others)
     if not files:
         return None
     import triton

@@ -170,7 +170,7 @@ def state() -> ServingState:
                 except OSError as e:
                     say_once(f"[nbxcert] the run-time sweep cache {rt_path} cannot be read ({e.strerror}); not used")
             strict = os.environ.get("NBXCERT_STRICT_PROVENANCE", "") == "1"
-            compiled = _register_bundles(profile, dirs, strict)
+            compiled = _register_bundles(profile, dirs, strict, memory_class)
             n_dirs = sum(1 for d in dirs if files.is_dir(d))
             say_once(
                 f"[nbxcert] certified: {profile.name} ({memory_class} class), {len(index)} keys from {n_dirs} "
@@ -217,14 +217,14 @@ def _other_classes(dirs: Sequence[Path], profile_key: str, memory_class: str, se
     )
 
 
-def _register_bundles(profile, dirs: Sequence[Path], strict: bool):
-    """The bundles of compiled winners on the search path, registered with the kernel layer (`serving.bundles`);
-    nothing is imported or opened for a profile that compiles nothing (the interpreter)."""
+def _register_bundles(profile, dirs: Sequence[Path], strict: bool, memory_class: str):
+    """The bundles of compiled winners on the search path for this card's memory class, registered with the kernel
+    layer (`serving.bundles`); nothing is imported or opened for a profile that compiles nothing (the interpreter)."""
     if profile.target_arch is None:
         return None
     from nbxcert.serving.bundles import register
 
-    return register(profile, dirs, strict)
+    return register(profile, dirs, strict, memory_class)
 
 
 def reset() -> None:

@@ -209,6 +209,7 @@ def test_compile_workers_keep_no_freed_block(monkeypatch):
     from nbxcert.kernels.backends import memory
 
     made = {}
+    monkeypatch.setenv("NBXCERT_COMPILE_POOL", "device")  # the pool whose workers hold device memory
     monkeypatch.setattr(certify, "CompilePool", lambda env, modules, jobs: made.update(env=env) or "pool")
     assert certify.compile_pool("cuda", {"NBXCERT_BACKEND": "cuda"}, [], 2) == "pool"
     assert made["env"] == {"NBXCERT_BACKEND": "cuda", "NBXCERT_MEMORY_KEPT_PER_SIZE": "0"}
@@ -277,6 +278,7 @@ def test_certify_builds_the_workers_c_modules_before_it_starts_a_worker(tmp_path
     """The pool certify makes on a GPU (`ahead.cuda_pool`: forced here on the interpreter, whose compiles are no-ops)
     builds the C modules before the run's first worker, runner or compile worker, starts."""
     order: list[str] = []
+    monkeypatch.setenv("NBXCERT_COMPILE_POOL", "device")  # the cross pool reads the GPU's target: none here
     monkeypatch.setattr(ahead, "ready_for_workers", lambda: order.append("ready"))
     monkeypatch.setattr(certify, "compile_pool", lambda backend, env, modules, jobs: ahead.cuda_pool(env, modules, 2))
     start = Worker._start

@@ -354,6 +354,24 @@ def test_serving_registers_the_bundles_on_its_search_path(built, tmp_path, no_bu
     assert binaries.source() is None
 
 
+def test_serving_leaves_the_bundles_named_for_another_memory_class_unopened(tmp_path, no_bundle_path, monkeypatch):
+    """A card is served its own class's winners: `<name>.<class>.nbxbundle` of the profile's other classes is not
+    opened (an H200 does not read the H100's bundles); class-less names, this class's, and files named on
+    NBXCERT_BUNDLE_PATH are read."""
+    base = tmp_path / "nvidia" / "hopper"
+    base.mkdir(parents=True)
+    names = ["llama-3-8b.nbxbundle", "llama-3-8b.80GB.nbxbundle", "qwen2.5-7b.nbxbundle", "x.141GB.nbxbundle"]
+    for n in names:
+        (base / n).write_bytes(b"")
+    named = tmp_path / "mine.80GB.nbxbundle"
+    named.write_bytes(b"")
+    got = [p.name for p in bundles.bundle_files("nvidia/hopper", [tmp_path], ["80GB"])]
+    assert got == ["llama-3-8b.nbxbundle", "qwen2.5-7b.nbxbundle", "x.141GB.nbxbundle"]
+    assert [p.name for p in bundles.bundle_files("nvidia/hopper", [tmp_path])] == sorted(names)
+    monkeypatch.setenv(bundles.ENV_PATH, str(named))
+    assert bundles.bundle_files("nvidia/hopper", [], ["80GB"]) == [named]
+
+
 def test_a_bundle_of_another_triton_is_ignored_with_one_notice(built, tmp_path, no_bundle_path, capsys, monkeypatch):
     from nbxcert.kernels.backends import binaries
 
@@ -475,6 +493,70 @@ def test_an_entry_of_another_memory_class_beside_a_bundled_one_changes_nothing(b
     certs.write_file(beside, entries, kernel="rmsnorm", dtype="float16")
     report = bundling.check(built, [beside])
     assert (report.changed, report.gone, report.missing) == ([], [], [])
+
+
+def test_a_bundle_of_another_memory_class_holds_that_class_s_winners(built, certdir, tmp_path):
+    """An H100 (80GB class) is served its own class's winner, which may be another config than the H200's: a bundle
+    built with `--memory-class 80GB` holds those winners' binaries, is checked against that class's entries, and is
+    told changed against the first class's. A class the profile's cards do not have is refused by name."""
+    from nbxcert.certificates import of_class
+    from nbxcert.cli import app
+
+    key = RMSNORM[0]
+    held = _entries(certdir, "rmsnorm")[key]
+    first, other = (
+        of_class(held, held["memory_class"]),
+        of_class(held, "80GB" if held["memory_class"] != "80GB" else "141GB"),
+    )
+    assert other is not None and other["winner"]["config"] != first["winner"]["config"], "the shipped key changed"
+    cls = other["memory_class"]
+    out = tmp_path / f"rmsnorm.{cls}.nbxbundle"
+    runner = CliRunner()
+    made = runner.invoke(
+        app,
+        [
+            "bundle",
+            "--profile",
+            "hopper",
+            "--key",
+            key,
+            "--dir",
+            str(certdir),
+            "--out",
+            str(out),
+            "--jobs",
+            "1",
+            "--memory-class",
+            cls,
+        ],
+    )
+    assert made.exit_code == 0, made.output
+    with Bundle.open(out) as b, Bundle.open(built) as default:
+        (bundled,) = b.keys
+        assert bundled["config"] == other["winner"]["config"] and bundled["entry_digest"] == entry_digest(other)
+        theirs = {x["binary"] for k in default.keys if k["key"] == key for x in k["launches"]}
+        assert {x["binary"] for x in bundled["launches"]} != theirs  # another config: another cubin
+    ok = runner.invoke(
+        app,
+        [
+            "bundle",
+            "--check",
+            str(out),
+            "--dir",
+            str(certdir),
+            "--key",
+            key,
+            "--profile",
+            "hopper",
+            "--memory-class",
+            cls,
+        ],
+    )
+    assert ok.exit_code == 0 and "matches its certificates" in ok.output, ok.output
+    assert bundling.check(out, [certdir], [parse_key(key)]).changed == [key]
+    bad = runner.invoke(app, ["bundle", "--check", str(out), "--dir", str(certdir), "--memory-class", "7GB"])
+    assert bad.exit_code != 0 and "--memory-class 7GB is not a class of nvidia/hopper's cards" in bad.output, bad.output
+    assert "Traceback" not in bad.output
 
 
 def test_the_check_names_each_key_whose_kernel_code_changed_since_the_build(built, certdir, tmp_path):

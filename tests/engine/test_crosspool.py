@@ -34,11 +34,11 @@ def _requests(key_text: str, configs) -> list[dict]:
     return [{**base, "op": "compile", "config": c.as_dict()} for c in configs]
 
 
-def test_the_pool_kind_is_device_unless_cross_is_asked_and_anything_else_is_refused(monkeypatch):
+def test_the_pool_kind_is_cross_unless_device_is_asked_and_anything_else_is_refused(monkeypatch):
     monkeypatch.delenv("NBXCERT_COMPILE_POOL", raising=False)
-    assert crosspool.pool_kind() == "device"
-    monkeypatch.setenv("NBXCERT_COMPILE_POOL", "cross")
     assert crosspool.pool_kind() == "cross"
+    monkeypatch.setenv("NBXCERT_COMPILE_POOL", "device")
+    assert crosspool.pool_kind() == "device"
     monkeypatch.setenv("NBXCERT_COMPILE_POOL", "gpu")
     with pytest.raises(UsageError, match="NBXCERT_COMPILE_POOL=gpu is not a compile pool"):
         crosspool.pool_kind()
@@ -164,10 +164,10 @@ def test_doctor_and_certify_say_which_pool_compiles_and_refuse_a_bad_setting(tmp
     """`crosspool.describe`: the pool a run makes in words (doctor's `compile pool` row, certify's log line); a bad
     NBXCERT_COMPILE_POOL is doctor's `unusable: ...` and certify's one-line usage error before any key."""
     monkeypatch.delenv("NBXCERT_COMPILE_POOL", raising=False)
-    assert crosspool.describe("cuda").startswith("device: each compile worker makes a CUDA context")
-    assert crosspool.describe("interpreter") == "none on the interpreter backend (it compiles nothing ahead)"
-    monkeypatch.setenv("NBXCERT_COMPILE_POOL", "cross")
     assert crosspool.describe("cuda").startswith("cross: workers cross-compile for the GPU, no CUDA context")
+    assert crosspool.describe("interpreter") == "none on the interpreter backend (it compiles nothing ahead)"
+    monkeypatch.setenv("NBXCERT_COMPILE_POOL", "device")
+    assert crosspool.describe("cuda").startswith("device: each compile worker makes a CUDA context")
     env = {**os.environ, "NBXCERT_BACKEND": "interpreter", "NBXCERT_COMPILE_POOL": "bad"}
     run = [sys.executable, "-m", "nbxcert"]
     r = subprocess.run([*run, "doctor", "--json"], capture_output=True, text=True, env=env, cwd=tmp_path)
@@ -176,6 +176,6 @@ def test_doctor_and_certify_say_which_pool_compiles_and_refuse_a_bad_setting(tmp
     r = subprocess.run(certify, capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode != 0 and r.stderr.strip().splitlines()[-1] == (
         "nbxcert: usage: NBXCERT_COMPILE_POOL=bad is not a compile pool -> set it to one of device, cross, or unset "
-        "it (device)"
+        "it (cross)"
     )
     assert not (tmp_path / "c").exists() or not any((tmp_path / "c").rglob("*.json"))
