@@ -177,10 +177,12 @@ def plan(
     workload: str | Workload | None = None,
     kernels: Sequence[str] | None = None,
     memory_class: str | None = None,
+    launches_of: Sequence[str | Workload] = (),
 ) -> tuple[list[Item], list[str], list[tuple[str, str]]]:
     """(the keys to compile, the keys skipped for want of a certificate, the keys refused with the reason). `keys`
     None: every key certified for the profile in `dirs` (only those of `kernels` when given); `memory_class`: that
-    class's winners (`certified_entries`)."""
+    class's winners (`certified_entries`); `launches_of`: more workloads whose launches each key is also compiled at
+    (as `workload`'s), for a bundle of every key that serves several models."""
     from nbxcert.errors import NbxcertError
     from nbxcert.kernels.spec import Config, get_spec
     from nbxcert.keys import make_key, parse_key
@@ -213,10 +215,11 @@ def plan(
             if role in cp and cp[role] not in problems:
                 problems.append(dict(cp[role]))
         items[text] = Item(found, spec.name, dict(winner), parse_key(text).dtypes, problems)
-    if workload is not None and items:
+    shapes_of = [w for w in [workload, *launches_of] if w is not None]
+    if shapes_of and items:
         from nbxcert.workload import launches, resolve
 
-        for launch in launches(resolve(workload), profile):
+        for launch in (x for w in shapes_of for x in launches(resolve(w), profile)):
             text = make_key(get_spec(launch.kernel), launch.problem, launch.dtypes, profile).text()
             item = items.get(text)
             if item is not None and launch.problem not in item.problems:
@@ -267,12 +270,13 @@ def build(
     modules: Sequence[str] = (),
     progress: Callable[[int, int], None] | None = None,
     memory_class: str | None = None,
+    launches_of: Sequence[str | Workload] = (),
 ) -> BundleReport:
     """Compile the certified winners of `keys` (None: every key certified in `dirs`; `dirs` None: serving's search
     path) for the profile's target and write the bundle `out` (see the module doc). `workload`: also compile each key
     at the workload's launches of it. `modules`: the user's own specs, imported here and in the workers.
     `progress(done, total)` after each key compiled. `memory_class`: that class's winners (default each key's first
-    class's)."""
+    class's). `launches_of`: workloads whose launches each key is also compiled at."""
     import triton
 
     from nbxcert.census import load_census_specs
@@ -289,7 +293,7 @@ def build(
         dirs = search_path()
     jobs = max(1, jobs or os.cpu_count() or 1)
     report = BundleReport(profile.key, target, triton.__version__, str(out), jobs)
-    items, report.skipped, report.failed = plan(profile, keys, dirs, workload, kernels, memory_class)
+    items, report.skipped, report.failed = plan(profile, keys, dirs, workload, kernels, memory_class, launches_of)
     report.asked = len(items) + len(report.skipped) + len(report.failed)
     if not items:
         where = ", ".join(printable(d) for d in dirs)

@@ -1363,6 +1363,14 @@ def bundle(
             "class's."
         ),
     ] = None,
+    launches_of: Annotated[
+        str | None,
+        typer.Option(
+            "--launches-of",
+            help="Also compile each key at these workloads' launches of it (comma-separated names or files): a "
+            "bundle of every key in --dir that serves several models at their real shapes.",
+        ),
+    ] = None,
 ):
     """Compile the certified winners of PROFILE for its GPU (cross-compiling, no GPU needed) into one bundle file that
     serving loads instead of compiling: the keys of --workload, --hf-config, --keys or --key, or every key certified in
@@ -1378,9 +1386,9 @@ def bundle(
     jobs, dirs = check_jobs(jobs), existing_dirs(dirs)
     asked_keys = bool(key or keys_file or workload or hf_config)
     if check_file is not None:
-        if out_file is not None or jobs is not None:
+        if out_file is not None or jobs is not None or launches_of:
             raise errors.UsageError(
-                "--check reads a bundle and compiles nothing: --out and --jobs are for building one",
+                "--check reads a bundle and compiles nothing: --out, --jobs and --launches-of are for building one",
                 hint="nbxcert bundle --check FILE --dir CERTDIR",
             )
         if dirs is None:
@@ -1436,8 +1444,9 @@ def bundle(
         def progress(done: int, total: int) -> None:
             beat.state = f"{done}/{total} keys compiled"
 
+        shapes_of = [w.strip() for w in (launches_of or "").split(",") if w.strip()]
         report = bundling.build(
-            prof.key, found, dirs, out_file, workload, wanted, jobs, modules, progress, memory_class
+            prof.key, found, dirs, out_file, workload, wanted, jobs, modules, progress, memory_class, shapes_of
         )
     if json_out:
         print(json.dumps(report.as_dict(), indent=2))

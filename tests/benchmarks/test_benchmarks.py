@@ -530,7 +530,8 @@ def test_the_pool_start_probe_times_cold_warm_and_lone_workers(tmp_path):
     import os
     import subprocess
 
-    env = {**os.environ, "NBXCERT_BACKEND": "interpreter", "TRITON_INTERPRET": "1"}
+    # the usual pool's workers (the cross pool reads the GPU's target: none here)
+    env = {**os.environ, "NBXCERT_BACKEND": "interpreter", "TRITON_INTERPRET": "1", "NBXCERT_COMPILE_POOL": "device"}
     cmd = [sys.executable, str(BENCH / "probe_pool_start.py"), "--jobs", "2", "--out", str(tmp_path / "p.json")]
     r = subprocess.run(
         [*cmd, "--key", "rmsnorm[n_cols=300,n_rows=8;float16,float16]@v1"], capture_output=True, text=True, env=env

@@ -181,6 +181,7 @@ def test_compile_ahead_keeps_its_pool_between_calls_and_stops_it_when_idle(monke
     from nbxcert.kernels import rows
 
     monkeypatch.setattr(backends, "select", lambda: SimpleNamespace(name="cuda"))
+    monkeypatch.setenv("NBXCERT_COMPILE_POOL", "device")  # the pool class patched here; the cross one reads a GPU
     monkeypatch.setattr(ahead, "CompilePool", _FakePool)
     monkeypatch.setattr(ahead, "AHEAD_IDLE_S", 0.3)
     _FakePool.made.clear()

@@ -145,6 +145,7 @@ def test_compile_all_compiles_each_kernel_once_before_its_other_specialisations(
     compile that kernel side by side); the replies still come back in the requests' order."""
     from nbxcert import warm, worker
 
+    monkeypatch.setenv("NBXCERT_COMPILE_POOL", "device")  # the pool class patched here; the cross one reads a GPU
     batches = []
 
     class Pool:
@@ -190,6 +191,8 @@ def test_compile_all_compiles_each_kernel_once_before_its_other_specialisations(
 def _blocking_pool(monkeypatch, gate, jobs_seen, fail=None):
     """A compile pool that answers once `gate` is set (or raises `fail`), recording the jobs it was given."""
     from nbxcert import worker
+
+    monkeypatch.setenv("NBXCERT_COMPILE_POOL", "device")  # the pool class patched here; the cross one reads a GPU
 
     class Pool:
         def __init__(self, env, modules, jobs):
