@@ -657,14 +657,6 @@ def _stride_order(shape: tuple, strides: Sequence[tuple]) -> list[int]:
     return order
 
 
-def _broadcast_strides(t, shape: tuple) -> tuple:
-    """t's strides read into the broadcast `shape`: 0 for a dimension it repeats or lacks."""
-    lead = len(shape) - t.ndim
-    return (0,) * lead + tuple(
-        0 if n == 1 and shape[lead + i] != 1 else st for i, (n, st) in enumerate(zip(t.shape, t.strides, strict=True))
-    )
-
-
 def _result(shape: tuple, tensors: list, dtype: str, device):
     """A new result of an element-wise op, laid out as torch lays one out: contiguous where every tensor operand is;
     else dense in the order of dimensions its operands' strides give (`_stride_order`), so the result of operands
@@ -674,7 +666,7 @@ def _result(shape: tuple, tensors: list, dtype: str, device):
         return pw.empty(shape, dtype, device)
     tm = importlib.import_module("nbxcert.kernels.tensor")
     dense, step = [0] * len(shape), 1
-    for d in _stride_order(shape, [_broadcast_strides(t, shape) for t in tensors]):
+    for d in _stride_order(shape, [t.expand(shape).strides for t in tensors]):  # broadcast: stride 0
         dense[d] = step
         step *= max(shape[d], 1)
     kind = _get_dtype(dtype)
