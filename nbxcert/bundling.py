@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from nbxcert.errors import BackendUnavailable, KeyNotCertified, UsageError
 from nbxcert.kernels.backends import cross
 from nbxcert.kernels.backends.cross import Target
+from nbxcert.memory_class import check_class
 from nbxcert.serving.bundles import SCHEMA_VERSION, Bundle, canonical, entry_digest, record_digest, serialize
 from nbxcert.text import printable
 from nbxcert.worker import Worker, one_line, serve_cross_compiling
@@ -225,18 +226,6 @@ def plan(
             if item is not None and launch.problem not in item.problems:
                 item.problems.append(dict(launch.problem))
     return list(items.values()), skipped, refused
-
-
-def check_class(profile, memory_class: str | None) -> None:
-    """A memory class a card of the profile has (`UsageError` naming the classes otherwise)."""
-    from nbxcert.memory_class import classes_of
-
-    classes = classes_of(profile)
-    if memory_class is not None and memory_class not in classes:
-        raise UsageError(
-            f"--memory-class {memory_class} is not a class of {profile.key}'s cards",
-            hint=f"give one of: {', '.join(classes)}",
-        )
 
 
 def ptxas_version(target: Target) -> str:

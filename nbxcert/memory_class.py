@@ -24,3 +24,15 @@ def memory_class(profile, memory_bytes: int, sm_count: int | None = None) -> str
 def classes_of(profile) -> list[str]:
     """The memory classes of a profile's cards (its SKUs'), sorted; "cpu" for a profile of none (the interpreter)."""
     return sorted({s.memory_class for s in profile.skus}) or ["cpu"]
+
+
+def check_class(profile, memory_class: str | None) -> None:
+    """`--memory-class`: None, or a class one of the profile's cards has (`UsageError` naming the classes otherwise)."""
+    from nbxcert.errors import UsageError
+
+    classes = classes_of(profile)
+    if memory_class is not None and memory_class not in classes:
+        raise UsageError(
+            f"--memory-class {memory_class} is not a class of {profile.key}'s cards",
+            hint=f"give one of: {', '.join(classes)}",
+        )

@@ -223,14 +223,10 @@ def coverage(
     profile = get_profile(profile_name)
     if not keys:
         raise UsageError("no keys to count", hint="give --workload NAME|FILE, --keys FILE or --key TEXT")
-    from nbxcert.memory_class import classes_of
+    from nbxcert.memory_class import check_class, classes_of
 
+    check_class(profile, memory_class)
     classes = classes_of(profile)
-    if memory_class is not None and memory_class not in classes:
-        raise UsageError(
-            f"--memory-class {memory_class} is not a class of {profile.key}'s cards",
-            hint=f"give one of: {', '.join(classes)}",
-        )
     dirs = existing_dirs(dirs)
     check_environment(search_path=dirs is None)
     searched = list(dirs) if dirs else [d for d in serving.search_path() if d.is_dir()]
