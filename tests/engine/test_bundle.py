@@ -160,6 +160,27 @@ def test_the_same_inputs_give_the_same_bytes(built, certdir, tmp_path):
     assert again.read_bytes() == built.read_bytes()
 
 
+def test_launches_of_other_workloads_add_their_shapes_of_a_key_as_the_workload_does(certdir):
+    """`--launches-of W` (`plan(launches_of=...)`) compiles each key also at W's launches of it, as `--workload W`
+    does, for keys it does not select: tinyllama-1.1b launches rmsnorm at 96 rows, a member of the 128-row bucket whose
+    certified problems are its ends; a key no launch of W makes is left at its certified problems."""
+    key = parse_key(RMSNORM[1])
+    alone, _, _ = bundling.plan(HOPPER, [key], [certdir])
+    more, _, _ = bundling.plan(HOPPER, [key], [certdir], launches_of=["tinyllama-1.1b"])
+    as_workload, _, _ = bundling.plan(HOPPER, [key], [certdir], workload="tinyllama-1.1b")
+    assert more[0].problems == alone[0].problems + [{"n_rows": 96, "n_cols": 2048}] == as_workload[0].problems
+    other, _, _ = bundling.plan(HOPPER, [parse_key(RMSNORM[0])], [certdir], launches_of=["tinyllama-1.1b"])
+    assert other[0].problems == bundling.plan(HOPPER, [parse_key(RMSNORM[0])], [certdir])[0][0].problems
+
+
+def test_check_refuses_launches_of_in_one_line(built, certdir):
+    from nbxcert.cli import app
+
+    r = CliRunner().invoke(app, ["bundle", "--check", str(built), "--dir", str(certdir), "--launches-of", "llama-3-8b"])
+    assert r.exit_code != 0 and "--out, --jobs and --launches-of are for building one" in r.output, r.output
+    assert "Traceback" not in r.output
+
+
 def test_a_key_without_a_certificate_is_skipped_and_named(built, certdir, tmp_path):
     missing = "rmsnorm[n_cols=4096,n_rows=128;float16,float16]@v1"
     out = tmp_path / "one.nbxbundle"
