@@ -56,6 +56,19 @@ SCRIPT = textwrap.dedent(
     assert t.stride() == a.T.clone().stride() and torch.equal(t, a.T), "preserve_format, as torch.clone"
     doubled = a.clone()
     assert ops.mul_(doubled, 2) is doubled and torch.equal(doubled, a * 2)
+    # a new result laid out as torch lays it out, against torch itself (test_ops.py holds the rule's cases on the CPU)
+    c = torch.randn(512, 64, device="cuda", dtype=torch.float16)
+    row = torch.randn(64, device="cuda", dtype=torch.float16)
+    for ours, theirs in [
+        (ops.add(a.T, a.T), a.T + a.T),
+        (ops.add(a.T, c), a.T + c),
+        (ops.add(c, a.T), c + a.T),
+        (ops.mul(a.T, 2.0), a.T * 2.0),
+        (ops.add(a.T, row), a.T + row),
+        (ops.neg(a.T), -a.T),
+        (ops.add(a[:, ::2], a[:, ::2]), a[:, ::2] + a[:, ::2]),
+    ]:
+        assert ours.stride() == theirs.stride() and torch.equal(ours, theirs), (ours.stride(), theirs.stride())
 
     side = torch.cuda.Stream()
     late = torch.empty_like(x)
