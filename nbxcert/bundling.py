@@ -5,7 +5,7 @@ made from other certificates than the ones shipped beside it.
 What is compiled. Each key asked for (a workload's, a keys file's, or every key certified in the directories) with a
 certificate (the first directory holding it wins, as serving's index takes it): its certified winner (of the key's
 first memory class, or with `--memory-class` of that class: an H100's winners, where they differ from an H200's, are
-another bundle's, `<workload>.80GB.nbxbundle` by the shipped bundles' naming), at the entry's
+another bundle's, named `<workload>.80GB.nbxbundle` for serving and CI's gate to read its class), at the entry's
 certified problems (smallest, largest and timing members of its bucket) and, with a workload, at every launch the
 workload makes at its real shape whose key it is (a real shape may specialise otherwise than the bucket's ends: a
 size divisible by 16 or not). A key with no certificate is skipped and named in the report.
