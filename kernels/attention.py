@@ -51,7 +51,7 @@ from nbxcert.kernels.backends import select
 from nbxcert.kernels.common import family_spec
 from nbxcert.kernels.dtypes import bfloat16_bits_to_float32
 from nbxcert.kernels.faults import record_fault, record_fault_lanes
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, settle_keys, tl
 from nbxcert.kernels.launch import SPLIT_WORKSPACE, KernelLaunch, cdiv, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import limit, prune_with, shared_memory_refusal
@@ -1331,3 +1331,5 @@ PAGED_DECODE_ATTENTION = _decode_spec(
         {"batch": 2, "heads": 8, "kv_heads": 8, "kv_len": 37, "head_dim": 96, "block_size": 32},
     ),
 )
+
+settle_keys(globals())  # every JIT function's key read as the import ends (see settle_keys)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, settle_keys, tl
 from nbxcert.kernels.products import prefix, widened
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 
@@ -125,3 +125,6 @@ def _grouped(qg: Tensor, hs: int, rows: int, dim: int) -> Tensor:
         return qg.view(hs, rows, dim)
     except ViewError:
         return qg.contiguous().view(hs, rows, dim)
+
+
+settle_keys(globals())  # every JIT function's key read as the import ends (see settle_keys)

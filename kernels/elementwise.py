@@ -51,7 +51,7 @@ from nbxcert.kernels.common import (
 )
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.faults import record_fault
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, settle_keys, tl
 from nbxcert.kernels.launch import KernelLaunch, cdiv, constexprs, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
@@ -1371,3 +1371,5 @@ EMBEDDING = family_spec(
     no_bit_fields=("TOKENS", "BLOCK_D", "num_warps"),
     examples=({"n_tokens": 7, "dim": 300}, {"n_tokens": 1, "dim": 1}),
 )
+
+settle_keys(globals())  # every JIT function's key read as the import ends (see settle_keys)

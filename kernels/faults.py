@@ -27,7 +27,7 @@ import numpy as np
 
 from nbxcert.errors import LaunchError
 from nbxcert.kernels import recording as _recording
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, settle_keys, tl
 from nbxcert.kernels.tensor import Device, Storage, Tensor, as_device, from_numpy
 
 # site -> (kernel, what the value is, what it indexes given the bound, what the kernel did with it)
@@ -145,3 +145,6 @@ def record_fault_lanes(fault_ptr, site: tl.constexpr, index, value, bound, bad):
     tl.store(fault_ptr + 2 + at, at + PACKED, mask=bad)
     tl.store(fault_ptr + 3 + at, at + bound, mask=bad)
     tl.store(fault_ptr + at, at + site, mask=bad)
+
+
+settle_keys(globals())  # every JIT function's key read as the import ends (see settle_keys)

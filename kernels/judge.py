@@ -25,7 +25,7 @@ import numpy as np
 
 from nbxcert.kernels.common import merge_dims
 from nbxcert.kernels.compare import Judge, Verdict
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, settle_keys, tl
 from nbxcert.kernels.launch import cdiv
 from nbxcert.kernels.tensor import Tensor, empty, from_numpy
 
@@ -179,3 +179,6 @@ class DeviceJudge:
             return self.judge.verdict_of(original, context)  # the host says which elements, with its report
         j = self.judge
         return Verdict(True, 0, n, float(s[:, 1].max()), float(s[:, 2].max()), float(s[:, 3].max()), "", j.tol)
+
+
+settle_keys(globals())  # every JIT function's key read as the import ends (see settle_keys)

@@ -76,7 +76,7 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.common import dot_over_k, family_spec, gemv_offsets, k_step_tiles, tile_coords, wrap_run
 from nbxcert.kernels.dtypes import finfo, get_dtype
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, settle_keys, tl
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _workspace
 from nbxcert.kernels.launch import KernelLaunch, cdiv, launch_kernel, served
 from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal
@@ -1478,3 +1478,5 @@ __all__ = [
     "tma_persistent_configs",
     "unpipelined_configs",
 ]
+
+settle_keys(globals())  # every JIT function's key read as the import ends (see settle_keys)

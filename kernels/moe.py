@@ -62,7 +62,7 @@ from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.common import dot_over_k, family_spec, tile_coords, wrap_run
 from nbxcert.kernels.dtypes import finfo
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, settle_keys, tl
 from nbxcert.kernels.launch import cdiv, launch_kernel, served
 from nbxcert.kernels.prune import lanes_refusal, next_pow2, prune_with, registers_refusal, shared_memory_refusal
 from nbxcert.kernels.spec import Config, Inputs, KeyField, PruneResult, Reference, choose_config
@@ -990,3 +990,5 @@ __all__ = [
     "sum_configs",
     "unpipelined_configs",
 ]
+
+settle_keys(globals())  # every JIT function's key read as the import ends (see settle_keys)

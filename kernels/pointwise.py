@@ -71,7 +71,7 @@ from nbxcert.kernels.common import broadcast_strides, family_spec, merge_dims, n
 from nbxcert.kernels.dtypes import get_dtype
 from nbxcert.kernels.faults import record_fault_lanes
 from nbxcert.kernels.indexing import divider, fits_index32
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, settle_keys, tl
 from nbxcert.kernels.launch import KernelLaunch, cdiv, constexprs, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal
@@ -3419,3 +3419,5 @@ def check_dtype(op: Op, common: str) -> None:
 # every pointwise spec's code digest all the same (`nbxcert.fingerprint`), so a change of an op's oracle or of type
 # promotion sweeps the pointwise keys again.
 __digest_modules__ = ("nbxcert.oracles.pointwise", "nbxcert.kernels.promotion", "nbxcert.oracles.parts")
+
+settle_keys(globals())  # every JIT function's key read as the import ends (see settle_keys)

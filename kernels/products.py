@@ -31,7 +31,7 @@ import numpy as np
 
 from nbxcert.errors import UsageError
 from nbxcert.kernels.backends import on_gpu
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, settle_keys, tl
 
 CHOICES = ("auto", "host", "device")
 
@@ -213,3 +213,6 @@ def describe(device, backend: str | None = None) -> str:
     from nbxcert.kernels.backends import cublas
 
     return f"cuBLAS DGEMM on {device} ({cublas.load().path}; {why}; NBXCERT_ORACLE_PRODUCTS=host: numpy)"
+
+
+settle_keys(globals())  # every JIT function's key read as the import ends (see settle_keys)

@@ -40,7 +40,7 @@ from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels import quant64
 from nbxcert.kernels.common import family_spec, gemv_offsets, narrow, upcast
 from nbxcert.kernels.dtypes import finfo, get_dtype
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, settle_keys, tl
 from nbxcert.kernels.launch import SPLIT_WORKSPACE as _split_workspace
 from nbxcert.kernels.launch import KernelLaunch, cdiv, run_all, served
 from nbxcert.kernels.prune import gemv_prune, next_pow2, prune_with, shared_memory_refusal
@@ -577,3 +577,5 @@ DEQUANT_MATMUL = _quant_spec(
 )
 
 SPECS = (DEQUANT_GEMV, DEQUANT_MATMUL)
+
+settle_keys(globals())  # every JIT function's key read as the import ends (see settle_keys)

@@ -19,7 +19,7 @@ cuda backend with libcublas; `NBXCERT_ORACLE_PRODUCTS=host` keeps the host's).
 
 from __future__ import annotations
 
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, settle_keys, tl
 from nbxcert.kernels.products import widened
 from nbxcert.kernels.tensor import Tensor, empty
 
@@ -71,3 +71,6 @@ def dequantized(fmt: str, qweight: Tensor, scales: Tensor, qzeros: Tensor | None
     z_r, z_c = z.strides
     _dequantize64_kernel[grid](qweight, z, s64, w, k, n, q_r, q_c, z_r, z_c, GROUP=group, INT4=int4, BLOCK=BLOCK)
     return w
+
+
+settle_keys(globals())  # every JIT function's key read as the import ends (see settle_keys)

@@ -63,7 +63,7 @@ from nbxcert.kernels.common import (
     reduction_shared_bytes,
     upcast,
 )
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, settle_keys, tl
 from nbxcert.kernels.launch import SPLIT_WORKSPACE, KernelLaunch, cdiv, constexprs, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
@@ -1085,3 +1085,5 @@ ROW_REDUCE = family_spec(
         for op, c in (("sum", 0), ("mean", 0), ("amax", 0), ("var", 0), ("var", 1))
     ),
 )
+
+settle_keys(globals())  # every JIT function's key read as the import ends (see settle_keys)

@@ -56,7 +56,7 @@ import numpy as np
 from nbxcert.errors import LaunchError, ShapeMismatch
 from nbxcert.kernels import inputs as _inputs
 from nbxcert.kernels.common import as_rows, both, compute_type, family_spec, narrow, upcast
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, settle_keys, tl
 from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
@@ -1367,3 +1367,5 @@ CROSS_ENTROPY = _lse_spec(
 )
 
 SPECS = (ARGMAX, TOPK, LOG_SOFTMAX, CROSS_ENTROPY)
+
+settle_keys(globals())  # every JIT function's key read as the import ends (see settle_keys)

@@ -79,7 +79,7 @@ from nbxcert.kernels.common import (
     upcast,
 )
 from nbxcert.kernels.dtypes import finfo, get_dtype
-from nbxcert.kernels.jit import jit, tl
+from nbxcert.kernels.jit import jit, settle_keys, tl
 from nbxcert.kernels.launch import KernelLaunch, cdiv, next_power_of_2, served
 from nbxcert.kernels.launch import run_all as _run
 from nbxcert.kernels.prune import lanes_refusal, prune_with, registers_refusal, shared_memory_refusal
@@ -1084,3 +1084,5 @@ __all__ = [
     "upsample_candidates",
     "upsample_nearest2d",
 ]
+
+settle_keys(globals())  # every JIT function's key read as the import ends (see settle_keys)

@@ -191,16 +191,22 @@ def serve_cross_compiling(
 
     target = cross.Target(**json.loads(os.environ[target_variable]))
     cross.activate(target)
+    refused = None  # a module that does not import under the cross driver: every request answered with its line
     for m in modules:
-        importlib.import_module(m)
-    load_all()
+        try:
+            importlib.import_module(m)
+        except Exception as exc:  # noqa: BLE001 - reported on every request, by the module's name
+            refused = f"module {m} does not import in a cross-compiling worker: {one_line(exc)}"
+            break
+    if refused is None:
+        load_all()
     for answered in range(1, 1 << 62):
         try:
             request = conn.recv()
         except EOFError:
             return
         try:
-            reply = answer(request, target)
+            reply = {"status": "crash", "reason": refused} if refused else answer(request, target)
         except BaseException as exc:  # noqa: BLE001 - every failure is reported, the worker goes on
             reply = {"status": "crash", "reason": one_line(exc)}
         if answered >= recycle_after:

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -102,6 +103,44 @@ def test_cross_workers_compile_a_sweeps_candidates_for_sm90_with_no_gpu(tmp_path
     # Triton's cache key holds the variables that change a compile, and the metadata records them: the workers'
     # were the pool maker's (here: none), so a runner's launch names the same cache entries
     assert not [k for m in metadata for k in m if k.startswith("TRITON_")], "a worker compiled under its own TRITON_*"
+
+
+# A kernel file written for torch, as Triton's tutorials are: it asks the active driver for torch's device at import.
+_TORCH_FORM = """
+import triton
+DEVICE = triton.runtime.driver.active.get_active_torch_device()
+"""
+
+
+def test_a_module_that_does_not_import_in_a_cross_worker_is_named_in_every_reply(tmp_path, monkeypatch):
+    """A --spec module that fails at import in a cross-compiling worker (here: it asks for torch's device, and torch
+    is not imported) is not a dead worker restarted three times: each request is answered `crash` with the module's
+    name and its one line, and the pool goes on."""
+    (tmp_path / "torch_form_kernels.py").write_text(_TORCH_FORM)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    pool = crosspool.CrossCompilePool({}, ["torch_form_kernels"], 1, crosstools.target(90))
+    try:
+        replies = pool.compile_all(_requests(RMSNORM_KEY, get_spec("rmsnorm").candidates[:2]), 300)
+    finally:
+        pool.close()
+    assert [r["status"] for r in replies] == ["crash", "crash"]
+    for reply in replies:
+        assert reply["reason"].startswith("module torch_form_kernels does not import in a cross-compiling worker: ")
+        assert "torch is not imported" in reply["reason"]
+
+
+def test_the_cross_driver_gives_torchs_device_only_where_the_caller_imported_torch(monkeypatch):
+    """nbxcert never imports torch: the cross driver answers `get_active_torch_device` with torch's own device type
+    where the caller's module has imported torch, and refuses it, saying so, where not."""
+    from nbxcert.kernels.backends import cross
+
+    driver = cross.CrossDriver(crosstools.target(90))
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    with pytest.raises(NotImplementedError, match="torch is not imported"):
+        driver.get_active_torch_device()
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(device=lambda kind, index: (kind, index)))
+    assert driver.get_active_torch_device() == ("cuda", 0)
 
 
 def _is_md(path: Path) -> bool:
