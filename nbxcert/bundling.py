@@ -556,12 +556,17 @@ import importlib
 for m in json.loads(sys.argv[2]):
     importlib.import_module(m)
 from nbxcert.kernels.spec import load_all
+kernels = [kernel for spec in load_all().values() for kernel in spec.kernels]
+# a spec's launches may use JIT functions its `kernels` does not list (pointwise's tiled transposing kernel): every JIT
+# function the kernel modules (and `modules`) define is read
+for name, module in list(sys.modules.items()):
+    if name.startswith("nbxcert.kernels.") or name in json.loads(sys.argv[2]):
+        kernels += [v for v in vars(module).values() if getattr(v, "__module__", None) == name]
 keys = {}
-for spec in load_all().values():
-    for kernel in spec.kernels:
-        if hasattr(kernel, "cache_key"):
-            identity, source_key = binaries.identity_of(kernel)
-            keys[identity] = source_key
+for kernel in kernels:
+    if hasattr(kernel, "cache_key"):
+        identity, source_key = binaries.identity_of(kernel)
+        keys[identity] = source_key
 print(json.dumps(keys))
 """
 

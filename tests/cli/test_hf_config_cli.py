@@ -106,8 +106,20 @@ def test_coverage_of_a_model_not_certified_counts_its_missing_keys():
 
 
 def test_bundle_check_takes_the_configs_keys():
-    bundle = CERTS / "nvidia" / "hopper" / "llama-3-8b.nbxbundle"
-    r = nbx("bundle", "--check", bundle, "--dir", CERTS, "--profile", "hopper", "--hf-config", LLAMA)
+    bundle = CERTS / "nvidia" / "hopper" / "hopper.141GB.nbxbundle"
+    r = nbx(
+        "bundle",
+        "--check",
+        bundle,
+        "--dir",
+        CERTS,
+        "--profile",
+        "hopper",
+        "--hf-config",
+        LLAMA,
+        "--memory-class",
+        "141GB",
+    )
     check(r, 0, must=["matches its certificates"])
 
 

@@ -595,6 +595,17 @@ def test_the_check_names_each_key_whose_kernel_code_changed_since_the_build(buil
     assert bundling.check(built, [certdir]).stale == []
 
 
+def test_the_check_reads_the_source_keys_of_kernels_no_spec_lists():
+    """A launch may use a JIT function its spec's `kernels` does not list (pointwise's tiled kernel for a transposed
+    operand): the check reads every JIT function the kernel modules define, or a bundle holding such a launch is
+    called stale though nothing changed."""
+    from crosstools import target
+
+    keys = bundling.source_keys(target(90))
+    assert "nbxcert.kernels.pointwise._tile_kernel" in keys
+    assert "nbxcert.kernels.pointwise._map_kernel" in keys
+
+
 def test_a_bundle_of_another_triton_is_checked_without_its_sources(built, certdir, tmp_path):
     data = built.read_bytes()
     manifest, _ = _manifest_of(data)
