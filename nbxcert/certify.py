@@ -28,7 +28,7 @@ from nbxcert.kernels.spec import get_spec
 from nbxcert.keys import LaunchKey, check_key, check_prune
 from nbxcert.profiles import get_profile
 from nbxcert.sweep import SweepResult, sweep_key
-from nbxcert.worker import CompilePool, Runner, Worker
+from nbxcert.worker import CompilePool, Worker
 
 DEFAULT_SEED = 20261129
 # Per-candidate limits: a candidate that takes longer than this to compile or to check and time is refused as
@@ -309,7 +309,7 @@ def certify(
         env["TRITON_INTERPRET"] = "1"
     # one runner on a GPU (timings must not overlap); one per core under the interpreter (CPU timings, recorded as such)
     n_runners = 1 if choice.name == "cuda" else (jobs or os.cpu_count() or 1)
-    runners = [(Runner if choice.name == "cuda" else Worker)(env, list(modules)) for _ in range(n_runners)]
+    runners = [Worker(env, list(modules)) for _ in range(n_runners)]
     pool = compile_pool(choice.name, env, list(modules), jobs or os.cpu_count() or 1)
     timeout_s = timeout_s or TIMEOUT_S[choice.name]
     # the next keys' candidates compile while this key's are checked and timed on the GPU (`nbxcert.ahead`)
@@ -346,8 +346,6 @@ def certify(
                 queued.add(j)
                 compiler.submit(compile_requests(specs[todo[j].kernel], todo[j], profile, seed))
 
-    if choice.name == "cuda" and not all(done_before(k) for k in todo):
-        runners[0].start()  # its start and warm-up go on while the pool compiles the first keys
     t_keys = time.perf_counter()
     report.seconds["plan"] = t_keys - t_start
     try:

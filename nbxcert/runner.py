@@ -20,45 +20,6 @@ from nbxcert.kernels.spec import Config, get_spec
 from nbxcert.profiles import get_profile
 
 
-def warm_up() -> None:
-    """(In the GPU runner, as its process starts, before its first request.) Make the device's context and compile or
-    load the kernels that every key's inputs and checks launch: the device draws of each dtype they make, with and
-    without a NaN mask (`draws`), and the device judge of outputs of those dtypes (`judge`). The run's first key
-    otherwise paid them in its inputs, after its compiles (its inputs took 5.1 and 3.5 s in two runs of
-    `bench_autotune.py` on an H100, the runner's process start included, against 0.0 s for each key after); here they
-    go on while the compile pool compiles the first keys. Nothing off CUDA.
-
-    Only what a later launch would make anyway is made, on values of its own (no generator or cache a check reads is
-    touched). A failure here is not the run's: the launch that needs the kernel meets it again and is refused with
-    its own reason, so it is left to that launch (its traceback printed with NBXCERT_DEBUG=1)."""
-    import os
-    import sys
-    import traceback
-
-    import numpy as np
-
-    from nbxcert.kernels import draws
-    from nbxcert.kernels import judge as device_judge
-    from nbxcert.kernels.backends import select
-    from nbxcert.kernels.compare import Judge
-    from nbxcert.kernels.dtypes import get_dtype
-
-    if select().name != "cuda":
-        return
-    try:
-        device = _device()
-        gen = np.random.default_rng(0)
-        n = draws.ON_GPU_FROM
-        for name in draws.ON_DEVICE:
-            draws.device_normal(gen, (n,), name, device, nan_where=np.zeros(n, dtype=bool))
-            made = draws.device_normal(gen, (n,), name, device)
-            reference = Judge(np.zeros(n), np.ones(n), get_dtype(name), 1e30)  # every value passes
-            device_judge.DeviceJudge(reference, device).verdict_of(made)
-    except Exception:  # noqa: BLE001 - met again, and reported, by the launch that needs it (see the docstring)
-        if os.environ.get("NBXCERT_DEBUG") == "1":
-            print(f"[nbxcert] runner warm-up failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
-
-
 def compile_only():
     """Make every `kernel[grid](...)` on this thread compile (filling Triton's cache, loading the kernel) without
     launching: the CUDA driver's own launcher queues nothing meanwhile (`triton_cuda.compiling_only`)."""

@@ -130,9 +130,8 @@ def quiet_interpreter() -> None:
     warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
 
 
-def _serve(conn, env: dict[str, str], modules: list[str], warm_up: bool = False) -> None:
-    """The worker's loop: set the environment, load kernels (`warm_up`: and make what a GPU runner's first key
-    launches, `runner.warm_up`), answer requests until the pipe closes."""
+def _serve(conn, env: dict[str, str], modules: list[str]) -> None:
+    """The worker's loop: set the environment, load kernels, answer requests until the pipe closes."""
     # Ctrl-C (or `timeout -s INT`) reaches the whole process group: the parent stops the sweep and closes its workers,
     # so a worker must not die on its own with a traceback of its own
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -149,8 +148,6 @@ def _serve(conn, env: dict[str, str], modules: list[str], warm_up: bool = False)
         importlib.import_module(m)
     from nbxcert import runner
 
-    if warm_up:
-        runner.warm_up()
     while True:
         try:
             request = conn.recv()
@@ -255,12 +252,6 @@ class Worker:
         child.close()
         self.conn = parent
 
-    def start(self) -> None:
-        """Start the process now where it is not running: it loads its kernels while the caller goes on (`request`
-        starts it at the first request otherwise)."""
-        if self.process is None or not self.process.is_alive():
-            self._start()
-
     def request(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """Send one request; return the reply, or raise `WorkerGone` (crash/timeout) after replacing the worker."""
         if self.process is None or not self.process.is_alive():
@@ -322,18 +313,6 @@ class Worker:
             if process.is_alive():
                 process.kill()
         self.process = None
-
-
-def _serve_runner(conn, env: dict[str, str], modules: list[str]) -> None:
-    """A GPU runner's loop: `_serve`, warmed up before its first request."""
-    _serve(conn, env, modules, warm_up=True)
-
-
-class Runner(Worker):
-    """The GPU runner of a certify run: a `Worker` whose process makes the device's context and the kernels every
-    key's inputs and checks launch as it starts (`runner.warm_up`), before its first request."""
-
-    serve = staticmethod(_serve_runner)
 
 
 def drive_all(
