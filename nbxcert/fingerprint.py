@@ -22,13 +22,14 @@ from importlib import resources
 from pathlib import Path
 
 # Modules whose code decides, for every kernel, which problems a key stands for, which candidates run, how they are
-# judged and timed, and which wins (listed, not followed: some are imported lazily, and only in the workers).
+# judged and timed, and which wins (listed, not followed: some are imported lazily, and only in the workers). Not
+# listed: the worker processes' plumbing (`nbxcert.worker`: starting, feeding and replacing them, labelling a dead or
+# hung one's refusal), the compile pools (`ahead`, `crosspool`) and `certify`'s own scheduling, which decide no verdict.
 ENGINE_MODULES = (
     "nbxcert.keys",
     "nbxcert.profiles",
     "nbxcert.sweep",
     "nbxcert.runner",
-    "nbxcert.worker",
     "nbxcert.kernels.check",
     "nbxcert.kernels.compare",
     "nbxcert.kernels.judge",

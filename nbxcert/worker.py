@@ -7,6 +7,10 @@ answered `timeout`, the process is killed and replaced. The sweep goes on either
 
 `compile_all` warms Triton's on-disk cache for many candidates at once in a pool of processes (Triton's compile is
 CPU-bound), so the runner then finds every kernel compiled.
+
+Not an input of a certificate's code digest (`fingerprint.ENGINE_MODULES`): what a request does is `runner`'s, which
+is; this module starts, feeds and replaces the processes and labels a failed request's refusal (any exception is one),
+and decides no verdict.
 """
 
 from __future__ import annotations

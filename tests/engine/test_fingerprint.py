@@ -72,6 +72,10 @@ def test_the_digest_covers_the_family_its_helpers_the_engine_and_the_device_file
         ("nbxcert.runner", {"rmsnorm", "softmax", "embedding", "matmul"}, set()),  # the engine
         # the oracles' float64 products, imported inside matmul's oracle adapter (no global shows them)
         ("nbxcert.kernels.products", {"rmsnorm", "softmax", "embedding", "matmul"}, set()),
+        # the worker processes' plumbing, the compile pools and certify's scheduling decide no verdict
+        ("nbxcert.worker", set(), {"rmsnorm", "softmax", "embedding", "matmul"}),
+        ("nbxcert.crosspool", set(), {"rmsnorm", "softmax", "embedding", "matmul"}),
+        ("nbxcert.certify", set(), {"rmsnorm", "softmax", "embedding", "matmul"}),
     )
     after = _digests_after_edits(monkeypatch, tmp_path, specs, hopper, list(digest), [c[0] for c in cases])
     for changed, moved, kept in cases:
