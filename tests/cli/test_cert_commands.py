@@ -264,7 +264,7 @@ def test_show_errors_are_one_line(certs, tmp_path, args, label, must):
 
 def test_show_refuses_an_invalid_certificate_in_one_line(certs, tmp_path):
     path = certs.write_probe(tmp_path, {certs.probe_key(300): certs.probe_entry(300)})
-    path.write_text(path.read_text().replace('"seed": 20261129', '"seed": "x"'))
+    path.write_text(path.read_text().replace('"seed":20261129', '"seed":"x"'))
     r = nbx("show", certs.probe_key(300), "--dir", tmp_path)
     check(r, 1, must=["nbxcert: invalid certificate:", "field 'seed'"])
 

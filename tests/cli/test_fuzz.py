@@ -287,9 +287,9 @@ def _probe_with(old: str, new: str) -> tuple[str, bytes]:
 
 
 CERTIFICATE_BUGS = (
-    _probe_with('"median_us": 3300.0', '"median_us": 1' + "0" * 400),  # OverflowError from math.isfinite
+    _probe_with('"median_us":3300.0', '"median_us":1' + "0" * 400),  # OverflowError from math.isfinite
     _probe_with("fault_probe[n=300;", "fault_probe[n=" + "1" * 5000 + ";"),  # ValueError from int() (> 4300 digits)
-    _probe_with('"memory_class": "cpu"', '"memory_class": "cpu", "other_classes": null'),  # TypeError in a reader
+    _probe_with('"memory_class":"cpu"', '"memory_class":"cpu","other_classes":null'),  # TypeError in a reader
 )
 test_certificates, test_certificates_fuzz = fuzz_pair("certificates", certificate_cases, CERTIFICATE_BUGS)(
     check_certificate
