@@ -81,8 +81,8 @@ def profile_dir(root: Path, profile_key: str) -> Path:
 def dumps(doc: dict) -> str:
     """The one serialisation of a certificate document (deterministic; NaN refused): its fields sorted, with a
     two-space indent, and each entry of `entries` on a line of its own (`entry_text`), so that a certification is one
-    line of a pull request's diff (`nbxcert diff` reads a change field by field) and the files stay small: the
-    shipped hopper files were 28.3 MB written indented throughout, 14.8 MB so."""
+    line of a pull request's diff (`nbxcert diff OLD NEW` names the keys whose winner changed) and the files stay
+    small: the shipped hopper files were 28.3 MB written indented throughout, 14.8 MB so."""
     entries = doc.get("entries")
     if isinstance(entries, dict):
         return dumps_from(doc, {k: entry_text(k, v) for k, v in entries.items()})
