@@ -5,10 +5,11 @@ made from other certificates than the ones shipped beside it.
 What is compiled. Each key asked for (a workload's, a keys file's, or every key certified in the directories) with a
 certificate (the first directory holding it wins, as serving's index takes it): its certified winner (of the key's
 first memory class, or with `--memory-class` of that class: an H100's winners, where they differ from an H200's, are
-another bundle's, named `<workload>.80GB.nbxbundle` for serving and CI's gate to read its class), at the entry's
-certified problems (smallest, largest and timing members of its bucket) and, with a workload, at every launch the
-workload makes at its real shape whose key it is (a real shape may specialise otherwise than the bucket's ends: a
-size divisible by 16 or not). A key with no certificate is skipped and named in the report.
+another bundle's, named `<name>.80GB.nbxbundle` for serving and CI's gate to read its class, as the shipped
+`hopper.80GB.nbxbundle`), at the entry's certified problems (smallest, largest and timing members of its bucket) and,
+with a workload (or `--launches-of` workloads), at every launch the workload makes at its real shape whose key it is
+(a real shape may specialise otherwise than the bucket's ends: a size divisible by 16 or not). A key with no
+certificate is skipped and named in the report.
 
 How. As the census compiles (`nbxcert.census`): worker processes (`--jobs N`, default the CPU count) cross-compile for
 the profile's target with no GPU (`nbxcert.kernels.backends.cross`), one key per request. For each problem the spec's
@@ -553,14 +554,15 @@ import json, sys
 from nbxcert.kernels.backends import binaries, cross
 cross.activate(cross.Target(**json.loads(sys.argv[1])))
 import importlib
-for m in json.loads(sys.argv[2]):
+modules = json.loads(sys.argv[2])
+for m in modules:
     importlib.import_module(m)
 from nbxcert.kernels.spec import load_all
 kernels = [kernel for spec in load_all().values() for kernel in spec.kernels]
 # a spec's launches may use JIT functions its `kernels` does not list (pointwise's tiled transposing kernel): every JIT
 # function the kernel modules (and `modules`) define is read
 for name, module in list(sys.modules.items()):
-    if name.startswith("nbxcert.kernels.") or name in json.loads(sys.argv[2]):
+    if name.startswith("nbxcert.kernels.") or name in modules:
         kernels += [v for v in vars(module).values() if getattr(v, "__module__", None) == name]
 keys = {}
 for kernel in kernels:

@@ -1,6 +1,6 @@
-"""A compile pool whose workers cross-compile (the default on a GPU; `NBXCERT_COMPILE_POOL=device` for the usual pool's
-workers): each compiles a key's candidates for
-this process's GPU, as its runner will launch them, without a CUDA context of its own.
+"""A compile pool whose workers cross-compile (the default on a GPU; `NBXCERT_COMPILE_POOL=device` for the usual
+pool's workers): each compiles a key's candidates for this process's GPU, as its runner will launch them, without a
+CUDA context of its own.
 
 A worker of the usual pool (`worker.CompilePool`) is a GPU process: it makes its CUDA context and the key's inputs on
 the device, then launches each candidate compile-only, which fills Triton's on-disk cache for the runner. Sixteen such
