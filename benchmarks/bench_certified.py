@@ -480,7 +480,14 @@ print(json.dumps(result))
 """
 
 
-def _cold_run(
+def _cold_run(*args, **kwargs) -> dict:
+    """`_cold_run_in` with the run's own caches in a directory of their own, removed when it ends."""
+    with tempfile.TemporaryDirectory(prefix="nbx-cold-") as scratch:
+        return _cold_run_in(scratch, *args, **kwargs)
+
+
+def _cold_run_in(
+    scratch: str,
     workload: str,
     profile,
     directory: str,
@@ -507,8 +514,8 @@ def _cold_run(
     once for cold starts), not timed."""
     env = {
         **os.environ,
-        "TRITON_CACHE_DIR": triton_cache or tempfile.mkdtemp(prefix="triton-cold-"),
-        "NBXCERT_CACHE_DIR": tempfile.mkdtemp(prefix="nbx-cold-"),
+        "TRITON_CACHE_DIR": triton_cache or tempfile.mkdtemp(prefix="triton-", dir=scratch),
+        "NBXCERT_CACHE_DIR": tempfile.mkdtemp(prefix="nbxcert-", dir=scratch),
         "NBXCERT_UNCERTIFIED": "sweep",
     }
     if cache_dir:  # one part of a sequence measured in parts: the caches the whole run's one process would have kept
@@ -589,16 +596,23 @@ def prefix_ratio(fast: dict, slow: dict) -> dict | None:
 
 
 def coldstart(args) -> dict:
+    """`_coldstart` with its shared directories (the empty certificate directory, the Triton cache of the certified run
+    and its restart) in one of their own, removed when it ends."""
+    with tempfile.TemporaryDirectory(prefix="nbx-coldstart-") as scratch:
+        return _coldstart(args, scratch)
+
+
+def _coldstart(args, scratch: str) -> dict:
     """The runs (five with --autotune) in three phases, one after another on this process's GPU, or with --gpus
     (e.g. "0,1") each phase's runs at once, the GPUs dealt out in turn: the certified and warmed runs, then the
     restart, then the sweep and the autotuned run (so no certified run shares the host with a sweep's compile
     workers)."""
     _choice, profile = _device()
-    empty = tempfile.mkdtemp(prefix="nbx-empty-")
+    empty = tempfile.mkdtemp(prefix="empty-", dir=scratch)
     common = dict(max_launches=args.max_launches, no_torch=args.no_torch, from_launch=args.from_launch)
     if args.cache_dir:
         common["cache_dir"] = args.cache_dir
-    certified_cache = tempfile.mkdtemp(prefix="triton-cold-")
+    certified_cache = tempfile.mkdtemp(prefix="triton-", dir=scratch)
     served = dict(directory=args.dir, certified_only=True, limit_s=args.certified_limit, **common)
     first = {"certified": dict(served, triton_cache=certified_cache), "warmed": dict(served, warm=args.warm)}
     if args.bundle:  # the winners served from a bundle, compiled ahead by `nbxcert bundle`: nothing compiled here

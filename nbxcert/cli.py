@@ -775,6 +775,14 @@ def coverage(
         str | None,
         typer.Option(help="Count only entries of this memory class (80GB: what an H100 is served); default any."),
     ] = None,
+    max_older: Annotated[
+        float | None,
+        typer.Option(
+            "--max-older",
+            help="Fail (exit 1) above this fraction of the keys certified by code that has changed since "
+            "(0: every entry made by today's code); default no limit.",
+        ),
+    ] = None,
 ):
     """How many of a workload's (or keys file's) keys are certified for a profile; the missing ones listed. No keys,
     or a directory that is not there, is an error (exit 1), never 100%."""
@@ -785,6 +793,8 @@ def coverage(
     from nbxcert.verify import junit_xml as to_junit
 
     min_fraction, dirs = fraction(min_fraction), existing_dirs(dirs)
+    if max_older is not None:
+        max_older = fraction(max_older, "--max-older", "0 (every entry by today's code) or 0.25")
     check_environment(search_path=dirs is None)
     if junit_xml is not None:
         writable_file(junit_xml, "--junit-xml")
@@ -792,6 +802,8 @@ def coverage(
     _modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec, hf_config)
     with _Heartbeat(f"coverage {prof.key}", f"reading the certificates of {len(found)} keys"):
         report = run_coverage(prof.key, found, dirs, memory_class)
+    older = len(report.older_code) / len(report.keys)  # run_coverage refuses no keys
+    too_old = max_older is not None and older > max_older
     if junit_xml:
         write_text(junit_xml, to_junit(report, min_fraction))
     if json_out:
@@ -808,6 +820,8 @@ def coverage(
                     "min": min_fraction,
                     "missing": report.missing,
                     "older_code": report.older_code,
+                    "older_code_fraction": older,
+                    "max_older": max_older,
                     "results": _verdicts(report.results),
                 },
                 indent=2,
@@ -832,11 +846,17 @@ def coverage(
                 f"; {len(report.older_code)} of the certified made by code that has changed since "
                 f"({_by_kernel(report.older_code)}; served as they are, certify sweeps them again)"
             )
+        if too_old:  # the keys past the limit, as for --min
+            allowed = math.floor(max_older * len(report.keys) + 1e-9)
+            line += (
+                f": above the maximum of {100 * max_older:.1f}% of the keys by older code, "
+                f"{len(report.older_code) - allowed} more to certify again (at most {allowed})"
+            )
         if report.by_class:  # a card is served its own class's entries only
             each = ", ".join(f"{c} {n}/{len(report.keys)}" for c, n in report.by_class.items())
             line += f"; by memory class (a card is served its own): {each}"
         print(line)
-    raise typer.Exit(0 if report.fraction >= min_fraction else 1)
+    raise typer.Exit(0 if report.fraction >= min_fraction and not too_old else 1)
 
 
 def _by_kernel(key_texts) -> str:

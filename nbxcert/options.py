@@ -162,9 +162,9 @@ def seconds(s: float | None, option: str = "--timeout") -> float | None:
     return s
 
 
-def fraction(x: float, option: str = "--min") -> float:
+def fraction(x: float, option: str = "--min", example: str = "1.0 (every key) or 0.95") -> float:
     if not 0.0 <= x <= 1.0:  # NaN fails both comparisons
-        raise UsageError(f"{option} {x} is not a fraction in [0, 1]", hint=f"e.g. {option} 1.0 (every key) or 0.95")
+        raise UsageError(f"{option} {x} is not a fraction in [0, 1]", hint=f"e.g. {option} {example}")
     return x + 0.0  # -0.0 is 0.0 (`--min -0` printed "minimum -0.0%")
 
 

@@ -311,8 +311,12 @@ def test_the_common_prefix_ratio_compares_the_same_launches():
 
 def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp_path, monkeypatch):
     """On the interpreter, the demo's first two launches: the certified runs serve them (no sweep), the swept run
-    sweeps; with a limit the swept run cannot meet, it is cut and reports the launches it reached (possibly none)."""
+    sweeps; with a limit the swept run cannot meet, it is cut and reports the launches it reached (possibly none).
+    The runs' caches and empty directories go when the runs end (each left a Triton cache behind before)."""
     monkeypatch.setenv("NBXCERT_BACKEND", "interpreter")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(bc.tempfile, "tempdir", str(scratch))
     out = tmp_path / "cold.json"
     args = [
         "coldstart",
@@ -381,6 +385,7 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
         "demo", bc._device()[1], str(tmp_path / "empty"), False, limit_s=300, from_launch=1, stop_after=1e-9
     )
     assert stopped["launches"] == 0 and stopped["next_launch"] == 1
+    assert list(scratch.iterdir()) == []
 
 
 def test_coldstart_can_build_the_certificate_index_before_the_timed_process(tmp_path, monkeypatch):

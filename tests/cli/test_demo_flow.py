@@ -126,6 +126,16 @@ def test_verify_certified_only_serves_every_key_then_fails_naming_a_removed_one(
     r = nbx("coverage", "--profile", "interpreter", *workload, "--dir", str(older), "--min", "1.0")
     assert r.returncode == 0 and f"{n}/{n} keys certified" in r.stdout
     assert "; 1 of the certified made by code that has changed since (softmax 1; served as they are" in r.stdout
+    # --max-older gates them: one older entry of n keys passes at 1/n, fails at 0 naming how many to certify again
+    r = nbx("coverage", "--profile", "interpreter", *workload, "--dir", str(older), "--max-older", str(1 / n + 1e-9))
+    assert r.returncode == 0, r.stdout
+    r = nbx("coverage", "--profile", "interpreter", *workload, "--dir", str(older), "--max-older", "0")
+    assert r.returncode == 1
+    assert "above the maximum of 0.0% of the keys by older code, 1 more to certify again (at most 0)" in r.stdout
+    r = nbx("coverage", "--profile", "interpreter", *workload, "--dir", str(out), "--max-older", "0", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["older_code_fraction"] == 0.0
+    r = nbx("coverage", "--profile", "interpreter", *workload, "--dir", str(out), "--max-older", "2")
+    assert r.returncode == 1 and "--max-older 2.0 is not a fraction in [0, 1] -> e.g. --max-older 0 " in r.stderr
 
 
 def test_index_build_and_check_then_a_corrupt_index_is_refused_and_rebuilt(demo, tmp_path):
