@@ -15,6 +15,7 @@ the Python and ctypes part of the cost on a machine with no GPU. Without it, the
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib.util
 import json
 import shutil
@@ -38,6 +39,7 @@ def _use_fake_driver() -> str:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     build = Path(tempfile.mkdtemp(prefix="nbxcert-fake-cuda-"))
+    atexit.register(shutil.rmtree, build, True)  # the library stays loaded until the process ends
     (build / "fake_libcuda.c").write_text(module.FAKE_LIBCUDA_C)
     library = build / "libcuda.so.1"
     subprocess.run([compiler, "-shared", "-fPIC", "-O1", "-o", str(library), str(build / "fake_libcuda.c")], check=True)

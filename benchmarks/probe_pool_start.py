@@ -190,11 +190,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: give 1 or more")
-    if "TRITON_CACHE_DIR" not in os.environ:
-        os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="nbx-probe-cache-")
     from nbxcert.crosspool import pool_kind
 
-    report = probe(args.key, args.jobs, pool=args.pool or pool_kind())
+    if "TRITON_CACHE_DIR" in os.environ:
+        report = probe(args.key, args.jobs, pool=args.pool or pool_kind())
+    else:  # a Triton cache of the probe's own, gone when it ends
+        with tempfile.TemporaryDirectory(prefix="nbx-probe-cache-") as cache:
+            os.environ["TRITON_CACHE_DIR"] = cache
+            try:
+                report = probe(args.key, args.jobs, pool=args.pool or pool_kind())
+            finally:
+                del os.environ["TRITON_CACHE_DIR"]
     if args.out:
         common.write_json(args.out, report)
     print(summary_line(report))

@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.skipif(not (shutil.which("cc") or shutil.which("gcc")), reason="no C compiler to build the fake libcuda")
 def test_bench_alloc_over_the_fake_driver_reuses_one_block(tmp_path):
     """Its own process (the fake replaces the driver for the process); every made tensor after the warm-up takes the
-    block the previous one freed, so the pool reserves exactly that one block and no tensor is left."""
+    block the previous one freed, so the pool reserves exactly that one block and no tensor is left; nothing is left in
+    the temporary directory."""
     out = tmp_path / "alloc.json"
     run = [
         sys.executable,
@@ -29,8 +30,11 @@ def test_bench_alloc_over_the_fake_driver_reuses_one_block(tmp_path):
         "--out",
         str(out),
     ]
-    done = subprocess.run(run, env=dict(os.environ), capture_output=True, text=True, timeout=300)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run(run, env={**os.environ, "TMPDIR": str(scratch)}, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert list(scratch.iterdir()) == [], "the fake libcuda's build goes when the process ends"
     result = json.loads(out.read_text())
     assert result["driver"].startswith("fake libcuda") and len(result["runs_us"]) == 2 and result["alloc_us"] > 0
     assert len(result["driver_runs_us"]) == 2 and result["driver_alloc_free_us"] > 0

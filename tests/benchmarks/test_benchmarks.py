@@ -525,18 +525,24 @@ def test_the_quant_rows_say_which_peer_and_keep_both_times(bench_quant):
 
 def test_the_pool_start_probe_times_cold_warm_and_lone_workers(tmp_path):
     """probe_pool_start.py under the interpreter (its compiles are empty there): every phase reported, cold workers'
-    round trips longer than warm ones' (their start is in them), and a key with too few candidates refused."""
+    round trips longer than warm ones' (their start is in them), and a key with too few candidates refused; its Triton
+    cache removed when it ends."""
     import json
     import os
     import subprocess
 
     # the usual pool's workers (the cross pool reads the GPU's target: none here)
     env = {**os.environ, "NBXCERT_BACKEND": "interpreter", "TRITON_INTERPRET": "1", "NBXCERT_COMPILE_POOL": "device"}
+    env.pop("TRITON_CACHE_DIR", None)  # the probe's own Triton cache, gone when it ends
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env["TMPDIR"] = str(scratch)
     cmd = [sys.executable, str(BENCH / "probe_pool_start.py"), "--jobs", "2", "--out", str(tmp_path / "p.json")]
     r = subprocess.run(
         [*cmd, "--key", "rmsnorm[n_cols=300,n_rows=8;float16,float16]@v1"], capture_output=True, text=True, env=env
     )
     assert r.returncode == 0, r.stderr[-2000:]
+    assert list(scratch.iterdir()) == []
     report = json.loads((tmp_path / "p.json").read_text())
     assert (report["backend"], report["profile"], report["jobs"]) == ("interpreter", "cpu/interpreter", 2)
     assert report["contexts"]["wall_s"] > 0 and report["cold"]["n"] == report["warm"]["n"] == 2
