@@ -1003,7 +1003,8 @@ def diff(
     new: Annotated[Path, typer.Argument(help="The certificate directory after.")],
     json_out: JsonOption = False,
 ):
-    """Keys added, removed, and whose winner changed (old and new config and median, new/old), per profile."""
+    """Keys added, removed, and whose winner changed (old and new config and median, new/old), per profile and memory
+    class (each class's entry of a key compared with its own)."""
     from nbxcert.certificates import config_label
     from nbxcert.diff import diff as run_diff
     from nbxcert.diff import ratio
@@ -1015,13 +1016,16 @@ def diff(
         w = f.entry["winner"]
         return {"winner": config_label(w["config"]), "median_us": w["timing"]["median_us"], "kind": w["timing"]["kind"]}
 
+    def cls(f):
+        return {"memory_class": f.entry["memory_class"]}
+
     if json_out:
         doc = {
             p: {
-                "added": [{"key": f.key, **side(f)} for f in pd.added],
-                "removed": [{"key": f.key, **side(f)} for f in pd.removed],
+                "added": [{"key": f.key, **cls(f), **side(f)} for f in pd.added],
+                "removed": [{"key": f.key, **cls(f), **side(f)} for f in pd.removed],
                 "changed": [
-                    {"key": a.key, "old": side(a), "new": side(b), "ratio": ratio(a.entry, b.entry)}
+                    {"key": a.key, **cls(a), "old": side(a), "new": side(b), "ratio": ratio(a.entry, b.entry)}
                     for a, b in pd.changed
                 ],
                 "unchanged": pd.unchanged,
@@ -1033,19 +1037,38 @@ def diff(
     for p, pd in report.profiles.items():
         if pd.added or pd.removed or pd.changed:
             t = Table(title=_cell(f"{p}: {old} -> {new}"))
-            for col in ("change", "key", "old winner", "old us", "new winner", "new us", "new/old"):
+            for col in ("change", "key", "class", "old winner", "old us", "new winner", "new us", "new/old"):
                 t.add_column(col)
             for f in pd.added:
                 s = side(f)
-                t.add_row("added", _cell(f.key), "", "", _cell(s["winner"]), f"{s['median_us']:.4g}", "")
+                t.add_row(
+                    "added",
+                    _cell(f.key),
+                    f.entry["memory_class"],
+                    "",
+                    "",
+                    _cell(s["winner"]),
+                    f"{s['median_us']:.4g}",
+                    "",
+                )
             for f in pd.removed:
                 s = side(f)
-                t.add_row("removed", _cell(f.key), _cell(s["winner"]), f"{s['median_us']:.4g}", "", "", "")
+                t.add_row(
+                    "removed",
+                    _cell(f.key),
+                    f.entry["memory_class"],
+                    _cell(s["winner"]),
+                    f"{s['median_us']:.4g}",
+                    "",
+                    "",
+                    "",
+                )
             for a, b in pd.changed:
                 sa, sb, r = side(a), side(b), ratio(a.entry, b.entry)
                 t.add_row(
                     "winner changed",
                     _cell(a.key),
+                    a.entry["memory_class"],
                     _cell(sa["winner"]),
                     f"{sa['median_us']:.4g}",
                     _cell(sb["winner"]),
@@ -1055,7 +1078,7 @@ def diff(
             _show(t)
         print(
             f"{p}: {len(pd.added)} added, {len(pd.removed)} removed, {len(pd.changed)} winners changed, "
-            f"{pd.unchanged} unchanged"
+            f"{pd.unchanged} unchanged (entries: one a key and memory class)"
         )
     if not report.profiles:
         print("no certifications in either directory")

@@ -1,18 +1,22 @@
 """`nbxcert diff`: the keys added, removed and whose winner changed between two certificate directories, per
-profile; both directories are read through `dirscan` and refused if they have problems."""
+profile and memory class (a key keeps one entry a class: an H100's run changes the 80GB entries beside the H200's);
+both directories are read through `dirscan` and refused if they have problems."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from nbxcert.certificates import class_entries
 from nbxcert.dirscan import Found, scan_dir
 
 
 @dataclass
 class ProfileDiff:
+    """Each item one memory class's entry of a key (`Found.entry`, its `memory_class` naming the class)."""
+
     added: list[Found] = field(default_factory=list)
     removed: list[Found] = field(default_factory=list)
     changed: list[tuple[Found, Found]] = field(default_factory=list)  # (old, new): the winner's config changed
@@ -34,12 +38,22 @@ def ratio(old: Mapping[str, Any], new: Mapping[str, Any]) -> float | None:
     return b["median_us"] / a["median_us"]
 
 
+def by_class(found: Mapping[tuple, Found]) -> dict[tuple, Found]:
+    """Every memory class's entry of each certification, by (profile, file name, key, class)."""
+    return {
+        (*ident, cls): replace(f, entry=entry)
+        for ident, f in found.items()
+        for cls, entry in class_entries(f.entry).items()
+    }
+
+
 def diff(old_dir: Path, new_dir: Path) -> DiffReport:
-    """Keys added, removed and whose winner changed from `old_dir` to `new_dir`, per profile."""
-    a = scan_dir(old_dir).require_ok().found
-    b = scan_dir(new_dir).require_ok().found
+    """The entries added, removed and whose winner changed from `old_dir` to `new_dir`, per profile, each memory
+    class's entry of a key on its own."""
+    a = by_class(scan_dir(old_dir).require_ok().found)
+    b = by_class(scan_dir(new_dir).require_ok().found)
     profiles: dict[str, ProfileDiff] = {}
-    for ident in sorted(set(a) | set(b), key=lambda i: (i[0], i[2], i[1])):
+    for ident in sorted(set(a) | set(b), key=lambda i: (i[0], i[2], i[3], i[1])):
         pd = profiles.setdefault(ident[0], ProfileDiff())
         if ident not in a:
             pd.added.append(b[ident])

@@ -293,6 +293,26 @@ def test_diff_lists_added_removed_and_changed_winners(certs, tmp_path):
     assert changed["old"]["winner"].endswith("FAULT=0,warps=4,stages=1") and changed["new"]["median_us"] == 4500.0
 
 
+def test_diff_compares_each_memory_class_entry_of_a_key_with_its_own(certs, tmp_path):
+    """A key keeps one entry a memory class: a run on another class's card changes its entry there (`other_classes`),
+    beside the first one. diff names that change and the class; it read the first class's entry alone before, and
+    called such a key unchanged."""
+    k, e = certs.probe_key, certs.probe_entry
+    old, new = tmp_path / "old", tmp_path / "new"
+    first = e(1)
+
+    def both(other):
+        return dict(first, other_classes={"80GB": dict(other, memory_class="80GB")})
+
+    certs.write_probe(old, {k(1): both(e(1, median_us=3000.0))})
+    certs.write_probe(new, {k(1): both(e(1, fault=1, median_us=1500.0)), k(2): both(e(2))})
+    check(nbx("diff", old, new), 0, must=["cpu/interpreter: 2 added, 0 removed, 1 winners changed, 1 unchanged"])
+    doc = check_json(nbx("diff", old, new, "--json"), 0)["profiles"]["cpu/interpreter"]
+    (changed,) = doc["changed"]
+    assert (changed["key"], changed["memory_class"], changed["ratio"]) == (k(1), "80GB", pytest.approx(0.5))
+    assert sorted((a["key"], a["memory_class"]) for a in doc["added"]) == [(k(2), "80GB"), (k(2), "cpu")]
+
+
 def test_diff_refuses_an_invalid_directory(certs, tmp_path):
     certs.write_probe(tmp_path / "a", {certs.probe_key(1): certs.probe_entry(1)})
     write_json(tmp_path / "b" / "cpu" / "interpreter" / "fault_probe.float32.json", "{")
