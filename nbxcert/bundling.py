@@ -42,8 +42,15 @@ from typing import TYPE_CHECKING, Any
 from nbxcert.errors import BackendUnavailable, KeyNotCertified, UsageError
 from nbxcert.kernels.backends import cross
 from nbxcert.kernels.backends.cross import Target
-from nbxcert.memory_class import check_class
-from nbxcert.serving.bundles import SCHEMA_VERSION, Bundle, canonical, entry_digest, record_digest, serialize
+from nbxcert.memory_class import check_class, class_of_bundle
+from nbxcert.serving.bundles import (
+    SCHEMA_VERSION,
+    Bundle,
+    canonical,
+    entry_digest,
+    record_digest,
+    serialize,
+)
 from nbxcert.text import printable
 from nbxcert.worker import Worker, one_line, serve_cross_compiling
 
@@ -287,6 +294,14 @@ def build(
     report.asked = len(items) + len(report.skipped) + len(report.failed)
     if not items:
         where = ", ".join(printable(d) for d in dirs)
+        if report.failed:  # certified, but none usable: why the first was refused, not a call to certify
+            key, why = report.failed[0]
+            raise KeyNotCertified(
+                f"none of the {report.asked} keys asked for can be bundled for {profile.key} from {where}: "
+                f"{len(report.failed)} refused, the first {key}: {why}",
+                hint="mend what the refusal names (`nbxcert validate DIR` lists every problem of the certificates), "
+                "then bundle again",
+            )
         raise KeyNotCertified(
             f"none of the {report.asked} keys asked for has a usable certificate for {profile.key} in {where}",
             hint=f"certify them first (`nbxcert certify --profile {profile.name} ... --out DIR`), then bundle with "
@@ -505,6 +520,7 @@ class CheckReport:
     profile: str
     dirs: list[str]
     bundled: int
+    memory_class: str | None = None  # the class's entries it was checked against (None: each key's first class's)
     changed: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
@@ -529,7 +545,9 @@ class CheckReport:
     def line(self) -> str:
         verdict = "matches its certificates" if self.ok else "does not match its certificates"
         return printable(
-            f"[nbxcert] bundle {self.bundle} ({self.profile}, {self.bundled} keys) {verdict} in "
+            f"[nbxcert] bundle {self.bundle} ({self.profile}"
+            + (f", {self.memory_class} class" if self.memory_class else "")
+            + f", {self.bundled} keys) {verdict} in "
             f"{', '.join(self.dirs)}: {len(self.changed)} changed, {len(self.gone)} gone, {len(self.missing)} missing, "
             f"{len(self.stale)} stale"
         )
@@ -540,6 +558,7 @@ class CheckReport:
             "profile": self.profile,
             "dirs": self.dirs,
             "bundled": self.bundled,
+            "memory_class": self.memory_class,
             "ok": self.ok,
             "changed": self.changed,
             "gone": self.gone,
@@ -604,7 +623,8 @@ def check(
     whose entry's digest differs is `changed`, a bundled key certified no more is `gone`, a certified key (of `keys`
     when given, of `kernels` when given) the bundle lacks is `missing`, and a key one of whose kernels' code changed
     since the bundle was built (its source key is not the bundled one: serving would find none of its binaries) is
-    `stale`. `memory_class`: against that class's entries (a bundle built with it)."""
+    `stale`. `memory_class`: against that class's entries (a bundle built with it); None: the class its file name
+    names (`<name>.<class>.nbxbundle`, as serving reads it), else each key's first class's."""
     with Bundle.open(path) as bundle:
         bundle.verify()
         manifest = bundle.manifest
@@ -614,10 +634,13 @@ def check(
         asked = get_profile(profile_name).key
         if asked != manifest["profile"]:
             raise UsageError(f"bundle {printable(path)} holds {manifest['profile']}'s winners, not {asked}'s")
-    check_class(get_profile(manifest["profile"]), memory_class)
+    held = get_profile(manifest["profile"])
+    check_class(held, memory_class)
+    if memory_class is None:
+        memory_class = class_of_bundle(held, Path(path).name)
     certified = certified_entries(dirs, manifest["profile"], memory_class)
     bundled = {k["key"]: k for k in manifest["keys"]}
-    report = CheckReport(str(path), manifest["profile"], [str(d) for d in dirs], len(bundled))
+    report = CheckReport(str(path), manifest["profile"], [str(d) for d in dirs], len(bundled), memory_class)
     for text, k in bundled.items():
         found = certified.get(text)
         if found is None:

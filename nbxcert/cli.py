@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from nbxcert import errors
+from nbxcert import errors, files
 from nbxcert._version import __version__
 
 _PIPED_WIDTH = 100_000  # piped, a table row is one line however long: no key, path or number is cut
@@ -1436,8 +1436,14 @@ def bundle(
             )
         if dirs is None:
             raise errors.UsageError("--check needs the certificate directory to compare with: give --dir DIR")
-        if not check_file.is_file():
-            raise errors.UsageError(f"--check {_plain(check_file)}: no such file", hint="give a bundle file")
+        if not files.is_file(check_file):
+            if files.is_dir(check_file):
+                what = "is a directory"
+            elif files.unreachable(check_file):
+                what = f"cannot be reached ({files.unreachable(check_file)})"
+            else:
+                what = "is not a regular file" if check_file.exists() else "no such file"
+            raise errors.UsageError(f"--check {_plain(check_file)}: {what}", hint="give a bundle file")
     else:
         if profile is None:
             raise errors.UsageError("no profile: give --profile P (e.g. hopper)")
@@ -1470,13 +1476,10 @@ def bundle(
                 print(line, file=sys.stderr)
             print(report.line())
             if not report.ok:
-                print(
-                    _plain(
-                        f"rebuild it: nbxcert bundle --profile {report.profile} ... --out {check_file}"
-                        + (f" --memory-class {memory_class}" if memory_class else "")
-                    ),
-                    file=sys.stderr,
-                )
+                from nbxcert.serving.bundles import rebuild_command
+
+                rebuild = rebuild_command(report.profile, check_file, dirs, report.memory_class)
+                print(_plain(f"rebuild it: {rebuild} (the keys and --launches-of it was built with)"), file=sys.stderr)
         raise typer.Exit(0 if report.ok else 1)
     bundling.bundle_target(prof)  # a profile that compiles nothing for a CUDA GPU is refused before any work
     load_census_specs(prof, modules)  # before the keys: a key of the user's own kernel parses against its spec

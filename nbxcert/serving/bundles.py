@@ -71,6 +71,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from nbxcert import files
 from nbxcert.errors import BundleCorrupt, CertificateInvalid, KeyParseError, ProvenanceMismatch
 from nbxcert.kernels.backends import binaries
 from nbxcert.kernels.backends.binaries import KernelBinary
@@ -536,7 +537,12 @@ def bundle_files(profile_key: str, dirs: Sequence[Path], other_classes: Sequence
         if not part.strip():
             continue
         p = Path(part)
-        if p.is_dir():
+        why = files.unreachable(p)
+        if why:  # a directory on its way that cannot be searched: the OS cannot say whether it is there
+            say_once(
+                f"[nbxcert] notice: {ENV_PATH} names {printable(p)}, which cannot be reached ({why}); it is skipped"
+            )
+        elif p.is_dir():
             found += listed(p)
         elif p.exists():
             found.append(p)
@@ -544,12 +550,29 @@ def bundle_files(profile_key: str, dirs: Sequence[Path], other_classes: Sequence
             say_once(f"[nbxcert] notice: {ENV_PATH} names {printable(p)}, which is not there; it is skipped")
     for d in dirs:
         base = Path(d) / profile_key
-        if base.is_dir():
+        if files.is_dir(base):  # one that cannot be reached is skipped as the certificate index skips it
             found += listed(base)
     unique: dict[str, Path] = {}
     for p in found:
         unique.setdefault(os.path.realpath(p), p)
     return list(unique.values())
+
+
+def rebuild_command(
+    profile_name: str, path: Path | str, dirs: Sequence[Path | str] = (), memory_class: str | None = None
+) -> str:
+    """The `nbxcert bundle` command that builds `path` again: its class's winners where it names one (the file name's
+    class unless `memory_class` is given), the keys and launches left to the user (`...`: those it was built for)."""
+    from nbxcert.memory_class import class_of_bundle
+    from nbxcert.profiles import get_profile
+
+    cls = memory_class or class_of_bundle(get_profile(profile_name), Path(path).name)
+    where = " ".join(f"--dir {printable(d)}" for d in dirs) or "--dir DIR"
+    return (
+        f"nbxcert bundle --profile {profile_name} {where}"
+        + (f" --memory-class {cls}" if cls else "")
+        + f" ... --out {printable(path)}"
+    )
 
 
 def mismatch(bundle: Bundle, profile, triton_version: str) -> str:
@@ -641,7 +664,7 @@ def register(profile, dirs: Sequence[Path], strict: bool, memory_class: str | No
             kept.append(bundle)
             continue
         bundle.close()
-        rebuild = f"nbxcert bundle --profile {profile.name} --workload W --out {printable(path)}"
+        rebuild = rebuild_command(profile.name, path, dirs)
         if strict:
             raise ProvenanceMismatch(
                 f"bundle {printable(path)} was {why}; NBXCERT_STRICT_PROVENANCE=1 refuses it",

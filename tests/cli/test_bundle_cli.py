@@ -59,6 +59,25 @@ def test_inputs_are_checked_before_any_work(tmp_path):
     assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
 
 
+def test_keys_certified_but_none_usable_say_why_the_first_was_refused(tmp_path):
+    """Every key asked for is certified but refused (here its winner is no candidate of the kernel's): the error names
+    the first refused key and why, not a call to certify keys that are certified."""
+    import json
+
+    doc = json.loads((SHIPPED / "nvidia" / "hopper" / "rmsnorm.float16.json").read_text())
+    entry = doc["entries"][RMSNORM]
+    entry.pop("other_classes", None)
+    entry["winner"]["config"]["kwargs"]["ROWS"] = 3
+    doc["entries"] = {RMSNORM: entry}
+    mine = tmp_path / "certs" / "nvidia" / "hopper"
+    mine.mkdir(parents=True)
+    (mine / "rmsnorm.float16.json").write_text(json.dumps(doc))
+    out = tmp_path / "b.nbxbundle"
+    r = nbx("--profile", "hopper", "--key", RMSNORM, "--dir", tmp_path / "certs", "--out", out)
+    refused(r, "none of the 1 keys asked for can be bundled for nvidia/hopper", f"1 refused, the first {RMSNORM}: ")
+    assert "is not a candidate" in r.stderr and "nbxcert validate DIR" in r.stderr and not out.exists()
+
+
 def test_a_bundle_holds_cuda_binaries_only():
     import triton.backends
 
@@ -73,5 +92,6 @@ def test_the_check_takes_a_bundle_and_a_certificate_directory(tmp_path):
     refused(nbx("--check", junk, "--dir", SHIPPED, "--out", tmp_path / "x"), "--check reads a bundle")
     refused(nbx("--check", junk), "--check needs the certificate directory")
     refused(nbx("--check", tmp_path / "absent", "--dir", SHIPPED), "no such file")
+    refused(nbx("--check", tmp_path, "--dir", SHIPPED), f"--check {tmp_path}: is a directory")
     r = nbx("--check", junk, "--dir", SHIPPED)
     refused(r, f"nbxcert: corrupt bundle: bundle {junk}: declares a manifest of", "over the 67108864-byte limit")

@@ -313,16 +313,37 @@ def test_a_binary_changed_behind_a_forged_trailer_is_refused_before_it_is_handed
             bundle.verify()
 
 
-def test_a_binary_that_inflates_past_its_declared_size_is_refused(built, tmp_path):
-    """A hostile stream (here a real image with the manifest's `size` lowered) stops at the declared size."""
+def test_a_binary_that_inflates_past_its_declared_size_is_refused(built, tmp_path, monkeypatch):
+    """A hostile stream (here a real image with the manifest's `size` lowered to 10 bytes) stops at the declared size:
+    no more than size + 1 bytes are ever inflated (a spy on the inflater counts them), not the whole image."""
+    import zlib
+
     data = built.read_bytes()
     manifest, _ = _manifest_of(data)
-    manifest["binaries"][0]["size"] -= 1
+    assert manifest["binaries"][0]["size"] > 1000
+    manifest["binaries"][0]["size"] = 10
     path = tmp_path / "bomb.nbxbundle"
     path.write_bytes(_with_manifest(data, canonical(manifest)))
     first = manifest["binaries"][0]["sha256"]
+    inflated: list[int] = []
+    real = zlib.decompressobj
+
+    class Spy:
+        def __init__(self, *args):
+            self._inner = real(*args)
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+        def decompress(self, *args):
+            out = self._inner.decompress(*args)
+            inflated.append(len(out))
+            return out
+
+    monkeypatch.setattr(zlib, "decompressobj", Spy)
     with Bundle.open(path) as bundle, pytest.raises(BundleCorrupt, match=f"binary {first[:16]} does not inflate"):
         bundle.image(first)
+    assert inflated and max(inflated) <= 11
 
 
 def test_what_is_not_a_regular_file_is_refused(tmp_path):
@@ -391,6 +412,18 @@ def test_serving_leaves_the_bundles_named_for_another_memory_class_unopened(tmp_
     assert [p.name for p in bundles.bundle_files("nvidia/hopper", [tmp_path])] == sorted(names)
     monkeypatch.setenv(bundles.ENV_PATH, str(named))
     assert bundles.bundle_files("nvidia/hopper", [], ["80GB"]) == [named]
+
+
+def test_a_bundle_place_the_os_cannot_reach_is_skipped_not_a_crash(tmp_path, no_bundle_path, capsys, monkeypatch):
+    """A certificate directory or an NBXCERT_BUNDLE_PATH entry the OS cannot be asked about (here a name too long;
+    a directory on the way that cannot be searched is the same PermissionError) is skipped as the certificate index
+    skips it, the search-path entry with one notice naming why: it raised from `Path.is_dir` and ended the start."""
+    far = tmp_path / ("d" * 300)
+    assert bundles.bundle_files("nvidia/hopper", [far]) == []
+    monkeypatch.setenv(bundles.ENV_PATH, str(far / "mine.nbxbundle"))
+    assert bundles.bundle_files("nvidia/hopper", []) == []
+    err = capsys.readouterr().err
+    assert "NBXCERT_BUNDLE_PATH names " in err and "which cannot be reached (File name too long); it is skipped" in err
 
 
 def test_a_bundle_of_another_triton_is_ignored_with_one_notice(built, tmp_path, no_bundle_path, capsys, monkeypatch):
@@ -518,8 +551,9 @@ def test_an_entry_of_another_memory_class_beside_a_bundled_one_changes_nothing(b
 
 def test_a_bundle_of_another_memory_class_holds_that_class_s_winners(built, certdir, tmp_path):
     """An H100 (80GB class) is served its own class's winner, which may be another config than the H200's: a bundle
-    built with `--memory-class 80GB` holds those winners' binaries, is checked against that class's entries, and is
-    told changed against the first class's. A class the profile's cards do not have is refused by name."""
+    built with `--memory-class 80GB` holds those winners' binaries, is checked against that class's entries (the class
+    its file name names, without the option), and is told changed against another class's, the rebuild command naming
+    the class. A class the profile's cards do not have is refused by name."""
     from nbxcert.certificates import of_class
     from nbxcert.cli import app
 
@@ -574,7 +608,19 @@ def test_a_bundle_of_another_memory_class_holds_that_class_s_winners(built, cert
         ],
     )
     assert ok.exit_code == 0 and "matches its certificates" in ok.output, ok.output
-    assert bundling.check(out, [certdir], [parse_key(key)]).changed == [key]
+    # without --memory-class: the class its file name names, as serving reads it; a class-less name, the first class's
+    named = bundling.check(out, [certdir], [parse_key(key)])
+    assert (named.memory_class, named.changed) == (cls, [])
+    plain = tmp_path / "rmsnorm.nbxbundle"
+    plain.write_bytes(out.read_bytes())
+    assert bundling.check(plain, [certdir], [parse_key(key)]).changed == [key]
+    relabelled = tmp_path / f"rmsnorm.{held['memory_class']}.nbxbundle"  # named for the other class: told changed
+    relabelled.write_bytes(out.read_bytes())
+    told = runner.invoke(
+        app, ["bundle", "--check", str(relabelled), "--dir", str(certdir), "--key", key, "--profile", "hopper"]
+    )
+    assert told.exit_code == 1 and f"changed: {key}" in told.output, told.output
+    assert f"--memory-class {held['memory_class']} ... --out {relabelled}" in told.output
     bad = runner.invoke(app, ["bundle", "--check", str(out), "--dir", str(certdir), "--memory-class", "7GB"])
     assert bad.exit_code != 0 and "--memory-class 7GB is not a class of nvidia/hopper's cards" in bad.output, bad.output
     assert "Traceback" not in bad.output
