@@ -160,6 +160,9 @@ def handled(fn: Callable, interrupted: str = "") -> Callable:
                 raise
             print(error_line(e), file=sys.stderr)
             raise typer.Exit(1) from None
+        except BrokenPipeError:  # the reader went away (`nbxcert keys ... | head -1`): no error of nbxcert's
+            _quiet_stdout()
+            raise typer.Exit(141) from None  # as a process ended by SIGPIPE reports it (128 + 13)
         except OSError as e:  # what the checks cannot foresee (a disk full, a file removed meanwhile): one line too
             if os.environ.get("NBXCERT_DEBUG") == "1":
                 raise
@@ -172,6 +175,15 @@ def handled(fn: Callable, interrupted: str = "") -> Callable:
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null once its reader has gone, so that flushing it at exit raises no second error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout with no file descriptor (a test's capture): nothing to flush into a pipe
+        pass
 
 
 def resumable(fn: Callable) -> Callable:

@@ -239,7 +239,8 @@ def _dtypes_and_phases(path: str, doc: dict, allowed: tuple[str, ...], why: str,
 
 
 def _check_sizes(path: str, field: str, v: Any) -> None:
-    """A list of positive sizes, or `{ladder: NAME, max: N}` (the device file's ladder up to N)."""
+    """A list of positive sizes, or `{ladder: NAME, max: N}` (the device file's ladder up to N, and the rung N rounds up
+    to where N is none: a size up to N buckets there)."""
     if isinstance(v, list):
         if not v or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
             raise _fail(path, field, "must be a non-empty list of positive integers")
@@ -270,8 +271,15 @@ def sizes(w: Workload, phase: str, profile) -> list[int]:
     v = w.phases[phase]
     if isinstance(v, list):
         return list(v)
-    ladder = profile.ladder(v["ladder"])
-    return [x for x in ladder if v.get("min", 1) <= x <= v["max"]]
+    ladder = sorted(profile.ladder(v["ladder"]))
+    lo, hi = v.get("min", 1), v["max"]
+    kept = [x for x in ladder if lo <= x <= hi]
+    # a size between the last rung kept and `max` buckets up to the next rung: that rung's launch is the model's too
+    # (a 2500-token prefill of a model of 3000 positions forms the 3072 key)
+    above = [x for x in ladder if x > hi]
+    if above and (not kept or kept[-1] < hi):
+        kept.append(above[0])
+    return kept
 
 
 class _LaunchList(list):

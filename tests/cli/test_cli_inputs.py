@@ -765,3 +765,15 @@ def test_a_named_pipe_that_nothing_reads_is_refused_not_waited_on(tmp_path):
     coverage = [*base, "coverage", "--profile", "interpreter", "--key", RMSNORM, "--dir", str(SHIPPED)]
     r = subprocess.run([*coverage, "--junit-xml", str(pipe)], capture_output=True, text=True, timeout=120, env=env)
     refused(r, "nbxcert: system error: No such device or address", str(pipe))
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`nbxcert keys ... | head -1`: the reader closes the pipe; the command ends with 141 (as SIGPIPE would) and prints
+    nothing (it printed a "system error ... check that path (permissions, free space)" line and exited 1)."""
+    cmd = [sys.executable, "-m", "nbxcert", "keys", "--profile", "hopper", "--workload", "tinyllama-1.1b", "--json"]
+    env = {**os.environ, "NBXCERT_BACKEND": "interpreter"}
+    env.pop("NBXCERT_DEBUG", None)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    proc.stdout.close()  # gone before the first line: every write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and err == "", err

@@ -76,6 +76,19 @@ def test_llama_3_8b_key_set_is_the_shipped_one(hopper):
     assert keys == shipped and len(keys) > 200
 
 
+def test_positions_between_two_rungs_keep_the_rung_they_bucket_to(tmp_path, hopper):
+    """A model of 3000 positions makes 2500-token prefills and 2500-long KV caches, which bucket to the 3072-token
+    and 4096-long keys: those rungs are the workload's, though above its positions (they were left out)."""
+    w = load_hf_config(written(tmp_path, {**published("Meta-Llama-3-8B"), "max_position_embeddings": 3000}))
+    from nbxcert.workload import sizes
+
+    tokens, kv = sizes(w, "prefill_tokens", hopper), sizes(w, "kv_lens", hopper)
+    assert max(tokens) == 3072 and 2048 in tokens and 4096 not in tokens
+    assert max(kv) == 4096 and 2048 in kv and 8192 not in kv
+    keys = {k.text() for k in workload_keys(w, hopper)}
+    assert any("M=3072" in k for k in keys) and any("kv_len=4096" in k for k in keys)
+
+
 def test_qwen3_dense_has_q_and_k_norms_and_no_bias(hopper):
     w = load_hf_config(CONFIGS / "Qwen3-8B" / "config.json")
     assert w.model["qk_norm"] is True and w.model["qkv_bias"] is False
