@@ -817,7 +817,7 @@ def coverage(
     older = len(report.older_code) / len(report.keys)  # run_coverage refuses no keys
     too_old = max_older is not None and older > max_older
     if junit_xml:
-        write_text(junit_xml, to_junit(report, min_fraction))
+        write_text(junit_xml, to_junit(report, min_fraction, max_older))
     if json_out:
         print(
             json.dumps(

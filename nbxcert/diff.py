@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from nbxcert.certificates import class_entries
-from nbxcert.dirscan import Found, scan_dir
+from nbxcert.dirscan import NO_CERTS_HINT, Found, scan_dir
+from nbxcert.errors import UsageError
+from nbxcert.text import printable
 
 
 @dataclass
@@ -50,8 +52,13 @@ def by_class(found: Mapping[tuple, Found]) -> dict[tuple, Found]:
 def diff(old_dir: Path, new_dir: Path) -> DiffReport:
     """The entries added, removed and whose winner changed from `old_dir` to `new_dir`, per profile, each memory
     class's entry of a key on its own."""
-    a = by_class(scan_dir(old_dir).require_ok().found)
-    b = by_class(scan_dir(new_dir).require_ok().found)
+    scans = scan_dir(old_dir).require_ok(), scan_dir(new_dir).require_ok()
+    if not any(scan.files for scan in scans):  # two wrong paths compared "equal" (exit 0)
+        raise UsageError(
+            f"neither {printable(old_dir)} nor {printable(new_dir)} holds certificate files: nothing to compare",
+            hint=NO_CERTS_HINT,
+        )
+    a, b = (by_class(scan.found) for scan in scans)
     profiles: dict[str, ProfileDiff] = {}
     for ident in sorted(set(a) | set(b), key=lambda i: (i[0], i[2], i[3], i[1])):
         pd = profiles.setdefault(ident[0], ProfileDiff())

@@ -256,22 +256,48 @@ def coverage(
     return report
 
 
-def junit_xml(report: CoverageReport, min_fraction: float) -> str:
-    """A JUnit report: one test case per key, a failure for each missing one."""
+def junit_xml(report: CoverageReport, min_fraction: float, max_older: float | None = None) -> str:
+    """A JUnit report that fails as the command's exit code does: a test case per key (a missing one a failure where
+    the coverage is below `min_fraction`, skipped where the gate allows it), one for the gate's minimum, and, with
+    `max_older`, one for the keys certified by older code."""
     from xml.sax.saxutils import quoteattr
 
+    below = report.fraction < min_fraction
     cases = []
     for t in report.keys:
         name = quoteattr(t)
-        if t in report.missing:
+        if t in report.missing and below:
             cases.append(
                 f'  <testcase classname="nbxcert.coverage" name={name}><failure message="not certified"/></testcase>'
             )
+        elif t in report.missing:
+            why = quoteattr(f"not certified (allowed: coverage {report.fraction:.4f} >= --min {min_fraction})")
+            cases.append(f'  <testcase classname="nbxcert.coverage" name={name}><skipped message={why}/></testcase>')
         else:
             cases.append(f'  <testcase classname="nbxcert.coverage" name={name}/>')
-    failures = len(report.missing)
+
+    def gate(name: str, failed: bool, message: str) -> str:
+        inner = f"<failure message={quoteattr(message)}/>" if failed else ""
+        return f'  <testcase classname="nbxcert.coverage.gate" name={quoteattr(name)}>{inner}</testcase>'
+
+    cases.append(
+        gate(f"coverage >= {min_fraction}", below, f"coverage {report.fraction:.4f} is below --min {min_fraction}")
+    )
+    failures = (len(report.missing) if below else 0) + below
+    if max_older is not None:
+        older = len(report.older_code) / len(report.keys) if report.keys else 0.0
+        cases.append(
+            gate(
+                f"older code <= {max_older}",
+                older > max_older,
+                f"{len(report.older_code)} keys ({older:.4f}) certified by code that has changed since, above "
+                f"--max-older {max_older}",
+            )
+        )
+        failures += older > max_older
+    skipped = 0 if below else len(report.missing)
     head = (
-        f'<testsuite name={quoteattr("nbxcert coverage " + report.profile)} tests="{len(report.keys)}" '
-        f'failures="{failures}">'
+        f'<testsuite name={quoteattr("nbxcert coverage " + report.profile)} tests="{len(cases)}" '
+        f'failures="{failures}" skipped="{skipped}">'
     )
     return "\n".join(['<?xml version="1.0" encoding="utf-8"?>', head, *cases, "</testsuite>"]) + "\n"

@@ -313,6 +313,17 @@ def test_diff_compares_each_memory_class_entry_of_a_key_with_its_own(certs, tmp_
     assert sorted((a["key"], a["memory_class"]) for a in doc["added"]) == [(k(2), "80GB"), (k(2), "cpu")]
 
 
+def test_diff_of_two_directories_without_certificates_is_refused(certs, tmp_path):
+    """Two paths that hold no certificate file (a wrong path twice) compare nothing: refused naming both; one empty
+    side is a diff (everything added)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    r = nbx("diff", tmp_path / "a", tmp_path / "b")
+    check(r, 1, must=[f"neither {tmp_path / 'a'} nor {tmp_path / 'b'} holds certificate files: nothing to compare"])
+    certs.write_probe(tmp_path / "b", {certs.probe_key(1): certs.probe_entry(1)})
+    check(nbx("diff", tmp_path / "a", tmp_path / "b"), 0, must=["1 added, 0 removed"])
+
+
 def test_diff_refuses_an_invalid_directory(certs, tmp_path):
     certs.write_probe(tmp_path / "a", {certs.probe_key(1): certs.probe_entry(1)})
     write_json(tmp_path / "b" / "cpu" / "interpreter" / "fault_probe.float32.json", "{")

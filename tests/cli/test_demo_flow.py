@@ -113,7 +113,7 @@ def test_verify_certified_only_serves_every_key_then_fails_naming_a_removed_one(
     assert r.returncode == 1 and f"missing: {removed}" in r.stdout
     assert f"below it, 1 more certified keys needed ({n})" in r.stdout  # 96% can round to a 96% minimum: the count
     assert "; missing by kernel: softmax 1" in r.stdout
-    assert junit.read_text().count("<failure") == 1
+    assert junit.read_text().count("<failure") == 2  # the missing key and the gate's minimum
     r = nbx("coverage", "--profile", "interpreter", *workload, "--dir", str(cut), "--min", "0.5", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["missing"] == [removed]
     # an entry made by other code is counted as certified, and named by kernel among those certify sweeps again
@@ -123,7 +123,8 @@ def test_verify_certified_only_serves_every_key_then_fails_naming_a_removed_one(
     doc = json.loads(path.read_text())
     doc["entries"][removed]["provenance"]["code"] = "0" * 16
     path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    r = nbx("coverage", "--profile", "interpreter", *workload, "--dir", str(older), "--min", "1.0")
+    cov_older = ("coverage", "--profile", "interpreter", *workload, "--dir", str(older))
+    r = nbx(*cov_older, "--min", "1.0")
     assert r.returncode == 0 and f"{n}/{n} keys certified" in r.stdout
     assert "; 1 of the certified made by code that has changed since (softmax 1; served as they are" in r.stdout
     # --max-older gates them: one older entry of n keys passes at 1/n, fails at 0 naming how many to certify again
@@ -132,6 +133,14 @@ def test_verify_certified_only_serves_every_key_then_fails_naming_a_removed_one(
     r = nbx("coverage", "--profile", "interpreter", *workload, "--dir", str(older), "--max-older", "0")
     assert r.returncode == 1
     assert "above the maximum of 0.0% of the keys by older code, 1 more to certify again (at most 0)" in r.stdout
+    # the JUnit report fails as the exit code does: the older-code gate here; a missing key allowed by --min skipped
+    r = nbx(*cov_older, "--max-older", "0", "--junit-xml", str(junit))
+    assert r.returncode == 1 and 'failures="1"' in junit.read_text()
+    assert '<failure message="1 keys (' in junit.read_text()
+    r = nbx(
+        "coverage", "--profile", "interpreter", *workload, "--dir", str(cut), "--min", "0.5", "--junit-xml", str(junit)
+    )
+    assert r.returncode == 0 and 'failures="0" skipped="1"' in junit.read_text() and "<failure" not in junit.read_text()
     r = nbx("coverage", "--profile", "interpreter", *workload, "--dir", str(out), "--max-older", "0", "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["older_code_fraction"] == 0.0
     r = nbx("coverage", "--profile", "interpreter", *workload, "--dir", str(out), "--max-older", "2")
