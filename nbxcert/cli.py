@@ -676,7 +676,12 @@ def verify(
     kernels: KernelsOption = None,
     dirs: DirOption = None,
     certified_only: Annotated[
-        bool, typer.Option("--certified-only", help="A key with no certificate fails the run (never a sweep).")
+        bool,
+        typer.Option(
+            "--certified-only",
+            help="A key with no certificate fails the run (never a sweep); also NBXCERT_CERTIFIED_ONLY=1, as serving "
+            "reads it.",
+        ),
     ] = False,
     shard: Annotated[
         str | None, typer.Option(help="Verify a deterministic share i/n of the keys (as certify --shard).")
@@ -692,7 +697,18 @@ def verify(
 
     _backend_line()
     share, jobs = parse_shard(shard), check_jobs(jobs)
+    # the application's own setting is the run's too: a verify that swept where the application would refuse said
+    # nothing of that application
+    certified_only = certified_only or os.environ.get("NBXCERT_CERTIFIED_ONLY", "") == "1"
     prof, dirs, modules, found = _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec, hf_config)
+    if dirs and not any(any((Path(d) / prof.key).glob("*.json")) for d in dirs if files.is_dir(Path(d) / prof.key)):
+        # a --dir one level too deep (the profile's own folder) served nothing and swept every key, exit 0
+        from nbxcert.dirscan import NO_CERTS_HINT
+
+        where = ", ".join(_plain(d) for d in dirs)
+        raise errors.UsageError(
+            f"--dir {where} holds no {prof.key} certificate files: nothing to verify", hint=NO_CERTS_HINT
+        )
     found = shard_keys(found, share)
 
     with _Heartbeat(f"verify {prof.key}", "compiling the certified winners ahead") as beat:

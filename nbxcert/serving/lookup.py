@@ -293,7 +293,7 @@ def config_for(
                 raise
             cfg = certified_config(spec, entry, text)
             _record(st, text, "served")
-        elif text in st.runtime_cache:
+        elif text in st.runtime_cache and not st.certified_only:  # a winner swept by an earlier run is no certificate
             from nbxcert.kernels.spec import Config
 
             cfg = Config.from_dict(st.runtime_cache[text]["config"])

@@ -777,3 +777,18 @@ def test_a_reader_that_goes_away_ends_the_command_quietly():
     proc.stdout.close()  # gone before the first line: every write meets a closed pipe
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141 and err == "", err
+
+
+def test_verify_reads_the_applications_certified_only_setting_and_refuses_a_dir_without_certificates(tmp_path):
+    """NBXCERT_CERTIFIED_ONLY=1 is verify's setting too (a key with no certificate is missing, exit 1, as the
+    application would refuse it; the flag's default had turned it into a sweep and exit 0), and a --dir that holds no
+    certificate of the profile (the profile's own folder named) is refused: it served nothing, swept every key and
+    passed."""
+    uncertified = "rmsnorm[n_cols=64,n_rows=4;float16,float16]@v1"
+    assert uncertified not in (SHIPPED / "cpu" / "interpreter" / "rmsnorm.float16.json").read_text()
+    args = ("verify", "--profile", "interpreter", "--key", uncertified, "--dir", SHIPPED)
+    r = nbx(*args, env={"NBXCERT_CERTIFIED_ONLY": "1"})
+    assert r.returncode == 1 and "1 missing" in r.stdout, r.stdout + r.stderr
+    deep = SHIPPED / "cpu" / "interpreter"
+    r = nbx("verify", "--profile", "interpreter", "--key", RMSNORM, "--dir", deep)
+    refused(r, f"--dir {deep} holds no cpu/interpreter certificate files: nothing to verify")

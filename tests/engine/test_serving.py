@@ -102,6 +102,19 @@ def test_without_certificate_the_key_is_swept_at_run_time(user_kernel, serving, 
     assert "nbxcert certify --profile interpreter --key 'user_scale[n=777;float32,float32]@v1'" in err
 
 
+def test_certified_only_refuses_a_winner_an_earlier_run_swept(user_kernel, serving, monkeypatch, tmp_path):
+    """A key swept at run time by an earlier process is kept in the run-time cache; a process in certified-only mode
+    refuses it as it refuses any key with no certificate (it served the cached sweep's winner, uncertified)."""
+    from nbxcert.errors import KeyNotCertified
+
+    monkeypatch.setenv("NBXCERT_CERTIFIED_DIR", str(tmp_path / "empty"))
+    _launch(user_kernel, 333)  # swept, its winner cached under NBXCERT_CACHE_DIR
+    serving.reset()
+    monkeypatch.setenv("NBXCERT_CERTIFIED_ONLY", "1")
+    with pytest.raises(KeyNotCertified, match=r"user_scale\[n=333;float32,float32\]@v1 is not certified"):
+        _launch(user_kernel, 333)
+
+
 def test_uncertified_default_mode_runs_the_untuned_default_and_says_so(
     user_kernel, serving, monkeypatch, capfd, tmp_path
 ):
