@@ -173,6 +173,20 @@ def test_an_empty_shard_is_refused():
     refused(nbx(*args, "--shard", f"{empty}/2"), f"--shard {empty}/2 holds none of the 1 keys asked for")
 
 
+def test_shards_of_a_workload_cover_each_key_once_and_are_even():
+    """sd-unet-block's 32 keys over 8 shards: every key in one shard, each shard 4 keys (each key's shard by its digest
+    alone gave 0 to 11), and a key's shard the same in every process that forms the same keys."""
+    from nbxcert.certify import shard_keys
+    from nbxcert.profiles import get_profile
+    from nbxcert.workload import load_workload, workload_keys
+
+    keys = workload_keys(load_workload("sd-unet-block"), get_profile("hopper"))
+    shares = [[k.text() for k in shard_keys(keys, (i, 8))] for i in range(8)]
+    assert sorted(t for share in shares for t in share) == sorted(k.text() for k in keys)
+    assert [len(share) for share in shares] == [len(keys) // 8] * 8
+    assert shares[3] == [k.text() for k in shard_keys(list(reversed(keys)), (3, 8))][::-1]
+
+
 def test_index_check_of_a_directory_with_no_certificates_fails(tmp_path):
     refused(nbx("index", "check", tmp_path, "--cache", tmp_path), "holds no certificates: no index to check")
 
