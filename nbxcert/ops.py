@@ -1,9 +1,11 @@
 """`nbxcert.ops`: nbxcert's kernels under torch's names and signatures, in one namespace (`from nbxcert import ops`).
 
-Every pointwise op of torch (`torch.add`, `torch.exp`, `torch.where`, ...) and of `torch.nn.functional` (`gelu`,
-`silu`, `leaky_relu`, `logsigmoid` and `log_sigmoid`, `glu`, ...) takes torch's positional and keyword arguments,
-broadcasts its operands, takes Python numbers as operands, promotes as torch does (`nbxcert.kernels.promotion`),
-writes `out=` (any strides) and has its in-place `_` form where torch has one (`add_`, `relu_`, `clamp_`, ...).
+The pointwise ops below, of torch (`torch.add`, `torch.exp`, `torch.where`, ...) and of `torch.nn.functional`
+(`gelu`, `silu`, `leaky_relu`, `logsigmoid` and `log_sigmoid`, `glu`, ...; not every one torch has: `hardtanh`,
+`sinh`, `fmax`, ... are not here), take torch's positional and keyword arguments, broadcast their operands, take
+Python numbers as operands, promote as torch does (`nbxcert.kernels.promotion`), write `out=` (any strides; one that
+overlaps an input in part, or writes one address twice, refused as torch refuses it) and have their in-place `_` form
+where torch has one (`add_`, `relu_`, `clamp_`, ...).
 Data movement: `empty`, `zeros`, `ones`, `full`, `arange`, `linspace`, `copy_`, `fill_`, `to`. All but `empty` run
 one certified kernel, `nbxcert.kernels.pointwise`.
 
@@ -30,6 +32,7 @@ Importing this module imports no kernel (each is loaded on its first use) and ne
 
 from __future__ import annotations
 
+import builtins
 import functools
 import importlib
 import inspect
@@ -95,6 +98,71 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (bool, int, float)) and not isinstance(v, type)
 
 
+def _scalar(op: str, name: str, value):
+    """A Python number, or a 0-dim tensor's value as one (torch takes either for a fill value); anything else refused
+    in one line naming the argument."""
+    Tensor = _tensor_type()
+    if isinstance(value, Tensor):
+        if value.ndim != 0:
+            raise DTypeError(f"{op}: {name} must be a number or a 0-dim tensor, got a tensor of shape {value.shape}")
+        promotion = importlib.import_module("nbxcert.kernels.promotion")
+        kind = promotion.category(value.dtype.name)
+        held = value.float64().item() if kind == 2 else value.numpy().item()
+        return bool(held) if kind == 0 else int(held) if kind == 1 else float(held)
+    if not _is_number(value):
+        raise DTypeError(f"{op}: {name} must be a number, got {type(value).__name__}")
+    return value
+
+
+def _fits(op: str, value, dtype: str) -> None:
+    """torch's check of a value written into `dtype` (c10's `overflows`): an integer dtype's range (an unsigned one's
+    negatives down to -max, which wrap), a float dtype's largest finite value (infinities and NaN pass); refused in
+    one line naming the value and the dtype."""
+    if isinstance(value, bool) or dtype == "bool":
+        return
+    promotion = importlib.import_module("nbxcert.kernels.promotion")
+    if dtype in promotion.INTEGRAL:
+        bits = promotion._WIDTH[dtype]
+        hi = (1 << bits) - 1 if dtype == "uint8" else (1 << (bits - 1)) - 1
+        lo = -hi if dtype == "uint8" else -(1 << (bits - 1))
+        if isinstance(value, float) and not math.isfinite(value):
+            bad = True
+        else:
+            bad = not lo <= math.trunc(value) <= hi
+    else:
+        import numpy as np
+
+        largest = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": float(np.finfo(np.float32).max)}
+        bad = math.isfinite(value) and builtins.abs(value) > largest.get(dtype, math.inf)
+    if bad:
+        raise DTypeError(f"{op}: value {value!r} cannot be converted to {dtype} without overflow")
+
+
+def _no_overlap(op: str, out, inputs) -> None:
+    """torch's checks before writing `out`: no two of its elements at one address (a stride of 0 over a dimension
+    longer than 1: the last write would win), and no input that partly overlaps it (one that is `out` itself, the
+    same view, is an in-place op and fine); refused in one line."""
+    Tensor = _tensor_type()
+    if any(st == 0 and n > 1 for n, st in zip(out.shape, out.strides, strict=False)):
+        raise ViewError(
+            f"{op}: more than one element of the written-to tensor refers to a single memory location (an expanded "
+            "view): write into a tensor of its own (.clone() it first)"
+        )
+    lo, hi = out.span()
+    for t in inputs:
+        if not isinstance(t, Tensor) or t.untyped_storage() is not out.untyped_storage() or t.numel == 0:
+            continue
+        same = t.data_ptr() == out.data_ptr() and t.shape == out.shape and t.strides == out.strides
+        if same and t.dtype is out.dtype:
+            continue
+        a, b = t.span()
+        if a < hi and lo < b:
+            raise ViewError(
+                f"{op}: some elements of an input and of the written-to tensor refer to a single memory location "
+                "(views that partly overlap): write into a tensor of its own (.clone() the input first)"
+            )
+
+
 def _torch_name(value) -> str:
     """A torch constant (`torch.float16`, `torch.preserve_format`), a numpy or JAX dtype, or a string, by the name
     nbxcert gives it: read from the object, its library never imported."""
@@ -145,6 +213,7 @@ def _apply(name: str, operands: list, params: dict | None = None, out=None, prom
         if tuple(out.shape) != tuple(shape):
             raise ShapeMismatch(f"{op.name}: out has shape {tuple(out.shape)}, the result's is {tuple(shape)}")
         promotion.check_cast(op.name, result, out.dtype.name)
+        _no_overlap(op.name, out, tensors)
     via, compute, kparams, p_float = pw.plan_for(op, operands, common, out, params)
     padded = list(operands) + [None] * (3 - len(operands))
     return pw.pointwise_call(name, *padded, out, via, compute, kparams, p_float)
@@ -215,8 +284,22 @@ def round_(input, *, decimals: int = 0):
 # ======================================================================================================================
 # binary arithmetic
 # ======================================================================================================================
+def _alpha_check(op: str, input, other, alpha) -> None:
+    """torch's alpha_check: a floating alpha only for a floating result, a bool alpha only for a bool one (an integer
+    add with alpha=1.5 would run with 1)."""
+    if alpha is None or not _is_number(alpha):
+        raise DTypeError(f"{op}: alpha must be a number, got {type(alpha).__name__}")
+    promotion = importlib.import_module("nbxcert.kernels.promotion")
+    kind = promotion.category(promotion.result_type(input, other))
+    if isinstance(alpha, float) and kind < 2:
+        raise DTypeError(f"{op}: for integral input tensors, argument alpha must not be a floating point number")
+    if isinstance(alpha, bool) and kind != 0:
+        raise DTypeError(f"{op}: boolean alpha only supported for Boolean results")
+
+
 def add(input, other, *, alpha=1, out=None):
     """input + alpha * other (torch.add)."""
+    _alpha_check("add", input, other, alpha)
     return _apply("add", [input, other], {"alpha": alpha}, out=out)
 
 
@@ -226,6 +309,7 @@ def add_(input, other, *, alpha=1):
 
 def sub(input, other, *, alpha=1, out=None):
     """input - alpha * other (torch.sub)."""
+    _alpha_check("sub", input, other, alpha)
     return _apply("sub", [input, other], {"alpha": alpha}, out=out)
 
 
@@ -238,6 +322,7 @@ subtract = sub
 
 def rsub(input, other, *, alpha=1, out=None):
     """other - alpha * input (torch.rsub)."""
+    _alpha_check("rsub", input, other, alpha)
     return _apply("sub", [other, input], {"alpha": alpha}, out=out)
 
 
@@ -369,6 +454,13 @@ def clamp(input, min=None, max=None, *, out=None):  # noqa: A002 - torch's names
     """min(max(input, min), max) (torch.clamp); at least one bound; NaN stays NaN."""
     if min is None and max is None:
         raise DTypeError("clamp: at least one of min and max must be given")
+    Tensor = _tensor_type()
+    if isinstance(min, Tensor) or isinstance(max, Tensor):  # tensor bounds: broadcast and promoted, as maximum/minimum
+        if max is None:
+            return _apply("maximum", [input, min], out=out)
+        if min is None:
+            return _apply("minimum", [input, max], out=out)
+        return _apply("minimum", [_apply("maximum", [input, min]), max], out=out)
     if max is None:
         return _apply("clamp_min", [input], {"min": min}, out=out, promote_params=("min",))
     if min is None:
@@ -405,7 +497,9 @@ def where(condition, input, other, *, out=None):
 
 
 def masked_fill(input, mask, value, *, out=None):
-    """input with value where mask (bool) holds (torch.Tensor.masked_fill)."""
+    """input with value (a number or a 0-dim tensor) where mask (bool) holds (torch.Tensor.masked_fill)."""
+    value = _scalar("masked_fill", "value", value)
+    _fits("masked_fill", value, (out if out is not None else input).dtype.name)
     return _apply("masked_fill", [input, mask], {"value": value}, out=out)
 
 
@@ -435,6 +529,10 @@ def gelu(input, approximate: str = "none"):
 def _act(name: str, doc: str, params: tuple = ()):
     def fn(input, *args, inplace: bool = False, **kwargs):
         values = dict(params)
+        if len(args) > len(params) + 1:
+            raise DTypeError(f"{name}() takes {len(params) + 2} positional arguments at most, {len(args) + 1} given")
+        if len(args) == len(params) + 1:  # torch's signature: (input, *params, inplace=False)
+            *args, inplace = args
         for (key, _), v in zip(params, args, strict=False):
             values[key] = v
         for key, v in kwargs.items():
@@ -499,30 +597,42 @@ def _size(size: tuple) -> tuple[int, ...]:
     return tuple(int(s) for s in size)
 
 
-def _fill_new(shape, value, dtype, device, out):
+def _fill_new(op_name: str, shape, value, dtype, device, out):
+    """A new tensor of `shape` (or `out`, which must have that shape, and `dtype` where one is given) filled with
+    `value`; `dtype` None: float32."""
     pw = _pw()
     if out is None:
-        out = pw.empty(shape, _get_dtype(dtype).name, device)
-    return _fill(out, value)
+        out = pw.empty(shape, _get_dtype(dtype or DEFAULT_DTYPE).name, device)
+    else:
+        if tuple(out.shape) != tuple(shape):
+            raise ShapeMismatch(f"{op_name}: out has shape {tuple(out.shape)}, the size asked is {tuple(shape)}")
+        if dtype is not None and _get_dtype(dtype).name != out.dtype.name:
+            raise DTypeError(f"{op_name}: dtype {_get_dtype(dtype).name} does not match out's, {out.dtype.name}")
+    return _fill(out, value, op_name)
 
 
-def _fill(t, value):
+def _fill(t, value, op_name: str = "fill_"):
     pw = _pw()
     op = pw.OPS["fill"]
+    value = _scalar(op_name, "value", value)
+    _fits(op_name, value, t.dtype.name)
     d = t.dtype.name
     pw.check_dtype(op, d)
     via, compute, kparams, p_float = pw.plan_for(op, [], d, t, {"value": value})
     return pw.pointwise_call("fill", None, None, None, t, via, compute, kparams, p_float)
 
 
-def empty(*size, dtype="float32", device="cpu", out=None):
+DEFAULT_DTYPE = "float32"  # torch.get_default_dtype() (nbxcert has no way to change it)
+
+
+def empty(*size, dtype=None, device="cpu", out=None):
     """A tensor of the size, its elements not set (torch.empty: no kernel runs); `out=` is returned as it is."""
     if out is not None:
         if tuple(out.shape) != _size(size):
             raise ShapeMismatch(f"empty: out has shape {tuple(out.shape)}, the size asked is {_size(size)}")
         return out
     pw = _pw()
-    return pw.empty(_size(size), _get_dtype(dtype).name, device)
+    return pw.empty(_size(size), _get_dtype(dtype or DEFAULT_DTYPE).name, device)
 
 
 def empty_like(input, *, dtype=None):
@@ -530,21 +640,22 @@ def empty_like(input, *, dtype=None):
     return empty(input.shape, dtype=dtype or input.dtype.name, device=input.device)
 
 
-def zeros(*size, dtype="float32", device="cpu", out=None):
+def zeros(*size, dtype=None, device="cpu", out=None):
     """A tensor of zeros (torch.zeros)."""
-    return _fill_new(_size(size), 0, dtype, device, out)
+    return _fill_new("zeros", _size(size), 0, dtype, device, out)
 
 
-def ones(*size, dtype="float32", device="cpu", out=None):
+def ones(*size, dtype=None, device="cpu", out=None):
     """A tensor of ones (torch.ones)."""
-    return _fill_new(_size(size), 1, dtype, device, out)
+    return _fill_new("ones", _size(size), 1, dtype, device, out)
 
 
 def full(size, fill_value, *, dtype=None, device="cpu", out=None):
     """A tensor of fill_value (torch.full: the dtype defaults to the value's: bool, int64 or float32)."""
-    if dtype is None:
-        dtype = "bool" if isinstance(fill_value, bool) else "int64" if isinstance(fill_value, int) else "float32"
-    return _fill_new(_size((size,)), fill_value, dtype, device, out)
+    fill_value = _scalar("full", "fill_value", fill_value)
+    if dtype is None and out is None:
+        dtype = "bool" if isinstance(fill_value, bool) else "int64" if isinstance(fill_value, int) else DEFAULT_DTYPE
+    return _fill_new("full", _size((size,)), fill_value, dtype, device, out)
 
 
 def zeros_like(input, *, dtype=None):
@@ -568,13 +679,15 @@ def zero_(input):
     return _fill(input, 0)
 
 
-def arange(start, end=None, step=1, *, dtype=None, device="cpu", out=None):
-    """start, start + step, ... below end (torch.arange; one argument: 0 .. start)."""
+def arange(start=0, end=None, step=1, *, dtype=None, device="cpu", out=None):
+    """start, start + step, ... below end (torch.arange; one argument: 0 .. start; `end=` alone: 0 .. end)."""
     if end is None:
         start, end = 0, start
     if step == 0:
         raise DTypeError("arange: step must be nonzero")
-    n = max(0, math.ceil((end - start) / step))
+    if (end - start) * step < 0:
+        raise DTypeError(f"arange: upper bound and larger bound inconsistent with step sign ({start}, {end}, {step})")
+    n = math.ceil((end - start) / step)
     if dtype is None:
         dtype = "int64" if all(isinstance(v, int) for v in (start, end, step)) else "float32"
     pw = _pw()
@@ -588,13 +701,17 @@ def arange(start, end=None, step=1, *, dtype=None, device="cpu", out=None):
     return pw.pointwise_call("arange", None, None, None, out, via, compute, kparams, p_float)
 
 
-def linspace(start, end, steps, *, dtype="float32", device="cpu", out=None):
-    """steps values from start to end (torch.linspace)."""
+def linspace(start, end, steps, *, dtype=None, device="cpu", out=None):
+    """steps values from start to end (torch.linspace); an integer dtype's values the float64 ones truncated toward
+    zero, as torch's."""
     pw = _pw()
     if out is None:
-        out = pw.empty((int(steps),), _get_dtype(dtype).name, device)
+        out = pw.empty((int(steps),), _get_dtype(dtype or DEFAULT_DTYPE).name, device)
     elif tuple(out.shape) != (int(steps),):
         raise ShapeMismatch(f"linspace: out has shape {tuple(out.shape)}, the result's is ({int(steps)},)")
+    promotion = importlib.import_module("nbxcert.kernels.promotion")
+    if out.dtype.name in promotion.INTEGRAL:
+        return _cast_into(linspace(start, end, steps, dtype="float64", device=out.device), out)
     op = pw.OPS["linspace"]
     pw.check_dtype(op, out.dtype.name)
     via, compute, kparams, p_float = pw.plan_for(op, [], out.dtype.name, out, {"start": start, "end": end})
@@ -611,8 +728,9 @@ def _cast_into(src, out):
     return pw.pointwise_call(name, src, None, None, out, via, compute, kparams, p_float)
 
 
-def copy_(input, src):
-    """src's values written into input, any strides, broadcast, cast to input's dtype (torch.Tensor.copy_)."""
+def copy_(input, src, non_blocking: bool = False):
+    """src's values written into input, any strides, broadcast, cast to input's dtype (torch.Tensor.copy_; every
+    launch is asynchronous on its stream, so `non_blocking` changes nothing)."""
     return _cast_into(src, input)
 
 
@@ -683,8 +801,9 @@ def clone(input, *, memory_format="preserve_format"):
     return _cast_into(input, _result(tuple(input.shape), [input], input.dtype.name, input.device))
 
 
-def to(input, dtype, copy=False):
-    """input cast to dtype (torch.Tensor.to(dtype, copy=False)): floats to integers truncate toward zero (NaN,
+def to(input, dtype, non_blocking: bool = False, copy: bool = False):
+    """input cast to dtype (torch.Tensor.to(dtype, non_blocking=False, copy=False); `non_blocking` changes nothing,
+    every launch being asynchronous on its stream): floats to integers truncate toward zero (NaN,
     infinities and values out of range refused), anything to bool is != 0. input itself where it already has the
     dtype, as torch returns it, unless `copy`."""
     pw = _pw()

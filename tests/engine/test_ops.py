@@ -240,3 +240,96 @@ def test_other_families_are_reachable():
     assert callable(ops.matmul) and callable(ops.rms_norm) and ops.rope is elementwise.rope
     with pytest.raises(AttributeError):
         ops.no_such_op  # noqa: B018
+
+
+# --- torch's semantics a review found missing (each failed before) ----------------------------------------------------
+def test_a_positional_inplace_is_torchs_inplace():
+    """F.elu(x, 1.0, True), F.silu(x, True), ...: the last positional argument is `inplace` (it was dropped)."""
+    x = _t([-2.0, -0.5, 0.0, 0.5, 2.0], np.float32)
+    want = ops.silu(x).numpy()
+    assert ops.silu(x, True) is x
+    np.testing.assert_array_equal(x.numpy(), want)
+    y = _t([-2.0, 2.0], np.float32)
+    assert ops.leaky_relu(y, 0.5, True) is y
+    np.testing.assert_array_equal(y.numpy(), [-1.0, 2.0])
+    with pytest.raises(DTypeError, match=r"elu\(\) takes 3 positional arguments at most, 4 given"):
+        ops.elu(y, 1.0, True, 7)
+
+
+def test_alpha_is_checked_as_torch_checks_it():
+    """An integer add with alpha=1.5 ran with alpha 1; torch refuses a floating alpha for an integral result and a
+    bool alpha for a non-bool one."""
+    a = _t([1, 2, 3], np.int64)
+    with pytest.raises(DTypeError, match="argument alpha must not be a floating point number"):
+        ops.add(a, a, alpha=1.5)
+    with pytest.raises(DTypeError, match="argument alpha must not be a floating point number"):
+        ops.sub(a, 1, alpha=0.5)
+    with pytest.raises(DTypeError, match="boolean alpha only supported for Boolean results"):
+        ops.add(a, a, alpha=True)
+    np.testing.assert_array_equal(ops.add(a, 1.0, alpha=1.5).numpy(), [2.5, 3.5, 4.5])  # a float result: fine
+
+
+def test_clamp_takes_tensor_bounds_and_fills_take_a_0_dim_tensor():
+    x = _t([0.0, 1.0, 5.0], np.float32)
+    np.testing.assert_array_equal(ops.clamp(x, min=_t([2.0, 0.0, 2.0], np.float32)).numpy(), [2, 1, 5])
+    np.testing.assert_array_equal(ops.clamp(x, 1.0, _t([3.0], np.float32)).numpy(), [1, 1, 3])
+    mask = _t([True, False, True], np.bool_)
+    np.testing.assert_array_equal(ops.masked_fill(x, mask, _t(7.0, np.float32)).numpy(), [7, 1, 7])
+    np.testing.assert_array_equal(ops.fill_(_t([0, 0], np.int32), _t(3, np.int64)).numpy(), [3, 3])
+    with pytest.raises(DTypeError, match="value must be a number or a 0-dim tensor"):
+        ops.fill_(x, _t([1.0, 2.0], np.float32))
+
+
+def test_writes_into_overlapping_memory_are_refused():
+    """An expanded view written to (the last write won), and an out= that partly overlaps an input (a race on a
+    GPU), are refused as torch refuses them; the input itself as out (in place) is fine."""
+    from nbxcert.errors import ViewError
+
+    with pytest.raises(ViewError, match="more than one element of the written-to tensor"):
+        ops.add_(_t([1.0], np.float32).expand(3), _t([1.0, 2.0, 3.0], np.float32))
+    a = _t([1.0, 2.0, 3.0, 4.0], np.float32)
+    with pytest.raises(ViewError, match="partly overlap"):
+        ops.add(a[0:3], 1.0, out=a[1:4])
+    ops.add(a[1:4], 1.0, out=a[1:4])
+    np.testing.assert_array_equal(a.numpy(), [1, 3, 4, 5])
+
+
+def test_factories_check_out_and_take_dtype_none():
+    with pytest.raises(ShapeMismatch, match=r"ones: out has shape \(5,\), the size asked is \(2,\)"):
+        ops.ones(2, out=ops.empty(5, device=DEVICE))
+    with pytest.raises(DTypeError, match="zeros: dtype int64 does not match out's, float32"):
+        ops.zeros(2, dtype="int64", out=ops.empty(2, device=DEVICE))
+    for make in (ops.zeros, ops.ones, ops.empty):
+        assert make(2, dtype=None, device=DEVICE).dtype.name == "float32"
+    assert ops.linspace(0, 1, 3, dtype=None, device=DEVICE).dtype.name == "float32"
+    assert ops.full((2,), 3, out=ops.empty(2, dtype="int32", device=DEVICE)).dtype.name == "int32"
+
+
+def test_fill_values_that_overflow_the_dtype_are_refused():
+    with pytest.raises(DTypeError, match="value 300 cannot be converted to int8 without overflow"):
+        ops.full((2,), 300, dtype="int8", device=DEVICE)
+    with pytest.raises(DTypeError, match="cannot be converted to float16 without overflow"):
+        ops.full((2,), 1e6, dtype="float16", device=DEVICE)
+    with pytest.raises(DTypeError, match="without overflow"):
+        ops.masked_fill(_t([1, 2], np.int8), _t([True, False], np.bool_), 300)
+    np.testing.assert_array_equal(ops.full((2,), -1, dtype="uint8", device=DEVICE).numpy(), [255, 255])  # as torch
+    assert np.isinf(ops.full((1,), float("inf"), dtype="float16", device=DEVICE).float64()).all()
+
+
+def test_arange_and_linspace_as_torch():
+    np.testing.assert_array_equal(ops.arange(end=4, device=DEVICE).numpy(), [0, 1, 2, 3])
+    with pytest.raises(DTypeError, match="inconsistent with step sign"):
+        ops.arange(0, 10, -1, device=DEVICE)
+    got = ops.linspace(0, 10, 5, dtype="int64", device=DEVICE)
+    assert got.dtype.name == "int64"
+    np.testing.assert_array_equal(got.numpy(), [0, 2, 5, 7, 10])
+
+
+def test_to_and_copy_take_torchs_positional_arguments():
+    x = _t([1.5, -2.5], np.float32)
+    y = ops.to(x, "float32", False, True)  # (dtype, non_blocking, copy)
+    assert y is not x
+    np.testing.assert_array_equal(y.numpy(), x.numpy())
+    dst = _t([0.0, 0.0], np.float32)
+    ops.copy_(dst, x, False)
+    np.testing.assert_array_equal(dst.numpy(), x.numpy())
