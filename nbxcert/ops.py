@@ -37,6 +37,7 @@ import functools
 import importlib
 import inspect
 import math
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -98,6 +99,14 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, (bool, int, float)) and not isinstance(v, type)
 
 
+def _python_number(v: Any) -> Any:
+    """A numpy scalar (`a.max()`, `np.float32(2)`) as the Python number it holds, as torch takes it; else `v`."""
+    np = sys.modules.get("numpy")  # a numpy scalar exists only where numpy was imported
+    if np is not None and isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
 def _scalar(op: str, name: str, value):
     """A Python number, or a 0-dim tensor's value as one (torch takes either for a fill value); anything else refused
     in one line naming the argument."""
@@ -109,6 +118,7 @@ def _scalar(op: str, name: str, value):
         kind = promotion.category(value.dtype.name)
         held = value.float64().item() if kind == 2 else value.numpy().item()
         return bool(held) if kind == 0 else int(held) if kind == 1 else float(held)
+    value = _python_number(value)
     if not _is_number(value):
         raise DTypeError(f"{op}: {name} must be a number, got {type(value).__name__}")
     return value
@@ -138,24 +148,33 @@ def _fits(op: str, value, dtype: str) -> None:
         raise DTypeError(f"{op}: value {value!r} cannot be converted to {dtype} without overflow")
 
 
+def _address_span(t) -> tuple[int, int]:
+    lo, hi = t.span()
+    base = t.untyped_storage().data_ptr()
+    return base + lo, base + hi
+
+
 def _no_overlap(op: str, out, inputs) -> None:
     """torch's checks before writing `out`: no two of its elements at one address (a stride of 0 over a dimension
-    longer than 1: the last write would win), and no input that partly overlaps it (one that is `out` itself, the
-    same view, is an in-place op and fine); refused in one line."""
+    longer than 1: the last write would win), and no input that partly overlaps it by address (one that is `out`
+    itself, the same view, is an in-place op and fine; two foreign views of one array are two storages over one
+    memory); refused in one line."""
     Tensor = _tensor_type()
     if any(st == 0 and n > 1 for n, st in zip(out.shape, out.strides, strict=False)):
         raise ViewError(
             f"{op}: more than one element of the written-to tensor refers to a single memory location (an expanded "
             "view): write into a tensor of its own (.clone() it first)"
         )
-    lo, hi = out.span()
+    if out.numel == 0:
+        return
+    lo, hi = _address_span(out)
     for t in inputs:
-        if not isinstance(t, Tensor) or t.untyped_storage() is not out.untyped_storage() or t.numel == 0:
+        if not isinstance(t, Tensor) or t.device != out.device or t.numel == 0:
             continue
         same = t.data_ptr() == out.data_ptr() and t.shape == out.shape and t.strides == out.strides
         if same and t.dtype is out.dtype:
             continue
-        a, b = t.span()
+        a, b = _address_span(t)
         if a < hi and lo < b:
             raise ViewError(
                 f"{op}: some elements of an input and of the written-to tensor refer to a single memory location "
@@ -185,6 +204,7 @@ def _apply(name: str, operands: list, params: dict | None = None, out=None, prom
     Tensor = _tensor_type()
     op = pw.OPS[name]
     params = dict(params or {})
+    operands = [_python_number(v) for v in operands]
     for v in operands:
         if not (isinstance(v, Tensor) or _is_number(v)):
             raise DTypeError(f"{op.name}: an operand of type {type(v).__name__} is neither a Tensor nor a number")
@@ -722,8 +742,11 @@ def _cast_into(src, out):
     pw = _pw()
     name = "copy" if src.dtype is out.dtype else "cast"
     op = pw.OPS[name]
+    pw.check_dtype(op, src.dtype.name)
+    pw.check_dtype(op, out.dtype.name)
     if tuple(pw.broadcast_shapes(src.shape, out.shape)) != tuple(out.shape):
         raise ShapeMismatch(f"copy_: source shape {tuple(src.shape)} does not broadcast to {tuple(out.shape)}")
+    _no_overlap("copy_", out, [src])
     via, compute, kparams, p_float = pw.plan_for(op, [src], src.dtype.name, out, {})
     return pw.pointwise_call(name, src, None, None, out, via, compute, kparams, p_float)
 

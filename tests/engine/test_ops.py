@@ -333,3 +333,24 @@ def test_to_and_copy_take_torchs_positional_arguments():
     dst = _t([0.0, 0.0], np.float32)
     ops.copy_(dst, x, False)
     np.testing.assert_array_equal(dst.numpy(), x.numpy())
+
+
+def test_foreign_views_that_overlap_are_refused_by_address():
+    """Two numpy views of one array come in as two storages over one memory: the overlap is found by address (by
+    storage it was not, and an out= a[1:] of a[:-1] was accepted: a race on a GPU)."""
+    from nbxcert.errors import ViewError
+
+    a = np.arange(8, dtype=np.float32)
+    with pytest.raises(ViewError, match="partly overlap"):
+        ops.mul(a[:-1], 2.0, out=a[1:])
+    b = np.arange(4, dtype=np.float32)
+    ops.add(b, 1.0, out=b)  # the same memory, the same view: in place
+    np.testing.assert_array_equal(b, [1, 2, 3, 4])
+
+
+def test_numpy_scalars_are_numbers_and_a_cast_to_a_dtype_it_lacks_is_one_line():
+    x = _t([0.0, 1.0, 2.0], np.float32)
+    np.testing.assert_array_equal(ops.mul(x, np.float32(2.0)).numpy(), [0, 2, 4])
+    np.testing.assert_array_equal(ops.masked_fill(x, _t([True, False, True], np.bool_), np.int64(7)).numpy(), [7, 1, 7])
+    with pytest.raises(DTypeError, match="cast: dtype float8_e4m3fn is not supported"):
+        ops.to(x, "float8_e4m3fn")
