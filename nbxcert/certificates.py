@@ -263,6 +263,8 @@ def _validate_one(path, key_text: str, entry: Any, kernel: str, dtype: str, spec
         raise invalid(path, key_text, None, f"key does not parse: {e.message}") from None
     if key.kernel != kernel:
         raise invalid(path, key_text, None, f"key's kernel '{key.kernel}' is not the file's kernel '{kernel}'")
+    if key.text() != key_text:  # a key with spaces around it: never served, and merge kept it beside the real one
+        raise invalid(path, key_text, None, f"key is not written canonically: write '{key.text()}'")
     _check_keys(path, key_text, "", entry, _ENTRY_REQUIRED, {"finalists": list})
     for role in ("winner", "default"):
         if role == "default" and entry[role] is None:
@@ -323,8 +325,14 @@ def validate_doc(path, doc: Any, spec_lookup=None) -> CertFile:
     )
     if doc["schema_version"] != SCHEMA_VERSION:
         raise invalid(path, None, "schema_version", f"{doc['schema_version']} is not the supported {SCHEMA_VERSION}")
-    if doc["kernel"] != m.group("kernel") or doc["dtype"] != m.group("dtype"):
-        raise invalid(path, None, "kernel", "kernel/dtype do not match the file name")
+    for field in ("kernel", "dtype"):
+        if doc[field] != m.group(field):
+            raise invalid(
+                path,
+                None,
+                field,
+                f"{doc[field]!r} is not the file name's {m.group(field)!r} (rename the file or fix the field)",
+            )
     spec = spec_lookup(doc["kernel"]) if spec_lookup else None
     for key_text, entry in doc["entries"].items():
         validate_entry(path, key_text, entry, doc["kernel"], doc["dtype"], spec)
@@ -381,14 +389,19 @@ def load_file(path: Path, spec_lookup=None) -> CertFile:
 
 
 def iter_files(root: Path, profile_key: str | None = None) -> Iterator[Path]:
-    """Certificate files under `root` (or `root/<profile>`), sorted; symlinks leaving `root` and odd names refused."""
+    """Certificate files under `root` (with `profile_key`: those of `root/<profile>/*.json` alone, the files `validate`
+    reads for it: a copy in a folder below, `.old/` or another, was served), sorted; symlinks leaving `root`, and ones
+    that lead nowhere or in a loop, refused."""
     root = Path(root)
     base = root / profile_key if profile_key else root
     if not files.is_dir(base):  # a profile directory that cannot be searched holds nothing to serve (`validate` says)
         return
     real_root = root.resolve()
-    for path in sorted(base.rglob("*.json")):
-        resolved = path.resolve()
+    for path in sorted(base.glob("*.json") if profile_key else base.rglob("*.json")):
+        try:
+            resolved = path.resolve(strict=True)
+        except (OSError, RuntimeError):  # a link to nothing (an editor's `.#name.json` lock) or a loop of links
+            raise invalid(path, None, None, "is a link that cannot be resolved (remove it)") from None
         if real_root not in resolved.parents:
             raise invalid(path, None, None, "is a link that points outside the certificate directory")
         if resolved.is_dir():

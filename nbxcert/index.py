@@ -154,6 +154,10 @@ def fingerprint(dirs: list[Path], profile_key: str, memo: _DigestMemo | None = N
     return h.hexdigest()
 
 
+def _hex64(text) -> bool:
+    return isinstance(text, str) and re.fullmatch(r"[0-9a-f]{64}", text) is not None
+
+
 class _DigestMemo:
     """SHA-256 digests of certificate files by their stat, kept in `<cache>/digests.json` so that a process start
     hashes only the files that changed (hashing all of 10,000 entries' JSON costs ~24 ms; a stat costs microseconds).
@@ -180,7 +184,9 @@ class _DigestMemo:
         stamp = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
         key = str(Path(path).resolve())
         hit = self.table.get(key)
-        if isinstance(hit, list) and len(hit) == 2 and hit[0] == stamp and time.time_ns() - st.st_ctime_ns > SETTLE_NS:
+        settled = time.time_ns() - st.st_ctime_ns > SETTLE_NS
+        # a damaged memo (not 64 hex digits) is a miss: the file is hashed again
+        if isinstance(hit, list) and len(hit) == 2 and hit[0] == stamp and settled and _hex64(hit[1]):
             return bytes.fromhex(hit[1])
         digest = hashlib.sha256(_read_bytes(path)).digest()
         self.table[key] = [stamp, digest.hex()]

@@ -130,7 +130,7 @@ def _hostile_tree(certs, root: Path, outside: Path) -> list[tuple[str, str | Non
         return certs.certificates.dumps(d)
 
     write_json(probe / "evil.float32.json", doc("../../etc/passwd"))
-    expected.append(("evil.float32.json", None, "kernel", "do not match the file name"))
+    expected.append(("evil.float32.json", None, "kernel", "is not the file name's 'evil'"))
     expected.append(("evil.float32.json", None, "kernel", "unknown kernel 'evil'"))
     write_json(probe / "__init__.float32.json", doc("__class__"))
     expected.append(("__init__.float32.json", None, None, "file name must be"))

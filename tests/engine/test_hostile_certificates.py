@@ -63,7 +63,7 @@ def _hostile_file(certs, name: str, directory: Path) -> tuple[Path, str | None, 
         return path, None, "more than 40"
     if name == "kernel_with_path_separators":
         path.write_text(probe_text(certs).replace('"kernel": "fault_probe"', '"kernel": "../../etc/passwd"'))
-        return path, "kernel", "do not match the file name"
+        return path, "kernel", "is not the file name's 'fault_probe'"
     if name == "dunder_names":
         path = directory / "__init__.float32.json"
         path.write_text(probe_text(certs).replace('"kernel": "fault_probe"', '"kernel": "__class__"'))
@@ -165,3 +165,60 @@ def test_a_directory_named_like_a_certificate_is_not_read_as_one(certs, tmp_path
     idx = index.load_index([tmp_path], "cpu/interpreter", "cpu", cache_dir=tmp_path / "cache")
     assert list(idx.keys()) == [certs.probe_key(300)]
     check(nbx("validate", tmp_path, "--spec", "faulty_kernels"), 0, must=["1 file, 1 entry, 0 problems"])
+
+
+def test_serving_reads_the_files_validate_reads_and_refuses_links_to_nothing(certs, tmp_path):
+    """A copy of a certificate in a folder below the profile's (`.old/`) was served over the real file, though
+    `validate` and `show` never read it; a link to nothing (an editor's `.#name.json` lock) or a loop of links ended
+    the index build with a traceback: refused in one line naming it."""
+    from nbxcert import index
+    from nbxcert.errors import CertificateInvalid
+
+    certs.write_probe(tmp_path, {certs.probe_key(300): certs.probe_entry(300)})
+    old = tmp_path / "cpu" / "interpreter" / ".old"
+    certs.write_probe(old.parent.parent.parent / "stale", {certs.probe_key(300): certs.probe_entry(300, fault=1)})
+    old.mkdir()
+    (old / "fault_probe.float32.json").write_bytes(
+        (tmp_path / "stale" / "cpu" / "interpreter" / "fault_probe.float32.json").read_bytes()
+    )
+    idx = index.load_index([tmp_path], "cpu/interpreter", "cpu", cache_dir=tmp_path / "cache")
+    assert idx.get(certs.probe_key(300))["winner"]["config"]["kwargs"]["FAULT"] == 0
+    lock = tmp_path / "cpu" / "interpreter" / ".#fault_probe.float32.json"
+    lock.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(CertificateInvalid, match="is a link that cannot be resolved"):
+        index.load_index([tmp_path], "cpu/interpreter", "cpu", cache_dir=tmp_path / "cache2")
+
+
+def test_a_key_written_with_spaces_and_a_file_of_another_dtype_are_refused_naming_them(certs, tmp_path):
+    """A key with a space after it passed `validate`, was never served, and `merge` kept it beside the real one; a
+    file whose dtype is not its name's was refused naming the field 'kernel' and no value."""
+    d = tmp_path / "cpu" / "interpreter"
+    d.mkdir(parents=True)
+    (d / "fault_probe.float32.json").write_text(probe_text(certs, key=certs.probe_key(300) + " "))
+    check(nbx("validate", tmp_path, "--spec", "faulty_kernels"), 1, must=["key is not written canonically: write '"])
+    (d / "fault_probe.float32.json").write_text(probe_text(certs).replace('"dtype": "float32"', '"dtype": "float16"'))
+    r = nbx("validate", tmp_path, "--spec", "faulty_kernels")
+    check(r, 1, must=["field 'dtype': 'float16' is not the file name's 'float32' (rename the file or fix the field)"])
+
+
+def test_a_damaged_digest_memo_is_a_miss_not_a_crash(certs, tmp_path, monkeypatch):
+    """The index's memo of file digests (`digests.json` in the cache) with a damaged entry made serving and every
+    index command fail with a ValueError traceback; such an entry only means the file is hashed again."""
+    import json
+    import time
+
+    from nbxcert import index
+
+    certs.write_probe(tmp_path, {certs.probe_key(300): certs.probe_entry(300)})
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("NBXCERT_CACHE_DIR", str(cache))  # the memo's home
+    index.load_index([tmp_path], "cpu/interpreter", "cpu", cache_dir=cache)
+    memo = cache / "digests.json"
+    time.sleep(index.SETTLE_NS / 1e9 + 0.1)
+    index.load_index([tmp_path], "cpu/interpreter", "cpu", cache_dir=cache)  # the memo's entries settled and saved
+    table = json.loads(memo.read_text())
+    for value in table.values():
+        value[1] = "zz" + value[1][2:]
+    memo.write_text(json.dumps(table))
+    idx = index.load_index([tmp_path], "cpu/interpreter", "cpu", cache_dir=cache)
+    assert list(idx.keys()) == [certs.probe_key(300)]
