@@ -256,6 +256,22 @@ def validate_entry(path, key_text: str, entry: Any, kernel: str, dtype: str, spe
             raise invalid(path, key_text, field, "is the class of the entry that holds it")
 
 
+_SAFE_CLASS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # as an index file's name takes it (`index._SAFE_NAME`)
+
+
+def _check_timing(path, key_text: str, field: str, t: dict) -> None:
+    """A timing as one can be: a median above 0, a minimum from 0 to the median, a spread of 0 or more, 1 repetition
+    or more (a median of -1 us was kept by `merge` as the fastest)."""
+    if not t["median_us"] > 0:
+        raise invalid(path, key_text, f"{field}.median_us", f"{t['median_us']} is not above 0")
+    if not 0 <= t["min_us"] <= t["median_us"]:
+        raise invalid(path, key_text, f"{field}.min_us", f"{t['min_us']} is not from 0 to the median {t['median_us']}")
+    if t["spread"] < 0:
+        raise invalid(path, key_text, f"{field}.spread", f"{t['spread']} is negative")
+    if t["reps"] < 1:
+        raise invalid(path, key_text, f"{field}.reps", f"{t['reps']} is not 1 or more")
+
+
 def _validate_one(path, key_text: str, entry: Any, kernel: str, dtype: str, spec=None) -> None:
     try:
         key = parse_key(key_text)
@@ -272,16 +288,19 @@ def _validate_one(path, key_text: str, entry: Any, kernel: str, dtype: str, spec
         _check_keys(path, key_text, role, entry[role], {"config": dict, "timing": dict})
         check_config(path, key_text, f"{role}.config", entry[role]["config"], spec)
         _check_keys(path, key_text, f"{role}.timing", entry[role]["timing"], _TIMING)
+        _check_timing(path, key_text, f"{role}.timing", entry[role]["timing"])
         if entry[role]["timing"]["kind"] not in TIMING_KINDS:
             raise invalid(path, key_text, f"{role}.timing.kind", f"must be one of {TIMING_KINDS}")
     for i, f in enumerate(entry.get("finalists") or ()):  # optional: certificates before nbxcert 0.2.0 lack it
         _check_keys(path, key_text, f"finalists[{i}]", f, {"config": dict, "timing": dict})
         check_config(path, key_text, f"finalists[{i}].config", f["config"], spec)
         _check_keys(path, key_text, f"finalists[{i}].timing", f["timing"], _TIMING)
+        _check_timing(path, key_text, f"finalists[{i}].timing", f["timing"])
     if entry["runner_up"] is not None:
         _check_keys(path, key_text, "runner_up", entry["runner_up"], {"config": dict, "timing": dict})
         check_config(path, key_text, "runner_up.config", entry["runner_up"]["config"], spec)
         _check_keys(path, key_text, "runner_up.timing", entry["runner_up"]["timing"], _TIMING)
+        _check_timing(path, key_text, "runner_up.timing", entry["runner_up"]["timing"])
         _check_type(path, key_text, "margin", entry["margin"], float)
     elif entry["margin"] is not None:
         raise invalid(path, key_text, "margin", "must be null when there is no runner-up")
@@ -292,6 +311,19 @@ def _validate_one(path, key_text: str, entry: Any, kernel: str, dtype: str, spec
         entry["error"],
         {"max_abs": float, "max_rel": float, "max_scaled": float, "tolerance": float},
     )
+    error = entry["error"]
+    for name in ("max_abs", "max_rel", "tolerance"):
+        if error[name] < 0:
+            raise invalid(path, key_text, f"error.{name}", f"{error[name]} is negative")
+    if not 0 <= error["max_scaled"] <= 1:  # the winner's error over its tolerance: a certified winner is within it
+        raise invalid(path, key_text, "error.max_scaled", f"{error['max_scaled']} is not within [0, 1]")
+    if not _SAFE_CLASS.match(entry["memory_class"]):  # it names the index file serving builds for the class
+        raise invalid(
+            path,
+            key_text,
+            "memory_class",
+            f"{entry['memory_class']!r} is not a class name (letters, digits, '.', '_', '-')",
+        )
     _check_keys(path, key_text, "counts", entry["counts"], {o: int for o in OUTCOMES})
     if any(v < 0 for v in entry["counts"].values()):
         raise invalid(path, key_text, "counts", "counts must not be negative")

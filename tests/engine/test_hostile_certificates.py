@@ -35,6 +35,13 @@ HOSTILE_ENTRIES = {
     "extra_config_field": (_set("winner", "config", "kwargs", "EVIL", 1), "winner.config.kwargs.EVIL", "takes no"),
     "not_a_candidate": (_set("winner", "config", "kwargs", "FAULT", 9), "winner.config", "not one of kernel"),
     "huge_int_timing": (_set("winner", "timing", "median_us", 10**400), "winner.timing.median_us", "finite number"),
+    # numbers no measurement gives (merge kept a median of -1 us as the fastest; validate passed them)
+    "negative_median": (_set("winner", "timing", "median_us", -1.0), "winner.timing.median_us", "is not above 0"),
+    "min_over_median": (_set("winner", "timing", "min_us", 1e9), "winner.timing.min_us", "is not from 0 to the median"),
+    "no_repetitions": (_set("winner", "timing", "reps", 0), "winner.timing.reps", "is not 1 or more"),
+    "error_past_tolerance": (_set("error", "max_scaled", 1e30), "error.max_scaled", "is not within [0, 1]"),
+    "negative_tolerance": (_set("error", "tolerance", -1.0), "error.tolerance", "is negative"),
+    "class_with_a_space": (_set("memory_class", "80 GB"), "memory_class", "is not a class name"),
 }
 
 
