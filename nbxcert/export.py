@@ -361,9 +361,15 @@ def one_config(founds: Sequence[Any]) -> tuple[Any, str]:
 
 
 def export_vllm(found: Sequence[Any], out: Path, report: ExportReport) -> None:
-    """Write vLLM's fused-MoE config files of `found` (fused_moe entries) under `out`; into `report`."""
+    """Write vLLM's fused-MoE config files of `found` (fused_moe entries) under `out`; into `report`. Each memory
+    class's entry of a key is its card's (vLLM names its files by device): every class's is written, not the first
+    one's alone."""
+    from dataclasses import replace
+
+    from nbxcert.certificates import class_entries
+
     slots: dict[str, dict[int, list]] = {}
-    for f in found:
+    for f in [replace(g, entry=e) for g in found for e in class_entries(g.entry).values()]:
         key = parse_key(f.key)
         values = key.values
         try:

@@ -208,6 +208,23 @@ def test_vllm_fused_moe_files_read_back_as_vllm_reads_them(moe_certs, tmp_path):
     assert qwen == {4: as_vllm(C)}
 
 
+def test_vllm_export_writes_each_memory_class_entry_for_its_own_card(tmp_path):
+    """A key certified on an H200 and on an H100 (the second class's entry under `other_classes`): each card gets its
+    file. Only the first class's entry was read, so which card certified first decided which file was written."""
+    root = tmp_path / "certs"
+    qwen_up = (4, 2 * 768, 2048, 128, 8, 0, 0)
+    h200 = moe_entry(qwen_up, C, [(C, 9.0), (D, 12.0)], "NVIDIA H200")
+    h100 = moe_entry(qwen_up, D, [(D, 8.0), (C, 12.0)], "NVIDIA H100 80GB HBM3")
+    write_cert(
+        root, "fused_moe", "bfloat16", {moe_key(*qwen_up, "bfloat16"): {**h200, "other_classes": {"80GB": h100}}}
+    )
+    out = tmp_path / "tuned"
+    check(nbx("export", "--format", "vllm-fused-moe", "--profile", "hopper", "--dir", root, "--out", out), 0)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3.json", "E=128,N=768,device_name=NVIDIA_H200.json"]
+    assert vllm_load(out / names[0]) == {4: as_vllm(D)} and vllm_load(out / names[1]) == {4: as_vllm(C)}
+
+
 # --- triton-autotune -------------------------------------------------------------------------------------------------
 USER_KEY = "user_scale[n=1000;float32,float32]@v1"
 
