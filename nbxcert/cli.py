@@ -953,6 +953,12 @@ def show(
     dirs: SearchDirOption = None,
     spec: SpecOption = None,
     json_out: JsonOption = False,
+    memory_class: Annotated[
+        str | None,
+        typer.Option(
+            help="That memory class's entry, as a card of it is served (80GB: an H100); default each key's first."
+        ),
+    ] = None,
 ):
     """Show the certification of one key: winner, timings, runner-up, default, error, refusals, provenance."""
     from nbxcert.certificates import config_label
@@ -960,7 +966,7 @@ def show(
     from nbxcert.show import summary
 
     with _Heartbeat(f"show {_plain(key)}", "reading the certificate files"):
-        shown = run_show(key, profile, dirs or (), spec or ())
+        shown = run_show(key, profile, dirs or (), spec or (), memory_class)
     if json_out:
         rows = [
             {

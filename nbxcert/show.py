@@ -4,7 +4,7 @@ default), the one serving would use and the directories whose certification of i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +59,17 @@ def _search_path() -> list[Path]:
 
 
 def show(
-    key_text: str, profile: str | None = None, dirs: Sequence[Path] = (), modules: Sequence[str] = ()
+    key_text: str,
+    profile: str | None = None,
+    dirs: Sequence[Path] = (),
+    modules: Sequence[str] = (),
+    memory_class: str | None = None,
 ) -> list[Shown]:
     """The certification of one key, per profile (only `profile`, when given) across `dirs` (default: the serving
     search path, `NBXCERT_CERTIFIED_DIR` then the shipped certificates); `KeyNotCertified` when there is none. A key
     of a registered kernel (`modules`: the user's own) is checked against its spec (and `profile`'s ladders) first;
-    one of a kernel not registered is only looked up."""
+    one of a kernel not registered is only looked up. `memory_class`: that class's entry, from the first directory
+    that has one (as a card of the class is served), else each key's first class's."""
     from nbxcert.options import check_environment, existing_dirs
     from nbxcert.profiles import get_profile
 
@@ -77,18 +82,26 @@ def show(
         existing_dirs(dirs)
     check_environment(search_path=not dirs)
     dirs, profile_keys = _profile_dirs(dirs, profile)
+    if memory_class is not None:
+        from nbxcert.memory_class import check_class
+
+        for pk in profile_keys:
+            check_class(get_profile(pk), memory_class)
     shown = []
     for pk in profile_keys:
         hits = []
         for d in dirs:
             found = _find_in(d, pk, key.kernel, key.text())
+            if found is not None and memory_class is not None:
+                entry = certificates.of_class(found.entry, memory_class)
+                found = None if entry is None else replace(found, entry=entry)
             if found is not None:
                 hits.append(found)
         if hits:
             shown.append(Shown(hits[0], tuple(h.root for h in hits[1:])))
     if not shown:
         where = ", ".join(printable(d) for d in dirs) or "no directory (NBXCERT_CERTIFIED_DIR is empty)"
-        target = profile_keys[0] if profile else "any profile"
+        target = (profile_keys[0] if profile else "any profile") + (f" ({memory_class} class)" if memory_class else "")
         if key.kernel not in specs:  # "certify it" was the next step given, for a kernel that cannot be certified
             import difflib
 

@@ -456,3 +456,23 @@ def test_merge_counts_the_existing_out_as_the_first_shard(certs, tmp_path):
     assert report.totals()["replaced"] == 1 and len(report.written) == 1
     merged = json.loads(report.written[0].read_text())["entries"]
     assert merged[k(1)]["provenance"]["triton"] == "3.6.0" and k(7) in merged  # other keys of OUT are kept
+
+
+def test_show_memory_class_shows_the_entry_a_card_of_that_class_is_served():
+    """A shipped hopper key certified on an H200 (first) and on an H100 with another winner: `--memory-class 80GB`
+    shows the H100's entry (show read the first class's alone, naming another winner than an H100 runs)."""
+    shipped = Path(__file__).resolve().parents[2] / "certificates"
+    entries = json.loads((shipped / "nvidia" / "hopper" / "rmsnorm.float16.json").read_text())["entries"]
+    key = next(
+        k
+        for k, e in entries.items()
+        if e.get("other_classes", {}).get("80GB", {}).get("winner") not in (None, e["winner"])
+    )
+    first = check_json(nbx("show", key, "--profile", "hopper", "--dir", shipped, "--json"), 0)[0]
+    h100 = check_json(nbx("show", key, "--profile", "hopper", "--dir", shipped, "--memory-class", "80GB", "--json"), 0)[
+        0
+    ]
+    assert (first["entry"]["memory_class"], h100["entry"]["memory_class"]) == ("141GB", "80GB")
+    assert h100["entry"] == entries[key]["other_classes"]["80GB"]
+    r = nbx("show", key, "--profile", "hopper", "--dir", shipped, "--memory-class", "7GB")
+    check(r, 1, must=["--memory-class 7GB is not a class of nvidia/hopper's cards"])
