@@ -38,6 +38,7 @@ import importlib
 import inspect
 import math
 import sys
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -160,6 +161,7 @@ def _no_overlap(op: str, out, inputs) -> None:
     itself, the same view, is an in-place op and fine; two foreign views of one array are two storages over one
     memory); refused in one line."""
     Tensor = _tensor_type()
+    _writable(op, out)
     if any(st == 0 and n > 1 for n, st in zip(out.shape, out.strides, strict=False)):
         raise ViewError(
             f"{op}: more than one element of the written-to tensor refers to a single memory location (an expanded "
@@ -636,6 +638,7 @@ def _fill(t, value, op_name: str = "fill_"):
     op = pw.OPS["fill"]
     value = _scalar(op_name, "value", value)
     _fits(op_name, value, t.dtype.name)
+    _writable(op_name, t)
     d = t.dtype.name
     pw.check_dtype(op, d)
     via, compute, kparams, p_float = pw.plan_for(op, [], d, t, {"value": value})
@@ -1304,6 +1307,29 @@ __all__ = sorted(
 # the CUDA array interface, no copy) and its result comes back as that library's tensors (an in-place op's or an
 # `out=`'s as the very object passed). A call of nbxcert tensors and Python values alone goes straight to the op.
 _NATIVE: set = set()  # the argument types a call goes straight with: filled at the first call (no import before)
+# the storages of views over memory their library does not let be written (a read-only numpy array, a memory-mapped
+# file opened "r", a JAX array, which is immutable): `_writable` refuses a write into one
+_READ_ONLY: weakref.WeakSet = weakref.WeakSet()
+
+
+def _foreign_read_only(library: str, original) -> bool:
+    """Whether the caller's object is memory its library does not let be written: a numpy array whose `writeable`
+    flag is off, any JAX array (immutable)."""
+    if library == "jax":
+        return True
+    flags = getattr(original, "flags", None)
+    return library == "numpy" and flags is not None and not flags.writeable
+
+
+def _writable(op: str, out) -> None:
+    """`out` is not memory its library does not let be written (`_READ_ONLY`): written, a read-only numpy array
+    changed behind its flag, a read-only memory-mapped file crashed the process, a JAX array lost its immutability."""
+    if out.untyped_storage() in _READ_ONLY:
+        raise ViewError(
+            f"{op}: the tensor written to is memory its library does not let be written (a read-only numpy array, a "
+            "memory-mapped file opened read-only, a JAX array)",
+            hint="write into a writable copy, or pass out= a tensor of your own",
+        )
 
 
 def _taking_foreign(fn):
@@ -1325,6 +1351,9 @@ def _taking_foreign(fn):
         views, view_kwargs, caller = interop.to_nbx(args, kwargs)
         if caller is None:
             return fn(*args, **kwargs)
+        for view, original in caller.originals.values():
+            if _foreign_read_only(caller, original):
+                _READ_ONLY.add(view.untyped_storage())
         return interop.serve(fn, views, view_kwargs, caller)
 
     return op

@@ -354,3 +354,30 @@ def test_numpy_scalars_are_numbers_and_a_cast_to_a_dtype_it_lacks_is_one_line():
     np.testing.assert_array_equal(ops.masked_fill(x, _t([True, False, True], np.bool_), np.int64(7)).numpy(), [7, 1, 7])
     with pytest.raises(DTypeError, match="cast: dtype float8_e4m3fn is not supported"):
         ops.to(x, "float8_e4m3fn")
+
+
+def test_memory_its_library_does_not_let_be_written_is_refused(tmp_path):
+    """A read-only numpy array (and a memory-mapped file opened read-only, where the write crashed the process) is
+    read, never written: in-place ops, `out=`, `copy_` and `fill_` into it are refused (they wrote it behind its
+    flag); a writable array is written as before."""
+    from nbxcert.errors import ViewError
+
+    ro = np.arange(4, dtype=np.float32)
+    ro.flags.writeable = False
+    for write in (
+        lambda: ops.add_(ro, 1.0),
+        lambda: ops.add(np.ones(4, np.float32), 1.0, out=ro),
+        lambda: ops.copy_(ro, np.ones(4, np.float32)),
+        lambda: ops.fill_(ro, 1.0),
+    ):
+        with pytest.raises(ViewError, match="memory its library does not let be written"):
+            write()
+    np.testing.assert_array_equal(ro, [0, 1, 2, 3])
+    np.testing.assert_array_equal(ops.add(ro, 1.0), [1, 2, 3, 4])  # read, as before
+    np.save(tmp_path / "w.npy", np.zeros(4, np.float32))
+    mapped = np.load(tmp_path / "w.npy", mmap_mode="r")
+    with pytest.raises(ViewError, match="memory its library does not let be written"):
+        ops.add_(mapped, 1.0)
+    w = np.arange(4, dtype=np.float32)
+    ops.add_(w, 1.0)
+    np.testing.assert_array_equal(w, [1, 2, 3, 4])
