@@ -157,6 +157,10 @@ def load_specs(modules: Sequence[str] = ()) -> dict[str, Any]:
     """Every registered kernel spec, after importing `modules` (a user's own specs; `module[:anything]` accepted)."""
     from nbxcert.errors import NbxcertError
 
+    if modules:  # the backend first, as a kernel module's own decoration needs it (a user's module imports Triton)
+        from nbxcert.kernels.backends import select
+
+        select()
     for m in modules:
         name = m.split(":")[0]
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", name):

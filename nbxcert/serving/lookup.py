@@ -318,7 +318,8 @@ def config_for(
 
             say_once(
                 f"[nbxcert] {spec.name}: key {text} has no certificate for {st.profile.key}; sweeping it at run time "
-                f"(certify it once: nbxcert certify --profile {st.profile.name} --key '{text}')"
+                f"(certify it once: nbxcert certify --profile {st.profile.name} --key '{text}' --out DIR, then put "
+                "DIR on NBXCERT_CERTIFIED_DIR)"
             )
             cfg = sweep_at_run_time(spec, problem, st.profile, runtime, key.dtypes)
             st.runtime_cache[text] = {"config": cfg.as_dict(), "date": time.strftime("%Y-%m-%d")}

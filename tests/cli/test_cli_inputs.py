@@ -806,3 +806,19 @@ def test_verify_reads_the_applications_certified_only_setting_and_refuses_a_dir_
     deep = SHIPPED / "cpu" / "interpreter"
     r = nbx("verify", "--profile", "interpreter", "--key", RMSNORM, "--dir", deep)
     refused(r, f"--dir {deep} holds no cpu/interpreter certificate files: nothing to verify")
+
+
+def test_a_spec_module_works_in_every_command_where_triton_is_not_told_to_interpret():
+    """A user's `--spec` module imports Triton; `certify` chose nbxcert's backend before importing it, `keys`,
+    `validate` and the other commands did not, and on a machine with no GPU they were refused ("Triton was imported
+    before nbxcert chose its interpreter backend") unless TRITON_INTERPRET=1 was set by hand."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "NBXCERT_BACKEND")}
+    env["PYTHONPATH"] = os.pathsep.join([str(FIXTURES), *sys.path])
+    key = "user_scale[n=4096;float32,float32]@v1"
+    for args in (("keys", "--profile", "hopper"), ("kernels",)):
+        cmd = [sys.executable, "-m", "nbxcert", *args, "--spec", "user_kernel"] + (
+            ["--key", key] if args[0] == "keys" else []
+        )
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        assert r.returncode == 0, r.stderr[-1000:]
+        assert "user_scale" in r.stdout

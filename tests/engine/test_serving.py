@@ -99,7 +99,7 @@ def test_without_certificate_the_key_is_swept_at_run_time(user_kernel, serving, 
     assert np.array_equal(out.float64(), (3.0 * x.numpy()).astype(np.float32))
     err = capfd.readouterr().err
     assert "has no certificate" in err and "sweeping it at run time" in err
-    assert "nbxcert certify --profile interpreter --key 'user_scale[n=777;float32,float32]@v1'" in err
+    assert "nbxcert certify --profile interpreter --key 'user_scale[n=777;float32,float32]@v1' --out DIR" in err
 
 
 def test_certified_only_refuses_a_winner_an_earlier_run_swept(user_kernel, serving, monkeypatch, tmp_path):
