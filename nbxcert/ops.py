@@ -131,20 +131,16 @@ def _fits(op: str, value, dtype: str) -> None:
     one line naming the value and the dtype."""
     if isinstance(value, bool) or dtype == "bool":
         return
-    promotion = importlib.import_module("nbxcert.kernels.promotion")
-    if dtype in promotion.INTEGRAL:
-        bits = promotion._WIDTH[dtype]
-        hi = (1 << bits) - 1 if dtype == "uint8" else (1 << (bits - 1)) - 1
-        lo = -hi if dtype == "uint8" else -(1 << (bits - 1))
-        if isinstance(value, float) and not math.isfinite(value):
-            bad = True
-        else:
-            bad = not lo <= math.trunc(value) <= hi
+    dtypes = importlib.import_module("nbxcert.kernels.dtypes")
+    d = dtypes.get_dtype(dtype)
+    if d.is_float:
+        bad = math.isfinite(value) and builtins.abs(value) > dtypes.finfo(d)["max"]
     else:
         import numpy as np
 
-        largest = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": float(np.finfo(np.float32).max)}
-        bad = math.isfinite(value) and builtins.abs(value) > largest.get(dtype, math.inf)
+        info = np.iinfo(np.dtype(d.storage))
+        lo = -info.max if info.min == 0 else info.min  # an unsigned type takes negatives down to -max (they wrap)
+        bad = not math.isfinite(value) or not lo <= math.trunc(value) <= info.max
     if bad:
         raise DTypeError(f"{op}: value {value!r} cannot be converted to {dtype} without overflow")
 
@@ -171,7 +167,7 @@ def _no_overlap(op: str, out, inputs) -> None:
         return
     lo, hi = _address_span(out)
     for t in inputs:
-        if not isinstance(t, Tensor) or t.device != out.device or t.numel == 0:
+        if t is out or not isinstance(t, Tensor) or t.device != out.device or t.numel == 0:
             continue
         same = t.data_ptr() == out.data_ptr() and t.shape == out.shape and t.strides == out.strides
         if same and t.dtype is out.dtype:
@@ -309,7 +305,9 @@ def round_(input, *, decimals: int = 0):
 def _alpha_check(op: str, input, other, alpha) -> None:
     """torch's alpha_check: a floating alpha only for a floating result, a bool alpha only for a bool one (an integer
     add with alpha=1.5 would run with 1)."""
-    if alpha is None or not _is_number(alpha):
+    if type(alpha) is int:  # the default (1) and any integer: nothing to check, no promotion worked out twice
+        return
+    if not _is_number(alpha):
         raise DTypeError(f"{op}: alpha must be a number, got {type(alpha).__name__}")
     promotion = importlib.import_module("nbxcert.kernels.promotion")
     kind = promotion.category(promotion.result_type(input, other))
@@ -1324,7 +1322,7 @@ def _foreign_read_only(library: str, original) -> bool:
 def _writable(op: str, out) -> None:
     """`out` is not memory its library does not let be written (`_READ_ONLY`): written, a read-only numpy array
     changed behind its flag, a read-only memory-mapped file crashed the process, a JAX array lost its immutability."""
-    if out.untyped_storage() in _READ_ONLY:
+    if _READ_ONLY and out.untyped_storage() in _READ_ONLY:
         raise ViewError(
             f"{op}: the tensor written to is memory its library does not let be written (a read-only numpy array, a "
             "memory-mapped file opened read-only, a JAX array)",

@@ -266,6 +266,8 @@ def test_alpha_is_checked_as_torch_checks_it():
         ops.sub(a, 1, alpha=0.5)
     with pytest.raises(DTypeError, match="boolean alpha only supported for Boolean results"):
         ops.add(a, a, alpha=True)
+    with pytest.raises(DTypeError, match="add: alpha must be a number, got str"):
+        ops.add(a, a, alpha="2")
     np.testing.assert_array_equal(ops.add(a, 1.0, alpha=1.5).numpy(), [2.5, 3.5, 4.5])  # a float result: fine
 
 
@@ -278,6 +280,8 @@ def test_clamp_takes_tensor_bounds_and_fills_take_a_0_dim_tensor():
     np.testing.assert_array_equal(ops.fill_(_t([0, 0], np.int32), _t(3, np.int64)).numpy(), [3, 3])
     with pytest.raises(DTypeError, match="value must be a number or a 0-dim tensor"):
         ops.fill_(x, _t([1.0, 2.0], np.float32))
+    with pytest.raises(DTypeError, match="fill_: value must be a number, got str"):
+        ops.fill_(x, "7")
 
 
 def test_writes_into_overlapping_memory_are_refused():
@@ -381,3 +385,15 @@ def test_memory_its_library_does_not_let_be_written_is_refused(tmp_path):
     w = np.arange(4, dtype=np.float32)
     ops.add_(w, 1.0)
     np.testing.assert_array_equal(w, [1, 2, 3, 4])
+
+
+def test_a_jax_array_and_a_read_only_numpy_array_are_memory_not_to_be_written():
+    """Which caller objects `nbxcert.ops` keeps from being written: every JAX array (immutable; JAX is not installed
+    here, so the rule itself is asserted), a numpy array with its writeable flag off, never a writable one or
+    another library's tensor."""
+    from nbxcert.ops import _foreign_read_only
+
+    ro = np.zeros(2)
+    ro.flags.writeable = False
+    assert _foreign_read_only("jax", object()) and _foreign_read_only("numpy", ro)
+    assert not _foreign_read_only("numpy", np.zeros(2)) and not _foreign_read_only("torch", ro)
