@@ -42,12 +42,13 @@ from typing import TYPE_CHECKING, Any
 from nbxcert.errors import BackendUnavailable, KeyNotCertified, UsageError
 from nbxcert.kernels.backends import cross
 from nbxcert.kernels.backends.cross import Target
-from nbxcert.memory_class import check_class, class_of_bundle
+from nbxcert.memory_class import check_class, classes_of
 from nbxcert.serving.bundles import (
     SCHEMA_VERSION,
     Bundle,
     canonical,
     entry_digest,
+    named_class,
     record_digest,
     serialize,
 )
@@ -637,7 +638,7 @@ def check(
     held = get_profile(manifest["profile"])
     check_class(held, memory_class)
     if memory_class is None:
-        memory_class = class_of_bundle(held, Path(path).name)
+        memory_class = named_class(Path(path).name, classes_of(held))
     certified = certified_entries(dirs, manifest["profile"], memory_class)
     bundled = {k["key"]: k for k in manifest["keys"]}
     report = CheckReport(str(path), manifest["profile"], [str(d) for d in dirs], len(bundled), memory_class)

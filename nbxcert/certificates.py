@@ -256,7 +256,8 @@ def validate_entry(path, key_text: str, entry: Any, kernel: str, dtype: str, spe
             raise invalid(path, key_text, field, "is the class of the entry that holds it")
 
 
-_SAFE_CLASS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")  # as an index file's name takes it (`index._SAFE_NAME`)
+# a name that can be part of a file name: a memory class names its index file (`index`), as a profile's name does
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 def _check_timing(path, key_text: str, field: str, t: dict) -> None:
@@ -317,7 +318,7 @@ def _validate_one(path, key_text: str, entry: Any, kernel: str, dtype: str, spec
             raise invalid(path, key_text, f"error.{name}", f"{error[name]} is negative")
     if not 0 <= error["max_scaled"] <= 1:  # the winner's error over its tolerance: a certified winner is within it
         raise invalid(path, key_text, "error.max_scaled", f"{error['max_scaled']} is not within [0, 1]")
-    if not _SAFE_CLASS.match(entry["memory_class"]):  # it names the index file serving builds for the class
+    if not SAFE_NAME.match(entry["memory_class"]):  # it names the index file serving builds for the class
         raise invalid(
             path,
             key_text,

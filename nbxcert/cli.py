@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from nbxcert import errors, files
+from nbxcert import errors
 from nbxcert._version import __version__
 
 _PIPED_WIDTH = 100_000  # piped, a table row is one line however long: no key, path or number is cut
@@ -701,7 +701,9 @@ def verify(
     # nothing of that application
     certified_only = certified_only or os.environ.get("NBXCERT_CERTIFIED_ONLY", "") == "1"
     prof, dirs, modules, found = _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec, hf_config)
-    if dirs and not any(any((Path(d) / prof.key).glob("*.json")) for d in dirs if files.is_dir(Path(d) / prof.key)):
+    from nbxcert.certificates import iter_files
+
+    if dirs and not any(next(iter_files(d, prof.key), None) for d in dirs):
         # a --dir one level too deep (the profile's own folder) served nothing and swept every key, exit 0
         from nbxcert.dirscan import NO_CERTS_HINT
 
@@ -830,8 +832,7 @@ def coverage(
     _modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec, hf_config)
     with _Heartbeat(f"coverage {prof.key}", f"reading the certificates of {len(found)} keys"):
         report = run_coverage(prof.key, found, dirs, memory_class)
-    older = len(report.older_code) / len(report.keys)  # run_coverage refuses no keys
-    too_old = max_older is not None and older > max_older
+    too_old = max_older is not None and report.older_fraction > max_older
     if junit_xml:
         write_text(junit_xml, to_junit(report, min_fraction, max_older))
     if json_out:
@@ -848,7 +849,7 @@ def coverage(
                     "min": min_fraction,
                     "missing": report.missing,
                     "older_code": report.older_code,
-                    "older_code_fraction": older,
+                    "older_code_fraction": report.older_fraction,
                     "max_older": max_older,
                     "results": _verdicts(report.results),
                 },
@@ -1456,7 +1457,7 @@ def bundle(
     from nbxcert import bundling
     from nbxcert.census import load_census_specs
     from nbxcert.keyfile import gather_keys, parse_kernels
-    from nbxcert.options import check_environment, existing_dirs, writable_file
+    from nbxcert.options import check_environment, existing_dirs, existing_file, writable_file
     from nbxcert.options import jobs as check_jobs
     from nbxcert.profiles import get_profile
 
@@ -1470,14 +1471,7 @@ def bundle(
             )
         if dirs is None:
             raise errors.UsageError("--check needs the certificate directory to compare with: give --dir DIR")
-        if not files.is_file(check_file):
-            if files.is_dir(check_file):
-                what = "is a directory"
-            elif files.unreachable(check_file):
-                what = f"cannot be reached ({files.unreachable(check_file)})"
-            else:
-                what = "is not a regular file" if check_file.exists() else "no such file"
-            raise errors.UsageError(f"--check {_plain(check_file)}: {what}", hint="give a bundle file")
+        existing_file(check_file, "--check", "give a bundle file")
     else:
         if profile is None:
             raise errors.UsageError("no profile: give --profile P (e.g. hopper)")

@@ -5,12 +5,11 @@ both directories are read through `dirscan` and refused if they have problems.""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbxcert.certificates import class_entries
-from nbxcert.dirscan import NO_CERTS_HINT, Found, scan_dir
+from nbxcert.dirscan import NO_CERTS_HINT, Found, each_class, scan_dir
 from nbxcert.errors import UsageError
 from nbxcert.text import printable
 
@@ -42,11 +41,7 @@ def ratio(old: Mapping[str, Any], new: Mapping[str, Any]) -> float | None:
 
 def by_class(found: Mapping[tuple, Found]) -> dict[tuple, Found]:
     """Every memory class's entry of each certification, by (profile, file name, key, class)."""
-    return {
-        (*ident, cls): replace(f, entry=entry)
-        for ident, f in found.items()
-        for cls, entry in class_entries(f.entry).items()
-    }
+    return {(*ident, c.entry["memory_class"]): c for ident, f in found.items() for c in each_class(f)}
 
 
 def diff(old_dir: Path, new_dir: Path) -> DiffReport:

@@ -15,7 +15,7 @@ import os
 import re
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +151,12 @@ def read_doc(path: Path) -> Any:
         return certificates.read_json(path)
     except OSError as e:  # e.g. permission denied: read_json only turns a failed stat into CertificateInvalid
         raise CertificateInvalid(f"{path}: cannot be read: {e.strerror}") from None
+
+
+def each_class(found: Found) -> list[Found]:
+    """A certification's entry of each memory class, as a `Found` of its own (its `entry["memory_class"]` names it):
+    a key keeps one entry a class (an H100's beside an H200's)."""
+    return [replace(found, entry=entry) for entry in certificates.class_entries(found.entry).values()]
 
 
 def load_specs(modules: Sequence[str] = ()) -> dict[str, Any]:

@@ -364,12 +364,10 @@ def export_vllm(found: Sequence[Any], out: Path, report: ExportReport) -> None:
     """Write vLLM's fused-MoE config files of `found` (fused_moe entries) under `out`; into `report`. Each memory
     class's entry of a key is its card's (vLLM names its files by device): every class's is written, not the first
     one's alone."""
-    from dataclasses import replace
-
-    from nbxcert.certificates import class_entries
+    from nbxcert.dirscan import each_class
 
     slots: dict[str, dict[int, list]] = {}
-    for f in [replace(g, entry=e) for g in found for e in class_entries(g.entry).values()]:
+    for f in [c for g in found for c in each_class(g)]:
         key = parse_key(f.key)
         values = key.values
         try:

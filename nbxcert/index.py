@@ -79,7 +79,7 @@ _U32 = struct.Struct("<I")
 _U16 = struct.Struct("<H")
 _DIGEST = 32
 _REC = _U32.size + _DIGEST  # a certification's length and digest, before its JSON
-_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+_SAFE_NAME = certificates.SAFE_NAME
 _UNSET = object()
 
 

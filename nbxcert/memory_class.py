@@ -26,14 +26,6 @@ def classes_of(profile) -> list[str]:
     return sorted({s.memory_class for s in profile.skus}) or ["cpu"]
 
 
-def class_of_bundle(profile, name: str) -> str | None:
-    """The memory class a bundle's file name names: `<name>.<class>.nbxbundle` of one of the profile's classes (as
-    `nbxcert bundle --memory-class` is told to name it: serving opens it on a card of that class only), else None."""
-    stem = name[: -len(".nbxbundle")] if name.endswith(".nbxbundle") else name
-    cls = stem.rsplit(".", 1)[-1] if "." in stem else None
-    return cls if cls in classes_of(profile) else None
-
-
 def check_class(profile, memory_class: str | None) -> None:
     """`--memory-class`: None, or a class one of the profile's cards has (`UsageError` naming the classes otherwise)."""
     from nbxcert.errors import UsageError

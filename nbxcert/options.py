@@ -54,6 +54,18 @@ def existing_dirs(dirs: Sequence[Path] | None, option: str = "--dir") -> list[Pa
     return [Path(d) for d in dirs]
 
 
+def existing_file(path: Path, option: str, hint: str = "give a file that exists") -> Path:
+    """`path` when it is a regular file (a directory, a pipe or a path that cannot be reached refused by name)."""
+    path = reachable(Path(path), option)
+    if not path.exists():
+        raise UsageError(f"{option} {shown(path)}: no such file", hint=hint)
+    if path.is_dir():
+        raise UsageError(f"{option} {shown(path)}: is a directory", hint=hint)
+    if not path.is_file():
+        raise UsageError(f"{option} {shown(path)}: is not a regular file", hint=hint)
+    return path
+
+
 def _nearest_existing(path: Path) -> Path:
     p = path.absolute()
     while not p.exists() and p != p.parent:

@@ -207,6 +207,11 @@ class CoverageReport:
         """The covered fraction; 0.0 for no keys at all (a gate never passes on nothing)."""
         return len(self.certified) / len(self.keys) if self.keys else 0.0
 
+    @property
+    def older_fraction(self) -> float:
+        """The fraction of the keys certified by code that has changed since (`--max-older`'s measure)."""
+        return len(self.older_code) / len(self.keys) if self.keys else 0.0
+
 
 def coverage(
     profile_name: str, keys: Sequence[LaunchKey], dirs: Sequence[Path] | None, memory_class: str | None = None
@@ -285,7 +290,7 @@ def junit_xml(report: CoverageReport, min_fraction: float, max_older: float | No
     )
     failures = (len(report.missing) if below else 0) + below
     if max_older is not None:
-        older = len(report.older_code) / len(report.keys) if report.keys else 0.0
+        older = report.older_fraction
         cases.append(
             gate(
                 f"older code <= {max_older}",

@@ -527,10 +527,9 @@ def bundle_files(profile_key: str, dirs: Sequence[Path], other_classes: Sequence
     directory's `*.nbxbundle` files sorted), then `<dir>/<profile_key>/*.nbxbundle` of each certificate directory.
     A directory's `<name>.<class>.nbxbundle` of a class in `other_classes` (another card's winners,
     `nbxcert bundle --memory-class`) is left unopened: its binaries serve no key of this card's class."""
-    other = {f".{c}{SUFFIX}" for c in other_classes}
 
     def listed(directory: Path) -> list[Path]:
-        return sorted(p for p in directory.glob(f"*{SUFFIX}") if not any(p.name.endswith(o) for o in other))
+        return sorted(p for p in directory.glob(f"*{SUFFIX}") if named_class(p.name, other_classes) is None)
 
     found: list[Path] = []
     for part in os.environ.get(ENV_PATH, "").split(os.pathsep):
@@ -558,15 +557,23 @@ def bundle_files(profile_key: str, dirs: Sequence[Path], other_classes: Sequence
     return list(unique.values())
 
 
+def named_class(name: str, classes: Sequence[str]) -> str | None:
+    """The memory class a bundle's file name names, `<name>.<class>.nbxbundle`, where it is one of `classes` (as
+    `nbxcert bundle --memory-class` has it named: serving opens it on a card of that class only); else None."""
+    stem = name.removesuffix(SUFFIX)
+    cls = stem.rpartition(".")[2] if "." in stem else None
+    return cls if cls in classes else None
+
+
 def rebuild_command(
     profile_name: str, path: Path | str, dirs: Sequence[Path | str] = (), memory_class: str | None = None
 ) -> str:
     """The `nbxcert bundle` command that builds `path` again: its class's winners where it names one (the file name's
     class unless `memory_class` is given), the keys and launches left to the user (`...`: those it was built for)."""
-    from nbxcert.memory_class import class_of_bundle
+    from nbxcert.memory_class import classes_of
     from nbxcert.profiles import get_profile
 
-    cls = memory_class or class_of_bundle(get_profile(profile_name), Path(path).name)
+    cls = memory_class or named_class(Path(path).name, classes_of(get_profile(profile_name)))
     where = " ".join(f"--dir {printable(d)}" for d in dirs) or "--dir DIR"
     return (
         f"nbxcert bundle --profile {profile_name} {where}"

@@ -39,6 +39,7 @@ HOSTILE_ENTRIES = {
     "negative_median": (_set("winner", "timing", "median_us", -1.0), "winner.timing.median_us", "is not above 0"),
     "min_over_median": (_set("winner", "timing", "min_us", 1e9), "winner.timing.min_us", "is not from 0 to the median"),
     "no_repetitions": (_set("winner", "timing", "reps", 0), "winner.timing.reps", "is not 1 or more"),
+    "negative_spread": (_set("winner", "timing", "spread", -3.0), "winner.timing.spread", "is negative"),
     "error_past_tolerance": (_set("error", "max_scaled", 1e30), "error.max_scaled", "is not within [0, 1]"),
     "negative_tolerance": (_set("error", "tolerance", -1.0), "error.tolerance", "is negative"),
     "class_with_a_space": (_set("memory_class", "80 GB"), "memory_class", "is not a class name"),
