@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from nbxcert.errors import UsageError
+from nbxcert.errors import DTypeError, UsageError
 from nbxcert.kernels.backends import select
 from nbxcert.kernels.tensor import Tensor, from_dlpack
 
@@ -97,7 +97,14 @@ def _inward(value: Any, where: str, state: list) -> Any:
             f"{library} one",
             hint=f"pass tensors of one library (convert with {caller}.from_dlpack(x) first)",
         )
-    view = from_dlpack(value)
+    try:
+        view = from_dlpack(value)
+    except BufferError as e:  # the producer's own refusal to share it (numpy: a big-endian or an object array)
+        raise DTypeError(
+            f"{where} is a {library} {kind.__qualname__} its library will not share through DLPack: {e}",
+            hint="make it a native byte order array of a number or bool dtype first (numpy: "
+            "x.astype(x.dtype.newbyteorder('=')), or x.astype(np.float32) for an object array)",
+        ) from None
     state[1][id(value)] = view
     caller.originals[id(view)] = (view, value)
     return view
@@ -126,6 +133,13 @@ def _outward(value: Any, kind: str, originals: dict, back: list) -> Any:
         known = originals.get(id(value))
         if known is not None and known[0] is value:
             return known[1]
+        if kind == "numpy" and value.dtype.is_raw_bits:  # bfloat16 and the float8 types: numpy has no such dtype
+            raise DTypeError(
+                f"the result is {value.dtype.name}, which numpy has no dtype for, so it cannot come back as a numpy "
+                "array",
+                hint="ask for float32 in the same call, or pass nbxcert tensors (nbxcert.kernels.tensor.from_numpy(x, "
+                f"'{value.dtype.name}')) to keep a {value.dtype.name} result",
+            )
         if not back:
             back.append(_from_dlpack_of(kind))
         return back[0](value)

@@ -234,7 +234,16 @@ def _apply(name: str, operands: list, params: dict | None = None, out=None, prom
         _no_overlap(op.name, out, tensors)
     via, compute, kparams, p_float = pw.plan_for(op, operands, common, out, params)
     padded = list(operands) + [None] * (3 - len(operands))
-    return pw.pointwise_call(name, *padded, out, via, compute, kparams, p_float)
+    return _launch(pw, name, *padded, out, via, compute, kparams, p_float)
+
+
+def _launch(pw, name: str, x, y, z, out, via, compute, kparams, p_float):
+    """The served pointwise launch writing `out`, after every check; an empty `out` (a dimension of 0) has nothing to
+    compute, so nothing is launched (no key is looked up or swept: torch runs no kernel either) and it comes back as
+    it is."""
+    if out.numel == 0:
+        return out
+    return pw.pointwise_call(name, x, y, z, out, via, compute, kparams, p_float)
 
 
 def _inplace(name: str, self, operands: list, params: dict | None = None, promote_params: tuple = ()):
@@ -640,7 +649,7 @@ def _fill(t, value, op_name: str = "fill_"):
     d = t.dtype.name
     pw.check_dtype(op, d)
     via, compute, kparams, p_float = pw.plan_for(op, [], d, t, {"value": value})
-    return pw.pointwise_call("fill", None, None, None, t, via, compute, kparams, p_float)
+    return _launch(pw, "fill", None, None, None, t, via, compute, kparams, p_float)
 
 
 DEFAULT_DTYPE = "float32"  # torch.get_default_dtype() (nbxcert has no way to change it)
@@ -719,7 +728,7 @@ def arange(start=0, end=None, step=1, *, dtype=None, device="cpu", out=None):
     op = pw.OPS["arange"]
     pw.check_dtype(op, out.dtype.name)
     via, compute, kparams, p_float = pw.plan_for(op, [], out.dtype.name, out, {"start": start, "step": step})
-    return pw.pointwise_call("arange", None, None, None, out, via, compute, kparams, p_float)
+    return _launch(pw, "arange", None, None, None, out, via, compute, kparams, p_float)
 
 
 def linspace(start, end, steps, *, dtype=None, device="cpu", out=None):
@@ -736,7 +745,7 @@ def linspace(start, end, steps, *, dtype=None, device="cpu", out=None):
     op = pw.OPS["linspace"]
     pw.check_dtype(op, out.dtype.name)
     via, compute, kparams, p_float = pw.plan_for(op, [], out.dtype.name, out, {"start": start, "end": end})
-    return pw.pointwise_call("linspace", None, None, None, out, via, compute, kparams, p_float)
+    return _launch(pw, "linspace", None, None, None, out, via, compute, kparams, p_float)
 
 
 def _cast_into(src, out):
@@ -749,7 +758,7 @@ def _cast_into(src, out):
         raise ShapeMismatch(f"copy_: source shape {tuple(src.shape)} does not broadcast to {tuple(out.shape)}")
     _no_overlap("copy_", out, [src])
     via, compute, kparams, p_float = pw.plan_for(op, [src], src.dtype.name, out, {})
-    return pw.pointwise_call(name, src, None, None, out, via, compute, kparams, p_float)
+    return _launch(pw, name, src, None, None, out, via, compute, kparams, p_float)
 
 
 def copy_(input, src, non_blocking: bool = False):
@@ -904,11 +913,20 @@ def _legacy_softmax_dim(ndim: int) -> int:
     return 0 if ndim in (0, 1, 3) else 1
 
 
+def _empty_result(input):
+    """The result of a row op (softmax, a norm) of an empty input (a dimension of 0): empty too, input's shape and
+    dtype, with nothing launched (no key is looked up or swept), as torch launches nothing."""
+    return _pw().empty(tuple(input.shape), input.dtype.name, input.device)
+
+
 def _row_op(op: str, fn, input, dim, dtype):
     if dtype is not None:
         input = to(input, dtype)  # torch casts the input to dtype before the op, as this does
     if dim is None:
         dim = _legacy_softmax_dim(input.ndim)
+    if input.numel == 0:
+        _dim_index(op, dim, input.ndim)
+        return _empty_result(input)
     moved, inverse = _to_last(op, input, dim)
     return _back(fn(moved), inverse)
 
@@ -938,12 +956,18 @@ def _norm_rows(op: str, input, ns, n):
     return _view_as(op, input, tuple(input.shape[: input.ndim - len(ns)]) + (n,), "input")
 
 
+def _affine_shapes(op: str, ns, **given) -> None:
+    """Each of weight and bias that is given has the shape normalized_shape."""
+    for role, t in given.items():
+        if t is not None and tuple(t.shape) != ns:
+            raise ShapeMismatch(f"{op}: {role} has shape {tuple(t.shape)}, normalized_shape is {ns}")
+
+
 def _affine(op: str, t, ns, n, role: str, like, fill: float):
     """weight or bias as [n]; None is torch's "no affine": ones (weight) or zeros (bias) of input's dtype."""
     if t is None:
         return full((n,), fill, dtype=like.dtype.name, device=like.device)
-    if tuple(t.shape) != ns:
-        raise ShapeMismatch(f"{op}: {role} has shape {tuple(t.shape)}, normalized_shape is {ns}")
+    _affine_shapes(op, ns, **{role: t})
     return t if len(ns) == 1 else _view_as(op, t, (n,), role)
 
 
@@ -951,6 +975,9 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """F.layer_norm over the trailing `normalized_shape` (merged into one dimension by a view); weight and bias None
     are ones and zeros."""
     ns, n = _normalized("layer_norm", input, normalized_shape)
+    if input.numel == 0:
+        _affine_shapes("layer_norm", ns, weight=weight, bias=bias)
+        return _empty_result(input)
     w = _affine("layer_norm", weight, ns, n, "weight", input, 1.0)
     b = _affine("layer_norm", bias, ns, n, "bias", input, 0.0)
     y = _family("rows").layernorm(_norm_rows("layer_norm", input, ns, n), w, b, float(eps))
@@ -963,6 +990,9 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     ns, n = _normalized("rms_norm", input, normalized_shape)
     if eps is None:
         eps = importlib.import_module("nbxcert.kernels.dtypes").finfo(input.dtype)["eps"]
+    if input.numel == 0:
+        _affine_shapes("rms_norm", ns, weight=weight)
+        return _empty_result(input)
     w = _affine("rms_norm", weight, ns, n, "weight", input, 1.0)
     y = _family("rows").rmsnorm(_norm_rows("rms_norm", input, ns, n), w, float(eps))
     return y.view(tuple(input.shape))
@@ -1201,14 +1231,47 @@ def upsample_nearest(input, size=None, scale_factor=None):
 
 
 # --- matrix products --------------------------------------------------------------------------------------------------
+_PRODUCT_DTYPES = ("float16", "bfloat16", "float32")
+
+
+def _empty_product(a, b, out, add=None, beta=1):
+    """The result of a product with a dimension of 0 (a @ b, or beta·add + alpha·(a @ b)), with no product launched
+    (no key is looked up or swept), as torch launches none: empty where the result is; where only the inner dimension
+    is 0, zeros, or beta·add (a copy, then a scale). None where the product has work to do, or where its operands do
+    not make one (the family refuses those, naming them). a is (..., n, m), b (..., m, p), one batch dimension at
+    most, a 1-d b a vector (mv)."""
+    vector = b.ndim == 1
+    if 0 not in tuple(a.shape) + tuple(b.shape) or a.ndim not in (2, 3) or b.ndim != (1 if vector else a.ndim):
+        return None
+    if a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[0 if vector else -2]:
+        return None
+    dtypes = {t.dtype.name for t in (a, b, out, add) if t is not None}
+    if len(dtypes) != 1 or a.dtype.name not in _PRODUCT_DTYPES:
+        return None
+    shape = tuple(a.shape[:-1]) + (() if vector else (b.shape[-1],))
+    if out is not None and tuple(out.shape) != shape:
+        return None
+    if add is not None and tuple(_pw().broadcast_shapes(add.shape, shape)) != shape:
+        return None
+    result = out if out is not None else _pw().empty(shape, a.dtype.name, a.device)
+    if result.numel == 0:
+        return result
+    if add is None:
+        return _fill(result, 0)
+    _cast_into(add, result)
+    return result if beta == 1 else mul_(result, beta)
+
+
 def mm(input, mat2, *, out=None):
     """torch.mm: (n, m) @ (m, p), one dtype (float16, bfloat16, float32)."""
-    return _family("matmul").matmul(input, mat2, out=out)
+    done = _empty_product(input, mat2, out)
+    return done if done is not None else _family("matmul").matmul(input, mat2, out=out)
 
 
 def bmm(input, mat2, *, out=None):
     """torch.bmm: (b, n, m) @ (b, m, p)."""
-    return _family("matmul").bmm(input, mat2, out=out)
+    done = _empty_product(input, mat2, out)
+    return done if done is not None else _family("matmul").bmm(input, mat2, out=out)
 
 
 def _beta_zero(op: str, alpha):
@@ -1223,6 +1286,9 @@ def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):
     if beta == 0:
         _beta_zero("addmm", alpha)
         return mm(mat1, mat2, out=out)
+    done = _empty_product(mat1, mat2, out, input, beta)
+    if done is not None:
+        return done
     return _family("matmul").addmm(input, mat1, mat2, beta=float(beta), alpha=float(alpha), out=out)
 
 
@@ -1231,6 +1297,9 @@ def baddbmm(input, batch1, batch2, *, beta=1, alpha=1, out=None):
     if beta == 0:
         _beta_zero("baddbmm", alpha)
         return bmm(batch1, batch2, out=out)
+    done = _empty_product(batch1, batch2, out, input, beta)
+    if done is not None:
+        return done
     return _family("matmul").baddbmm(input, batch1, batch2, beta=float(beta), alpha=float(alpha), out=out)
 
 
@@ -1242,7 +1311,8 @@ def _check_mv(op: str, mat, vec):
 def mv(input, vec, *, out=None):
     """torch.mv: (n, m) @ (m,), through the decode kernel (gemv of vec against input's transpose, a view)."""
     _check_mv("mv", input, vec)
-    return _family("matmul").gemv(vec, input.T, out=out)
+    done = _empty_product(input, vec, out)
+    return done if done is not None else _family("matmul").gemv(vec, input.T, out=out)
 
 
 def addmv(input, mat, vec, *, beta=1, alpha=1, out=None):
@@ -1251,6 +1321,9 @@ def addmv(input, mat, vec, *, beta=1, alpha=1, out=None):
     if beta == 0:
         _beta_zero("addmv", alpha)
         return mv(mat, vec, out=out)
+    done = _empty_product(mat, vec, out, input, beta)
+    if done is not None:
+        return done
     return _family("matmul").addmv(input, vec, mat.T, beta=float(beta), alpha=float(alpha), out=out)
 
 
@@ -1269,21 +1342,20 @@ def matmul(input, other, *, out=None):
     shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
     if out is not None and tuple(out.shape) != shape:
         raise ShapeMismatch(f"{op}: out has shape {tuple(out.shape)}, the product's is {shape}")
-    mm_family = _family("matmul")
     if not batch:
         flat_out = None if out is None else _view_as(op, out, (m, n), "out")
-        y = mm_family.matmul(a2, b2, out=flat_out)
+        y = mm(a2, b2, out=flat_out)
     elif b.ndim <= 2:
         # (..., m, k) @ (k, n): the batch folded into the rows, one mm
         rows = _view_as(op, a2, (-1, a2.shape[-1]), "input")
         flat_out = None if out is None else _view_as(op, out, (rows.shape[0], n), "out")
-        y = mm_family.matmul(rows, b2, out=flat_out)
+        y = mm(rows, b2, out=flat_out)
     else:
         nb = math.prod(batch)
         ab = _view_as(op, a2.expand(batch + a2.shape[-2:]), (nb, *a2.shape[-2:]), "input")
         bb = _view_as(op, b2.expand(batch + b2.shape[-2:]), (nb, *b2.shape[-2:]), "other")
         flat_out = None if out is None else _view_as(op, out, (nb, m, n), "out")
-        y = mm_family.bmm(ab, bb, out=flat_out)
+        y = bmm(ab, bb, out=flat_out)
     return out if out is not None else y.view(shape)
 
 

@@ -484,6 +484,28 @@ def test_to_nbx_views_numpy_arrays_and_to_caller_gives_numpy_back(cpu_backend):
     assert type(sliced) is np.ndarray and sliced.ctypes.data == x[1:].ctypes.data and result["n"] == 3
 
 
+@pytest.mark.parametrize(
+    "array, says",
+    [
+        (np.arange(4, dtype=">f4"), "native byte order"),
+        (np.array([1, 2], dtype=object), "integers, float and complex"),
+    ],
+)
+def test_an_array_numpy_will_not_share_is_refused_in_one_line_naming_the_argument(cpu_backend, array, says):
+    with pytest.raises(DTypeError, match=rf"argument 'y' is a numpy ndarray its library will not share.*{says}") as e:
+        interop.to_nbx((T.from_numpy(_values((4,), np.float32)),), {"y": array})
+    assert "newbyteorder" in e.value.hint
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn"])
+def test_a_result_numpy_has_no_dtype_for_is_refused_in_one_line(cpu_backend, dtype):
+    _, _, kind = interop.to_nbx((_values((3,), np.float32),), {})
+    result = T.from_bits(np.zeros(3, np.uint16 if dtype == "bfloat16" else np.uint8), dtype)
+    with pytest.raises(DTypeError, match=f"the result is {dtype}, which numpy has no dtype for") as e:
+        interop.to_caller(result, kind)
+    assert "float32" in e.value.hint and f"from_numpy(x, '{dtype}')" in e.value.hint
+
+
 def test_to_nbx_without_foreign_tensors_changes_nothing(backend):
     t = T.from_numpy(_values((2,), np.float32))
     args, kwargs = (t, (1, 2.0), [None]), {"k": "v"}
