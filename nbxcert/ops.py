@@ -24,6 +24,10 @@ Every op also takes another library's tensors (torch, CuPy, JAX; numpy under the
 served entry points do (`nbxcert.kernels.interop`): no copy in, that library's tensors out, an in-place op's and an
 `out=`'s as the very object passed; a dtype may be written as that library writes it (`torch.float16`).
 
+An empty tensor (a dimension of 0) launches nothing, as in torch: the op's empty result is made and returned, with no
+key looked up (so certified-only serving needs no certificate for it); a product over an inner dimension of 0 is
+zeros (beta·input for `addmm`, `baddbmm`, `addmv`), a loss over no sample 0 ("sum") or NaN ("mean").
+
 Importing this module imports no kernel (each is loaded on its first use) and never torch. Errors are one line:
 `DTypeError` (a dtype the op does not take), `CastRefused` (a result that `out=` cannot hold),
 `ShapeMismatch` (shapes that do not broadcast, an `out=` of the wrong shape), `ArgumentNotSupported` (above),
@@ -913,9 +917,15 @@ def _legacy_softmax_dim(ndim: int) -> int:
     return 0 if ndim in (0, 1, 3) else 1
 
 
+def _empty_input(input, dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32")) -> bool:
+    """Whether `input` is empty (a dimension of 0) and of a dtype its kernel takes (`dtypes`): then the op's result is
+    empty too and made with nothing launched (no key is looked up or swept), as torch launches nothing. Another
+    dtype goes on to the kernel, which refuses it as it refuses it non-empty."""
+    return input.numel == 0 and input.dtype.name in dtypes
+
+
 def _empty_result(input):
-    """The result of a row op (softmax, a norm) of an empty input (a dimension of 0): empty too, input's shape and
-    dtype, with nothing launched (no key is looked up or swept), as torch launches nothing."""
+    """An empty result of input's shape, dtype and device (a row op's, a norm's of an empty input)."""
     return _pw().empty(tuple(input.shape), input.dtype.name, input.device)
 
 
@@ -924,7 +934,7 @@ def _row_op(op: str, fn, input, dim, dtype):
         input = to(input, dtype)  # torch casts the input to dtype before the op, as this does
     if dim is None:
         dim = _legacy_softmax_dim(input.ndim)
-    if input.numel == 0:
+    if _empty_input(input):
         _dim_index(op, dim, input.ndim)
         return _empty_result(input)
     moved, inverse = _to_last(op, input, dim)
@@ -975,7 +985,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """F.layer_norm over the trailing `normalized_shape` (merged into one dimension by a view); weight and bias None
     are ones and zeros."""
     ns, n = _normalized("layer_norm", input, normalized_shape)
-    if input.numel == 0:
+    if _empty_input(input):
         _affine_shapes("layer_norm", ns, weight=weight, bias=bias)
         return _empty_result(input)
     w = _affine("layer_norm", weight, ns, n, "weight", input, 1.0)
@@ -990,7 +1000,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     ns, n = _normalized("rms_norm", input, normalized_shape)
     if eps is None:
         eps = importlib.import_module("nbxcert.kernels.dtypes").finfo(input.dtype)["eps"]
-    if input.numel == 0:
+    if _empty_input(input):
         _affine_shapes("rms_norm", ns, weight=weight)
         return _empty_result(input)
     w = _affine("rms_norm", weight, ns, n, "weight", input, 1.0)
@@ -1006,12 +1016,23 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         _refuse("embedding", f"max_norm={max_norm} (renormalising weight's rows in place) is not supported")
     if padding_idx is not None and not -weight.shape[0] <= padding_idx < weight.shape[0]:
         raise ShapeMismatch(f"embedding: padding_idx {padding_idx} is outside the {weight.shape[0]} rows of weight")
+    if input.numel == 0 and weight.ndim == 2 and input.dtype.name in ("int32", "int64"):
+        return _pw().empty(tuple(input.shape) + (weight.shape[1],), weight.dtype.name, weight.device)
     return _family("elementwise").embedding(weight, input)
 
 
 def argmax(input, dim=None, keepdim=False):
     """torch.argmax: the index (int64) of the first maximum along `dim` (None: of the flattened input; NaN ranks
     above every number)."""
+    if _empty_input(input):
+        d = None if dim is None else _dim_index("argmax", dim, input.ndim)
+        if d is None or input.shape[d] == 0:
+            raise ShapeMismatch(
+                f"argmax: input of shape {tuple(input.shape)} has no element to choose along "
+                f"{'its flattened elements' if d is None else f'dimension {dim}'} (torch refuses it too)"
+            )
+        shape = tuple(n if i != d else 1 for i, n in enumerate(input.shape) if keepdim or i != d)
+        return _pw().empty(shape, "int64", input.device)
     sampling = _family("sampling")
     if dim is None:
         flat, _ = _to_last("argmax", _view_as("argmax", input, (input.numel,), "input"), 0)
@@ -1044,6 +1065,14 @@ def topk(input, k, dim=-1, largest=True, sorted=True, *, out=None):  # noqa: A00
     sorted result is one order it allows). largest=False is refused."""
     if not largest:
         _refuse("topk", "largest=False (the k smallest) is not supported; the kernel selects the largest")
+    if out is None and input.dtype.name in ("float16", "bfloat16", "float32") and (k == 0 or input.numel == 0):
+        d = _dim_index("topk", dim, input.ndim)
+        if not 0 <= k <= (input.shape[d] if input.ndim else 1):
+            raise ShapeMismatch(f"topk: k={k} is out of range for dimension {dim} of shape {tuple(input.shape)}")
+        shape = tuple(k if i == d else n for i, n in enumerate(input.shape))
+        if math.prod(shape) == 0:  # nothing to select: empty values and indices, nothing launched
+            pw = _pw()
+            return _TopK(pw.empty(shape, input.dtype.name, input.device), pw.empty(shape, "int64", input.device))
     moved, inverse = _to_last("topk", input, dim)
     values = indices = None
     if out is not None:
@@ -1084,6 +1113,11 @@ def cross_entropy(
         _refuse(op, f"reduction={reduction!r} is not one of 'none', 'mean', 'sum'")
     if target.dtype.is_float:
         _refuse(op, "a float target (class probabilities) is not supported; give int64 class indices")
+    if _empty_input(input) and input.ndim > 1 and input.shape[0] == 0 and tuple(target.shape) == (0, *input.shape[2:]):
+        # no sample: torch's loss of none, an empty "none", a "sum" of 0 and a "mean" of 0/0 (NaN)
+        if reduction == "none":
+            return _pw().empty(tuple(target.shape), input.dtype.name, input.device)
+        return full((), 0.0 if reduction == "sum" else math.nan, dtype=input.dtype.name, device=input.device)
     logits, _ = (input.unsqueeze(0), None) if input.ndim == 1 else _to_last(op, input, 1)
     loss = _family("sampling").cross_entropy(logits, target, int(ignore_index))
     if input.ndim == 1:
@@ -1132,6 +1166,10 @@ def scaled_dot_product_attention(
             f"is_causal with L={q.shape[2]} != S={k.shape[2]} (torch aligns the mask top-left, the kernel "
             "bottom-right)",
         )
+    same = q.dtype is k.dtype is v.dtype and q.shape[0] == k.shape[0] == v.shape[0] and q.shape[-1] == k.shape[-1]
+    if same and _empty_input(q, ("float16", "bfloat16")):
+        # no query (a batch, a head count or a length of 0): an empty result, nothing launched
+        return _pw().empty(tuple(query.shape[:-1]) + (value.shape[-1],), query.dtype.name, query.device)
     y = _family("attention").flash_attention(q, k, v, causal=bool(is_causal), scale=scale)
     return y.view(tuple(query.shape[:-1]) + (y.shape[-1],))
 
@@ -1168,6 +1206,19 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
             _refuse(op, f"padding={padding!r} is not 'valid', 'same', an int or a pair")
     padding = _one_int(op, "padding", padding)
     x = input.unsqueeze(0) if input.ndim == 3 else input
+    fits = weight.ndim == 4 and weight.dtype is x.dtype and (bias is None or bias.dtype is x.dtype)
+    if (
+        fits
+        and _empty_input(x, ("float16", "bfloat16"))
+        and x.ndim == 4
+        and x.shape[0] == 0
+        and x.shape[1] == weight.shape[1] * groups
+    ):
+        # no image: the empty result of torch's shape, nothing launched
+        spatial = zip(x.shape[2:], weight.shape[2:], strict=True)
+        oh, ow = ((n + 2 * padding - dilation * (r - 1) - 1) // stride + 1 for n, r in spatial)
+        if oh > 0 and ow > 0:
+            return _pw().empty((0, weight.shape[0], oh, ow), input.dtype.name, input.device)
     y = _family("vision").conv2d(x, weight, bias, stride, padding, dilation, groups)
     return y[0] if input.ndim == 3 else y
 
@@ -1179,6 +1230,9 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     if input.ndim < 2:
         raise ShapeMismatch(f"{op}: input needs (N, C, *), got shape {tuple(input.shape)}")
     c = input.shape[1]
+    if _empty_input(input) and num_groups > 0 and c % num_groups == 0:
+        _affine_shapes(op, (c,), weight=weight, bias=bias)
+        return _empty_result(input)
     x = input if input.ndim == 4 else _view_as(op, input, (input.shape[0], c, -1, 1), "input")
     w = full((c,), 1.0, dtype=input.dtype.name, device=input.device) if weight is None else weight
     b = full((c,), 0.0, dtype=input.dtype.name, device=input.device) if bias is None else bias
@@ -1222,6 +1276,9 @@ def interpolate(
     else:
         sh, sw = tuple(scale_factor) if isinstance(scale_factor, (tuple, list)) else (scale_factor, scale_factor)
         factors = (_integer_factor(op, sh, "scale_factor"), _integer_factor(op, sw, "scale_factor"))
+    if input.numel == 0:
+        n, c = input.shape[:2]
+        return _pw().empty((n, c, h * factors[0], w * factors[1]), input.dtype.name, input.device)
     return _family("vision").upsample_nearest2d(input, factors)
 
 

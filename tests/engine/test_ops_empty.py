@@ -53,6 +53,34 @@ EMPTY = {
     "bmm": (lambda: ops.bmm(_z(0, 3, 8), _z(0, 8, 4)), (0, 3, 4), "float32"),
     "mv": (lambda: ops.mv(_z(0, 3), _z(3)), (0,), "float32"),
     "addmm": (lambda: ops.addmm(_z(4), _z(0, 8), _z(8, 4)), (0, 4), "float32"),
+    "embedding": (lambda: ops.embedding(_z(2, 0, dtype="int64"), _z(10, 8, dtype="float16")), (2, 0, 8), "float16"),
+    "argmax": (lambda: ops.argmax(_z(0, 8), 1), (0,), "int64"),
+    "argmax keepdim": (lambda: ops.argmax(_z(0, 8), 1, keepdim=True), (0, 1), "int64"),
+    "topk k=0": (lambda: ops.topk(_z(3, 8), 0).values, (3, 0), "float32"),
+    "topk indices": (lambda: ops.topk(_z(0, 8), 2).indices, (0, 2), "int64"),
+    "cross_entropy none": (
+        lambda: ops.cross_entropy(_z(0, 5), _z(0, dtype="int64"), reduction="none"),
+        (0,),
+        "float32",
+    ),
+    "sdpa": (
+        lambda: ops.scaled_dot_product_attention(
+            _z(0, 2, 4, 16, dtype="float16"), *[_z(0, 2, 4, 16, dtype="float16")] * 2
+        ),
+        (0, 2, 4, 16),
+        "float16",
+    ),
+    "conv2d": (
+        lambda: ops.conv2d(_z(0, 4, 8, 8, dtype="float16"), _z(6, 4, 3, 3, dtype="float16"), padding=1, stride=2),
+        (0, 6, 4, 4),
+        "float16",
+    ),
+    "group_norm": (lambda: ops.group_norm(_z(0, 4, 3, 3), 2), (0, 4, 3, 3), "float32"),
+    "interpolate": (
+        lambda: ops.interpolate(_z(0, 2, 3, 4, dtype="float16"), scale_factor=2),
+        (0, 2, 6, 8),
+        "float16",
+    ),
 }
 
 
@@ -72,12 +100,23 @@ def test_an_empty_result_launches_nothing(name, no_certificates):
         (lambda: ops.rms_norm(_z(0, 8), (4,)), ShapeMismatch, "not the trailing shape"),
         (lambda: ops.mm(_z(3, 0), _z(5, 4)), ShapeMismatch, "inner dimensions differ"),
         (lambda: ops.exp(_z(0, 3), out=_z(3, 0)), ShapeMismatch, "out has shape (3, 0)"),
+        (lambda: ops.argmax(_z(3, 0), 1), ShapeMismatch, "no element to choose along dimension 1"),
+        (lambda: ops.argmax(_z(0, 3)), ShapeMismatch, "no element to choose along its flattened elements"),
+        (lambda: ops.topk(_z(0, 8), 9), ShapeMismatch, "k=9 is out of range"),
+        (lambda: ops.softmax(_z(0, 3, dtype="int32"), 1), ShapeMismatch, "int32"),
     ],
 )
 def test_an_invalid_call_on_empty_tensors_is_refused_as_on_any(call, error, says, no_certificates):
     with pytest.raises(error) as e:
         call()
     assert says in str(e.value)
+
+
+def test_a_loss_over_no_sample_is_torchs():
+    # "sum" of no loss is 0, "mean" 0/0: a one-element result (a fill, launched)
+    target = _z(0, dtype="int64")
+    assert ops.cross_entropy(_z(0, 5), target, reduction="sum").numpy() == 0.0
+    assert np.isnan(ops.cross_entropy(_z(0, 5), target).numpy())
 
 
 def test_a_product_over_an_inner_dimension_of_0_is_zeros_or_beta_input():
