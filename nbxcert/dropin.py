@@ -36,6 +36,11 @@ from nbxcert.serving.notices import say_once
 _MAXNREG, _PRE_HOOK = "maxnreg", "pre_hook"
 
 SPEC_KEYWORDS = ("make_inputs", "oracle", "grid", "dtypes", "dtype_args", "buckets", "description", "oracle_name")
+CERTIFY_KEYWORDS = ("make_inputs", "oracle", "grid")  # given together, or none of them
+PRUNE_KEYWORDS = ("early_config_prune", "perf_model", "top_k")  # what Triton's Autotuner reads of prune_configs_by
+# Triton's launch options a config sets: a launch that gives one too would be overridden by the config (Triton refuses
+# it: "got multiple values")
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 
 def default_name(fn) -> str:
@@ -99,6 +104,15 @@ def _takes_reset_only(hook) -> bool:
     return any(p.name == "reset_only" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
+def _heuristic_names(fn) -> set[str]:
+    """The meta-parameters `@triton.heuristics` under the autotuner computes (it passes them to the launch itself)."""
+    names: set[str] = set()
+    while fn is not None and not inspect.isfunction(fn):
+        names.update(getattr(fn, "values", None) or ())
+        fn = getattr(fn, "fn", None)
+    return names
+
+
 def _not_certifiable(name: str):
     def refuse(*_a, **_k):
         raise UsageError(
@@ -124,22 +138,50 @@ class Autotuned:
         self.arg_names = list(inspect.signature(self.base_fn).parameters)
         named = name is not None
         name = name if named else default_name(self.base_fn)
+        if isinstance(key, str):
+            raise KernelSpecInvalid(
+                f"nbxcert.autotune({name}): key={key!r} is a string; Triton's key is a list of argument names",
+                hint=f"write key=[{key!r}]",
+            )
         self.key = self.keys = list(key)
         self.reset_to_zero = list(triton_kwargs["reset_to_zero"] or ())
         self.restore_value = list(triton_kwargs["restore_value"] or ())
+        dtype_args = tuple(spec_kwargs.get("dtype_args", ("*",)))
         for what, names in (
             ("key", self.key),
             ("reset_to_zero", self.reset_to_zero),
             ("restore_value", self.restore_value),
+            ("dtype_args", () if dtype_args == ("*",) else dtype_args),
         ):
             missing = [k for k in names if k not in self.arg_names]
             if missing:
                 raise KernelSpecInvalid(
-                    f"nbxcert.autotune({name}): {what} arguments {missing} are not arguments of the kernel"
+                    f"nbxcert.autotune({name}): {what} arguments {missing} are not arguments of the kernel "
+                    f"({', '.join(self.arg_names)})"
                 )
+        prune_by = triton_kwargs["prune_configs_by"] or {}
+        unknown = [k for k in prune_by if k not in PRUNE_KEYWORDS] if isinstance(prune_by, Mapping) else None
+        if unknown is None or unknown:
+            raise KernelSpecInvalid(
+                f"nbxcert.autotune({name}): prune_configs_by "
+                + (f"keys {unknown} are not Triton's" if unknown else f"is a {type(prune_by).__name__}, not a dict"),
+                hint=f"prune_configs_by is a dict of {', '.join(PRUNE_KEYWORDS)} (Triton's keys)",
+            )
+        given = [k for k in CERTIFY_KEYWORDS if spec_kwargs.get(k) is not None]
+        if given and len(given) < len(CERTIFY_KEYWORDS):
+            lacking = [k for k in CERTIFY_KEYWORDS if k not in given]
+            raise KernelSpecInvalid(
+                f"nbxcert.autotune({name}): {', '.join(given)} given without {', '.join(lacking)}; a kernel is "
+                "certifiable with all three",
+                hint=f"pass {'=, '.join(lacking)}= too (or none of make_inputs=, oracle=, grid= to serve it only)",
+            )
+        signature = inspect.signature(self.base_fn).parameters.values()
+        self._defaults = {p.name: p.default for p in signature if p.default is not inspect.Parameter.empty}
+        self._computed = _heuristic_names(fn)  # set by @triton.heuristics under this decorator
+        self._checked: set[tuple] = set()  # the launch forms (positional count, keywords) already checked
         self.pre_hook, self.post_hook = triton_kwargs["pre_hook"], triton_kwargs["post_hook"]
         self._pre_hook_resets = self.pre_hook is not None and _takes_reset_only(self.pre_hook)
-        self.prune_configs_by = dict(triton_kwargs["prune_configs_by"] or {})
+        self.prune_configs_by = dict(prune_by)
         self.early_config_prune = self.prune_configs_by.get("early_config_prune")
         self.perf_model = self.prune_configs_by.get("perf_model")
         self.configs_top_k = self.prune_configs_by.get("top_k", 1.0)
@@ -163,6 +205,13 @@ class Autotuned:
         self._plan: dict[Config, tuple[dict[str, Any], dict[str, Any]]] = {}
         for tc in self.configs:
             cand = candidate_of(tc)
+            strays = [k for k in tc.kwargs if k not in self.arg_names]
+            if strays:
+                raise KernelSpecInvalid(
+                    f"nbxcert.autotune({name}): config {cand.label()} sets {', '.join(strays)}, not arguments of "
+                    f"the kernel ({', '.join(self.arg_names)})",
+                    hint="a config's dict names the kernel's tl.constexpr arguments",
+                )
             seen = self._triton_of.get(cand)
             if seen is not None and seen.pre_hook is not tc.pre_hook:
                 raise KernelSpecInvalid(
@@ -183,6 +232,7 @@ class Autotuned:
         oracle = spec_kwargs.pop("oracle", None)
         certifiable = make_inputs is not None and oracle is not None and grid is not None
         self.grid = grid
+        self._certifiable = certifiable
         try:
             self.spec = register(
                 KernelSpec(
@@ -226,9 +276,22 @@ class Autotuned:
 
         from nbxcert.kernels.spec import replace_registered
 
-        if make_inputs is None or oracle is None or grid is None:
-            raise KernelSpecInvalid(f"kernel {self.spec.name}: certify_with needs make_inputs, oracle and grid")
+        given = {"make_inputs": make_inputs, "oracle": oracle, "grid": grid}
+        lacking = [k for k, v in given.items() if v is None]
+        if lacking:
+            raise KernelSpecInvalid(
+                f"kernel {self.spec.name}: certify_with needs make_inputs, oracle and grid; {', '.join(lacking)} "
+                "not given",
+                hint=f"pass {'=, '.join(lacking)}= to certify_with",
+            )
+        missing = [k for k in dtype_args or () if k != "*" and k not in self.arg_names]
+        if missing:
+            raise KernelSpecInvalid(
+                f"kernel {self.spec.name}: certify_with's dtype_args {missing} are not arguments of the kernel "
+                f"({', '.join(self.arg_names)})"
+            )
         self.grid = grid
+        self._certifiable = True
         changes = {"make_inputs": make_inputs, "launch": self._launch_inputs, "oracle": oracle}
         changes["oracle_name"] = oracle_name or getattr(oracle, "__qualname__", "none")
         if dtypes is not None:
@@ -245,9 +308,34 @@ class Autotuned:
         result = prune_with(candidates, profile)
         if self.early_config_prune is None:
             return result
+        if not result.kept:
+            return result
         # the user's own triton.Config objects, as Triton passes them; what comes back is matched by its fields
-        chosen = self.early_config_prune([self._triton_of[c] for c in result.kept], dict(problem))
+        try:
+            chosen = self.early_config_prune([self._triton_of[c] for c in result.kept], dict(problem))
+        except KeyError as e:
+            arg = e.args[0] if e.args else None
+            if arg not in self.arg_names or arg in problem:
+                raise
+            raise KernelSpecInvalid(
+                f"kernel {self.spec.name}: early_config_prune read named_args[{arg!r}], but it is given the key "
+                f"arguments only ({', '.join(problem)}): a certificate is made per key, so its prune can depend on "
+                "nothing else",
+                hint=f"prune by the key arguments, or add {arg!r} to key= if it is an integer or a word",
+            ) from None
         keep = {c if isinstance(c, Config) else candidate_of(c) for c in chosen or ()}
+        if not keep:
+            raise KernelSpecInvalid(
+                f"kernel {self.spec.name}: early_config_prune returned no config for {dict(problem)}",
+                hint="return at least one of the configs it is given (as Triton requires)",
+            )
+        foreign = [c.label() for c in keep if c not in self._triton_of]
+        if foreign:
+            raise KernelSpecInvalid(
+                f"kernel {self.spec.name}: early_config_prune returned {', '.join(sorted(foreign))} for "
+                f"{dict(problem)}, none of the kernel's configs (certificates hold only those)",
+                hint="return configs from the list it is given, or add them to configs=",
+            )
         kept = tuple(c for c in result.kept if c in keep)
         dropped = tuple((c, "early_config_prune") for c in result.kept if c not in keep)
         return PruneResult(kept, result.pruned + dropped)
@@ -259,7 +347,7 @@ class Autotuned:
 
     def problem_of(self, *args, **kwargs) -> dict[str, Any]:
         bound = self._bind(args, kwargs)
-        return {k: bound[k] for k in self.key}
+        return {k: bound[k] if k in bound else self._defaults[k] for k in self.key}
 
     # --- launching ----------------------------------------------------------------------------------------------
     def _bind(self, args, kwargs) -> dict[str, Any]:
@@ -280,8 +368,14 @@ class Autotuned:
                 continue
             if hasattr(t, "zero_"):  # torch's name; nbxcert's tensors have fill_ only
                 t.zero_()
-            else:
+            elif hasattr(t, "fill_"):
                 t.fill_(0)
+            else:
+                raise LaunchError(
+                    f"kernel {self.spec.name}: reset_to_zero names argument {name!r}, which is not a tensor "
+                    f"({type(t).__name__})",
+                    hint="name only tensor arguments in reset_to_zero",
+                )
 
     def _tuning_run(self, config: Config, grid, bound: dict[str, Any], saved: Mapping[str, Any]) -> None:
         """One candidate run while tuning, with Triton's hooks in Triton's order: the config's pre_hook, the reset
@@ -310,11 +404,109 @@ class Autotuned:
     def __getitem__(self, grid) -> Callable[..., None]:
         return lambda *args, **kwargs: self.run(*args, grid=grid, **kwargs)
 
-    def run(self, *args, grid, **kwargs) -> None:
+    def _check_launch(self, args, kwargs) -> None:
+        """Refuse, in one line, what Triton's autotuner refuses or nbxcert could only ignore: too many arguments, a
+        keyword that is no argument of the kernel, a launch option or meta-parameter the configs set, a key argument
+        not given, and a config that leaves a meta-parameter unset. Checked once per form of launch."""
+        form = (len(args), tuple(kwargs))
+        if form in self._checked:
+            return
+        name, names = self.spec.name, self.arg_names
+        if len(args) > len(names):
+            raise LaunchError(
+                f"kernel {name}: the launch gives {len(args)} positional arguments; the kernel takes {len(names)} "
+                f"({', '.join(names)})"
+            )
+        given = set(names[: len(args)])
+        for k in kwargs:
+            if k in given:
+                raise LaunchError(f"kernel {name}: argument {k!r} is given twice, by position and by keyword")
+            if k in LAUNCH_OPTIONS:
+                raise LaunchError(
+                    f"kernel {name}: the launch gives {k}={kwargs[k]!r}, which each config sets",
+                    hint=f"remove {k}= from the launch; set it in the triton.Configs",
+                )
+            if k not in names:
+                raise LaunchError(
+                    f"kernel {name}: the launch gives {k}=, which is not an argument of the kernel "
+                    f"({', '.join(names)})",
+                    hint="pass the kernel's own arguments only (launch options come from each config)",
+                )
+        given.update(kwargs)
+        for cand, (constexprs, _) in self._plan.items():
+            both = sorted(given & set(constexprs))
+            if both:
+                raise LaunchError(
+                    f"kernel {name}: the launch gives {', '.join(both)}, which config {cand.label()} sets too "
+                    "(Triton refuses such conflicting meta-parameters)",
+                    hint=f"remove {', '.join(both)} from the launch, or from the configs",
+                )
+        lacking = [k for k in self.key if k not in given and k not in self._defaults]
+        if lacking:
+            raise LaunchError(
+                f"kernel {name}: the launch gives no key argument {', '.join(lacking)} (key={self.key})",
+                hint="pass every key argument at the launch",
+            )
+        open_ = [p for p in names if p not in given and p not in self._defaults and p not in self._computed]
+        nowhere = [p for p in open_ if not any(p in constexprs for constexprs, _ in self._plan.values())]
+        if nowhere:
+            raise LaunchError(
+                f"kernel {name}: the launch gives no {', '.join(nowhere)}, and no config sets it",
+                hint="pass it at the launch (a tl.constexpr may be set in every triton.Config instead)",
+            )
+        for cand, (constexprs, _) in self._plan.items():
+            unset = [p for p in open_ if p not in constexprs]
+            if unset:
+                raise KernelSpecInvalid(
+                    f"kernel {name}: config {cand.label()} sets no {', '.join(unset)}, which other configs set, "
+                    "and the launch gives none",
+                    hint=f"set {', '.join(unset)} in every triton.Config",
+                )
+        self._checked.add(form)
+
+    def _key_dtypes(self, bound: Mapping[str, Any]) -> tuple[str, ...]:
+        """The launch key's dtypes: those of `dtype_args` in their order (what `nbxcert certify --key` takes), or,
+        declared with none, of every tensor argument in argument order."""
+        names = self.spec.dtype_args
+        if names == ("*",):
+            tensors = [n for n in self.arg_names if n in bound and hasattr(bound[n], "data_ptr")]
+            dtypes = tuple(_dtype_name(bound[n]) for n in tensors)
+            lengths = {len(d) for d in self.spec.dtypes}
+            if self._certifiable and len(dtypes) not in lengths:
+                raise KernelSpecInvalid(
+                    f"kernel {self.spec.name}: the launch has {len(dtypes)} tensor arguments ({', '.join(tensors)}) "
+                    f"but the kernel's dtypes= list {'/'.join(str(n) for n in sorted(lengths))} per key, so no "
+                    "certificate could serve it",
+                    hint="give nbxcert.autotune dtype_args= (the tensors whose dtypes form the key) and dtypes= to "
+                    "match",
+                )
+            return dtypes
+        out = []
+        for n in names:
+            t = bound.get(n)
+            if not hasattr(t, "dtype"):
+                raise LaunchError(
+                    f"kernel {self.spec.name}: dtype argument {n!r} is "
+                    + ("not given" if t is None else f"not a tensor ({type(t).__name__})"),
+                    hint=f"pass a tensor as {n}, or leave {n!r} out of dtype_args",
+                )
+            out.append(_dtype_name(t))
+        return tuple(out)
+
+    def warmup(self, *args, **kwargs) -> None:
+        """Triton's `Autotuner.warmup` (compile every pruned config without launching): refused in one line."""
+        raise LaunchError(
+            f"kernel {self.spec.name}: warmup (compile without launching) is not taken by nbxcert.autotune",
+            hint="launch the kernel, or compile its certified winners ahead with `nbxcert warm`",
+        )
+
+    def run(self, *args, grid, warmup=False, **kwargs) -> None:
+        if warmup:
+            self.warmup()
+        self._check_launch(args, kwargs)
         bound = self._bind(args, kwargs)
-        problem = {k: bound[k] for k in self.key}
-        tensors = [bound[n] for n in self.arg_names if n in bound and hasattr(bound[n], "data_ptr")]
-        dtypes = tuple(_dtype_name(t) for t in tensors)
+        problem = {k: bound[k] if k in bound else self._defaults[k] for k in self.key}
+        dtypes = self._key_dtypes(bound)
         swept: list[bool] = []  # set by the first candidate run: serving sweeps this key at run time
         saved: dict[str, Any] = {}
 
@@ -327,7 +519,16 @@ class Autotuned:
                         "used: every candidate the prune keeps is timed by nbxcert's own timer"
                     )
                 # before any candidate has written them
-                saved.update({n: bound[n].clone() for n in self.restore_value if bound.get(n) is not None})
+                for n in self.restore_value:
+                    t = bound.get(n)
+                    if t is not None and not hasattr(t, "clone"):
+                        raise LaunchError(
+                            f"kernel {self.spec.name}: restore_value names argument {n!r}, which is not a "
+                            f"tensor ({type(t).__name__})",
+                            hint="name only tensor arguments in restore_value",
+                        )
+                    if t is not None:
+                        saved[n] = t.clone()
             self._tuning_run(cfg, grid, bound, saved)
 
         runtime = serving.RuntimeLaunch(
@@ -353,7 +554,7 @@ class Autotuned:
         self._launch(config, grid, bound)
         self.best_config = tc
         typed = tuple(str(v.dtype) for k, v in bound.items() if k in self.arg_names and hasattr(v, "dtype"))
-        self.cache[tuple(problem.values()) + typed] = tc
+        self.cache[tuple(bound[k] for k in self.key if k in bound) + typed] = tc  # Triton skips a key not given
 
 
 def autotune(
@@ -379,10 +580,13 @@ def autotune(
     - `configs`: the candidates (`triton.Config`, or nbxcert `Config`); an empty list is Triton's default config.
       `maxnreg` is passed to every launch of the config; a config's `pre_hook(nargs)` runs before every launch of it
       (tuning and served), as Triton runs it. `num_ctas` other than 1 and `ir_override` are refused by name.
-    - `key`: Triton's meaning; also the launch key's fields (integers or lower-case words), each an argument.
+    - `key`: Triton's meaning (a list of argument names); also the launch key's fields (integers or lower-case
+      words); a key argument left to its default keys by the default. The key's dtypes are those of `dtype_args`, in
+      their order (without `dtype_args`, every tensor argument's, in argument order).
     - `prune_configs_by`: `early_config_prune(configs, named_args)` gets the user's triton.Configs the device-file
       prune keeps, and `named_args` holds the key arguments only (a certificate is made per key, so a prune can
-      depend on nothing else); it must keep one. `perf_model` and `top_k` are not used: every kept candidate is timed.
+      depend on nothing else: reading another is refused by name); it must return at least one of the configs it is
+      given. `perf_model` and `top_k` are not used: every kept candidate is timed; any other key is refused.
     - `reset_to_zero`: zeroed before every candidate run while tuning and once more before the launch that follows a
       run-time sweep; a launch served from a certificate or the run-time cache zeroes nothing (Triton's cached launch
       zeroes nothing either).
@@ -404,6 +608,10 @@ def autotune(
     - `name`: the stable name keys and certificates use; by default `default_name(fn)` (`module.qualname`, dots made
       underscores). Optional `make_inputs`, `oracle`, `grid`, `dtypes`, `dtype_args`, `buckets` ({key arg: ladder
       name}) make the kernel certifiable.
+
+    A launch takes the kernel's arguments; a meta-parameter a config sets, a launch option (`LAUNCH_OPTIONS`), a
+    keyword the kernel does not take, too many arguments, a config leaving a meta-parameter unset and `warmup=True`
+    are refused in one line (`_check_launch`), where nbxcert could otherwise only drop them.
 
     The kernel's `cache` maps Triton's tuning key (the key arguments' values, then the dtypes of the arguments that
     have one) to the triton.Config launched. It is there to be read: serving's lookup decides the config, so an entry

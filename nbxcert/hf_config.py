@@ -31,7 +31,15 @@ Fields read (transformers' configuration classes name them; the defaults are the
                                                   desc_act false (absent: false) is `gptq-int4-g128`; awq with bits
                                                   4, group_size 128, zero_point true and version gemm (absent: true,
                                                   gemm) is `awq-int4-g128`; any other method or value is refused
-                                                  naming its field (`quantization_config.bits`, ...)
+                                                  naming its field (`quantization_config.bits`, ...), and so is a
+                                                  checkpoint quantizing only some projections or the LM head too
+                                                  (`modules_in_block_to_quantize` naming fewer than all of a layer's
+                                                  projections, `modules_to_not_convert` naming one but `lm_head`,
+                                                  `lm_head` true) or packed otherwise (`checkpoint_format` not gptq):
+                                                  a workload's `quantization` is every projection, in GPTQ's layout
+    layer_types                                -> each `full_attention` or `sliding_attention` (transformers >= 4.53
+                                                  writes it for qwen2 and qwen3: which layers mask with the window, as
+                                                  `max_window_layers` says; not a shape); any other kind is refused
 
 Rules of the model type (what transformers' modeling code does with no field to say so):
 
@@ -138,6 +146,7 @@ _READ = (
     "partial_rotary_factor",
     "use_mrope",
     "quantization_config",
+    "layer_types",
 )
 _MOE_FIELDS = {
     "mixtral": ("num_local_experts", "num_experts_per_tok"),
@@ -151,8 +160,33 @@ _MOE_FIELDS = {
 }
 _GEMMA_FIELDS = ("hidden_activation",)
 _REFUSED_FIELDS = {
-    "text_config": "a multimodal model's wrapper: give the text model's own config",
+    "text_config": (
+        "a multimodal model's wrapper: give the text model's own config",
+        "write the text_config object to a config.json of its own (with the wrapper's torch_dtype) and give that; "
+        "the vision tower's launches are not in a workload",
+    ),
 }
+# attention kinds of `layer_types` that are the same launches (the window is a mask: module doc)
+LAYER_TYPES = ("full_attention", "sliding_attention")
+# a decoder layer's projections as a quantized checkpoint names them (`modules_in_block_to_quantize`)
+_PROJECTIONS = {
+    "phi3": ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"),
+    None: (
+        *(f"self_attn.{x}_proj" for x in "qkvo"),
+        *(f"mlp.{x}_proj" for x in ("gate", "up", "down")),
+    ),
+}
+# a workload field a refusal of `workload_from_doc` names -> the config field it was formed from
+_FORMED_FROM = {
+    "model.top_k": "num_experts_per_tok",
+    "model.quantization": "quantization_config",
+    "model.kv_heads": "num_key_value_heads",
+}
+_NOT_A_CONFIG = "give the model's config.json as published (a JSON object of its fields), or the directory holding it"
+_NOT_QUANTIZED = (
+    "a quantized checkpoint of this model cannot be certified yet: give its unquantized checkpoint's config (no "
+    "quantization_config)"
+)
 
 
 def load_hf_config(path: str | Path) -> Workload:
@@ -169,13 +203,13 @@ def load_hf_config(path: str | Path) -> Workload:
     try:
         text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise HfConfigInvalid(f"{p}: not UTF-8 text (byte {e.start})") from None
+        raise HfConfigInvalid(f"{p}: not UTF-8 text (byte {e.start})", hint=_NOT_A_CONFIG) from None
     except OSError as e:
         raise HfConfigInvalid(f"{p}: cannot be read: {e.strerror}", hint="give a config you can read") from None
     try:
         config = json.loads(text)
     except (ValueError, RecursionError) as e:
-        raise HfConfigInvalid(f"{p}: not valid JSON: {str(e).splitlines()[0][:200]}") from None
+        raise HfConfigInvalid(f"{p}: not valid JSON: {str(e).splitlines()[0][:200]}", hint=_NOT_A_CONFIG) from None
     return workload_of(config, str(p))
 
 
@@ -183,8 +217,11 @@ def workload_of(config: Any, path: str) -> Workload:
     """The workload of a parsed config (`path` names it in messages and gives the name when `_name_or_path` is not
     there: the directory holding the file, as a model's files are kept)."""
     if not isinstance(config, dict):
-        raise HfConfigInvalid(f"{path}: a model config is a JSON object, got {type(config).__name__}")
+        raise HfConfigInvalid(f"{path}: a model config is a JSON object, got {_json_kind(config)}", hint=_NOT_A_CONFIG)
     get = _Fields(config, path)
+    for field, (reason, hint) in _REFUSED_FIELDS.items():  # before model_type: a wrapper's own (llava, ...) is not
+        if field in config:  # what to fix
+            raise get.fail(field, reason, hint)
     model_type = get.text("model_type")
     if model_type in REFUSED_TYPES:
         raise get.fail("model_type", f"'{model_type}' is not mapped: {REFUSED_TYPES[model_type]}")
@@ -192,8 +229,6 @@ def workload_of(config: Any, path: str) -> Workload:
         raise get.fail("model_type", f"'{model_type}' is not mapped (mapped: {', '.join(MODEL_TYPES)})")
     known = {*_READ, *_NO_LAUNCH, *_MOE_FIELDS.get(model_type, ()), *(_GEMMA_FIELDS if model_type == "gemma" else ())}
     for field in config:
-        if field in _REFUSED_FIELDS:
-            raise get.fail(field, _REFUSED_FIELDS[field])
         if field not in known:
             raise get.fail(field, f"not a field nbxcert maps for model_type {model_type}")
 
@@ -226,14 +261,15 @@ def workload_of(config: Any, path: str) -> Workload:
     for field in ("attention_bias", "mlp_bias"):
         if field in config and get.flag(field):
             raise get.fail(field, "true: a bias on the output projection or the MLP has no launch in a workload")
-    if config.get("pretraining_tp", 1) != 1:
+    # (true and 1.0 equal 1 in Python: the kinds are checked first)
+    if "pretraining_tp" in config and get.size("pretraining_tp") != 1:
         raise get.fail(
             "pretraining_tp", f"{config['pretraining_tp']!r}: slices every projection into that many launches"
         )
-    if config.get("partial_rotary_factor", 1.0) != 1.0:
-        raise get.fail(
-            "partial_rotary_factor", f"{config['partial_rotary_factor']!r}: the rotary launch rotates the whole head"
-        )
+    rotary = config.get("partial_rotary_factor", 1.0)
+    if isinstance(rotary, bool) or not isinstance(rotary, int | float) or rotary != 1.0:
+        raise get.fail("partial_rotary_factor", f"{rotary!r}: the rotary launch rotates the whole head")
+    _check_layer_types(get, config)
     if config.get("use_mrope", False) is not False:
         raise get.fail("use_mrope", f"{config['use_mrope']!r}: multimodal rotary sections have no launch in a workload")
     if model_type in ("qwen3", "qwen3_moe"):
@@ -241,7 +277,7 @@ def workload_of(config: Any, path: str) -> Workload:
     if model_type in MOE_TYPES:
         model.update(_experts(get, model_type, config))
     if "quantization_config" in config:
-        model["quantization"] = _quantization(get, config["quantization_config"])
+        model["quantization"] = _quantization(get, config["quantization_config"], model_type)
     positions = get.size("max_position_embeddings")
     if positions < KV_MIN:
         raise get.fail("max_position_embeddings", f"{positions} is below the shortest KV length covered ({KV_MIN})")
@@ -260,8 +296,8 @@ def workload_of(config: Any, path: str) -> Workload:
     }
     try:
         return workload_from_doc(doc, path)
-    except WorkloadInvalid as e:  # a value the checks above let through: still one line, naming the workload field
-        raise HfConfigInvalid(e.message) from None
+    except WorkloadInvalid as e:  # a value the checks above let through: one line naming the config's field
+        raise _formed_from(get, e, config) from None
 
 
 class _Fields:
@@ -300,24 +336,28 @@ class _Fields:
         return v
 
 
-def _quantization(get: _Fields, q: Any) -> str:
+def _quantization(get: _Fields, q: Any, model_type: str) -> str:
     """The workload's `quantization` of a checkpoint's `quantization_config` as transformers writes it: GPTQ (4 bits,
     group size 128, no act-order) or AWQ (4 bits, group size 128, zero points, GEMM packing); any other is refused
     naming what the dequantizing kernels do not serve."""
     field = "quantization_config"
     hint = "serve a GPTQ (no act-order) or AWQ checkpoint of 4 bits, group size 128: the formats the kernels take"
     if not isinstance(q, dict):
-        raise get.fail(field, f"must be an object, got {type(q).__name__}", hint)
+        raise get.fail(field, f"must be an object, got {_json_kind(q)}", hint)
     method, bits, group = q.get("quant_method"), q.get("bits"), q.get("group_size")
     if method not in ("gptq", "awq"):
         raise get.fail(
             f"{field}.quant_method", f"{method!r}: the dequantizing kernels serve gptq and awq checkpoints", hint
         )
-    if bits != 4 or isinstance(bits, bool):
+    if type(bits) is not int or bits != 4:  # (4.0 and 4 compare equal)
         raise get.fail(f"{field}.bits", f"{bits!r}: {method} checkpoints are served at 4 bits", hint)
-    if group != 128 or isinstance(group, bool):
+    if type(group) is not int or group != 128:
         raise get.fail(f"{field}.group_size", f"{group!r}: the int4 kernels' group size is 128", hint)
+    _check_quantized_modules(get, q, model_type, hint)
     if method == "gptq":
+        if q.get("checkpoint_format", "gptq") != "gptq":
+            packing = f"{q['checkpoint_format']!r}: the int4 kernels read GPTQ's own packing and zero points (gptq)"
+            raise get.fail(f"{field}.checkpoint_format", packing, hint)
         if q.get("desc_act", False) is not False:
             act_order = f"{q['desc_act']!r}: act-order (groups over permuted rows) is not served"
             raise get.fail(f"{field}.desc_act", act_order, hint)
@@ -328,6 +368,76 @@ def _quantization(get: _Fields, q: Any) -> str:
     if not isinstance(version, str) or version.lower() != "gemm":
         raise get.fail(f"{field}.version", f"{version!r}: AWQ's GEMM packing is the one repacked for the kernels", hint)
     return "awq-int4-g128"
+
+
+def _check_quantized_modules(get: _Fields, q: dict, model_type: str, hint: str) -> None:
+    """Every projection of every decoder layer quantized, and nothing else: what a workload's `quantization` launches
+    (the LM head and the embedding stay in the activations' dtype)."""
+    field = "quantization_config"
+    blocks = q.get("modules_in_block_to_quantize")
+    if blocks is not None:
+        # a list of lists of module names (transformers' GPTQConfig); any other shape is refused, not read
+        names = [n for b in blocks for n in b] if isinstance(blocks, list) and all(_names(b) for b in blocks) else []
+        every = _PROJECTIONS.get(model_type, _PROJECTIONS[None])
+        if sorted(names) != sorted(every):
+            why = f"{blocks!r}: a workload quantizes every projection of a layer ({', '.join(every)}), no other"
+            raise get.fail(f"{field}.modules_in_block_to_quantize", why, hint)
+    kept = q.get("modules_to_not_convert")
+    if kept is not None and (not _names(kept) or set(kept) - {"lm_head"}):
+        why = f"{kept!r}: modules left unquantized; a workload quantizes every projection (only lm_head may be named)"
+        raise get.fail(f"{field}.modules_to_not_convert", why, hint)
+    if q.get("lm_head", False) is not False:
+        why = f"{q['lm_head']!r}: a quantized LM head; a workload's LM head is a matmul in the activations' dtype"
+        raise get.fail(f"{field}.lm_head", why, hint)
+
+
+def _names(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(n, str) for n in v)
+
+
+def _check_layer_types(get: _Fields, config: dict) -> None:
+    if "layer_types" not in config:
+        return
+    kinds = config["layer_types"]
+    if not isinstance(kinds, list) or not kinds:
+        raise get.fail("layer_types", f"must be a list of {', '.join(LAYER_TYPES)}, got {kinds!r}")
+    other = next((k for k in kinds if k not in LAYER_TYPES), None)
+    if other is not None:
+        raise get.fail("layer_types", f"{other!r}: no launch of a workload (mapped: {', '.join(LAYER_TYPES)})")
+    if len(kinds) != get.size("num_hidden_layers"):
+        raise get.fail("layer_types", f"{len(kinds)} kinds for num_hidden_layers={config['num_hidden_layers']}")
+
+
+def _formed_from(get: _Fields, e: WorkloadInvalid, config: dict) -> HfConfigInvalid:
+    """A refusal of the workload formed, naming the config's field it came from (not the workload's)."""
+    field = getattr(e, "field", None)
+    if field == "dtypes":
+        source = "torch_dtype" if "torch_dtype" in config else "dtype"
+    elif field == "model.experts":
+        source = "num_local_experts" if "num_local_experts" in config else "num_experts"
+    else:
+        source = _FORMED_FROM.get(field)
+    if source is None:
+        return HfConfigInvalid(e.message)
+    quantized = field in ("dtypes", "model.quantization") and "quantization_config" in config
+    hint = (
+        _NOT_QUANTIZED
+        if quantized
+        else "the config is not one of a model that loads: compare it with the published one"
+    )
+    return get.fail(source, e.reason, hint)
+
+
+def _json_kind(v: Any) -> str:
+    """A value's kind as JSON names it."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true or false"
+    for kind, name in ((str, "a string"), (int | float, "a number"), (list, "an array"), (dict, "an object")):
+        if isinstance(v, kind):
+            return name
+    return type(v).__name__
 
 
 def _activation(get: _Fields, model_type: str) -> str:

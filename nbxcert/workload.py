@@ -80,7 +80,33 @@ class Launch:
 
 
 def _fail(path: str, field: str, reason: str) -> WorkloadInvalid:
-    return WorkloadInvalid(f"{path}: field '{field}': {reason}")
+    e = WorkloadInvalid(f"{path}: field '{field}': {reason}")
+    # the field and the reason apart, for a caller that formed the document from a file of other field names
+    # (`nbxcert.hf_config` names the config's field instead)
+    e.field, e.reason = field, reason
+    return e
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently: `heads: 32`
+    then `heads: 16` was a workload of 16 heads)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` merges; the keys after it override
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                again = key in seen
+            except TypeError:  # an unhashable key: PyYAML's own refusal below names it
+                break
+            if again:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (line {key_node.start_mark.line + 1})", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 _NAME_HINT = "give a workload file (YAML), or the name of a shipped workload (`--workload demo`)"
@@ -119,7 +145,7 @@ def load_workload(name_or_path: str) -> Workload:
 
 def parse_workload(text: str, path: str) -> Workload:
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no object is built from a tag
     except yaml.YAMLError as e:
         raise WorkloadInvalid(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
     except RecursionError:  # PyYAML's composer recurses per level (bug found by tests/cli/test_fuzz.py::test_workload)
@@ -197,7 +223,8 @@ def _check_names(path: str, where: str, given: dict, known) -> None:
 def _check_head(path: str, doc: dict, known) -> None:
     """A workload file's top-level fields are exactly `known`, and its schema version is this one."""
     _check_names(path, "", doc, known)
-    if doc["schema_version"] != SCHEMA_VERSION:
+    v = doc["schema_version"]
+    if isinstance(v, bool) or not isinstance(v, int) or v != SCHEMA_VERSION:  # 1.0 and true equal 1 in Python
         raise _fail(path, "schema_version", f"{doc['schema_version']!r} is not {SCHEMA_VERSION}")
 
 
@@ -258,6 +285,8 @@ def _check_sizes(path: str, field: str, v: Any) -> None:
             b = v.get(bound, 1)
             if isinstance(b, bool) or not isinstance(b, int) or b <= 0:
                 raise _fail(path, f"{field}.{bound}", f"must be a positive integer, got {b!r}")
+        if v.get("min", 1) > v["max"]:  # was taken as the one rung above max, silently
+            raise _fail(path, f"{field}.min", f"{v['min']} is above max {v['max']}")
         return
     raise _fail(path, field, "must be a list of sizes or {ladder: NAME, max: N}")
 

@@ -170,6 +170,12 @@ def test_a_missing_dtype_is_refused_naming_it(tmp_path):
         ("Meta-Llama-3-8B", "num_key_value_heads", 5, "does not divide"),
         ("Meta-Llama-3-8B", "hidden_size", 4096.0, "positive integer"),
         ("Meta-Llama-3-8B", "pretraining_tp", 2, "slices"),
+        ("Meta-Llama-3-8B", "pretraining_tp", True, "positive integer, got True"),  # True == 1 in Python
+        ("Meta-Llama-3-8B", "pretraining_tp", 1.0, "positive integer, got 1.0"),
+        ("Meta-Llama-3-8B", "partial_rotary_factor", True, "whole head"),
+        ("Qwen3-8B", "layer_types", ["linear_attention"] * 36, "'linear_attention': no launch"),
+        ("Qwen3-8B", "layer_types", ["full_attention"] * 35, "35 kinds for num_hidden_layers=36"),
+        ("Qwen3-8B", "layer_types", "full_attention", "must be a list"),
         ("Meta-Llama-3-8B", "quantization_config", ["gptq"], "must be an object"),
         ("Meta-Llama-3-8B", "num_experts", 8, "not a field nbxcert maps for model_type llama"),
         ("Meta-Llama-3-8B", "max_position_embeddings", 64, "below the shortest KV length"),
@@ -207,6 +213,62 @@ def test_a_file_that_is_not_a_config_is_refused(tmp_path, text, says):
     path = tmp_path / "config.json"
     path.write_text(text)
     assert says in refusal(path)
+
+
+@pytest.mark.parametrize("text, says", [("[1, 2]", "got an array"), ("null", "got null"), ("{", "not valid JSON")])
+def test_a_file_that_is_not_a_config_says_to_give_the_config(tmp_path, text, says):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(HfConfigInvalid) as e:
+        load_hf_config(path)
+    assert says in str(e.value) and "config.json as published" in e.value.hint, (str(e.value), e.value.hint)
+
+
+def test_a_multimodal_wrapper_is_refused_naming_text_config_whatever_its_type(tmp_path):
+    config = {"model_type": "llava", "torch_dtype": "float16", "text_config": published("Meta-Llama-3-8B")}
+    with pytest.raises(HfConfigInvalid) as e:
+        load_hf_config(written(tmp_path, config))
+    assert "field 'text_config'" in str(e.value) and "text_config object" in e.value.hint, str(e.value)
+
+
+@pytest.mark.parametrize("kinds", [["full_attention"] * 36, ["full_attention"] * 18 + ["sliding_attention"] * 18])
+def test_layer_types_of_full_and_sliding_attention_are_the_same_launches(tmp_path, hopper, kinds):
+    # transformers >= 4.53 writes layer_types into every qwen2/qwen3 config it saves
+    w = load_hf_config(written(tmp_path, {**published("Qwen3-8B"), "layer_types": kinds}))
+    plain = load_hf_config(CONFIGS / "Qwen3-8B" / "config.json")
+    assert [k.text() for k in workload_keys(w, hopper)] == [k.text() for k in workload_keys(plain, hopper)]
+
+
+@pytest.mark.parametrize(
+    "config_name, edits, field, says",
+    [  # refused by the workload the config forms: named by the config's field, not the workload's
+        ("Qwen2.5-7B", {"quantization_config": "GPTQ"}, "quantization_config", "add no bias, and qkv_bias is true"),
+        ("Meta-Llama-3-8B", {"quantization_config": "GPTQ", "torch_dtype": "float32"}, "torch_dtype", "float32"),
+        (
+            "Meta-Llama-3-8B",
+            {"quantization_config": "GPTQ", "torch_dtype": None, "dtype": "float32"},
+            "dtype",
+            "float32",
+        ),
+        (
+            "Meta-Llama-3-8B",
+            {"quantization_config": "GPTQ", "intermediate_size": 14000},
+            "quantization_config",
+            "14000",
+        ),
+        ("Mixtral-8x7B-v0.1", {"num_experts_per_tok": 9}, "num_experts_per_tok", "9 is more than experts=8"),
+    ],
+)
+def test_a_refusal_of_the_workload_formed_names_the_configs_field(tmp_path, config_name, edits, field, says):
+    config = {**published(config_name), **edits}
+    if config.get("quantization_config") == "GPTQ":
+        config["quantization_config"] = GPTQ
+    config = {k: v for k, v in config.items() if v is not None}
+    with pytest.raises(HfConfigInvalid) as e:
+        load_hf_config(written(tmp_path, config))
+    line = str(e.value)
+    assert f"field '{field}': " in line and says in line and "model." not in line, line
+    assert "workload file" not in e.value.hint, e.value.hint  # a workload file of the model is refused the same way
 
 
 def test_a_path_with_no_config_is_refused(tmp_path):
@@ -274,8 +336,44 @@ def test_a_quantized_checkpoints_config_gives_the_shipped_quantized_workloads_ke
         ({**GPTQ, "desc_act": True}, "quantization_config.desc_act", "act-order"),
         ({**AWQ, "zero_point": False}, "quantization_config.zero_point", "zero point"),
         ({**AWQ, "version": "gemv"}, "quantization_config.version", "GEMM packing"),
+        ({**GPTQ, "bits": 4.0}, "quantization_config.bits", "4.0"),
+        ({**GPTQ, "checkpoint_format": "gptq_v2"}, "quantization_config.checkpoint_format", "'gptq_v2'"),
+        ({**GPTQ, "lm_head": True}, "quantization_config.lm_head", "a quantized LM head"),
+        (
+            {**GPTQ, "modules_in_block_to_quantize": [["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]]},
+            "quantization_config.modules_in_block_to_quantize",
+            "every projection of a layer",
+        ),
+        ({**GPTQ, "modules_in_block_to_quantize": "all"}, "quantization_config.modules_in_block_to_quantize", "'all'"),
+        ({**AWQ, "modules_to_not_convert": ["mlp"]}, "quantization_config.modules_to_not_convert", "left unquantized"),
+        ({**AWQ, "modules_to_not_convert": [["mlp"]]}, "quantization_config.modules_to_not_convert", "[['mlp']]"),
     ],
 )
 def test_a_quantization_it_cannot_serve_is_refused_naming_the_field(tmp_path, q, field, says):
     line = refusal(written(tmp_path, {**published("Meta-Llama-3-8B"), "quantization_config": q}))
     assert f"field '{field}'" in line and says in line, line
+
+
+EVERY_PROJECTION = [
+    ["self_attn.k_proj", "self_attn.v_proj", "self_attn.q_proj"],
+    ["self_attn.o_proj"],
+    ["mlp.up_proj", "mlp.gate_proj"],
+    ["mlp.down_proj"],
+]
+
+
+@pytest.mark.parametrize(
+    "q, shipped",
+    [
+        ({**GPTQ, "modules_in_block_to_quantize": EVERY_PROJECTION, "lm_head": False}, "llama-3-8b-gptq-int4"),
+        ({**GPTQ, "modules_in_block_to_quantize": None, "checkpoint_format": "gptq"}, "llama-3-8b-gptq-int4"),
+        ({**AWQ, "modules_to_not_convert": ["lm_head"]}, "llama-3-8b-awq-int4"),
+        ({**AWQ, "modules_to_not_convert": None}, "llama-3-8b-awq-int4"),
+    ],
+)
+def test_a_checkpoint_quantizing_every_projection_by_name_is_the_shipped_quantized_workload(
+    tmp_path, hopper, q, shipped
+):
+    config = {**published("Meta-Llama-3-8B"), "quantization_config": q, "torch_dtype": "float16"}
+    got = workload_keys(load_hf_config(written(tmp_path, config)), hopper)
+    assert [k.text() for k in got] == [k.text() for k in workload_keys(load_workload(shipped), hopper)]
