@@ -105,7 +105,9 @@ def sweep_at_run_time(
         except NbxcertError:
             raise
         except Exception as e:  # noqa: BLE001 - a candidate that fails to compile or run is rejected, as in a sweep
-            rejected.append(f"{cfg.label()}: {type(e).__name__}")
+            from nbxcert.worker import one_line  # its type and its useful line, as a certification's refusal says
+
+            rejected.append(f"{cfg.label()}: {one_line(e)}")
             continue
         if consensus is not None:  # judged from the output tensors (widened on the thread pool), nothing kept
             if consensus.agrees(spec, cfg, runtime.outputs):
@@ -122,7 +124,12 @@ def sweep_at_run_time(
             f"[nbxcert] {spec.name}: the run-time sweep rejected {len(rejected)} candidates ({'; '.join(rejected[:3])})"
         )
     if consensus is None:
-        raise LaunchError(f"kernel {spec.name}: no candidate ran at run time for problem {dict(problem)}")
+        first_refusal = f" (the first: {rejected[0]})" if rejected else ""
+        raise LaunchError(
+            f"kernel {spec.name}: no candidate ran at run time for problem {dict(problem)}{first_refusal}",
+            hint="run the launch with NBXCERT_DEBUG=1 for each candidate's traceback, or certify the key to see each "
+            "refusal",
+        )
     winner, _ = choose_winner(_timed(spec, runtime, agreed), spec.default)
     for dst, src in zip(runtime.restore, saved, strict=False):
         dst.copy_(src)

@@ -96,6 +96,36 @@ def test_a_candidate_that_disagrees_with_the_consensus_never_wins(capfd):
     assert "rejected" in err and "disagrees with the consensus" in err
 
 
+def _failing_sweep(configs, fails):
+    """A sweep whose candidates in `fails` raise what `fails` maps them to; the others write one ramp."""
+    out = _Output()
+
+    def run(cfg):
+        if cfg in fails:
+            raise fails[cfg]
+        out.values = np.linspace(-1.0, 1.0, N)
+
+    spec = SimpleNamespace(
+        name="fake_sweep", default=configs[0], pruned_for=lambda p, prof: SimpleNamespace(kept=configs)
+    )
+    return sweep_at_run_time(spec, {"n": N}, PROFILE, RuntimeLaunch(run=run, outputs=[out]), ())
+
+
+def test_a_rejected_candidate_is_named_with_its_reason_not_its_type_alone(capfd):
+    configs = _configs(3)
+    assert _failing_sweep(configs, {configs[0]: KeyError("BLOCK_K")}) in configs[1:]
+    err = capfd.readouterr().err
+    assert f"{configs[0].label()}: KeyError: 'BLOCK_K'" in err, err
+
+
+def test_a_sweep_where_no_candidate_ran_says_the_first_refusal():
+    from nbxcert.errors import LaunchError
+
+    configs = _configs(2)
+    with pytest.raises(LaunchError, match=r"no candidate ran at run time .*\(the first: .*ValueError: out of range\)"):
+        _failing_sweep(configs, {c: ValueError("out of range") for c in configs})
+
+
 def test_a_sweep_holds_a_bounded_number_of_outputs_not_every_candidates():
     """Bug: every candidate's float64 outputs were kept until all had run (for a 4096 x 28672 float16 matmul's 82
     candidates, 77 GB of the host's memory) and the median re-stacked for each candidate judged."""
