@@ -367,6 +367,7 @@ def doctor(json_out: JsonReportOption = False):
         t.add_row("oracle products", _cell(report.oracle_products))
     if report.compile_pool:
         t.add_row("compile pool", _cell(report.compile_pool))
+    _serving_row(t, report.serving)
     _certificate_rows(t, report.certificates)
     for p in report.problems:
         t.add_row("[red]problem[/red]", _cell(p))
@@ -374,6 +375,26 @@ def doctor(json_out: JsonReportOption = False):
         t.add_row("[yellow]next step[/yellow]", _cell(a))
     _show(t)
     raise typer.Exit(code)
+
+
+def _serving_row(t: Table, serving: dict) -> None:
+    """`nbxcert doctor`'s row for the settings a serving process reads (a refused one is also a problem row)."""
+    if not serving:
+        return
+
+    def flag(name: str) -> str:
+        value = serving.get(name)
+        return "refused" if isinstance(value, str) else "on" if value else "off"
+
+    uncertified = serving.get("uncertified", "")
+    line = (
+        f"certified-only {flag('certified_only')} (NBXCERT_CERTIFIED_ONLY); strict provenance "
+        f"{flag('strict_provenance')} (NBXCERT_STRICT_PROVENANCE); a key with no certificate: "
+        f"{'refused' if uncertified.startswith('refused') else uncertified} (NBXCERT_UNCERTIFIED); "
+        f"index cache {serving['cache_dir']} ({'writable' if serving['cache_writable'] else 'not writable'}); "
+        f"search path {':'.join(serving['search_path'])}"
+    )
+    t.add_row("serving", _cell(line))
 
 
 def _certificate_rows(t: Table, certs: dict) -> None:
@@ -636,15 +657,24 @@ def certify(
     raise typer.Exit(0 if report.ok else 1)
 
 
-def _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec, hf_config=None):
+def _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec, hf_config=None, nothing=""):
     """(profile, certificate directories, the user's spec modules, keys) of a command serving keys from `dirs` (default:
-    the search path) on this device, each checked in this order: directories, environment, profile, keys."""
+    the search path) on this device, each checked in this order: directories, environment, profile, the directories'
+    certificates of the profile, keys. `nothing`: what the command has to do without them (the refusal's words)."""
+    from nbxcert.certificates import iter_files
     from nbxcert.certify import resolve_profile
     from nbxcert.options import check_environment, existing_dirs
 
     dirs = existing_dirs(dirs)
     check_environment(search_path=dirs is None)
     prof, _how = resolve_profile(profile)
+    if dirs and not any(next(iter_files(d, prof.key), None) for d in dirs):
+        # a --dir one level too deep (the profile's own folder) served nothing: verify swept every key and passed,
+        # warm compiled nothing, listed every key missing and passed
+        from nbxcert.dirscan import NO_CERTS_HINT
+
+        where = ", ".join(_plain(d) for d in dirs)
+        raise errors.UsageError(f"--dir {where} holds no {prof.key} certificate files: {nothing}", hint=NO_CERTS_HINT)
     modules, _wanted, found = _asked_keys(prof, key, keys_file, workload, kernels, spec, hf_config)
     return prof, dirs, modules, found
 
@@ -699,18 +729,12 @@ def verify(
     share, jobs = parse_shard(shard), check_jobs(jobs)
     # the application's own setting is the run's too: a verify that swept where the application would refuse said
     # nothing of that application
-    certified_only = certified_only or os.environ.get("NBXCERT_CERTIFIED_ONLY", "") == "1"
-    prof, dirs, modules, found = _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec, hf_config)
-    from nbxcert.certificates import iter_files
+    from nbxcert.options import env_flag
 
-    if dirs and not any(next(iter_files(d, prof.key), None) for d in dirs):
-        # a --dir one level too deep (the profile's own folder) served nothing and swept every key, exit 0
-        from nbxcert.dirscan import NO_CERTS_HINT
-
-        where = ", ".join(_plain(d) for d in dirs)
-        raise errors.UsageError(
-            f"--dir {where} holds no {prof.key} certificate files: nothing to verify", hint=NO_CERTS_HINT
-        )
+    certified_only = env_flag("NBXCERT_CERTIFIED_ONLY") or certified_only  # `=yes` is refused, not read as off
+    prof, dirs, modules, found = _keys_to_serve(
+        profile, dirs, key, keys_file, workload, kernels, spec, hf_config, "nothing to verify"
+    )
     found = shard_keys(found, share)
 
     with _Heartbeat(f"verify {prof.key}", "compiling the certified winners ahead") as beat:
@@ -739,6 +763,8 @@ def verify(
             json.dumps(
                 {
                     "profile": report.profile,
+                    "shard": report.shard or None,  # the table's line says "(shard i/n)"; the JSON said nothing
+                    "certified_only": certified_only,
                     "keys": report.keys,
                     "served": report.served,
                     "swept": report.swept,
@@ -777,7 +803,9 @@ def warm(
 
     _backend_line()
     jobs = check_jobs(jobs)
-    prof, dirs, modules, found = _keys_to_serve(profile, dirs, key, keys_file, workload, kernels, spec, hf_config)
+    prof, dirs, modules, found = _keys_to_serve(
+        profile, dirs, key, keys_file, workload, kernels, spec, hf_config, "nothing to compile"
+    )
     with _Heartbeat(f"warm {prof.key}", f"compiling the certified winners of {len(found)} keys"):
         report = run_warm(prof.key, found, dirs, jobs, modules)
     if json_out:
@@ -1217,35 +1245,47 @@ index_app = typer.Typer(help="Build or check the binary indexes of a certificate
 app.add_typer(index_app, name="index")
 
 
-def _index_targets(directory: Path) -> list[tuple[str, str]]:
-    """(profile, memory class) of every certification in a directory."""
+def _index_targets(dirs: list[Path]) -> list[tuple[str, str]]:
+    """(profile, memory class) of every certification in the directories."""
     from nbxcert import certificates
     from nbxcert.profiles import all_profiles
 
     targets = set()
     for p in all_profiles():
-        for path in certificates.iter_files(directory, p.key):
-            for entry in certificates.load_file(path).entries.values():
-                targets.update((p.key, cls) for cls in certificates.class_entries(entry))
+        for directory in dirs:
+            for path in certificates.iter_files(directory, p.key):
+                for entry in certificates.load_file(path).entries.values():
+                    targets.update((p.key, cls) for cls in certificates.class_entries(entry))
     return sorted(targets)
 
 
-def _default_dir(directory: Path | None, cache: Path | None, write: bool) -> Path:
-    """The certificate directory an index command reads (default: the shipped one), every path it is given checked
-    first: the directory, the cache (`--cache`, else NBXCERT_CACHE_DIR)."""
+def _index_dirs(directory: Path | None, cache: Path | None, write: bool) -> list[Path]:
+    """The certificate directories an index command reads, every path it is given checked first: the directory, the
+    cache (`--cache`, else NBXCERT_CACHE_DIR). Without a directory, serving's search path (NBXCERT_CERTIFIED_DIR, then
+    the shipped certificates): the index a serving process reads is built over all of it, first directory first, so
+    one of the shipped directory alone (as this was) was never read where NBXCERT_CERTIFIED_DIR is set, and every
+    cold start built its own."""
     from nbxcert.index import cache_dir
     from nbxcert.options import check_environment, existing_dirs, reachable, writable_dir
 
     if cache is not None:
         writable_dir(cache, "--cache", write=write)
-    check_environment(search_path=False)
+    check_environment(search_path=directory is None)
     if cache is None and not os.environ.get("NBXCERT_CACHE_DIR"):  # the default, under XDG_CACHE_HOME or ~/.cache
         reachable(cache_dir(), "the index cache (XDG_CACHE_HOME, else ~/.cache)")
     if directory is not None:  # a file was said not to exist; a directory that cannot be searched raised
-        return existing_dirs([directory], "certificate directory")[0]
+        return existing_dirs([directory], "certificate directory")
     from nbxcert.serving import search_path
 
-    return search_path()[-1]
+    return search_path()
+
+
+def _no_certificates(dirs: list[Path], what: str) -> errors.UsageError:
+    where = ", ".join(_plain(d) for d in dirs)
+    return errors.UsageError(
+        f"{where} {'holds' if len(dirs) == 1 else 'hold'} no certificates: {what}",
+        hint="name the directory certify wrote (its --out), which holds <vendor>/<profile>/*.json",
+    )
 
 
 @index_app.command("build")
@@ -1258,13 +1298,16 @@ def index_build(
     from nbxcert.files import is_file
     from nbxcert.index import load_index
 
-    directory = _default_dir(directory, cache, write=True)
-    with _Heartbeat(f"index build {_plain(directory)}", "reading the certificate files") as beat:
-        targets = _index_targets(directory)
+    dirs = _index_dirs(directory, cache, write=True)
+    shown = ":".join(_plain(d) for d in dirs)
+    with _Heartbeat(f"index build {shown}", "reading the certificate files") as beat:
+        targets = _index_targets(dirs)
+        if not targets:  # a build of nothing (a wrong path in a deploy script) passed, and every cold start indexed
+            raise _no_certificates(dirs, "no index to build")
         for profile_key, memory_class in targets:
             beat.state = f"building the index of {profile_key} {memory_class}"
             notices: list[str] = []
-            index = load_index([directory], profile_key, memory_class, cache, notices)
+            index = load_index(dirs, profile_key, memory_class, cache, notices)
             unwritten = [n for n in notices if n.startswith("cannot write the index cache")]
             if unwritten or not is_file(index.path):  # said "N keys -> PATH" and exited 0, though PATH was not written
                 why = unwritten[0].split("; serving from memory")[0] if unwritten else f"{index.path} is not there"
@@ -1275,8 +1318,6 @@ def index_build(
             for n in notices:
                 print(f"[nbxcert] {n}", file=sys.stderr)
             print(_plain(f"{profile_key} {memory_class}: {len(index)} keys -> {index.path}"))
-    if not targets:
-        print(_plain(f"{directory}: no certificates, no index to build"))
 
 
 @index_app.command("check")
@@ -1288,28 +1329,35 @@ def index_check(
     """Check that every index of a directory is built, current (its name matches the JSON) and intact."""
     from nbxcert.index import CertifiedIndex, cache_dir, fingerprint, index_path
 
-    directory = _default_dir(directory, cache, write=False)
-    with _Heartbeat(f"index check {_plain(directory)}", "reading the certificate files"):
-        targets = _index_targets(directory)
+    dirs = _index_dirs(directory, cache, write=False)
+    shown = ":".join(_plain(d) for d in dirs)
+    with _Heartbeat(f"index check {shown}", "reading the certificate files"):
+        targets = _index_targets(dirs)
     if not targets:  # a check never passes on nothing
-        raise errors.UsageError(
-            f"{_plain(directory)} holds no certificates: no index to check",
-            hint="name the directory certify wrote (its --out), which holds <vendor>/<profile>/*.json",
-        )
+        raise _no_certificates(dirs, "no index to check")
+    build = f"nbxcert index build {_plain(directory)}" if directory is not None else "nbxcert index build"
     bad = 0
     for profile_key, memory_class in targets:
-        path = index_path(cache or cache_dir(), profile_key, memory_class, fingerprint([directory], profile_key))
+        expected = fingerprint(dirs, profile_key)
+        path = index_path(cache or cache_dir(), profile_key, memory_class, expected)
         if not path.exists():
-            line = f"{profile_key} {memory_class}: not built (run `nbxcert index build {directory}`)"
-            print(_plain(line), file=sys.stderr)
+            print(_plain(f"{profile_key} {memory_class}: not built (run `{build}`)"), file=sys.stderr)
             bad += 1
             continue
         try:
-            index = CertifiedIndex.open(path)
-            index.verify()
-            print(_plain(f"{profile_key} {memory_class}: {len(index)} keys, intact ({path})"))
+            with CertifiedIndex.open(path) as index:
+                index.verify()
+                # an index of other certificates, or of another profile or class, put under this name passed as
+                # "intact", while serving rebuilt it (`index.load_index` compares the three)
+                if (index.fingerprint, index.profile_key, index.memory_class) != (expected, profile_key, memory_class):
+                    raise errors.IndexCorrupt(
+                        f"{path}: built for {index.profile_key} {index.memory_class} from certificates "
+                        f"{index.fingerprint[:32]}, not for {profile_key} {memory_class} from {expected[:32]} "
+                        "(its name)"
+                    )
+                print(_plain(f"{profile_key} {memory_class}: {len(index)} keys, intact ({path})"))
         except errors.IndexCorrupt as e:
-            print(_plain(f"{profile_key} {memory_class}: {e}"), file=sys.stderr)
+            print(_plain(f"{profile_key} {memory_class}: {e} (run `{build}`)"), file=sys.stderr)
             bad += 1
     raise typer.Exit(1 if bad else 0)
 

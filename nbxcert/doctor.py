@@ -77,6 +77,7 @@ class DoctorReport:
     problems: list[str] = field(default_factory=list)
     advice: list[str] = field(default_factory=list)
     certificates: dict = field(default_factory=dict)  # `check_certificates`: which apply here, which are rejected
+    serving: dict = field(default_factory=dict)  # `check_serving`: the NBXCERT_* settings a serving process reads
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -156,15 +157,22 @@ def run_doctor(pci_root: Path = PCI_ROOT) -> DoctorReport:
         report = DoctorReport(choice.name, choice.reason, True)
     except NbxcertError as e:
         report = DoctorReport("none", str(e), False)
+        # the next step, which the exit code 1 alone did not give: the error's own hint sends the user to doctor
+        report.advice.append(
+            "set NBXCERT_BACKEND=interpreter to run on the CPU, or unset it (cuda where an NVIDIA GPU answers, "
+            "else the interpreter)"
+        )
     if report.backend_usable:
         # the backend set up as every other command sets it up, before anything here imports Triton (a Triton
         # imported first is compiled-mode, and the interpreter refuses it); its refusal (numpy too new for this
-        # Triton's interpreter, ...) is doctor's problem line
+        # Triton's interpreter, ...) is doctor's problem line, and its hint the next step
         try:
             select()
         except NbxcertError as e:
             report.backend_usable = False
             report.problems.append(e.message)
+            if e.hint:
+                report.advice.append(e.hint)
     report.versions = {
         "nbxcert": __version__,
         "triton": _version("triton"),
@@ -198,12 +206,14 @@ def run_doctor(pci_root: Path = PCI_ROOT) -> DoctorReport:
     for vendor in sorted({g.vendor for g in report.pci_gpus if not g.runtime_loads}):
         if vendor in INSTALL_STEPS:
             report.advice.append(f"{vendor}: {INSTALL_STEPS[vendor]}")
-    if os.environ.get("NBXCERT_BACKEND") == "interpreter" and ok:
+    if os.environ.get("NBXCERT_BACKEND", "").strip() == "interpreter" and ok:
         report.advice.append("NBXCERT_BACKEND=interpreter is set: kernels run on the CPU although a GPU is usable")
+    report.serving = check_serving(report)
     if report.backend_usable:
         report.certificates = check_certificates(report)
         report.oracle_products = _oracle_products(choice)
         report.compile_pool = _compile_pool(choice)
+    report.advice = list(dict.fromkeys(report.advice))  # one line per next step, however many problems it mends
     return report
 
 
@@ -227,6 +237,47 @@ def _compile_pool(choice) -> str:
         return f"unusable: {e}"
 
 
+def check_serving(report: DoctorReport) -> dict:
+    """The settings a serving process reads (`nbxcert.serving.lookup.state`), each as it would read it: a value it
+    refuses (`NBXCERT_CERTIFIED_ONLY=yes`, `NBXCERT_UNCERTIFIED=bogus`: the application's first launch raises) and a
+    certificate directory or cache it cannot use are doctor's problems, each with its next step."""
+    from nbxcert.errors import UsageError
+    from nbxcert.index import cache_dir
+    from nbxcert.options import env_choice, env_flag, writable_dir
+    from nbxcert.serving import UNCERTIFIED_MODES, search_path
+
+    out: dict = {}
+
+    def read(field: str, variable: str, how) -> None:
+        try:
+            out[field] = how()
+        except UsageError as e:
+            out[field] = f"refused: {e.message}"
+            report.problems.append(f"{e.message}: a serving process refuses its first launch")
+            report.advice.append(e.hint if variable in e.hint else f"{variable}: {e.hint}")
+
+    read("certified_only", "NBXCERT_CERTIFIED_ONLY", lambda: env_flag("NBXCERT_CERTIFIED_ONLY"))
+    read("strict_provenance", "NBXCERT_STRICT_PROVENANCE", lambda: env_flag("NBXCERT_STRICT_PROVENANCE"))
+    modes = UNCERTIFIED_MODES
+    read("uncertified", "NBXCERT_UNCERTIFIED", lambda: env_choice("NBXCERT_UNCERTIFIED", modes, "sweep", "a mode"))
+    out["search_path"] = [str(d) for d in search_path()]
+    cache = cache_dir()
+    out["cache_dir"] = str(cache)
+    try:
+        writable_dir(cache, "the index cache", write=False)
+    except UsageError as e:  # a file, under a file, or not reachable: every serving process indexes in memory
+        out["cache_writable"] = False
+        report.problems.append(f"{e.message}: every serving process builds its certificate index in memory")
+        report.advice.append("give NBXCERT_CACHE_DIR a directory you can write (unset: ~/.cache/nbxcert)")
+    else:  # one that cannot be written is no fault where its indexes were built ahead (a read-only install)
+        try:
+            writable_dir(cache, "the index cache")
+            out["cache_writable"] = True
+        except UsageError:
+            out["cache_writable"] = False
+    return out
+
+
 MAX_LISTED = 50  # rejected certifications and invalid files listed one by one (all are counted)
 
 
@@ -247,7 +298,7 @@ def check_certificates(report: DoctorReport, dirs: list[Path] | None = None) -> 
     machine = Machine(profile, major_version(report.versions.get("triton", "")), driver)
     out: dict = {
         "machine": {**vars(machine), "memory_class": memory_class},
-        "strict": os.environ.get("NBXCERT_STRICT_PROVENANCE", "") == "1",
+        "strict": report.serving.get("strict_provenance") is True,
         "dirs": [],
         "profiles": {},
         "rejected": [],
@@ -264,7 +315,10 @@ def check_certificates(report: DoctorReport, dirs: list[Path] | None = None) -> 
                 f"certificate directory {d} cannot be reached ({why}); its certificates are not read"
             )
             continue
-        if not is_dir(d):
+        if not is_dir(d):  # serving skips it; a user who put it on NBXCERT_CERTIFIED_DIR was not told
+            what = "is not a directory" if d.exists() else "does not exist"
+            report.problems.append(f"certificate directory {d} (NBXCERT_CERTIFIED_DIR) {what}; serving skips it")
+            report.advice.append("fix NBXCERT_CERTIFIED_DIR: colon-separated certificate directories that exist")
             continue
         out["dirs"].append(str(d))
         scan = scan_dir(Path(d))

@@ -312,9 +312,9 @@ class CertifiedIndex:
         with memoryview(self._buf) as view:  # released at once: a live view would keep the mmap from closing
             actual = hashlib.sha256(view[: self._trailer_off]).digest()
         if actual != stored:
+            # in full: a damaged trailer's first 16 digits are often the content's own, and read "X..., says X..."
             raise self._corrupt(
-                f"trailer mismatch (SHA-256 of the content is {actual.hex()[:16]}..., "
-                f"the trailer says {stored.hex()[:16]}...)"
+                f"trailer mismatch (SHA-256 of the content is {actual.hex()}, the trailer says {stored.hex()})"
             )
 
     def _check_spine(self) -> None:

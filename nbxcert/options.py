@@ -208,3 +208,13 @@ def env_choice(name: str, choices: Sequence[str], default: str, what: str) -> st
             hint=f"set it to one of {', '.join(choices)}, or unset it ({default})",
         )
     return value
+
+
+def env_flag(name: str) -> bool:
+    """The on/off environment variable `name`: `1` is on; `0`, empty or unset is off. Any other value is a
+    `UsageError` naming it: `NBXCERT_CERTIFIED_ONLY=yes` (or `true`, `2`) was read as off, so an application meant to
+    refuse every key with no certificate swept them at run time instead, and said nothing of it."""
+    value = os.environ.get(name, "").strip()
+    if value not in ("", "0", "1"):
+        raise UsageError(f"{name}={value} is neither 1 (on) nor 0 (off)", hint=f"set {name}=1 or {name}=0, or unset it")
+    return value == "1"

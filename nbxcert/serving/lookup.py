@@ -15,11 +15,11 @@ Compiled winners: on a GPU profile the bundles on the search path (`nbxcert.serv
 state and their lookup registered with the kernel layer, so a launch loads its certified winner instead of compiling it.
 
 Imports at module level: `nbxcert.errors`, `nbxcert.keys`, serving's notices and provenance. Inside functions: the
-backend in force, the profiles, the index, the kernel spec's `Config`, the keys file (key recording), the atomic
-writer of certificates (the run-time cache), the certificate reader (what other memory classes hold, where none is
-this card's), the launch module's plans (forgotten on `reset`) and the bundles (on a GPU
-profile, and on `reset`). No sweep, no CLI, no oracle: the run-time sweep module is imported on a miss only. The warm
-path is one dict lookup.
+checks of the NBXCERT_* settings (`nbxcert.options`), the backend in force, the profiles, the index, the kernel spec's
+`Config`, the keys file (key recording), the atomic writer of certificates (the run-time cache), the certificate
+reader (what other memory classes hold, where none is this card's), the launch module's plans (forgotten on `reset`)
+and the bundles (on a GPU profile, and on `reset`). No sweep, no CLI, no oracle: the run-time sweep module is
+imported on a miss only. The warm path is one dict lookup.
 """
 
 from __future__ import annotations
@@ -150,7 +150,15 @@ def state() -> ServingState:
     with _lock:
         if _state is None:
             from nbxcert.index import load_index
+            from nbxcert.options import env_flag
 
+            # the settings first, before any index is built: a value other than 1 or 0 (`=yes`, `=true`) was read
+            # as off, with no word of it (an application meant to be certified-only swept at run time)
+            strict = env_flag("NBXCERT_STRICT_PROVENANCE")
+            certified_only = _override.get("certified_only")
+            if certified_only is None:
+                certified_only = env_flag("NBXCERT_CERTIFIED_ONLY")
+            uncertified = _uncertified_mode()
             profile, memory_class = profile_in_force()
             dirs = search_path()
             found: list[str] = []
@@ -169,7 +177,6 @@ def state() -> ServingState:
                     say_once(f"[nbxcert] the run-time sweep cache {rt_path} is not valid JSON; starting it afresh")
                 except OSError as e:
                     say_once(f"[nbxcert] the run-time sweep cache {rt_path} cannot be read ({e.strerror}); not used")
-            strict = os.environ.get("NBXCERT_STRICT_PROVENANCE", "") == "1"
             compiled = _register_bundles(profile, dirs, strict, memory_class)
             n_dirs = sum(1 for d in dirs if files.is_dir(d))
             say_once(
@@ -181,8 +188,8 @@ def state() -> ServingState:
                 memory_class,
                 dirs,
                 index,
-                _override.get("certified_only", os.environ.get("NBXCERT_CERTIFIED_ONLY", "") == "1"),
-                _uncertified_mode(),
+                certified_only,
+                uncertified,
                 os.environ.get("NBXCERT_KEY_RECORD") or None,
                 runtime,
                 rt_path,

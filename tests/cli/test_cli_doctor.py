@@ -96,3 +96,61 @@ def test_error_is_one_line_and_debug_shows_traceback():
     assert len(lines) == 1 and lines[0].startswith("nbxcert: backend unavailable: NBXCERT_BACKEND=tpu")
     r = nbx("kernels", env={"NBXCERT_BACKEND": "tpu", "NBXCERT_DEBUG": "1"})
     assert r.returncode != 0 and "Traceback" in r.stderr
+
+
+@pytest.mark.skipif(os.path.exists("/dev/nvidia0"), reason="this case is the machine without a GPU")
+@pytest.mark.parametrize("value", ["cuda", "nvidia"])
+def test_doctor_without_a_usable_backend_names_the_next_step(value):
+    # bug: `NBXCERT_BACKEND=cuda nbxcert doctor` with no GPU (or `=nvidia`) exited 1 with the reason and no next step:
+    # the error's own hint ("run `nbxcert doctor`") was dropped, and nothing took its place
+    r = nbx("doctor", "--json", env={"NBXCERT_BACKEND": value})
+    report = json.loads(r.stdout)
+    assert r.returncode == 1 and not report["backend_usable"]
+    assert any("set NBXCERT_BACKEND=interpreter to run on the CPU, or unset it" in a for a in report["advice"]), report
+    r = nbx("doctor", env={"NBXCERT_BACKEND": value})
+    assert r.returncode == 1 and "next step" in r.stdout and "set NBXCERT_BACKEND=interpreter" in r.stdout
+
+
+def test_doctor_names_the_serving_settings_a_process_refuses_or_skips(tmp_path):
+    # bug: doctor said nothing of NBXCERT_CERTIFIED_ONLY=yes (read as off), NBXCERT_UNCERTIFIED=bogus (an application's
+    # first launch raises), nor of NBXCERT_CERTIFIED_DIR naming a directory that is not there or a file (serving skips
+    # them): "read from <the shipped directory>" and exit 0, as if all were well
+    (tmp_path / "file").write_text("not a directory\n")
+    env = {
+        "NBXCERT_BACKEND": "interpreter",
+        "NBXCERT_CERTIFIED_ONLY": "yes",
+        "NBXCERT_STRICT_PROVENANCE": "true",
+        "NBXCERT_UNCERTIFIED": "bogus",
+        "NBXCERT_CERTIFIED_DIR": f"{tmp_path / 'missing'}:{tmp_path / 'file'}",
+        "NBXCERT_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    r = nbx("doctor", "--json", env=env)
+    report = json.loads(r.stdout)
+    problems, advice = "\n".join(report["problems"]), "\n".join(report["advice"])
+    for says in (
+        "NBXCERT_CERTIFIED_ONLY=yes is neither 1 (on) nor 0 (off)",
+        "NBXCERT_STRICT_PROVENANCE=true is neither 1 (on) nor 0 (off)",
+        "NBXCERT_UNCERTIFIED=bogus is not a mode",
+        f"certificate directory {tmp_path / 'missing'} (NBXCERT_CERTIFIED_DIR) does not exist; serving skips it",
+        f"certificate directory {tmp_path / 'file'} (NBXCERT_CERTIFIED_DIR) is not a directory; serving skips it",
+    ):
+        assert says in problems, problems
+    for says in (
+        "set NBXCERT_CERTIFIED_ONLY=1",
+        "NBXCERT_UNCERTIFIED: set it to one of sweep, default",
+        "fix NBXCERT_CERTIFIED_DIR",
+    ):
+        assert says in advice, advice
+    assert report["serving"]["cache_dir"] == str(tmp_path / "cache") and report["serving"]["cache_writable"]
+    good = {
+        **env,
+        "NBXCERT_CERTIFIED_ONLY": "1",
+        "NBXCERT_STRICT_PROVENANCE": "",
+        "NBXCERT_UNCERTIFIED": "default",
+        "NBXCERT_CERTIFIED_DIR": "",
+    }
+    r = nbx("doctor", "--json", env=good)
+    assert r.returncode == 0 and json.loads(r.stdout)["problems"] == [], r.stdout
+    r = nbx("doctor", env=good)
+    assert "certified-only on (NBXCERT_CERTIFIED_ONLY); strict provenance off" in r.stdout
+    assert "a key with no certificate: default (NBXCERT_UNCERTIFIED)" in r.stdout

@@ -822,3 +822,102 @@ def test_a_spec_module_works_in_every_command_where_triton_is_not_told_to_interp
         r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
         assert r.returncode == 0, r.stderr[-1000:]
         assert "user_scale" in r.stdout
+
+
+# --- the on/off settings, warm's directory, the index commands --------------------------------------------------------
+@pytest.mark.parametrize(
+    "name, value",
+    [("NBXCERT_CERTIFIED_ONLY", "yes"), ("NBXCERT_CERTIFIED_ONLY", "2"), ("NBXCERT_STRICT_PROVENANCE", "true")],
+)
+def test_an_on_off_setting_other_than_1_or_0_is_refused_by_name(name, value):
+    # bug: only `1` was on and every other value off, with no word: `NBXCERT_CERTIFIED_ONLY=yes nbxcert verify` swept
+    # an uncertified key and passed (exit 0), as an application so configured served it swept
+    uncertified = "rmsnorm[n_cols=64,n_rows=4;float16,float16]@v1"
+    r = nbx("verify", "--profile", "interpreter", "--key", uncertified, "--dir", SHIPPED, env={name: value})
+    refused(r, f"{name}={value} is neither 1 (on) nor 0 (off) -> set {name}=1 or {name}=0, or unset it")
+    for off in ("", "0"):
+        check(nbx("verify", "--profile", "interpreter", "--key", RMSNORM, "--dir", SHIPPED, env={name: off}), 0)
+
+
+def test_serving_refuses_an_on_off_setting_other_than_1_or_0(monkeypatch, tmp_path):
+    # bug: serving read `NBXCERT_STRICT_PROVENANCE=true` and `NBXCERT_CERTIFIED_ONLY=yes` as off
+    from nbxcert import serving
+    from nbxcert.errors import UsageError
+
+    monkeypatch.setenv("NBXCERT_CACHE_DIR", str(tmp_path / "cache"))
+    for name, value in (("NBXCERT_CERTIFIED_ONLY", "yes"), ("NBXCERT_STRICT_PROVENANCE", "true")):
+        with monkeypatch.context() as m:
+            m.setenv(name, value)
+            serving.reset()
+            with pytest.raises(UsageError, match=f"{name}={value} is neither 1"):
+                serving.state()
+    serving.reset()
+
+
+def test_warm_refuses_a_dir_without_certificates_of_the_profile():
+    # bug: `warm --dir certificates/cpu/interpreter` (one level too deep) compiled nothing, listed every key missing
+    # and exited 0, where verify refuses the same directory
+    deep = SHIPPED / "cpu" / "interpreter"
+    r = nbx("warm", "--profile", "interpreter", "--workload", "demo", "--dir", deep)
+    refused(r, f"--dir {deep} holds no cpu/interpreter certificate files: nothing to compile", "name the directory")
+
+
+def test_index_build_of_a_directory_with_no_certificates_fails(tmp_path):
+    # bug: `index build EMPTY` said "no certificates, no index to build" and exited 0 (a deploy script's wrong path
+    # passed, and every cold start built its index), where `index check EMPTY` fails
+    refused(nbx("index", "build", tmp_path, "--cache", tmp_path / "c"), "holds no certificates: no index to build")
+    assert not (tmp_path / "c").exists()
+
+
+def test_index_check_refuses_an_index_of_other_certificates_under_its_name(tmp_path):
+    # bug: `index check` verified the file's digests only: an index of another directory, profile or memory class
+    # under this directory's name was "intact" (exit 0), while serving refused it and built its own
+    import shutil
+
+    mine = tmp_path / "mine" / "cpu" / "interpreter"
+    mine.mkdir(parents=True)
+    shutil.copy(SHIPPED / "cpu" / "interpreter" / "rmsnorm.float16.json", mine)
+    cache = tmp_path / "cache"
+    check(nbx("index", "build", tmp_path / "mine", "--cache", cache), 0)
+    check(nbx("index", "build", SHIPPED, "--cache", tmp_path / "other"), 0)
+    (name,) = cache.glob("cpu_interpreter.cpu.*.nbxidx")
+    for other in sorted((tmp_path / "other").glob("*.nbxidx")):  # the shipped directory's, and other profiles'
+        shutil.copy(other, name)
+        r = nbx("index", "check", tmp_path / "mine", "--cache", cache)
+        check(r, 1, must=[f"{name}: built for ", "(its name)", f"run `nbxcert index build {tmp_path / 'mine'}`"])
+        assert "intact" not in r.stdout
+
+
+def test_index_build_without_a_directory_builds_the_index_serving_reads(tmp_path):
+    # bug: with no directory, `index build` built the shipped directory's index alone, and `index build D` D's alone;
+    # a serving process with NBXCERT_CERTIFIED_DIR=D reads the index of D and the shipped directory together, so it
+    # found neither and built its own at every cold start (in memory, on a read-only install), and `index check`
+    # said "intact"
+    import shutil
+
+    from nbxcert import serving
+    from nbxcert.index import load_index
+
+    mine = tmp_path / "mine" / "cpu" / "interpreter"
+    mine.mkdir(parents=True)
+    shutil.copy(SHIPPED / "cpu" / "interpreter" / "rmsnorm.float16.json", mine)
+    cache = tmp_path / "cache"
+    env = {"NBXCERT_CERTIFIED_DIR": str(tmp_path / "mine"), "NBXCERT_CACHE_DIR": str(cache)}
+    check(nbx("index", "build", env=env), 0, must=["cpu/interpreter cpu: "])
+    built = sorted(cache.glob("*.nbxidx"))
+    check(nbx("index", "check", env=env), 0, must=["intact"])
+    os.environ.update(env)
+    try:
+        notices: list[str] = []
+        index = load_index(serving.search_path(), "cpu/interpreter", "cpu", cache, notices)
+    finally:
+        for k in env:
+            os.environ.pop(k)
+    assert index.path in built and sorted(cache.glob("*.nbxidx")) == built and notices == []
+
+
+def test_verify_json_names_its_shard_and_mode():
+    # bug: the table's line says "(shard 0/2)"; the JSON of the same run did not say which share it judged
+    r = nbx("verify", "--profile", "interpreter", "--workload", "demo", "--dir", SHIPPED, "--shard", "0/2", "--json")
+    report = check_json(r, 0)
+    assert report["shard"] == "0/2" and report["certified_only"] is False and report["keys"] == 12

@@ -225,6 +225,15 @@ def test_a_forged_trailer_is_refused(root, tmp_path):
     assert "trailer mismatch" in str(refused(tmp_path / "t.nbxidx", good[:-32] + hashlib.sha256(b"forged").digest()))
 
 
+def test_a_trailer_mismatch_names_both_digests_whole(root, tmp_path):
+    # bug: the message gave the first 16 hex digits of each ("the content is eb0cc5cbdaaeb69e..., the trailer says
+    # eb0cc5cbdaaeb69e..."): a trailer damaged past them read as equal to the content's digest
+    good = built(root, tmp_path).path.read_bytes()
+    bad = good[:-1] + bytes([good[-1] ^ 0x01])
+    message = str(refused(tmp_path / "t.nbxidx", bad))
+    assert f"the content is {hashlib.sha256(good[:-32]).hexdigest()}, the trailer says {bad[-32:].hex()}" in message
+
+
 def test_changed_content_under_a_recomputed_trailer_is_still_refused_before_it_is_served(root, tmp_path):
     idx = built(root, tmp_path)
     good = idx.path.read_bytes()
