@@ -426,7 +426,8 @@ def _certificate_rows(t: Table, certs: dict) -> None:
 @app.command()
 @handled
 def profiles(json_out: JsonOption = False):
-    """List the shipped device profiles."""
+    """List the shipped device profiles: backend, target, memory classes (what --memory-class takes), cards."""
+    from nbxcert.memory_class import classes_of
     from nbxcert.profiles import all_profiles
 
     rows = [
@@ -434,6 +435,7 @@ def profiles(json_out: JsonOption = False):
             "profile": p.key,
             "backend": p.backend,
             "target": p.target_arch,
+            "memory_classes": classes_of(p),
             "skus": [s.name for s in p.skus],
             "description": p.description,
         }
@@ -443,10 +445,17 @@ def profiles(json_out: JsonOption = False):
         print(json.dumps(rows, indent=2))
         return
     t = Table(title="device profiles")
-    for col in ("profile", "backend", "target", "description"):
+    for col in ("profile", "backend", "target", "memory classes", "cards", "description"):
         t.add_column(col)
     for r in rows:
-        t.add_row(_cell(r["profile"]), _cell(r["backend"]), _cell(r["target"] or "-"), _cell(r["description"]))
+        t.add_row(
+            _cell(r["profile"]),
+            _cell(r["backend"]),
+            _cell(r["target"] or "-"),
+            _cell(", ".join(r["memory_classes"])),
+            _cell("; ".join(r["skus"]) or "-"),
+            _cell(r["description"]),
+        )
     _show(t)
 
 
@@ -1176,12 +1185,14 @@ def stale(
     else:
         if report.stale:
             t = Table(title=_cell(f"stale winners in {directory}"))
-            for col in ("profile", "key", "certified winner", "us", "the rule's choice", "us", "winner/choice"):
+            cols = ("profile", "key", "class", "certified winner", "us", "the rule's choice", "us", "winner/choice")
+            for col in cols:
                 t.add_column(col)
             for s in report.stale:
                 t.add_row(
                     _cell(s.profile),
                     _cell(s.key),
+                    _cell(s.memory_class),
                     _cell(config_label(s.winner)),
                     f"{s.winner_us:.4g}",
                     _cell(config_label(s.chosen)),

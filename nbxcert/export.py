@@ -51,8 +51,12 @@ config of the smallest timings. `autotune_cache_key` computes that digest exactl
 
     tuning key   what `Autotuner.run` forms: the `key=` arguments' values (the certified key's values; a bucketed
                  field's is its rung, and Triton keys by the exact value, so only a launch of that size finds it), then
-                 `str(arg.dtype)` of every argument that has a dtype, in argument order: `torch.<dtype>` for the key's
-                 dtypes (torch tensors passed positionally, as `nbxcert.autotune` forms the key's dtypes).
+                 `str(arg.dtype)` of every argument that has a dtype, in argument order: `torch.<dtype>` (torch
+                 tensors passed positionally). Without `dtype_args` the key's dtypes are every tensor's, in that
+                 order; with `dtype_args` (which may name fewer tensors than the launch passes) they are those of the
+                 certified launch, the spec's `make_inputs` for the entry's smallest certified problem (shapes only),
+                 its `dtype_args` tensors checked against the key's dtypes. A key whose launch cannot be made again,
+                 or whose tensors disagree with it, is skipped, with the reason.
     configs      the kernel's `triton.Config` list as given to `nbxcert.autotune` (its `configs`), in its order:
                  what Triton hashes when `triton.autotune` is given the same list (where the kernel keeps no such
                  list, one made of its candidates: kwargs in name order, num_ctas 1). A list given otherwise (another
@@ -74,7 +78,8 @@ its directories into Triton's cache (a `TRITON_CACHE_MANAGER` of another kind re
 
 Certificates are read through `dirscan.scan_dir` with every kernel's spec: a problem in a file this export reads
 refuses it (`CertificateInvalid`); problems elsewhere in the directory do not. A key certified in several `--dir`s is
-taken from the first. Files written replace files of the same name; nothing else under `--out` is touched.
+taken from the first, each memory class's entry of it from the first that holds one of that class (as serving takes
+it on a card of the class). Files written replace files of the same name; nothing else under `--out` is touched.
 """
 
 from __future__ import annotations
@@ -244,7 +249,13 @@ def _none_left(found, profile_key: str, dirs, wanted, certify_args: str) -> None
 # --- reading the certificates -----------------------------------------------------------------------------------------
 def certified(dirs: Sequence[Path], profile_key: str, kernels: Sequence[str], specs: Mapping[str, Any]) -> list:
     """The valid entries (`dirscan.Found`) of `kernels` for `profile_key`, a key in several directories taken from
-    the first; `CertificateInvalid` when a file of those kernels and that profile has a problem."""
+    the first; each memory class's entry of it from the first directory holding one of that class, as serving takes
+    it for a card of the class (a class only a later directory holds is added under the entry's `other_classes`;
+    the `Found`'s file stays the first one's). `CertificateInvalid` when a file of those kernels and that profile has
+    a problem."""
+    from dataclasses import replace
+
+    from nbxcert.certificates import class_entries, with_class
     from nbxcert.dirscan import scan_dir
 
     chosen: dict[str, Any] = {}
@@ -258,8 +269,15 @@ def certified(dirs: Sequence[Path], profile_key: str, kernels: Sequence[str], sp
                 hint=f"run `nbxcert validate {printable(d)}` to list every problem",
             )
         for (p, _file, key), found in sorted(scan.found.items()):
-            if p == profile_key and found.kernel in kernels and key not in chosen:
+            if p != profile_key or found.kernel not in kernels:
+                continue
+            if key not in chosen:
                 chosen[key] = found
+                continue
+            held = class_entries(chosen[key].entry)
+            for cls, entry in class_entries(found.entry).items():
+                if cls not in held:
+                    chosen[key] = replace(chosen[key], entry=with_class(chosen[key].entry, entry))
     return [chosen[k] for k in sorted(chosen)]
 
 
@@ -487,14 +505,47 @@ def candidate_of(tc):
     return Config.make(num_warps=tc.num_warps, num_stages=tc.num_stages, **dict(tc.kwargs), **extra)
 
 
-def tuning_key(owner, key) -> tuple:
-    """The tuning key Triton's `Autotuner.run` forms for a launch of `key`: the `key=` arguments' values, then the
-    tensors' `str(dtype)` in argument order."""
-    dtypes = list(key.dtypes)
-    names = list(owner.spec.dtype_args)
-    if len(names) == len(dtypes) and all(n in owner.arg_names for n in names):
-        dtypes = [d for _, d in sorted(zip(names, dtypes, strict=True), key=lambda p: owner.arg_names.index(p[0]))]
+def tuning_key(owner, key, entry: Mapping[str, Any] | None = None) -> tuple:
+    """The tuning key Triton's `Autotuner.run` forms for a launch of `key`: the `key=` arguments' values, then every
+    tensor argument's `str(dtype)` in argument order. Declared without `dtype_args`, the key's dtypes are those; with
+    `dtype_args`, the tensors and their dtypes are those of the certified launch (`launch_dtypes`, from `entry`):
+    the key may name fewer tensors than the launch passes, and Triton's key holds them all."""
+    if tuple(owner.spec.dtype_args) == ("*",):
+        dtypes = list(key.dtypes)
+    else:
+        dtypes = launch_dtypes(owner, key, entry)
     return tuple(key.values[k] for k in owner.key) + tuple(DTYPE_PREFIX + d for d in dtypes)
+
+
+def launch_dtypes(owner, key, entry: Mapping[str, Any] | None) -> list[str]:
+    """Every tensor argument's dtype, in argument order, of the launch a certificate entry of `key` certified: its
+    spec's `make_inputs` for the entry's smallest certified problem (shapes only, on the host), whose `dtype_args`
+    tensors must have the key's dtypes. `UsageError` when that launch cannot be made again or disagrees with the key:
+    no tuning key Triton forms is then known."""
+    from nbxcert.dropin import _dtype_name
+    from nbxcert.kernels.inputs import shape_only
+
+    name = owner.spec.name
+    problem = (entry or {}).get("certified_problems", {}).get("smallest")
+    if problem is None:
+        raise UsageError(f"the entry records no certified problem: the tensors of {name}'s launch are not known")
+    try:
+        with shape_only():
+            inputs = owner.spec.make_inputs(dict(problem), tuple(key.dtypes), 0, "cpu")
+    except Exception as e:  # noqa: BLE001 - the user's make_inputs: its failure skips the key, with its reason
+        raise UsageError(
+            f"{name}'s make_inputs failed for {problem} ({type(e).__name__}: {e}): the dtypes of the tensors its "
+            "launch passes, which Triton's tuning key holds, are not known"
+        ) from None
+    tensors = {n: t for n, t in inputs.tensors.items() if n in owner.arg_names and hasattr(t, "dtype")}
+    for n, d in zip(owner.spec.dtype_args, key.dtypes, strict=False):
+        made = _dtype_name(tensors[n]) if n in tensors else None
+        if made != d:
+            raise UsageError(
+                f"{name}'s make_inputs passes {n} as {made or 'no tensor'}, the key names {d}: the launch certified is "
+                "not the key's"
+            )
+    return [_dtype_name(tensors[n]) for n in owner.arg_names if n in tensors]
 
 
 def backend_hash(gpu_target) -> str:
@@ -584,7 +635,11 @@ def export_triton(found: Sequence[Any], owners: Mapping[str, Any], profile, out:
             report.skipped.append(Skipped(f.key, reason))
             continue
         fn = jit_function(owner)
-        key = tuning_key(owner, parse_key(f.key))
+        try:
+            key = tuning_key(owner, parse_key(f.key), f.entry)
+        except UsageError as e:
+            report.skipped.append(Skipped(f.key, e.message))
+            continue
         digest = autotune_cache_key(fn, gpu_target, key, configs)
         rel = f"{cache_dir_name(digest)}/{fn.__name__[:150]}.autotune.json"
         rows, left_out = configs_timings(f.entry, configs)

@@ -11,7 +11,7 @@ from typing import Any
 from nbxcert import certificates, files
 from nbxcert.certificates import config_label
 from nbxcert.dirscan import Found, load_specs, read_doc
-from nbxcert.errors import CertificateInvalid, KeyNotCertified
+from nbxcert.errors import CertificateInvalid, KeyNotCertified, UsageError
 from nbxcert.keys import check_key, parse_key
 from nbxcert.text import printable
 
@@ -83,10 +83,19 @@ def show(
     check_environment(search_path=not dirs)
     dirs, profile_keys = _profile_dirs(dirs, profile)
     if memory_class is not None:
-        from nbxcert.memory_class import check_class
+        from nbxcert.memory_class import check_class, classes_of
 
-        for pk in profile_keys:
-            check_class(get_profile(pk), memory_class)
+        if profile:
+            check_class(prof, memory_class)
+        else:  # every profile was refused the class but the first's cards lacked: only those whose cards have it
+            having = [pk for pk in profile_keys if memory_class in classes_of(get_profile(pk))]
+            if not having:
+                known = sorted({c for pk in profile_keys for c in classes_of(get_profile(pk))})
+                raise UsageError(
+                    f"--memory-class {memory_class} is not a class of any profile's cards",
+                    hint=f"give one of: {', '.join(known)} (`nbxcert profiles` lists each profile's)",
+                )
+            profile_keys = having
     shown = []
     for pk in profile_keys:
         hits = []
@@ -112,12 +121,36 @@ def show(
                 + (f"; did you mean {close[0]}?" if close else "")
                 + "), or give --spec MODULE for a kernel of your own",
             )
+        elsewhere = _held_elsewhere(dirs, key.kernel, key.text(), profile_keys, memory_class)
+        card = f" on a card of the {memory_class} class" if memory_class else ""
         raise KeyNotCertified(
-            f"key {key.text()} is not certified for {target} in {where}",
-            hint=f"certify it: `nbxcert certify --profile {target if profile else 'PROFILE'} --key '{key.text()}'`"
-            + ("" if dirs else "; or name a directory with --dir"),
+            f"key {key.text()} is not certified for {target} in {where}"
+            + (f" (it is certified for {elsewhere})" if elsewhere else ""),
+            hint=f"certify it{card}: `nbxcert certify --profile {profile_keys[0] if profile else 'PROFILE'} "
+            f"--key '{key.text()}'`" + ("" if dirs else "; or name a directory with --dir"),
         )
     return shown
+
+
+def _held_elsewhere(dirs: Sequence[Path], kernel: str, key_text: str, asked: Sequence[str], memory_class) -> str:
+    """Where a key not found as asked is certified: "PROFILE (CLASS, ...)" of every profile holding it in `dirs`
+    other than what was asked (another profile, or another memory class of an asked one); "" for none."""
+    from nbxcert.profiles import all_profiles
+
+    held = []
+    for p in all_profiles():
+        classes: set[str] = set()
+        for d in dirs:
+            found = _find_in(d, p.key, kernel, key_text)
+            if found is not None:
+                classes.update(certificates.class_entries(found.entry))
+        if p.key in asked and memory_class is not None:
+            classes.discard(memory_class)
+        elif p.key in asked:
+            classes = set()
+        if classes:
+            held.append(f"{p.key} ({', '.join(sorted(classes))} class)")
+    return "; ".join(held)
 
 
 def _find_in(root: Path, profile_key: str, kernel: str, key_text: str) -> Found | None:

@@ -3,7 +3,8 @@
 A certificate entry keeps what its winner was chosen from: every fully timed candidate (`finalists`, fastest first,
 the untuned default among them) or, in entries made before nbxcert 0.2.0, the winner and its runner-up. The winner
 rule (`nbxcert.sweep.choose_winner`: the fastest, or inside the band of medians that cannot be told apart from the
-fastest's, the untuned default, then the simplest) is applied to those figures again, with no device and no sweep. An
+fastest's, the untuned default, then the simplest) is applied to those figures again, with no device and no sweep (the
+winner by its own recorded timing, which a sweep also records as its finalist row). An
 entry whose winner the rule would not choose is stale: its winner is significantly slower than a candidate the same
 sweep timed. Such an entry comes from a winner rule that has changed since (nbxcert 0.1.0's band was the fastest's
 raw spread, which a noisy fastest candidate made 100% wide and more), or from an edited or merged file.
@@ -39,6 +40,7 @@ class StaleWinner:
     winner_us: float
     chosen: dict[str, Any]  # the config the rule chooses from the same figures
     chosen_us: float
+    memory_class: str = ""  # the class of the entry judged: a key holds one entry a class, each judged apart
 
     @property
     def ratio(self) -> float:
@@ -49,6 +51,7 @@ class StaleWinner:
         return {
             "profile": self.profile,
             "key": self.key,
+            "memory_class": self.memory_class,
             "file": str(self.file),
             "winner": config_label(self.winner),
             "winner_us": self.winner_us,
@@ -105,7 +108,12 @@ def rule_choice(entry: Mapping[str, Any]) -> tuple[dict[str, Any], float] | None
 
     winner = outcome(entry["winner"])
     if entry.get("finalists"):
-        candidates = [outcome(f) for f in entry["finalists"]]
+        # the winner with its own timing (what show, diff, merge and export read): a sweep records it as its finalist
+        # row, and a file edited since judges it by the figure it states
+        own = entry["winner"]["config"]
+        candidates = [winner if f["config"] == own else outcome(f) for f in entry["finalists"]]
+        if all(f["config"] != own for f in entry["finalists"]):
+            candidates.append(winner)
         # the untuned default the sweep preferred; a default refused on the device is among no candidates
         default = Config.from_dict(entry["default"]["config"]) if entry.get("default") else None
     elif entry.get("runner_up"):
@@ -138,12 +146,21 @@ def find_stale(root: Path, profile: str | None = None) -> StaleReport:
                 w = entry["winner"]
                 median_us = w["timing"]["median_us"]
                 report.stale.append(
-                    StaleWinner(found.profile, found.key, found.path, w["config"], median_us, config, median)
+                    StaleWinner(
+                        found.profile,
+                        found.key,
+                        found.path,
+                        w["config"],
+                        median_us,
+                        config,
+                        median,
+                        entry["memory_class"],
+                    )
                 )
     if not report.entries:  # "0 of 0 certified winners ... are not the one the rule chooses", exit 0: a gate passed
         # on nothing
         which = f" for {profile_key}" if profile_key else ""
         hint = NO_CERTS_HINT + ("; or leave --profile out" if profile_key else "")
         raise UsageError(f"{printable(root)} holds no certified entries{which}: nothing to judge", hint=hint)
-    report.stale.sort(key=lambda s: (-s.ratio, s.profile, s.key))
+    report.stale.sort(key=lambda s: (-s.ratio, s.profile, s.key, s.memory_class))
     return report

@@ -476,3 +476,33 @@ def test_show_memory_class_shows_the_entry_a_card_of_that_class_is_served():
     assert h100["entry"] == entries[key]["other_classes"]["80GB"]
     r = nbx("show", key, "--profile", "hopper", "--dir", shipped, "--memory-class", "7GB")
     check(r, 1, must=["--memory-class 7GB is not a class of nvidia/hopper's cards"])
+
+
+def test_show_memory_class_without_profile_searches_the_profiles_whose_cards_have_it():
+    """`--memory-class 80GB` with no --profile: the profiles with 80GB cards are searched (every profile was held to
+    the class, so an AMD profile without it refused the command); a class no card has is refused naming the known
+    ones; a key missing as asked says where it is certified, and its next step is a command that runs."""
+    shipped = Path(__file__).resolve().parents[2] / "certificates"
+    entries = json.loads((shipped / "nvidia" / "hopper" / "rmsnorm.float16.json").read_text())["entries"]
+    key = next(k for k, e in entries.items() if "80GB" in e.get("other_classes", {}))
+    (shown,) = check_json(nbx("show", key, "--dir", shipped, "--memory-class", "80GB", "--json"), 0)
+    assert (shown["profile"], shown["entry"]) == ("nvidia/hopper", entries[key]["other_classes"]["80GB"])
+    r = nbx("show", key, "--dir", shipped, "--memory-class", "7GB")
+    check(r, 1, must=["--memory-class 7GB is not a class of any profile's cards", "80GB", "141GB"])
+    assert len(error_lines(r)) == 1
+    r = nbx("show", key, "--dir", shipped, "--memory-class", "40GB")  # an A100's class: no hopper card has it
+    check(r, 1, must=["is not certified for any profile (40GB class)", "certified for nvidia/hopper (141GB, 80GB"])
+    r = nbx("show", key, "--dir", shipped, "--profile", "ampere", "--memory-class", "80GB")
+    check(r, 1, must=["certify it on a card of the 80GB class: `nbxcert certify --profile nvidia/ampere --key"])
+    assert "(80GB class) --key" not in r.stderr and len(error_lines(r)) == 1
+
+
+def test_profiles_lists_each_profiles_memory_classes_and_cards():
+    """`--memory-class` takes a class of the profile's cards: `nbxcert profiles` names them (and the cards), in the
+    table as in `--json`; neither listed them, and the table left the cards out."""
+    rows = {r["profile"]: r for r in check_json(nbx("profiles", "--json"), 0)}
+    assert rows["nvidia/hopper"]["memory_classes"] == ["141GB", "80GB"]
+    assert rows["cpu/interpreter"]["memory_classes"] == ["cpu"]
+    table = check(nbx("profiles", env={"COLUMNS": "400"}), 0)
+    hopper = next(line for line in table.splitlines() if "nvidia/hopper" in line)
+    assert "141GB, 80GB" in hopper and all(s in hopper for s in rows["nvidia/hopper"]["skus"])

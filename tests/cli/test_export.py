@@ -225,6 +225,25 @@ def test_vllm_export_writes_each_memory_class_entry_for_its_own_card(tmp_path):
     assert vllm_load(out / names[0]) == {4: as_vllm(D)} and vllm_load(out / names[1]) == {4: as_vllm(C)}
 
 
+def test_vllm_export_takes_each_memory_class_from_the_first_directory_holding_it(tmp_path):
+    """A key certified on an H100 in one --dir and on an H200 in the next (two shards, unmerged): serving gives an H200
+    the second directory's entry, so the export writes the H200's file too. The whole key was taken from the first
+    directory, and the H200's certification was dropped with nothing said."""
+    qwen_up = (4, 2 * 768, 2048, 128, 8, 0, 0)
+    key = moe_key(*qwen_up, "bfloat16")
+    h100, h200 = tmp_path / "h100", tmp_path / "h200"
+    write_cert(
+        h100, "fused_moe", "bfloat16", {key: moe_entry(qwen_up, D, [(D, 8.0), (C, 12.0)], "NVIDIA H100 80GB HBM3")}
+    )
+    write_cert(h200, "fused_moe", "bfloat16", {key: moe_entry(qwen_up, C, [(C, 9.0), (D, 12.0)], "NVIDIA H200")})
+    out = tmp_path / "tuned"
+    args = ("export", "--format", "vllm-fused-moe", "--profile", "hopper", "--dir", h100, "--dir", h200, "--out", out)
+    check(nbx(*args), 0)
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["E=128,N=768,device_name=NVIDIA_H100_80GB_HBM3.json", "E=128,N=768,device_name=NVIDIA_H200.json"]
+    assert vllm_load(out / names[0]) == {4: as_vllm(D)} and vllm_load(out / names[1]) == {4: as_vllm(C)}
+
+
 # --- triton-autotune -------------------------------------------------------------------------------------------------
 USER_KEY = "user_scale[n=1000;float32,float32]@v1"
 
@@ -251,16 +270,19 @@ NOT_INTERPRETED = ("TRITON_INTERPRET", "NBXCERT_BACKEND")
 
 
 def _read_with_triton(payload):
-    """(In the crosstools subprocess, compiling for sm_90.) Triton's own Autotuner over user_scale, with the configs a
-    user gives `triton.autotune`, cache_results=True and TRITON_CACHE_DIR at the export: what it runs, whether it
-    reports a cache hit, and what it read. Benchmarking fails the job; the launch itself is recorded, not compiled."""
+    """(In the crosstools subprocess, compiling for sm_90.) Triton's own Autotuner over user_scale (or the payload's
+    `kernel` of its `module`, launched with tensors of its `dtypes`), with the configs a user gives `triton.autotune`,
+    cache_results=True and TRITON_CACHE_DIR at the export: what it runs, whether it reports a cache hit, and what it
+    read. Benchmarking fails the job; the launch itself is recorded, not compiled."""
+    import importlib
+
     os.environ["TRITON_CACHE_DIR"] = payload["out"]
     sys.path.insert(0, payload["fixtures"])
     import triton
-    import user_kernel
     from triton.runtime.autotuner import Autotuner
 
-    fn = user_kernel.user_scale.fn
+    module = importlib.import_module(payload.get("module", "user_kernel"))
+    fn = getattr(module, payload.get("kernel", "user_scale")).fn
     configs = [triton.Config({"BLOCK": b}, num_warps=w) for b in (32, 128) for w in (1, 4)]
 
     def no_bench(*_a, **_k):
@@ -273,10 +295,12 @@ def _read_with_triton(payload):
     fn.run = lambda *a, **kw: launched.append({k: kw[k] for k in ("BLOCK", "num_warps", "num_stages")})
 
     class TorchLike:  # what Triton's tuning key reads of a torch tensor argument: str(arg.dtype)
-        dtype = "torch.float32"
+        def __init__(self, dtype: str):
+            self.dtype = dtype
 
+    x_dtype, out_dtype = payload.get("dtypes", ("torch.float32", "torch.float32"))
     try:
-        tuner[(1,)](TorchLike(), TorchLike(), 1000)
+        tuner[(1,)](TorchLike(x_dtype), TorchLike(out_dtype), 1000)
         timings = [[c.__dict__, t] for c, t in tuner.configs_timings.items()]
         yield {"ok": True, "launched": launched, "hits": hits, "listens": listens, "timings": timings}
     except AssertionError as e:
@@ -311,6 +335,31 @@ def test_triton_autotune_cache_is_read_by_triton_without_benchmarking(user_certs
     assert read["hits"] == ([True] if read["listens"] else [])  # and no benchmark ran either way (no_bench raises)
     assert read["launched"] == [{"BLOCK": 128, "num_warps": 4, "num_stages": 3}]
     assert [[c["kwargs"], t] for c, t in read["timings"]] == [[c["kwargs"], t] for c, t in doc["configs_timings"]]
+
+
+def test_triton_autotune_key_holds_every_tensor_dtype_when_dtype_args_names_fewer(tmp_path):
+    """dtype_args=("x_ptr",) of a kernel launched with x (float32) and out (float16): the certified key holds one dtype,
+    Triton's tuning key both tensors'. The export wrote [n, x's dtype], a file Triton never read (it benchmarked)."""
+    from crosstools import cross_compile
+
+    root = tmp_path / "certs"
+    key = "user_scale_one_dtype[n=1000;float32]@v1"
+    timed = [(user(128, 4), 10.0), (user(32, 1), 14.0)]
+    write_cert(root, "user_scale_one_dtype", "float32", {key: entry(user(128, 4), timed, {"n": 1000}, user(32, 1))})
+    out = tmp_path / "cache"
+    args = ("export", "--format", "triton-autotune", "--profile", "hopper", "--dir", root, "--out", out)
+    r = nbx(*args, "--spec", "user_kernel_one_dtype", "--json", env=RUN_ENV, drop=NOT_INTERPRETED)
+    report = check_json(r, 0)
+    assert report["skipped"] == [], report["skipped"]
+    [(rel, item)] = json.loads((out / "autotune_manifest.json").read_text())["files"].items()
+    assert item["tuning_key"] == [1000, "torch.float32", "torch.float16"]
+    assert json.loads((out / rel).read_text())["key"] == [1000, "torch.float32", "torch.float16"]
+
+    payload = {"out": str(out), "fixtures": str(FIXTURES), "module": "user_kernel_one_dtype"}
+    payload.update(kernel="user_scale_one_dtype", dtypes=["torch.float32", "torch.float16"])
+    [read] = cross_compile(90, _read_with_triton, payload, timeout=300)
+    assert read["ok"], read["error"]
+    assert read["launched"] == [{"BLOCK": 128, "num_warps": 4, "num_stages": 3}]
 
 
 def test_triton_version_other_than_the_one_reproduced_is_refused_by_name():

@@ -133,3 +133,24 @@ def test_stale_refuses_an_invalid_directory_in_one_line(tmp_path):
     r = nbx("stale", tmp_path)
     check(r, 1, must=["nbxcert: invalid certificate:", "has 1 problem(s)", "nbxcert validate"])
     assert len([x for x in r.stderr.splitlines() if x.startswith("nbxcert:")]) == 1
+
+
+def test_the_winner_is_judged_by_its_own_timing_and_each_row_names_its_memory_class(tmp_path):
+    """A winner whose recorded median was edited to ten times its finalist row's is stale (the rule read the finalist
+    row alone and chose it again, while show, diff, merge and export read the winner's own); a key stale in two memory
+    classes is listed once per class, the table and `--json` naming each class (two rows that could not be told
+    apart)."""
+    slow, fast = (128, 10.0, 0.05, 500), (32, 10.5, 0.05, 500)
+    edited = _entry(slow[1:], fast[1:], finalists=[slow, fast], default=fast)
+    edited["winner"]["timing"].update(median_us=100.0, min_us=100.0)
+    config, median = rule_choice(edited)
+    assert config == certs.config(32) and median == 10.5
+
+    key = certs.key()
+    first = dict(_entry(*NOISY_BAND), memory_class="141GB")
+    other = dict(_entry(*NOISY_BAND), memory_class="80GB")
+    certs.write_file(tmp_path, {key: dict(first, other_classes={"80GB": other})})
+    doc = check_json(nbx("stale", tmp_path, "--json"), 1)
+    assert sorted((s["key"], s["memory_class"]) for s in doc["stale"]) == [(key, "141GB"), (key, "80GB")]
+    rows = [line for line in check(nbx("stale", tmp_path), 1).splitlines() if key in line]
+    assert len(rows) == 2 and "141GB" in rows[0] and "80GB" in rows[1]
