@@ -297,6 +297,13 @@ def _validate_one(path, key_text: str, entry: Any, kernel: str, dtype: str, spec
         check_config(path, key_text, f"finalists[{i}].config", f["config"], spec)
         _check_keys(path, key_text, f"finalists[{i}].timing", f["timing"], _TIMING)
         _check_timing(path, key_text, f"finalists[{i}].timing", f["timing"])
+    finals = entry.get("finalists") or ()
+    if finals:  # the winner is chosen from them: its own row holds the timing it won by (readers take either)
+        row = next((f for f in finals if f["config"] == entry["winner"]["config"]), None)
+        if row is None:
+            raise invalid(path, key_text, "finalists", "do not hold the winner, which is chosen from them")
+        if row["timing"] != entry["winner"]["timing"]:
+            raise invalid(path, key_text, "winner.timing", "is not the timing of its own row of finalists")
     if entry["runner_up"] is not None:
         _check_keys(path, key_text, "runner_up", entry["runner_up"], {"config": dict, "timing": dict})
         check_config(path, key_text, "runner_up.config", entry["runner_up"]["config"], spec)

@@ -230,3 +230,35 @@ def test_a_damaged_digest_memo_is_a_miss_not_a_crash(certs, tmp_path, monkeypatc
     memo.write_text(json.dumps(table))
     idx = index.load_index([tmp_path], "cpu/interpreter", "cpu", cache_dir=cache)
     assert list(idx.keys()) == [certs.probe_key(300)]
+
+
+@pytest.mark.parametrize(
+    "spoil, field, says",
+    [
+        (
+            lambda e: e["winner"]["timing"].update(median_us=e["winner"]["timing"]["median_us"] * 10),
+            "winner.timing",
+            "is not the timing of its own row of finalists",
+        ),
+        (
+            lambda e: e.update(finalists=[f for f in e["finalists"] if f["config"] != e["winner"]["config"]]),
+            "finalists",
+            "do not hold the winner",
+        ),
+    ],
+)
+def test_a_winner_that_disagrees_with_its_finalists_is_refused(tmp_path, spoil, field, says):
+    """A winner edited apart from the row it was chosen by passed `validate`, while `stale` and `show` each read one
+    of the two."""
+    import json
+
+    from reliabilitytools import ROOT
+
+    shipped = ROOT / "certificates" / "cpu" / "interpreter" / "rmsnorm.float16.json"
+    doc = json.loads(shipped.read_text())
+    key = sorted(doc["entries"])[0]
+    spoil(doc["entries"][key])
+    folder = tmp_path / "cpu" / "interpreter"
+    folder.mkdir(parents=True)
+    (folder / shipped.name).write_text(json.dumps(doc))
+    check(nbx("validate", tmp_path), 1, must=[key, field, says])
