@@ -87,7 +87,7 @@ def _fail(path: str, field: str, reason: str) -> WorkloadInvalid:
     return e
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
+class _UniqueKeySafeLoader(yaml.SafeLoader):
     """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently: `heads: 32`
     then `heads: 16` was a workload of 16 heads)."""
 
@@ -145,7 +145,7 @@ def load_workload(name_or_path: str) -> Workload:
 
 def parse_workload(text: str, path: str) -> Workload:
     try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no object is built from a tag
+        doc = yaml.load(text, Loader=_UniqueKeySafeLoader)  # a SafeLoader: no object is built from a tag
     except yaml.YAMLError as e:
         raise WorkloadInvalid(f"{path}: not valid YAML: {str(e).splitlines()[0]}") from None
     except RecursionError:  # PyYAML's composer recurses per level (bug found by tests/cli/test_fuzz.py::test_workload)
