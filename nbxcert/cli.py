@@ -154,6 +154,9 @@ def handled(fn: Callable, interrupted: str = "") -> Callable:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            from nbxcert.options import env_flag
+
+            env_flag("NBXCERT_DEBUG")  # `=yes` or `=true` refused by name: read as off, it showed no traceback
             return fn(*args, **kwargs)
         except errors.NbxcertError as e:
             if os.environ.get("NBXCERT_DEBUG") == "1":

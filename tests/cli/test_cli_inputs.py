@@ -827,7 +827,12 @@ def test_a_spec_module_works_in_every_command_where_triton_is_not_told_to_interp
 # --- the on/off settings, warm's directory, the index commands --------------------------------------------------------
 @pytest.mark.parametrize(
     "name, value",
-    [("NBXCERT_CERTIFIED_ONLY", "yes"), ("NBXCERT_CERTIFIED_ONLY", "2"), ("NBXCERT_STRICT_PROVENANCE", "true")],
+    [
+        ("NBXCERT_CERTIFIED_ONLY", "yes"),
+        ("NBXCERT_CERTIFIED_ONLY", "2"),
+        ("NBXCERT_STRICT_PROVENANCE", "true"),
+        ("NBXCERT_DEBUG", "yes"),  # read as off: a user asking for the traceback got none, and no word why
+    ],
 )
 def test_an_on_off_setting_other_than_1_or_0_is_refused_by_name(name, value):
     # bug: only `1` was on and every other value off, with no word: `NBXCERT_CERTIFIED_ONLY=yes nbxcert verify` swept
