@@ -456,8 +456,8 @@ if warming is not None:  # whether the pool had finished by the last launch (the
     result["background_done"] = warming.done()
     if result["background_done"]:
         report = warming.wait()
-        result.update(background_compiled=report.compiled, background_failed=len(report.failed),
-                      background_s=round(report.seconds, 3))
+        result.update(background_winners=report.winners, background_compiled=report.compiled,
+                      background_failed=len(report.failed), background_s=round(report.seconds, 3))
 if a["autotune"]:
     result.update(keys_tuned=len(tuned), candidates_skipped=len(skipped), skipped_first=skipped[:5])
 from nbxcert.kernels.backends import binaries

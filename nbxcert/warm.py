@@ -30,15 +30,20 @@ class WarmReport:
     profile: str
     backend: str
     keys: int = 0
-    compiled: int = 0
+    winners: int = 0  # the certified winners found for the keys
+    compiled: int = 0  # of them, compiled here (none under the interpreter, which compiles nothing)
     seconds: float = 0.0
     missing: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)  # key, reason
 
     def line(self) -> str:
-        what = "compiled" if self.backend == "cuda" else "nothing to compile under the interpreter for"
+        what = (
+            f"compiled {self.compiled}"
+            if self.backend == "cuda"
+            else f"nothing to compile under the interpreter for {self.winners}"
+        )
         return (
-            f"[nbxcert] warm {self.profile}: {self.keys} keys, {what} {self.compiled} certified winners in "
+            f"[nbxcert] warm {self.profile}: {self.keys} keys, {what} certified winners in "
             f"{self.seconds:.1f} s, {len(self.missing)} missing, {len(self.failed)} failed"
         )
 
@@ -121,14 +126,13 @@ def _compile(
     import time
 
     t0 = time.perf_counter()
+    report.winners = len(requests)
     if report.backend == "cuda" and requests:
         for text, reply in zip(names, compile_all(requests, jobs, modules), strict=False):
             if reply.get("status") == "compiled":
                 report.compiled += 1
             else:
                 report.failed.append((text, f"{reply.get('status')}: {reply.get('reason', '')}"))
-    elif report.backend != "cuda":
-        report.compiled = len(requests)
     report.seconds = time.perf_counter() - t0
     return report
 

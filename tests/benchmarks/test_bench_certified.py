@@ -346,7 +346,8 @@ def test_coldstart_runs_the_sequence_certified_and_swept_and_reads_a_cut_run(tmp
     # the warmed run's pool went on in the background (nbxcert.warm.start) over the workload's 23 certified keys
     warmed = result["certified_warmed"]
     assert result["warm"] == "background" and warmed["background_done"]
-    assert warmed["background_compiled"] == 23 and warmed["background_failed"] == 0
+    assert warmed["background_winners"] == 23 and warmed["background_failed"] == 0
+    assert warmed["background_compiled"] == 0  # the interpreter compiles nothing
     prefix = result["speedup_over_common_prefix"]
     assert prefix["launches"] == 2 and prefix["ratio"] > 1.0
     assert not result["speedup_is_lower_bound"]
