@@ -101,7 +101,9 @@ class MergeReport:
         t = self.totals()
         n, out = t["new"] + t["replaced"], printable(self.out)
         head = (
-            f"merged {n} keys into {out}" if not self.refused else f"nothing merged into {out} (would merge {n} keys)"
+            f"merged {n} entries (one per key and memory class) into {out}"
+            if not self.refused
+            else f"nothing merged into {out} (would merge {n} entries, one per key and memory class)"
         )
         return (
             f"{head} ({t['new']} new, {t['replaced']} replaced, {t['unchanged']} unchanged); {t['duplicates']} "

@@ -340,7 +340,9 @@ def test_merge_shards_keeps_the_faster_of_duplicates_and_is_idempotent(certs, tm
     certs.write_probe(s2, {k(2): e(2, median_us=4000.0), k(3): e(3), k(1): e(1)})  # k(1): an identical copy
     r = nbx("merge", out, s1, s2, *SPEC)
     check(
-        r, 0, must=["merged 3 keys", "(3 new, 0 replaced, 0 unchanged); 1 duplicates", "0 refused", "duplicate: kept"]
+        r,
+        0,
+        must=["merged 3 entries", "(3 new, 0 replaced, 0 unchanged); 1 duplicates", "0 refused", "duplicate: kept"],
     )
     merged = json.loads((out / "cpu" / "interpreter" / "fault_probe.float32.json").read_text())["entries"]
     assert sorted(merged) == sorted([k(1), k(2), k(3)])
@@ -362,7 +364,9 @@ def test_merge_keeps_a_keys_entries_of_two_memory_classes_side_by_side(certs, tm
     small = dict(e(1, median_us=2000.0, gpu="NVIDIA H100 80GB HBM3"), memory_class="80GB")
     certs.write_probe(s1, {k(1): big, k(2): e(2)})
     certs.write_probe(s2, {k(1): small})
-    check(nbx("merge", out, s1, s2, *SPEC), 0, must=["merged 3 keys", "(3 new, 0 replaced, 0 unchanged)", "0 refused"])
+    check(
+        nbx("merge", out, s1, s2, *SPEC), 0, must=["merged 3 entries", "(3 new, 0 replaced, 0 unchanged)", "0 refused"]
+    )
     merged = json.loads((out / "cpu" / "interpreter" / "fault_probe.float32.json").read_text())["entries"]
     assert merged[k(1)]["memory_class"] == "141GB" and merged[k(1)]["other_classes"] == {"80GB": small}
     check(nbx("validate", out, *SPEC), 0, must=["1 file, 2 entries, 0 problems"])
@@ -383,7 +387,7 @@ def test_merge_refuses_certifications_from_different_versions_and_writes_nothing
     s1, s2, out = _conflict(certs, tmp_path, triton="3.5.0", date="2026-10-01")
     r = nbx("merge", out, s1, s2, *SPEC)
     must = ["nbxcert: usage: merge refused, nothing written: 1 key(s)", "--prefer newest", "triton 3.5.0"]
-    check(r, 1, must=must + ["nothing merged into", "(would merge 1 keys)"], must_not=["merged 1 keys"])
+    check(r, 1, must=must + ["nothing merged into", "(would merge 1 entries"], must_not=["merged 1 entries"])
     assert len(error_lines(r)) == 1
     assert not list(out.rglob("*.json"))
 

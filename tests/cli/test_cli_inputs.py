@@ -583,7 +583,7 @@ def test_an_unknown_uncertified_mode_names_the_next_step():
 # --- gates never pass on nothing --------------------------------------------------------------------------------------
 def test_validate_stale_and_merge_refuse_a_directory_with_no_certificates(tmp_path):
     # bug: `validate EMPTY` printed "0 files, 0 entries, 0 problems" and exited 0 (the CI gate passed on a wrong
-    # path), `stale EMPTY` "0 of 0 certified winners ..." exit 0, `merge OUT EMPTY` merged 0 keys, exit 0
+    # path), `stale EMPTY` "0 of 0 certified winners ..." exit 0, `merge OUT EMPTY` merged 0 entries, exit 0
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("no certificate here\n")
     refused(nbx("validate", tmp_path / "empty"), "holds no certificate files: nothing to validate", "--out")

@@ -89,7 +89,7 @@ def test_merge_writes_only_under_out(certs, tmp_path):
     outside.mkdir()
     (outside / "v.json").write_text("a file outside OUT")
     before = _tree(tmp_path)
-    check(nbx("merge", out, shard, "--spec", "faulty_kernels"), 0, must=["merged 1 keys"])
+    check(nbx("merge", out, shard, "--spec", "faulty_kernels"), 0, must=["merged 1 entries"])
     new = _tree(tmp_path) - before
     assert new and all(p.startswith("out") for p in new), sorted(new)
 
