@@ -917,11 +917,12 @@ def _legacy_softmax_dim(ndim: int) -> int:
     return 0 if ndim in (0, 1, 3) else 1
 
 
-def _empty_input(input, dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32")) -> bool:
-    """Whether `input` is empty (a dimension of 0) and of a dtype its kernel takes (`dtypes`): then the op's result is
-    empty too and made with nothing launched (no key is looked up or swept), as torch launches nothing. Another
-    dtype goes on to the kernel, which refuses it as it refuses it non-empty."""
-    return input.numel == 0 and input.dtype.name in dtypes
+def _empty_input(input, family: str, dtypes: str = "FLOAT_DTYPES") -> bool:
+    """Whether `input` is empty (a dimension of 0) and of a dtype its kernel takes (the kernel family's own tuple
+    `dtypes`, read only for an empty input): then the op's result is empty too and made with nothing launched (no key
+    is looked up or swept), as torch launches nothing. Another dtype goes on to the kernel, which refuses it as it
+    refuses it non-empty."""
+    return input.numel == 0 and input.dtype.name in getattr(_family(family), dtypes)
 
 
 def _empty_result(input):
@@ -934,7 +935,7 @@ def _row_op(op: str, fn, input, dim, dtype):
         input = to(input, dtype)  # torch casts the input to dtype before the op, as this does
     if dim is None:
         dim = _legacy_softmax_dim(input.ndim)
-    if _empty_input(input):
+    if _empty_input(input, "rows"):
         _dim_index(op, dim, input.ndim)
         return _empty_result(input)
     moved, inverse = _to_last(op, input, dim)
@@ -985,7 +986,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     """F.layer_norm over the trailing `normalized_shape` (merged into one dimension by a view); weight and bias None
     are ones and zeros."""
     ns, n = _normalized("layer_norm", input, normalized_shape)
-    if _empty_input(input):
+    if _empty_input(input, "rows"):
         _affine_shapes("layer_norm", ns, weight=weight, bias=bias)
         return _empty_result(input)
     w = _affine("layer_norm", weight, ns, n, "weight", input, 1.0)
@@ -1000,7 +1001,7 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
     ns, n = _normalized("rms_norm", input, normalized_shape)
     if eps is None:
         eps = importlib.import_module("nbxcert.kernels.dtypes").finfo(input.dtype)["eps"]
-    if _empty_input(input):
+    if _empty_input(input, "rows"):
         _affine_shapes("rms_norm", ns, weight=weight)
         return _empty_result(input)
     w = _affine("rms_norm", weight, ns, n, "weight", input, 1.0)
@@ -1024,7 +1025,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
 def argmax(input, dim=None, keepdim=False):
     """torch.argmax: the index (int64) of the first maximum along `dim` (None: of the flattened input; NaN ranks
     above every number)."""
-    if _empty_input(input):
+    if _empty_input(input, "sampling"):
         d = None if dim is None else _dim_index("argmax", dim, input.ndim)
         if d is None or input.shape[d] == 0:
             raise ShapeMismatch(
@@ -1065,7 +1066,7 @@ def topk(input, k, dim=-1, largest=True, sorted=True, *, out=None):  # noqa: A00
     sorted result is one order it allows). largest=False is refused."""
     if not largest:
         _refuse("topk", "largest=False (the k smallest) is not supported; the kernel selects the largest")
-    if out is None and input.dtype.name in ("float16", "bfloat16", "float32") and (k == 0 or input.numel == 0):
+    if out is None and (k == 0 or input.numel == 0) and input.dtype.name in _family("sampling").FLOAT_DTYPES:
         d = _dim_index("topk", dim, input.ndim)
         if not 0 <= k <= (input.shape[d] if input.ndim else 1):
             raise ShapeMismatch(f"topk: k={k} is out of range for dimension {dim} of shape {tuple(input.shape)}")
@@ -1113,7 +1114,12 @@ def cross_entropy(
         _refuse(op, f"reduction={reduction!r} is not one of 'none', 'mean', 'sum'")
     if target.dtype.is_float:
         _refuse(op, "a float target (class probabilities) is not supported; give int64 class indices")
-    if _empty_input(input) and input.ndim > 1 and input.shape[0] == 0 and tuple(target.shape) == (0, *input.shape[2:]):
+    if (
+        _empty_input(input, "sampling")
+        and input.ndim > 1
+        and input.shape[0] == 0
+        and tuple(target.shape) == (0, *input.shape[2:])
+    ):
         # no sample: torch's loss of none, an empty "none", a "sum" of 0 and a "mean" of 0/0 (NaN)
         if reduction == "none":
             return _pw().empty(tuple(target.shape), input.dtype.name, input.device)
@@ -1166,8 +1172,13 @@ def scaled_dot_product_attention(
             f"is_causal with L={q.shape[2]} != S={k.shape[2]} (torch aligns the mask top-left, the kernel "
             "bottom-right)",
         )
-    same = q.dtype is k.dtype is v.dtype and q.shape[0] == k.shape[0] == v.shape[0] and q.shape[-1] == k.shape[-1]
-    if same and _empty_input(q, ("float16", "bfloat16")):
+    if (
+        q.numel == 0
+        and (q.dtype.name,) in _family("attention").DTYPES
+        and q.dtype is k.dtype is v.dtype
+        and q.shape[0] == k.shape[0] == v.shape[0]
+        and q.shape[-1] == k.shape[-1]
+    ):
         # no query (a batch, a head count or a length of 0): an empty result, nothing launched
         return _pw().empty(tuple(query.shape[:-1]) + (value.shape[-1],), query.dtype.name, query.device)
     y = _family("attention").flash_attention(q, k, v, causal=bool(is_causal), scale=scale)
@@ -1206,12 +1217,13 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
             _refuse(op, f"padding={padding!r} is not 'valid', 'same', an int or a pair")
     padding = _one_int(op, "padding", padding)
     x = input.unsqueeze(0) if input.ndim == 3 else input
-    fits = weight.ndim == 4 and weight.dtype is x.dtype and (bias is None or bias.dtype is x.dtype)
     if (
-        fits
-        and _empty_input(x, ("float16", "bfloat16"))
+        _empty_input(x, "vision", "CONV_DTYPES")
         and x.ndim == 4
         and x.shape[0] == 0
+        and weight.ndim == 4
+        and weight.dtype is x.dtype
+        and (bias is None or bias.dtype is x.dtype)
         and x.shape[1] == weight.shape[1] * groups
     ):
         # no image: the empty result of torch's shape, nothing launched
@@ -1230,7 +1242,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     if input.ndim < 2:
         raise ShapeMismatch(f"{op}: input needs (N, C, *), got shape {tuple(input.shape)}")
     c = input.shape[1]
-    if _empty_input(input) and num_groups > 0 and c % num_groups == 0:
+    if _empty_input(input, "vision", "NORM_DTYPES") and num_groups > 0 and c % num_groups == 0:
         _affine_shapes(op, (c,), weight=weight, bias=bias)
         return _empty_result(input)
     x = input if input.ndim == 4 else _view_as(op, input, (input.shape[0], c, -1, 1), "input")
@@ -1288,9 +1300,6 @@ def upsample_nearest(input, size=None, scale_factor=None):
 
 
 # --- matrix products --------------------------------------------------------------------------------------------------
-_PRODUCT_DTYPES = ("float16", "bfloat16", "float32")
-
-
 def _empty_product(a, b, out, add=None, beta=1):
     """The result of a product with a dimension of 0 (a @ b, or beta·add + alpha·(a @ b)), with no product launched
     (no key is looked up or swept), as torch launches none: empty where the result is; where only the inner dimension
@@ -1303,7 +1312,7 @@ def _empty_product(a, b, out, add=None, beta=1):
     if a.shape[:-2] != b.shape[:-2] or a.shape[-1] != b.shape[0 if vector else -2]:
         return None
     dtypes = {t.dtype.name for t in (a, b, out, add) if t is not None}
-    if len(dtypes) != 1 or a.dtype.name not in _PRODUCT_DTYPES:
+    if len(dtypes) != 1 or (a.dtype.name,) * 2 not in _family("matmul").MATMUL.dtypes:
         return None
     shape = tuple(a.shape[:-1]) + (() if vector else (b.shape[-1],))
     if out is not None and tuple(out.shape) != shape:
