@@ -1295,10 +1295,11 @@ def _index_dirs(directory: Path | None, cache: Path | None, write: bool) -> list
 
 
 def _no_certificates(dirs: list[Path], what: str) -> errors.UsageError:
+    from nbxcert.dirscan import NO_CERTS_HINT
+
     where = ", ".join(_plain(d) for d in dirs)
     return errors.UsageError(
-        f"{where} {'holds' if len(dirs) == 1 else 'hold'} no certificates: {what}",
-        hint="name the directory certify wrote (its --out), which holds <vendor>/<profile>/*.json",
+        f"{where} {'holds' if len(dirs) == 1 else 'hold'} no certificates: {what}", hint=NO_CERTS_HINT
     )
 
 
