@@ -243,8 +243,8 @@ def check_serving(report: DoctorReport) -> dict:
     certificate directory or cache it cannot use are doctor's problems, each with its next step."""
     from nbxcert.errors import UsageError
     from nbxcert.index import cache_dir
-    from nbxcert.options import env_choice, env_flag, writable_dir
-    from nbxcert.serving import UNCERTIFIED_MODES, search_path
+    from nbxcert.options import env_flag, writable_dir
+    from nbxcert.serving import search_path, uncertified_mode
 
     out: dict = {}
 
@@ -258,8 +258,7 @@ def check_serving(report: DoctorReport) -> dict:
 
     read("certified_only", "NBXCERT_CERTIFIED_ONLY", lambda: env_flag("NBXCERT_CERTIFIED_ONLY"))
     read("strict_provenance", "NBXCERT_STRICT_PROVENANCE", lambda: env_flag("NBXCERT_STRICT_PROVENANCE"))
-    modes = UNCERTIFIED_MODES
-    read("uncertified", "NBXCERT_UNCERTIFIED", lambda: env_choice("NBXCERT_UNCERTIFIED", modes, "sweep", "a mode"))
+    read("uncertified", "NBXCERT_UNCERTIFIED", uncertified_mode)
     out["search_path"] = [str(d) for d in search_path()]
     cache = cache_dir()
     out["cache_dir"] = str(cache)

@@ -25,6 +25,7 @@ from nbxcert.serving.lookup import (
     reset,
     search_path,
     state,
+    uncertified_mode,
 )
 from nbxcert.serving.provenance import (
     Machine,
@@ -57,4 +58,5 @@ __all__ = [
     "state",
     "sweep_at_run_time",
     "this_machine",
+    "uncertified_mode",
 ]

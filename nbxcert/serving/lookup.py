@@ -158,7 +158,7 @@ def state() -> ServingState:
             certified_only = _override.get("certified_only")
             if certified_only is None:
                 certified_only = env_flag("NBXCERT_CERTIFIED_ONLY")
-            uncertified = _uncertified_mode()
+            uncertified = uncertified_mode()
             profile, memory_class = profile_in_force()
             dirs = search_path()
             found: list[str] = []
@@ -251,7 +251,7 @@ def reset() -> None:
 UNCERTIFIED_MODES = ("sweep", "default")
 
 
-def _uncertified_mode() -> str:
+def uncertified_mode() -> str:
     """NBXCERT_UNCERTIFIED: what a key with no certificate gets outside certified-only mode: `sweep` (the default; a
     run-time sweep on the launch's own arguments) or `default` (the kernel's untuned default, said once)."""
     from nbxcert.options import env_choice
